@@ -1,0 +1,198 @@
+{{/* Names, labels and the RBAC rule sets shared by the templates. */}}
+
+{{- define "rankops.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The object-name prefix: "<release>-rankops-operator"; the release name alone when it
+contains the chart name; the chart name alone when the release name is its prefix. */}}
+{{- define "rankops.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else if hasPrefix (printf "%s-" .Release.Name) $name }}
+{{- /* release "rankops" + chart "rankops-operator": just "rankops-operator" */}}
+{{- $name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rankops.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rankops.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rankops.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "rankops.labels" -}}
+helm.sh/chart: {{ include "rankops.chart" . }}
+{{ include "rankops.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rankops
+{{- end }}
+
+{{/* Labels of one component: operator, validator, monitoring. */}}
+{{- define "rankops.componentLabels" -}}
+{{ include "rankops.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "rankops.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rankops.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "rankops.validatorServiceAccountName" -}}
+{{- if .Values.validator.serviceAccount.create }}
+{{- default (printf "%s-validator" (include "rankops.fullname" .)) .Values.validator.serviceAccount.name }}
+{{- else }}
+{{- required "validator.serviceAccount.name must name an existing ServiceAccount when validator.serviceAccount.create is false" .Values.validator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest; the tag defaults to the chart's appVersion. */}}
+{{- define "rankops.image" -}}
+{{- $image := .image }}
+{{- if and (hasKey $image "digest") $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .root.Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "rankops.clusterWide" -}}
+{{- if not .Values.watch.namespaces }}true{{ end }}
+{{- end }}
+
+{{/*
+RBAC rules. Split the way kopf's docs/deployment-rbac.yaml does: what the framework itself
+needs, and what this application's handlers touch. No wildcards anywhere (tests/test_chart.py
+fails the build on one).
+*/}}
+
+{{/* Framework (kopf), cluster-scoped. */}}
+{{- define "rankops.rules.frameworkCluster" -}}
+# Framework: kopf discovers and watches the CRDs it serves (added or removed at runtime).
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+{{- if not (include "rankops.clusterWide" .) }}
+# Framework: with --namespace, kopf lists and watches namespaces to notice when a served one
+# is created or deleted (kopf/_core/reactor/observation.py). With --all-namespaces it does not.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}
+{{- end }}
+
+{{/* Framework (kopf), in every namespace it posts events to. */}}
+{{- define "rankops.rules.frameworkEvents" -}}
+# Framework: kopf posts an Event for every handler outcome, on the core and events.k8s.io APIs.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/* Application, cluster-scoped: GpuNodePools and the nodes they select. */}}
+{{- define "rankops.rules.appCluster" -}}
+# Application: GpuNodePools are cluster-scoped. kopf patches them for its progress annotations.
+- apiGroups: [rankops.io]
+  resources: [gpunodepools]
+  verbs: [get, list, watch, patch]
+# Application: the pool's status (nodes, ready, failing by check, conditions).
+- apiGroups: [rankops.io]
+  resources: [gpunodepools/status]
+  verbs: [get, patch]
+# Application: children owned by a pool (the validator DaemonSet) carry
+# blockOwnerDeletion; OwnerReferencesPermissionEnforcement (on in OpenShift) requires this.
+- apiGroups: [rankops.io]
+  resources: [gpunodepools/finalizers]
+  verbs: [update]
+# Application: pool status counts matched, ready and failing nodes from the validator's labels;
+# RankingModel status explains when no ready node exists. Read-only: the validator, not the
+# operator, writes node labels and taints.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+{{- end }}
+
+{{/* Application, in every namespace RankingModels are served in. */}}
+{{- define "rankops.rules.appNamespaced" -}}
+# Application: the RankingModels themselves. kopf patches them for its progress annotations.
+- apiGroups: [rankops.io]
+  resources: [rankingmodels]
+  verbs: [get, list, watch, patch]
+# Application: status (conditions, phases, gate verdicts, plan).
+- apiGroups: [rankops.io]
+  resources: [rankingmodels/status]
+  verbs: [get, patch]
+# Application: children carry ownerReferences with blockOwnerDeletion;
+# OwnerReferencesPermissionEnforcement (on in OpenShift) requires update on finalizers.
+- apiGroups: [rankops.io]
+  resources: [rankingmodels/finalizers]
+  verbs: [update]
+# Application: config.pbtxt ConfigMaps and the Triton Services, applied server-side (create is
+# checked when an apply creates the object); delete when a version is rolled back or retired.
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [get, list, watch, create, patch, delete]
+# Application: the Triton Deployments (stable and canary).
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+# Application: the warmup and equivalence gate Jobs.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+# Application: gate verdicts are read from the gate pods' termination messages; readiness of
+# serving pods decides when canary traffic may start. Read-only.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+{{- if .Values.traffic.gatewayApi }}
+# Application (traffic.gatewayApi): exact canary weights as HTTPRoute backend weights.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}
+{{- if .Values.openshift.routes }}
+# Application (openshift.routes): exact canary weights through Route alternateBackends.
+- apiGroups: [route.openshift.io]
+  resources: [routes]
+  verbs: [get, list, watch, create, patch, delete]
+# Application (openshift.routes): a Route with an explicit spec.host needs this on OpenShift.
+- apiGroups: [route.openshift.io]
+  resources: [routes/custom-host]
+  verbs: [create]
+{{- end }}
+{{- if .Values.monitoring.tritonServiceMonitors }}
+# Application (monitoring.tritonServiceMonitors): scrape Triton's metrics port (8002) and ship
+# per-model alert rules, when the Prometheus Operator CRDs exist.
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors, prometheusrules]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}
+{{- end }}
+
+{{/* Application, in the operator's own namespace only: the validator DaemonSets. */}}
+{{- define "rankops.rules.appOperatorNamespace" -}}
+# Application: one validator DaemonSet per GpuNodePool, in the operator's namespace, running
+# as the chart's validator ServiceAccount (so the operator never needs node-patch rights).
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}

@@ -1,0 +1,196 @@
+"""Fixtures for the e2e suite: a live cluster, API clients, a namespace per test, GPU nodes.
+
+With $KUBECONFIG set, the suite runs against its current context, which must be a test
+cluster (see support.ALLOWED_CONTEXTS). Without it, the suite starts the local control plane
+(building it first if needed). A cluster that cannot be set up FAILS the run; nothing skips.
+Set RANKOPS_E2E_KEEP=1 to keep the local control plane's directory (data, logs) afterwards.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.support import ALLOW_ENV, Cluster, allowed_context, wait_for
+
+NAMESPACE_LABEL = "e2e.rankops.io/test"
+
+
+SERVER_LINE = pytest.StashKey[str]()
+
+
+def _report(config: pytest.Config, line: str) -> None:
+    """Print past output capture now, and again in the summary: CI logs must show which
+    server the suite really ran against."""
+    config.stash[SERVER_LINE] = line
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(line)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    line = config.stash.get(SERVER_LINE, None)
+    if line:
+        terminalreporter.write_sep("-", line)
+
+
+def _external_cluster(kubeconfig: str) -> Cluster:
+    from kubernetes import client, config
+
+    try:
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig)
+    except Exception as exc:  # noqa: BLE001 - any unreadable kubeconfig is a failed setup
+        pytest.fail(f"KUBECONFIG={kubeconfig} cannot be read: {exc}", pytrace=False)
+    context = current["name"]
+    if not allowed_context(context, os.environ.get(ALLOW_ENV)):
+        pytest.fail(
+            f"refusing to run e2e tests against context {context!r} (KUBECONFIG={kubeconfig}): "
+            f"it is not a test cluster. Allowed: rankops-local, kind-*, kwok-*, or patterns in "
+            f"${ALLOW_ENV}. Unset KUBECONFIG to use the local control plane.", pytrace=False)
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        info = client.VersionApi(api).get_code()
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"cluster {context!r} is not reachable: {exc}", pytrace=False)
+    finally:
+        api.close()
+    return Cluster(kubeconfig=kubeconfig, context=context, version=info.to_dict(), local=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The cluster under test (see module docstring); logs its server version."""
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        found = _external_cluster(kubeconfig)
+        _report(request.config, f"e2e cluster: context {found.context}, server "
+                                f"{found.version.get('git_version')} (KUBECONFIG={kubeconfig})")
+        yield found
+        return
+
+    from rankops.devcluster.binaries import BinariesMissing, ensure_binaries
+    from rankops.devcluster.controlplane import ControlPlaneError, LocalControlPlane
+
+    try:
+        bin_dir = ensure_binaries(build=True)
+        plane = LocalControlPlane(bin_dir, keep=os.environ.get("RANKOPS_E2E_KEEP") == "1")
+        plane.start()
+    except (BinariesMissing, ControlPlaneError) as exc:
+        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+    try:
+        version = plane.version()
+        _report(request.config, f"e2e cluster: local control plane, server {version['gitVersion']} "
+                                f"at {plane.server} (kubeconfig {plane.kubeconfig})")
+        yield Cluster(kubeconfig=str(plane.kubeconfig), context="rankops-local",
+                      version={"git_version": version["gitVersion"], "major": version["major"],
+                               "minor": version["minor"]},
+                      local=True, bin_dir=bin_dir, plane=plane)
+        plane.check_alive()  # a component that died mid-run fails the session loudly
+    except BaseException:
+        plane.failed = True
+        raise
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: Cluster) -> Iterator[Any]:
+    """A kubernetes ApiClient for the cluster; the library's global config is left alone."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=cluster.kubeconfig)
+    yield api
+    api.close()
+
+
+@dataclass(frozen=True)
+class Clients:
+    api_client: Any
+    core: Any  # CoreV1Api
+    apps: Any  # AppsV1Api
+    batch: Any  # BatchV1Api
+    custom: Any  # CustomObjectsApi
+    apiextensions: Any  # ApiextensionsV1Api
+
+
+@pytest.fixture(scope="session")
+def k8s(api_client: Any) -> Clients:
+    """Typed API groups over one ApiClient."""
+    from kubernetes import client
+
+    return Clients(api_client, client.CoreV1Api(api_client), client.AppsV1Api(api_client),
+                   client.BatchV1Api(api_client), client.CustomObjectsApi(api_client),
+                   client.ApiextensionsV1Api(api_client))
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, k8s: Clients) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (without waiting for it to go)."""
+    from kubernetes.client.exceptions import ApiException
+
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"e2e-{slug}-{secrets.token_hex(3)}"
+    k8s.core.create_namespace({"metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}}})
+    # Pods are refused until the controller-manager has made the namespace's default account.
+    wait_for(lambda: k8s.core.read_namespaced_service_account("default", name), 30,
+             f"ServiceAccount default in namespace {name}")
+    yield name
+    try:
+        k8s.core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@dataclass(frozen=True)
+class GpuNodes:
+    """The simulated nodes, by role. `by_product` maps nvidia.com/gpu.product to node names."""
+
+    gpu: tuple[str, ...]
+    cpu: tuple[str, ...]
+    by_product: dict[str, tuple[str, ...]]
+
+
+@pytest.fixture(scope="session")
+def gpu_nodes(cluster: Cluster, k8s: Clients) -> GpuNodes:
+    """The e2e node set (2x T4 g4dn.xlarge, 1x L4 g6.xlarge, 1 CPU node), all Ready.
+
+    On the local control plane the fixture creates them; elsewhere (kind) the workflow has
+    (`rankops dev nodes --set e2e`) and the fixture only checks they are there and Ready.
+    """
+    from rankops.devcluster.nodes import E2E_NODES, SIM_LABEL, wait_nodes_ready
+
+    names = [name for name, _ in E2E_NODES]
+    if cluster.local:
+        from rankops.devcluster.cluster import add_nodes
+
+        add_nodes(cluster.kubeconfig, E2E_NODES)
+    else:
+        try:
+            wait_nodes_ready(k8s.api_client, names, timeout=60)
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; create them with `rankops dev nodes --set e2e`", pytrace=False)
+    gpu: list[str] = []
+    cpu: list[str] = []
+    by_product: dict[str, list[str]] = {}
+    for node in k8s.core.list_node(label_selector=SIM_LABEL).items:
+        if node.metadata.name not in names:
+            continue
+        product = (node.metadata.labels or {}).get("nvidia.com/gpu.product")
+        if product:
+            gpu.append(node.metadata.name)
+            by_product.setdefault(product, []).append(node.metadata.name)
+        else:
+            cpu.append(node.metadata.name)
+    return GpuNodes(tuple(sorted(gpu)), tuple(sorted(cpu)),
+                    {product: tuple(sorted(n)) for product, n in by_product.items()})

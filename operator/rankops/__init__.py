@@ -1,0 +1,1 @@
+"""rankops: serve recommendation ranking models on Triton, safely."""

@@ -1,0 +1,187 @@
+"""GpuNodePool: a set of GPU nodes (a node selector) and what each node must satisfy.
+
+The operator runs the node validator on the pool's nodes; each validator labels its node and the
+pool's status aggregates the verdicts. The CRD schema (crds/) is generated from these models.
+"""
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from rankops.api.base import ApiModel
+
+DEFAULT_VALIDATOR_IMAGE = "quay.io/rankops/rankops-validator:0.1.0"
+
+# Driver versions look like 535.104.05 or 570.26 (branch.minor[.patch]); CUDA versions like 12.2.
+DRIVER_VERSION = r"^[0-9]{3,4}\.[0-9]{1,3}(\.[0-9]{1,3})?$"
+CUDA_VERSION = r"^[0-9]{1,2}\.[0-9]{1,2}$"
+# Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_LABEL_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_KEY = rf"^({_LABEL_PREFIX}/)?{_LABEL_NAME}$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+
+def _check_pattern(value: str | None, pattern: str, field: str, example: str) -> str | None:
+    """Pydantic's own pattern error only quotes the regex; say what the field should look like."""
+    if value is not None and not re.match(pattern, value):
+        raise ValueError(f"{field} {value!r} is not a version like {example!r}; "
+                         f"write it as digits separated by dots, quoted in YAML")
+    return value
+
+
+class OsFamily(str, Enum):
+    """The OS family a node must run. `rhel` accepts Red Hat Enterprise Linux, Rocky Linux and AlmaLinux."""
+    rhel = "rhel"
+
+
+class OsRequirement(ApiModel):
+    family: Annotated[OsFamily, Field(description=(
+        "OS family: rhel (Red Hat Enterprise Linux and its rebuilds Rocky Linux and AlmaLinux)."))] = OsFamily.rhel
+    major: Annotated[int, Field(ge=8, le=8, description="Major OS version; rankops validates RHEL 8.")] = 8
+
+
+class NodeRequirements(ApiModel):
+    os: Annotated[OsRequirement, Field(
+        default_factory=OsRequirement, description="The OS every node must run.")]
+    min_driver_version: Annotated[str | None, Field(
+        json_schema_extra={"pattern": DRIVER_VERSION},
+        description='Lowest NVIDIA kernel driver version accepted, e.g. "535.104.05".')] = None
+    cuda_version: Annotated[str | None, Field(
+        json_schema_extra={"pattern": CUDA_VERSION},
+        description=('CUDA version the models need, e.g. "12.2"; the node\'s driver must support '
+                     "at least this version (NVIDIA's driver to CUDA table)."))] = None
+    gpu_products: Annotated[list[Annotated[str, Field(min_length=1, max_length=63)]], Field(
+        default_factory=list, max_length=32,
+        description=('Accepted GPU products as the GPU feature discovery label spells them, e.g. '
+                     '"Tesla-T4" or "NVIDIA-L4" (spaces become hyphens; case is ignored). '
+                     "Empty accepts any GPU."))]
+    min_gpu_memory_mib: Annotated[int | None, Field(
+        alias="minGpuMemoryMiB", ge=1, le=1_048_576,
+        description="Least memory each GPU must have, in MiB as NVML reports it (a T4 has 15360).")] = None
+    selinux_container_use_devices: Annotated[bool, Field(description=(
+        "When SELinux is enforcing, require the boolean container_use_devices to be on "
+        "(containers cannot open /dev/nvidia* otherwise)."))] = True
+    secure_boot_signed_modules: Annotated[bool, Field(description=(
+        "When Secure Boot is on, require the loaded nvidia module to be signed."))] = True
+    container_toolkit: Annotated[bool, Field(description=(
+        "Require the NVIDIA container toolkit to be configured for the node's runtime "
+        "(CRI-O, podman or containerd), or a CDI spec for the GPUs."))] = True
+
+    @field_validator("min_driver_version", "cuda_version", mode="before")
+    @classmethod
+    def _versions_are_quoted(cls, value: Any, info) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            name = "minDriverVersion" if info.field_name == "min_driver_version" else "cudaVersion"
+            raise ValueError(f"{name} must be a quoted string such as \"12.2\": unquoted, YAML reads "
+                             f"it as the number {value!r} (12.10 would become 12.1)")
+        return value
+
+    @field_validator("min_driver_version")
+    @classmethod
+    def _driver_version_shape(cls, value: str | None) -> str | None:
+        return _check_pattern(value, DRIVER_VERSION, "minDriverVersion", "535.104.05")
+
+    @field_validator("cuda_version")
+    @classmethod
+    def _cuda_version_shape(cls, value: str | None) -> str | None:
+        return _check_pattern(value, CUDA_VERSION, "cudaVersion", "12.2")
+
+    @field_validator("gpu_products")
+    @classmethod
+    def _products_are_label_values(cls, value: list[str]) -> list[str]:
+        for product in value:
+            if not re.match(LABEL_VALUE, product.replace(" ", "-")):
+                raise ValueError(f"gpuProducts entry {product!r} is not a GPU product name like 'Tesla-T4' "
+                                 "(letters, digits, '-', '_' and '.', at most 63 characters)")
+        return value
+
+
+class ValidatorSpec(ApiModel):
+    image: Annotated[str, Field(min_length=1, description="Image of the node validator.")] = DEFAULT_VALIDATOR_IMAGE
+    interval_seconds: Annotated[int, Field(ge=30, le=86_400, description=(
+        "Seconds between re-checks of each node (at least 30)."))] = 300
+
+
+class GpuNodePoolSpec(ApiModel):
+    node_selector: Annotated[dict[str, str], Field(min_length=1, description=(
+        "Labels that select the pool's nodes, as in a pod's nodeSelector. The validator runs on "
+        "exactly these nodes; an empty selector is refused because it would select every node."))]
+    requirements: Annotated[NodeRequirements, Field(
+        default_factory=NodeRequirements, description="What every node of the pool must satisfy.")]
+    validator: Annotated[ValidatorSpec, Field(
+        default_factory=ValidatorSpec, description="The validator DaemonSet: image and re-check interval.")]
+    taint_failing_nodes: Annotated[bool, Field(description=(
+        "Taint nodes that fail validation with rankops.io/gpu-unvalidated:NoSchedule so no new pods "
+        "land there (running pods are not evicted); the taint is removed when the node passes."))] = False
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_is_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if len(key) > 316 or not re.match(LABEL_KEY, key):
+                raise ValueError(f"nodeSelector key {key!r} is not a label key "
+                                 "(optional DNS prefix and '/', then a name of at most 63 characters)")
+            if not re.match(LABEL_VALUE, label):
+                raise ValueError(f"nodeSelector value {label!r} for {key!r} is not a label value "
+                                 "(at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)")
+        return value
+
+
+class FailingCheck(ApiModel):
+    check: Annotated[str, Field(description="Check id, e.g. nouveau or selinux.")]
+    count: Annotated[int, Field(ge=0, description="Nodes failing this check.")]
+    nodes: Annotated[list[str], Field(default_factory=list, description="Names of those nodes (at most 20 listed).")]
+
+
+class PoolCondition(ApiModel):
+    type: Annotated[str, Field(description="Condition type, e.g. Ready or Degraded.")]
+    status: Annotated[Literal["True", "False", "Unknown"], Field(description="True, False or Unknown.")]
+    reason: Annotated[str | None, Field(description="CamelCase reason for the last transition.")] = None
+    message: Annotated[str | None, Field(description="Human-readable details.")] = None
+    last_transition_time: Annotated[str | None, Field(description="When status last changed (RFC 3339).")] = None
+    observed_generation: Annotated[int | None, Field(description="The generation the condition was computed from.")] = None
+
+
+class GpuNodePoolStatus(ApiModel):
+    observed_generation: int | None = None
+    nodes: Annotated[int, Field(ge=0, description="Nodes matched by the selector.")] = 0
+    ready: Annotated[int, Field(ge=0, description="Nodes whose latest validation passed.")] = 0
+    failing: Annotated[int, Field(ge=0, description="Nodes whose latest validation failed.")] = 0
+    pending: Annotated[int, Field(ge=0, description=(
+        "Nodes without a current report (validator not run yet, or run against older requirements)."))] = 0
+    failing_by_check: Annotated[list[FailingCheck], Field(
+        default_factory=list, description="For each failing check: how many nodes and which.")]
+    conditions: list[PoolCondition] = Field(default_factory=list)
+
+
+class GpuNodePool(ApiModel):
+    __crd__ = {
+        "plural": "gpunodepools",
+        "singular": "gpunodepool",
+        "kind": "GpuNodePool",
+        "shortNames": ["gnp"],
+        "scope": "Cluster",
+        "categories": ["rankops"],
+        "printerColumns": [
+            {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},
+            {"name": "Failing", "type": "integer", "jsonPath": ".status.failing"},
+            {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "priority": 1},
+            {"name": "Taint", "type": "boolean", "jsonPath": ".spec.taintFailingNodes", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+
+    api_version: Literal["rankops.io/v1alpha1"] = Field(default="rankops.io/v1alpha1", alias="apiVersion")
+    kind: Literal["GpuNodePool"] = "GpuNodePool"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: GpuNodePoolSpec
+    status: GpuNodePoolStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))

@@ -1,0 +1,145 @@
+"""API models for the latency-budget planner: `spec.slo`, `spec.planning` and `status.plan`.
+
+The RankingModel model imports these. Schemas stay Kubernetes-structural: optional fields use
+`SkipJsonSchema[None]` so they render as their plain type (no `anyOf` with null), and maps give
+`additionalProperties` with a type.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from rankops.api.base import ApiModel
+
+# Batch sizes above this are not a realistic ranking batch; it also bounds the simulator's tables.
+MAX_PROFILE_BATCH = 4096
+
+
+class Slo(ApiModel):
+    """The latency budget of one ranking call and the load it must carry."""
+
+    p99_latency_ms: Annotated[float, Field(
+        gt=0, le=60_000,
+        description="99th-percentile latency budget of one ranking request at the server, in ms "
+                    "(queueing + batching delay + GPU compute + planning.overheadMs).",
+    )]
+    target_qps: Annotated[float, Field(
+        gt=0,
+        description="Peak requests per second the model must serve across all replicas.",
+    )]
+
+
+class MemoryBudget(ApiModel):
+    """What one model instance holds in GPU memory, plus what the runtime keeps per GPU."""
+
+    weights_mib: Annotated[float, Field( alias="weightsMiB",
+        default=0, ge=0, description="Model weights per instance, MiB (each instance loads its own copy).")]
+    gpu_embeddings_mib: Annotated[float, Field( alias="gpuEmbeddingsMiB",
+        default=0, ge=0,
+        description="Embedding tables held on the GPU per instance, MiB (0 when they live in a "
+                    "feature service or CPU memory).")]
+    activation_mib_per_item: Annotated[float, Field( alias="activationMiBPerItem",
+        default=0, ge=0,
+        description="Activation memory per batch item, MiB; multiplied by maxBatchSize.")]
+    runtime_reserve_mib: Annotated[float, Field( alias="runtimeReserveMiB",
+        default=0, ge=0,
+        description="Per-GPU reserve for the CUDA context, Triton and allocator caches, MiB.")]
+
+
+class ConfigMapKeyRef(ApiModel):
+    """A key of a ConfigMap in the RankingModel's namespace."""
+
+    name: Annotated[str, Field(min_length=1, description="ConfigMap name.")]
+    key: Annotated[str, Field(
+        min_length=1,
+        description="Key holding the profile: a YAML/JSON map {batchSize: ms}, or perf_analyzer "
+                    "(-f) / Model Analyzer CSV output.")]
+
+
+class Planning(ApiModel):
+    """Inputs of the latency-budget planner beyond the SLO."""
+
+    headroom: Annotated[float, Field(
+        default=0.5, ge=0, le=0.95,
+        description="Fraction of sustainable capacity kept spare at targetQps (0.5 = each GPU runs "
+                    "at most half of what it could sustain within the P99 budget).")]
+    gpu_memory_mib: Annotated[int | SkipJsonSchema[None], Field(
+        default=None, gt=0, alias="gpuMemoryMiB",
+        description="Usable memory of one GPU, MiB. When absent the pool's GPU product may supply "
+                    "it; without either, memory is not checked.")]
+    latency_profile: Annotated[dict[int, Annotated[float, Field(gt=0)]] | SkipJsonSchema[None], Field(
+        default=None,
+        description="GPU compute time in ms per batch size on the target GPU, e.g. "
+                    "{1: 2.0, 4: 2.3, 8: 3.0, 16: 4.6}. Sizes between entries are interpolated.")]
+    latency_profile_config_map: Annotated[ConfigMapKeyRef | SkipJsonSchema[None], Field(
+        default=None, description="Read the latency profile from a ConfigMap key instead.")]
+    memory: Annotated[MemoryBudget | SkipJsonSchema[None], Field(
+        default=None, description="GPU memory the model needs; checked against gpuMemoryMiB.")]
+    overhead_ms: Annotated[float, Field(
+        default=0, ge=0,
+        description="Latency every request pays outside the GPU (network, (de)serialisation, "
+                    "Triton request handling), ms; counted against the P99 budget.")]
+    shared_gpu_slowdown: Annotated[float, Field(
+        default=0.75, ge=0, le=1,
+        description="How much one more concurrently running instance on the same GPU slows each "
+                    "execution, as a fraction of its solo time: 1 = instances time-slice the GPU "
+                    "(no gain), 0 = perfect overlap.")]
+    max_instances_per_gpu: Annotated[int, Field(
+        default=4, ge=1, le=16, description="Largest instance count per GPU the search tries.")]
+
+    @field_validator("latency_profile")
+    @classmethod
+    def _profile_sane(cls, profile: dict[int, float] | None) -> dict[int, float] | None:
+        if profile is None:
+            return None
+        if not profile:
+            raise ValueError("latencyProfile is empty: give compute ms per batch size, e.g. {1: 2.0, 8: 3.0}")
+        bad = [b for b in profile if not 1 <= b <= MAX_PROFILE_BATCH]
+        if bad:
+            raise ValueError(f"latencyProfile batch sizes must be 1..{MAX_PROFILE_BATCH}, got {sorted(bad)}")
+        return dict(sorted(profile.items()))
+
+    @model_validator(mode="after")
+    def _one_profile_source(self) -> Planning:
+        if self.latency_profile is not None and self.latency_profile_config_map is not None:
+            raise ValueError("give either latencyProfile or latencyProfileConfigMap, not both")
+        return self
+
+
+class PlanInputsStatus(ApiModel):
+    """What the plan was computed from."""
+
+    p99_latency_ms: Annotated[float | SkipJsonSchema[None], Field(default=None, description="SLO P99 budget, ms.")]
+    target_qps: Annotated[float | SkipJsonSchema[None], Field(default=None, description="SLO target QPS.")]
+    headroom: Annotated[float, Field(description="Spare capacity fraction kept at target QPS.")]
+    gpu_memory_mib: Annotated[int | SkipJsonSchema[None], Field(default=None, alias="gpuMemoryMiB", description="GPU memory, MiB.")]
+    profile: Annotated[dict[str, float], Field(description="Compute ms per batch size used.")]
+
+
+class PlanStatus(ApiModel):
+    """`status.plan`: the batching/instance choice, its prediction and what it was derived from."""
+
+    mode: Annotated[str, Field(description="`auto` (planned) or `explicit` (the spec's values, evaluated).")]
+    max_batch_size: Annotated[int, Field(description="max_batch_size of config.pbtxt.")]
+    preferred_batch_sizes: Annotated[list[int], Field(description="dynamic_batching.preferred_batch_size.")]
+    max_queue_delay_microseconds: Annotated[int, Field(description="dynamic_batching.max_queue_delay_microseconds.")]
+    instances_per_gpu: Annotated[int, Field(description="instance_group count (KIND_GPU).")]
+    replicas: Annotated[int, Field(description="Serving replicas.")]
+    gpus: Annotated[int, Field(description="replicas x GPUs per replica.")]
+    qps_per_gpu: Annotated[float, Field(description="Most QPS one GPU sustains within the P99 budget.")]
+    predicted_p50_ms: Annotated[float, Field(description="Predicted P50 at target QPS, ms.")]
+    predicted_p99_ms: Annotated[float, Field(description="Predicted P99 at target QPS, ms.")]
+    avg_batch_size: Annotated[float, Field(description="Predicted average executed batch at target QPS.")]
+    gpu_busy_fraction: Annotated[float, Field(description="Predicted fraction of time the GPU is busy at target QPS.")]
+    memory_mib: Annotated[float | SkipJsonSchema[None], Field(
+        default=None, alias="memoryMiB", description="Predicted GPU memory per GPU, MiB (absent when no memory budget given).")]
+    problems: Annotated[list[str], Field(description="SLO misses, capacity shortfalls, OOMs.")]
+    summary: Annotated[str, Field(description="One line: why this choice.")]
+    inputs: Annotated[PlanInputsStatus, Field(description="The inputs of the plan.")]
+
+
+def status_schema() -> dict:
+    """JSON schema of `status.plan` (the shape `PlanResult.to_status()` returns)."""
+    return PlanStatus.model_json_schema(by_alias=True)

@@ -1,0 +1,351 @@
+"""RankingModel: one ranking model, its versions, how Triton serves it, and how versions roll out.
+
+These models are the single source of truth: the CRD schema (crds/) is generated from them, the
+operator parses every object through them, and `rankops render` uses them offline.
+"""
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from rankops.api.base import ApiModel
+from rankops.api.conditions import Condition
+from rankops.api.planning import Planning, PlanStatus, Slo
+
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.05-py3"
+DEFAULT_RANKOPS_IMAGE = "quay.io/rankops/rankops:0.1.0"
+
+# A version name ends up in object names, labels and (when numeric) Triton's version directory.
+VERSION_NAME = r"^[a-z0-9]([a-z0-9.-]{0,18}[a-z0-9])?$"
+TENSOR_NAME = r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$"
+MODEL_URI = r"^(s3|gs|pvc|file|https?)://.+"
+
+
+class ModelFormat(str, Enum):
+    onnx = "onnx"
+    tensorrt_plan = "tensorrt_plan"
+    torchscript = "torchscript"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class DataType(str, Enum):
+    """Triton tensor data types (ModelConfig's TYPE_* without the prefix)."""
+    BOOL = "BOOL"
+    UINT8 = "UINT8"
+    INT8 = "INT8"
+    INT16 = "INT16"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    FP16 = "FP16"
+    FP32 = "FP32"
+    FP64 = "FP64"
+    BF16 = "BF16"
+    STRING = "STRING"
+
+
+class ModelVersion(ApiModel):
+    name: Annotated[str, Field(pattern=VERSION_NAME, description=(
+        "Version name: lower-case letters, digits, '.' and '-', at most 20 characters. A numeric "
+        "name is also Triton's version directory."))]
+    model_uri: Annotated[str, Field(pattern=MODEL_URI, description=(
+        "Where this version's artifact directory is: s3://bucket/path, gs://bucket/path, "
+        "pvc://claim/path, https://..., or file:///path (tests and single-node labs)."))]
+    format: Annotated[ModelFormat, Field(description="Artifact format.")]
+    precision: Annotated[Precision, Field(description=(
+        "Numeric precision. For onnx, fp16/int8 turn on Triton's TensorRT execution accelerator."))] = Precision.fp32
+
+
+class TensorSpec(ApiModel):
+    name: Annotated[str, Field(pattern=TENSOR_NAME, description="Tensor name as the model declares it.")]
+    data_type: Annotated[DataType, Field(description="Triton data type, e.g. FP32.")]
+    dims: Annotated[list[Annotated[int, Field(ge=-1)]], Field(
+        min_length=1, max_length=8,
+        description="Shape without the batch dimension; -1 marks a variable dimension (e.g. the candidate count).")]
+    max_dims: Annotated[list[Annotated[int, Field(ge=1)]] | None, Field(
+        default=None, max_length=8,
+        description="Upper bound for each dimension; required where dims has -1 (used for warmup and TensorRT profiles).")] = None
+
+    @model_validator(mode="after")
+    def _variable_dims_need_bounds(self) -> "TensorSpec":
+        if self.max_dims is not None:
+            if len(self.max_dims) != len(self.dims):
+                raise ValueError(f"tensor {self.name}: maxDims must have as many entries as dims ({len(self.dims)})")
+            for d, m in zip(self.dims, self.max_dims):
+                if d != -1 and d != m:
+                    raise ValueError(f"tensor {self.name}: maxDims {self.max_dims} must equal dims {self.dims} "
+                                     "where the dimension is fixed")
+        return self
+
+    def warmup_dims(self) -> list[int]:
+        """Concrete dims for warmup and profiles: the stated maxima where the dim is variable."""
+        return list(self.max_dims) if self.max_dims else list(self.dims)
+
+
+class Batching(ApiModel):
+    max_batch_size: Annotated[int, Field(ge=1, le=4096, description="Triton max_batch_size.")]
+    preferred_batch_sizes: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(
+        default_factory=list, max_length=16,
+        description="Batch sizes the dynamic batcher prefers to form; each <= maxBatchSize.")]
+    max_queue_delay_microseconds: Annotated[int, Field(ge=0, le=1_000_000, description=(
+        "How long a request may wait for a batch to fill. 500-2000 us is typical; "
+        "0 sends batches as soon as an instance is free."))] = 1000
+
+    @model_validator(mode="after")
+    def _preferred_within_max(self) -> "Batching":
+        too_big = [b for b in self.preferred_batch_sizes if b > self.max_batch_size]
+        if too_big:
+            raise ValueError(f"preferredBatchSizes {too_big} exceed maxBatchSize {self.max_batch_size}: "
+                             "lower them or raise maxBatchSize")
+        if len(set(self.preferred_batch_sizes)) != len(self.preferred_batch_sizes):
+            raise ValueError("preferredBatchSizes has duplicates")
+        return self
+
+
+class ModelWarmup(ApiModel):
+    batch_sizes: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(
+        default_factory=list, max_length=16,
+        description="Batch sizes Triton runs with random data at load (model_warmup); each <= maxBatchSize.")]
+
+
+class SamplesSource(ApiModel):
+    config_map: Annotated[str | None, Field(description=(
+        "ConfigMap in the model's namespace holding JSON Lines requests under key `samples.jsonl`. "
+        "Omit to generate random requests from the input spec."))] = None
+    key: Annotated[str, Field(description="Key in the ConfigMap.")] = "samples.jsonl"
+
+
+class WarmupGate(ApiModel):
+    requests: Annotated[int, Field(ge=1, le=1_000_000, description="Requests replayed against the canary.")] = 2000
+    concurrency: Annotated[int, Field(ge=1, le=256, description="Requests in flight.")] = 8
+    max_p99_ms: Annotated[float, Field(gt=0, description="Warm P99 bound (ms) the canary must meet.")] = 15.0
+    samples: SamplesSource = Field(default_factory=SamplesSource)
+
+
+class TorchscriptReference(ApiModel):
+    torchscript_uri: Annotated[str, Field(pattern=MODEL_URI, description=(
+        "The original TorchScript model (a .pt file URI) to compare the candidate against."))]
+
+
+class EquivalenceGate(ApiModel):
+    reference: Annotated[Union[Annotated[str, Field(pattern=r"^(stable|[a-z0-9]([a-z0-9.-]{0,18}[a-z0-9])?)$")],
+                               TorchscriptReference], Field(description=(
+        "What the candidate is compared with: `stable` (the serving version), the name of an "
+        "entry of versions[], or {torchscriptUri: ...} for the original model."),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = "stable"
+    samples: SamplesSource = Field(default_factory=SamplesSource)
+    output: Annotated[str | None, Field(description="Score output to compare; default the first output.")] = None
+    abs_tolerance: Annotated[float, Field(ge=0, description="Max absolute score error.")] = 1e-3
+    rel_tolerance: Annotated[float, Field(ge=0, description="Max relative score error.")] = 1e-2
+    top_k: Annotated[int, Field(ge=1, le=10_000, description="K for the top-K overlap.")] = 50
+    min_top_k_overlap: Annotated[float, Field(ge=0, le=1, description="Minimum mean top-K overlap.")] = 0.95
+    min_rank_correlation: Annotated[float, Field(ge=-1, le=1, description=(
+        "Minimum mean per-request rank correlation (Kendall tau)."))] = 0.9
+
+
+class TrafficMode(str, Enum):
+    replicas = "replicas"
+    gateway_api = "gatewayAPI"
+    openshift_route = "openshiftRoute"
+
+
+class Canary(ApiModel):
+    weight: Annotated[int, Field(ge=1, le=99, description="Percent of traffic the canary gets.")] = 10
+    duration_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
+        "How long the canary holds its weight before promotion."))] = 600
+    traffic: Annotated[TrafficMode, Field(description=(
+        "How the weight is honoured: `replicas` (ratio of Ready pods behind the shared Service, approximate), "
+        "`gatewayAPI` (HTTPRoute backend weights, exact) or `openshiftRoute` (Route alternateBackends)."))] = TrafficMode.replicas
+    parent_ref: Annotated[str | None, Field(description=(
+        "gatewayAPI mode: the Gateway (name or namespace/name) the HTTPRoute attaches to."))] = None
+
+
+class GateJobs(ApiModel):
+    image: Annotated[str, Field(description="Image running `rankops gate ...`.")] = DEFAULT_RANKOPS_IMAGE
+    timeout_seconds: Annotated[int, Field(ge=30, le=24 * 3600, description=(
+        "A gate Job that has not finished by then fails the rollout (Job activeDeadlineSeconds)."))] = 900
+    pod_annotations: Annotated[dict[str, str], Field(
+        default_factory=dict, description="Annotations added to gate Job pods.")]
+
+
+class Rollout(ApiModel):
+    warmup: WarmupGate = Field(default_factory=WarmupGate)
+    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate)
+    canary: Canary = Field(default_factory=Canary)
+    gate_jobs: GateJobs = Field(default_factory=GateJobs)
+    paused: Annotated[bool, Field(description="Freeze the rollout where it is (no phase changes).")] = False
+
+
+class Resources(ApiModel):
+    cpu: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="CPU request per replica.")] = "8"
+    memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+                                 description="Memory request per replica.")] = "32Gi"
+
+
+class RankingModelSpec(ApiModel):
+    node_pool: Annotated[str | None, Field(description=(
+        "GpuNodePool whose validated nodes serve this model. Without one, any node with "
+        "nvidia.com/gpu capacity may be used."))] = None
+    replicas: Annotated[int, Field(ge=0, le=1000, description="Serving replicas of the stable version.")] = 1
+    gpus_per_replica: Annotated[int, Field(ge=1, le=16, description="nvidia.com/gpu per replica.")] = 1
+    instances_per_gpu: Annotated[int, Field(ge=1, le=16, description="Triton instance_group count per GPU.")] = 1
+    triton_image: Annotated[str, Field(min_length=1, description="Triton Inference Server image.")] = DEFAULT_TRITON_IMAGE
+    fetcher_image: Annotated[str, Field(min_length=1, description=(
+        "Image whose `rankops fetch-model` copies s3/gs/https artifacts into the model repository."))] = DEFAULT_RANKOPS_IMAGE
+    model_credentials_secret: Annotated[str | None, Field(description=(
+        "Secret whose keys become environment of the fetcher (e.g. AWS_ACCESS_KEY_ID)."))] = None
+    version: Annotated[str, Field(pattern=VERSION_NAME, description=(
+        "The version that should serve; must name an entry of versions. Changing it starts a gated rollout."))]
+    versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.")]
+    inputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=32, description=(
+        "Input tensors (user and candidate features as separate inputs)."))]
+    outputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=32, description="Output tensors.")]
+    batching: Annotated[Union[Literal["auto"], Batching], Field(description=(
+        "Dynamic batching: explicit values, or `auto` to derive them from slo + planning."),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+    model_warmup: ModelWarmup = Field(default_factory=ModelWarmup)
+    response_cache: Annotated[bool, Field(description="Triton response cache for this model.")] = False
+    slo: Annotated[Slo | None, Field(description="Latency budget and target load.")] = None
+    planning: Annotated[Planning | None, Field(description="Inputs for batching: auto and the capacity plan.")] = None
+    rollout: Rollout = Field(default_factory=Rollout)
+    resources: Resources = Field(default_factory=Resources)
+    pod_annotations: Annotated[dict[str, str], Field(
+        default_factory=dict, description="Annotations added to Triton pods.")]
+
+    @field_validator("batching", mode="before")
+    @classmethod
+    def _batching_word(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "auto":
+            raise ValueError(f"batching must be `auto` or an object with maxBatchSize, not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "RankingModelSpec":
+        names = [v.name for v in self.versions]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"versions: duplicate names {dup}")
+        if self.version not in names:
+            raise ValueError(f"version {self.version!r} must name an entry of versions (have: {names})")
+        for i, t in enumerate(self.inputs):
+            if -1 in t.dims and t.max_dims is None:
+                raise ValueError(f"inputs[{i}] ({t.name}): dims {t.dims} has -1, so maxDims is required "
+                                 f"(e.g. maxDims: {[500 if d == -1 else d for d in t.dims]})")
+        tensor_names = [t.name for t in self.inputs + self.outputs]
+        dup = sorted({n for n in tensor_names if tensor_names.count(n) > 1})
+        if dup:
+            raise ValueError(f"inputs/outputs: duplicate tensor names {dup}")
+        if isinstance(self.batching, Batching):
+            too_big = [b for b in self.model_warmup.batch_sizes if b > self.batching.max_batch_size]
+            if too_big:
+                raise ValueError(f"modelWarmup.batchSizes {too_big} exceed batching.maxBatchSize "
+                                 f"{self.batching.max_batch_size}")
+        elif self.slo is None or self.planning is None or self.planning.latency_profile is None and \
+                self.planning.latency_profile_config_map is None:
+            raise ValueError("batching: auto needs slo and planning.latencyProfile (or "
+                             "planning.latencyProfileConfigMap) to plan from")
+        ref = self.rollout.equivalence.reference
+        if isinstance(ref, str) and ref != "stable" and ref not in names:
+            raise ValueError(f"rollout.equivalence.reference {ref!r} must be `stable`, a versions[] name "
+                             f"({names}) or {{torchscriptUri: ...}}")
+        if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
+            raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
+        return self
+
+    def version_named(self, name: str) -> ModelVersion | None:
+        return next((v for v in self.versions if v.name == name), None)
+
+
+class GateResult(ApiModel):
+    gate: Annotated[str, Field(description="warmup or equivalence.")]
+    version: Annotated[str, Field(description="Version the gate judged.")]
+    outcome: Annotated[str, Field(description="pass, fail or error.")]
+    reason: str | None = None
+    summary: Annotated[str | None, Field(description="The numbers behind the outcome, in one line.")] = None
+    metrics: Annotated[dict[str, Any] | None, Field(
+        description="The gate's verdict metrics.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
+    finished_at: str | None = None
+
+
+class RolloutStatus(ApiModel):
+    version: Annotated[str, Field(description="The version being rolled out.")]
+    from_version: str | None = None
+    phase: Annotated[str, Field(description=(
+        "CanaryStarting, Warming, Verifying, Canary, Promoting, Promoted, RolledBack or Superseded."))]
+    started_at: str | None = None
+    phase_since: str | None = None
+    canary_since: Annotated[str | None, Field(description="When the canary started taking traffic.")] = None
+    message: str | None = None
+    failed_gate: str | None = None
+
+
+class RankingModelStatus(ApiModel):
+    observed_generation: int | None = None
+    phase: Annotated[str | None, Field(description="Pending, Ready, Degraded, or a rollout phase.")] = None
+    stable_version: Annotated[str | None, Field(description="The version serving traffic.")] = None
+    canary_version: Annotated[str | None, Field(description="The version in canary, if any.")] = None
+    canary_weight: Annotated[int | None, Field(description="Percent of traffic the canary gets now.")] = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    ready: Annotated[str | None, Field(description="Ready/desired replicas of the stable version, e.g. 2/2.")] = None
+    rollout: RolloutStatus | None = None
+    gates: Annotated[list[GateResult], Field(default_factory=list, description="Gate verdicts of the latest rollout.")]
+    plan: PlanStatus | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class RankingModel(ApiModel):
+    __crd__ = {
+        "plural": "rankingmodels",
+        "singular": "rankingmodel",
+        "kind": "RankingModel",
+        "shortNames": ["rm"],
+        "scope": "Namespaced",
+        "categories": ["rankops", "all"],
+        "printerColumns": [
+            {"name": "Stable", "type": "string", "jsonPath": ".status.stableVersion"},
+            {"name": "Canary", "type": "string", "jsonPath": ".status.canaryVersion"},
+            {"name": "Weight", "type": "integer", "jsonPath": ".status.canaryWeight"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+            {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
+            {"name": "Pool", "type": "string", "jsonPath": ".spec.nodePool", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        # Rules the API server checks at apply time (CEL); the pydantic validators say the same
+        # for `rankops render` and for objects that slipped past an older schema.
+        "validations": {
+            "spec": [
+                {"rule": "self.versions.exists(v, v.name == self.version)",
+                 "message": "spec.version must name an entry of spec.versions", "fieldPath": ".version"},
+            ],
+            "spec.inputs[]": [
+                {"rule": "!self.dims.exists(d, d == -1) || has(self.maxDims)",
+                 "message": "dims with -1 need maxDims (the upper bound of each dimension)",
+                 "fieldPath": ".maxDims"},
+            ],
+        },
+    }
+
+    api_version: Literal["rankops.io/v1alpha1"] = Field(default="rankops.io/v1alpha1", alias="apiVersion")
+    kind: Literal["RankingModel"] = "RankingModel"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: RankingModelSpec
+    status: RankingModelStatus | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _name_fits(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        name = metadata.get("name", "")
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name or ""):
+            raise ValueError(f"metadata.name {name!r} must be a DNS label of at most 40 characters "
+                             "(child objects add suffixes such as -canary-triton)")
+        return metadata

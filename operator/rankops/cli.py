@@ -1,0 +1,45 @@
+"""The `rankops` command line: one entry point, one sub-command per job.
+
+Each feature module registers its own sub-commands through `add_commands(subparsers)`,
+so this file only wires them together.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that contribute sub-commands, in help order. Each exposes add_commands(subparsers);
+# the parser for a command carries `func(args) -> int` as its default.
+COMMAND_MODULES = [
+    "rankops.commands.render",      # render, crds
+    "rankops.commands.run",         # run (the operator)
+    "rankops.commands.fetch",       # fetch-model (init containers)
+    "rankops.planner.cli",          # plan
+    "rankops.gates.cli",            # gate warmup | equivalence
+    "rankops.validator.cli",        # validate-node
+    "rankops.commands.dev",         # dev up
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rankops", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue  # feature not present in this build
+            raise
+        module.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

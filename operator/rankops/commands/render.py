@@ -1,0 +1,110 @@
+"""`rankops render` (the objects the operator would apply, offline) and `rankops crds`."""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Any, Iterable
+
+import yaml
+from pydantic import ValidationError
+
+from rankops.api import crdgen
+from rankops.api.errors import describe
+from rankops.yamlio import dump_all
+
+
+class InputError(Exception):
+    """A manifest that cannot be rendered; the message names the document and field."""
+
+
+def load_documents(paths: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in paths:
+        text = sys.stdin.read() if path == "-" else pathlib.Path(path).read_text()
+        try:
+            for i, doc in enumerate(yaml.safe_load_all(text)):
+                if doc is None:
+                    continue
+                if not isinstance(doc, dict):
+                    raise InputError(f"{path}: document {i + 1} is not a mapping")
+                docs.append((f"{path}#{i + 1}", doc))
+        except yaml.YAMLError as exc:
+            raise InputError(f"{path}: not valid YAML: {exc}") from exc
+    return docs
+
+
+def render_documents(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Everything the operator would apply for these resources, with no cluster."""
+    from rankops.api.gpunodepool import GpuNodePool
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.render.desired import RenderError, desired_objects, initial_state, resolve_shape
+
+    pools = {}
+    errors: list[str] = []
+    parsed = []
+    for where, doc in docs:
+        kind = doc.get("kind")
+        model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool}.get(kind)
+        if model is None:
+            errors.append(f"{where}: kind {kind!r} is not a rankops resource (RankingModel or GpuNodePool)")
+            continue
+        try:
+            obj = model.model_validate(doc)
+        except ValidationError as exc:
+            name = (doc.get("metadata") or {}).get("name", "?")
+            errors += [f"{where} {kind} {name}: {line}" for line in describe(exc)]
+            continue
+        parsed.append((where, obj))
+        if kind == "GpuNodePool":
+            pools[obj.metadata.get("name")] = obj
+    out: list[dict[str, Any]] = []
+    for where, obj in parsed:
+        if obj.kind == "GpuNodePool":
+            from rankops.validator.daemonset import render_validator
+            out += render_validator(obj, namespace="rankops-system", service_account="rankops-validator")
+            continue
+        obj.metadata.setdefault("namespace", "default")
+        pool = pools.get(obj.spec.node_pool)
+        try:
+            resolved = resolve_shape(obj.spec)
+            out += desired_objects(obj, initial_state(obj), resolved,
+                                   pool.spec.requirements if pool else None)
+        except RenderError as exc:
+            errors.append(f"{where} RankingModel {obj.metadata.get('name')}: {exc}")
+    if errors:
+        raise InputError("\n".join(errors))
+    return out
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    try:
+        objects = render_documents(load_documents(args.filename))
+    except (InputError, OSError) as exc:
+        print(f"rankops render: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(dump_all(objects))
+    return 0
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    files = crdgen.crd_files()
+    if args.write:
+        target = pathlib.Path(args.write)
+        target.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (target / name).write_text(text)
+            print(f"wrote {target / name}", file=sys.stderr)
+        return 0
+    sys.stdout.write("---\n".join(files.values()))
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="print the objects the operator would apply (no cluster needed)")
+    p.add_argument("-f", "--filename", action="append", required=True,
+                   help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
+    p.set_defaults(func=cmd_render)
+    p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")
+    p.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR instead")
+    p.set_defaults(func=cmd_crds)

@@ -1,0 +1,67 @@
+"""`rankops run`: start the operator (kopf) against the current kubeconfig or in-cluster config."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import kopf
+    from kubernetes import config
+
+    from rankops.controller.context import OPERATOR
+    from rankops.controller.kube import Kube
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            print(f"rankops run: no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)", file=sys.stderr)
+            return 2
+    OPERATOR.kube = Kube()
+    OPERATOR.namespace = args.operator_namespace
+    OPERATOR.validator_service_account = args.validator_service_account
+    OPERATOR.validator_image = args.validator_image
+    OPERATOR.interval = args.interval
+    if args.metrics_port:
+        from rankops import metrics
+        metrics.start_metrics_server(args.metrics_port)
+    import rankops.controller.handlers  # noqa: F401  (registers the handlers, reading OPERATOR.interval)
+
+    namespaces = args.namespace or []
+    kopf.configure(verbose=args.verbose)
+    kopf.run(
+        standalone=True,  # one replica (Recreate): no peering objects, no extra RBAC
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the operator")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append",
+                       help="watch RankingModels only in this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    p.add_argument("--liveness", default=os.environ.get("RANKOPS_LIVENESS"),
+                   help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("RANKOPS_METRICS_PORT", "0")),
+                   help="serve Prometheus metrics on this port (0: off)")
+    p.add_argument("--operator-namespace", default=os.environ.get("POD_NAMESPACE", "rankops-system"),
+                   help="namespace of the operator, where validator DaemonSets run")
+    p.add_argument("--validator-service-account",
+                   default=os.environ.get("RANKOPS_VALIDATOR_SERVICE_ACCOUNT", "rankops-validator"))
+    p.add_argument("--validator-image", default=os.environ.get("RANKOPS_VALIDATOR_IMAGE"),
+                   help="override every pool's validator image")
+    p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
+                   help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_run)

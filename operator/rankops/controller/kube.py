@@ -1,0 +1,114 @@
+"""A small, explicit Kubernetes REST layer: server-side apply, get, list, delete, status patch.
+
+It knows the handful of kinds rankops touches (no discovery round-trips at start-up) and turns
+404 into None and optional APIs that are not installed (Gateway API, OpenShift Routes,
+ServiceMonitors) into `ApiMissing`, so the caller decides what each means.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from rankops.render.names import FIELD_MANAGER
+
+
+@dataclass(frozen=True)
+class Kind:
+    group_version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+KINDS: dict[str, Kind] = {
+    "ConfigMap": Kind("v1", "configmaps"),
+    "Service": Kind("v1", "services"),
+    "Pod": Kind("v1", "pods"),
+    "Node": Kind("v1", "nodes", namespaced=False),
+    "Namespace": Kind("v1", "namespaces", namespaced=False),
+    "Deployment": Kind("apps/v1", "deployments"),
+    "DaemonSet": Kind("apps/v1", "daemonsets"),
+    "Job": Kind("batch/v1", "jobs"),
+    "RankingModel": Kind("rankops.io/v1alpha1", "rankingmodels"),
+    "GpuNodePool": Kind("rankops.io/v1alpha1", "gpunodepools", namespaced=False),
+    "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes"),
+    "Route": Kind("route.openshift.io/v1", "routes"),
+    "ServiceMonitor": Kind("monitoring.coreos.com/v1", "servicemonitors"),
+}
+
+
+class ApiMissing(Exception):
+    """The API group/kind is not served by this cluster (e.g. no Gateway API CRDs)."""
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None):
+        self.api = api_client or client.ApiClient()
+
+    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> dict | None:
+        try:
+            data = self.api.call_api(
+                path, method, query_params=query or [], body=body,
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                if _is_missing_api(exc):
+                    raise ApiMissing(path) from exc
+                return None
+            raise
+        raw = data.data
+        return json.loads(raw) if raw else None
+
+    def apply(self, obj: dict[str, Any]) -> dict:
+        """Server-side apply under rankops' field manager, forcing ownership of the fields it sets."""
+        kind = KINDS[obj["kind"]]
+        meta = obj["metadata"]
+        return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]), body=obj,
+                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                          content_type="application/apply-patch+yaml")
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        return self._call("GET", KINDS[kind].path(namespace, name))
+
+    def list(self, kind: str, namespace: str | None = None, labels: dict[str, str] | None = None,
+             label_selector: str | None = None) -> list[dict]:
+        selector = label_selector or ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+        query = [("labelSelector", selector)] if selector else []
+        found = self._call("GET", KINDS[kind].path(namespace), query=query)
+        return (found or {}).get("items", [])
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        return self._call("DELETE", KINDS[kind].path(namespace, name), body=body) is not None
+
+    def merge_patch(self, kind: str, namespace: str | None, name: str, patch: dict,
+                    subresource: str | None = None) -> dict | None:
+        return self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
+                          content_type="application/merge-patch+json")
+
+
+def _is_missing_api(exc: ApiException) -> bool:
+    """A 404 for an unknown resource type (no such API) rather than for an absent object."""
+    try:
+        details = json.loads(exc.body or "{}")
+    except ValueError:
+        return True
+    # An absent object answers a Status with details.name; an unknown API answers 404 page not found.
+    return details.get("kind") != "Status" or not details.get("details")

@@ -1,0 +1,298 @@
+"""Reconcile one RankingModel: read the cluster, ask the pure core, apply, and report.
+
+Everything that decides lives in rankops.render and rankops.rollout; this module only gathers
+observations, applies what the core returns, deletes what it no longer wants, and builds the
+status. It is level-based: the same inputs give the same writes, so running it twice is a no-op.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
+from rankops.api.errors import describe
+from rankops.api.rankingmodel import RankingModel, TrafficMode
+from rankops.controller.kube import ApiMissing, Kube
+from rankops.render import names
+from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
+                                    resolve_shape, track_objects, with_owner)
+from rankops.render.traffic import traffic_objects
+from rankops.rollout import jobs as gate_jobs
+from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateObservation, Observed,
+                                     attempt_id, step)
+
+log = logging.getLogger("rankops.models")
+GATE_APP = "rankops-gate"
+
+
+@dataclass
+class Result:
+    status: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    outcome: str | None = None
+    gate_results: list[dict] = field(default_factory=list)
+
+
+def _spec_document(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata", {})
+    return {"apiVersion": body.get("apiVersion", "rankops.io/v1alpha1"), "kind": "RankingModel",
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "generation") if meta.get(k) is not None},
+            "spec": body.get("spec", {})}
+
+
+def _degraded_only(body: dict, reason: str, message: str, events: list[Event]) -> Result:
+    """A problem only the operator can see: say so, and leave whatever is serving untouched."""
+    status = dict(body.get("status") or {})
+    gen = body["metadata"].get("generation")
+    conditions = status.get("conditions") or []
+    was = get_condition(conditions, DEGRADED)
+    conditions = set_condition(conditions, DEGRADED, True, reason, message, gen)
+    if not get_condition(conditions, READY):
+        conditions = set_condition(conditions, READY, None, "NotReconciled", message, gen)
+    if not was or was.get("status") != "True" or was.get("reason") != reason:
+        events.append(Event("Warning", reason, message))
+    status.update(conditions=conditions, phase="Degraded", observedGeneration=gen)
+    return Result(status, events)
+
+
+def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObservation:
+    from rankops.gates.verdict import parse_verdict
+
+    if job is None:
+        return GateObservation()
+    conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    failed, complete = conds.get("Failed"), conds.get("Complete")
+    if not failed and not complete:
+        return GateObservation(job_exists=True)
+    gate = job["metadata"]["labels"].get(names.LABEL_GATE, "unknown")
+    pods = kube.list("Pod", namespace, label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+    message = None
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if cs.get("name") == "gate" and terminated and terminated.get("message"):
+                message = terminated["message"]
+                break
+        if message:
+            break
+    verdict = parse_verdict(message, gate=gate).to_dict() if message else None
+    return GateObservation(job_exists=True, finished=True, succeeded=bool(complete),
+                           failure_reason=(failed or {}).get("reason"), verdict=verdict)
+
+
+def _deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
+    """(desired, ready, updated-and-ready, template version) of a Deployment."""
+    if not dep:
+        return 0, 0, 0, None
+    spec, st = dep.get("spec", {}), dep.get("status") or {}
+    desired = spec.get("replicas", 1)
+    ready = st.get("readyReplicas", 0)
+    current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
+    settled = current and st.get("updatedReplicas", 0) >= desired and st.get("replicas", 0) == desired
+    version = spec.get("template", {}).get("metadata", {}).get("labels", {}).get(names.LABEL_VERSION)
+    return desired, ready, (min(ready, desired) if settled else 0), version
+
+
+def _set_canary_traffic(kube: Kube, namespace: str, model: str, on: bool) -> None:
+    """Put Ready canary pods behind the serving Service (or take them out) without restarting them."""
+    selector = f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.CANARY}"
+    for pod in kube.list("Pod", namespace, label_selector=selector):
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        want = "on" if on and ready else "off"
+        if pod["metadata"].get("labels", {}).get(names.LABEL_TRAFFIC) != want:
+            kube.merge_patch("Pod", namespace, pod["metadata"]["name"],
+                             {"metadata": {"labels": {names.LABEL_TRAFFIC: want}}})
+
+
+def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
+    ref = rm.spec.planning.latency_profile_config_map if rm.spec.planning else None
+    if ref is None:
+        return None
+    from rankops.planner.profile import parse_profile_text
+
+    cm = kube.get("ConfigMap", rm.metadata["namespace"], ref.name)
+    text = ((cm or {}).get("data") or {}).get(ref.key)
+    if text is None:
+        raise RenderError(f"planning.latencyProfileConfigMap: ConfigMap {ref.name} key {ref.key} not found; "
+                          "create it or give planning.latencyProfile inline")
+    try:
+        return dict(parse_profile_text(text, source=f"ConfigMap {ref.name}/{ref.key}").points)
+    except ValueError as exc:
+        raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
+
+
+def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None) -> Result:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    meta = body["metadata"]
+    name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
+    status = dict(body.get("status") or {})
+    events: list[Event] = []
+
+    try:
+        rm = RankingModel.model_validate(_spec_document(body))
+    except ValidationError as exc:
+        return _degraded_only(body, "InvalidSpec", "; ".join(describe(exc)) +
+                              " (fix the spec; the serving version is left untouched)", events)
+
+    pool_requirements, pool_note = None, None
+    if rm.spec.node_pool:
+        pool = kube.get("GpuNodePool", None, rm.spec.node_pool)
+        if pool is None:
+            return _degraded_only(body, "NodePoolNotFound",
+                                  f"GpuNodePool {rm.spec.node_pool} does not exist: create it "
+                                  f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool", events)
+        from rankops.api.gpunodepool import GpuNodePool
+        try:
+            pool_requirements = GpuNodePool.model_validate(
+                {"metadata": pool["metadata"], "spec": pool["spec"]}).spec.requirements
+        except ValidationError:
+            pool_requirements = None
+        pool_status = pool.get("status") or {}
+        if pool_status.get("ready", 0) == 0:
+            failing = ", ".join(f"{f['check']}: {f['count']}" for f in pool_status.get("failingByCheck") or [])
+            pool_note = (f"GpuNodePool {rm.spec.node_pool} has no validated ready node "
+                         f"({pool_status.get('nodes', 0)} matched" + (f"; failing {failing}" if failing else "") +
+                         "); pods stay Pending until a node passes validation")
+
+    try:
+        resolved = resolve_shape(rm.spec, _read_profile(kube, rm))
+    except RenderError as exc:
+        return _degraded_only(body, "PlanFailed", str(exc), events)
+
+    stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
+    canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
+    s_desired, s_ready, s_settled, s_version = _deployment_view(stable_dep)
+    c_desired, c_ready, _, _ = _deployment_view(canary_dep)
+
+    rollout = status.get("rollout")
+    gates_seen: dict[str, GateObservation] = {}
+    if rollout and rollout.get("phase") in ACTIVE:
+        attempt = attempt_id(rollout)
+        for gate in ("warmup", "equivalence"):
+            job = kube.get("Job", namespace, names.gate_job_name(name, gate, f"{rollout['version']}-{attempt}"))
+            gates_seen[gate] = _job_observation(kube, namespace, job)
+
+    decision = step(rm.spec, status, Observed(
+        now=now, canary_ready=c_ready, canary_desired=c_desired, stable_updated_ready=s_settled,
+        stable_desired=s_desired, stable_template_version=s_version, gates=gates_seen,
+        annotations=meta.get("annotations") or {}))
+    events += decision.events
+
+    try:
+        _apply_decision(kube, rm, decision, resolved, pool_requirements)
+    except RenderError as exc:
+        return _degraded_only(body, "RenderFailed", str(exc), events)
+
+    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events),
+                  events, decision.outcome,
+                  [g for g in decision.gates if g not in (status.get("gates") or [])])
+
+
+def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
+                    pool_requirements: Any) -> None:
+    name, namespace = rm.metadata["name"], rm.metadata["namespace"]
+    serving = decision.serving
+    wanted = desired_objects(rm, serving, resolved, pool_requirements)
+    if decision.reference_version:
+        wanted += [with_owner(o, rm) for o in track_objects(
+            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements)]
+    wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving.canary_version, serving.canary_traffic)]
+    job_names = set()
+    for gate in decision.gate_jobs:
+        job = gate_jobs.gate_job(rm, gate, decision.rollout["version"], attempt_id(decision.rollout),
+                                 decision.stable_version, reference_served=bool(decision.reference_version))
+        job_names.add(job["metadata"]["name"])
+        # A Job's pod template is immutable: create it once, never re-apply it.
+        if kube.get("Job", namespace, job["metadata"]["name"]) is None:
+            wanted.append(with_owner(job, rm))
+    for obj in wanted:
+        try:
+            kube.apply(obj)
+        except ApiMissing:
+            raise RenderError(f"{obj['apiVersion']} {obj['kind']} is not served by this cluster: install its "
+                              "CRDs or choose spec.rollout.canary.traffic: replicas")
+
+    # Remove what the decision no longer wants.
+    unwanted_tracks = [t for t, v in ((names.CANARY, serving.canary_version),
+                                      (gate_jobs.REFERENCE_TRACK, decision.reference_version)) if not v]
+    for track in unwanted_tracks:
+        kube.delete("Deployment", namespace, names.deployment_name(name, track))
+        kube.delete("Service", namespace, names.track_service_name(name, track))
+        kube.delete("ConfigMap", namespace, names.config_map_name(name, track))
+    for job in kube.list("Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}):
+        active = not any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+                         for c in (job.get("status") or {}).get("conditions") or [])
+        if job["metadata"]["name"] not in job_names and active:
+            kube.delete("Job", namespace, job["metadata"]["name"])   # superseded or rolled back: stop its load
+    if serving.canary_version and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
+        _set_canary_traffic(kube, namespace, name, serving.canary_traffic)
+
+
+def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape, stable_dep: dict | None,
+            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event]) -> dict[str, Any]:
+    desired, ready, settled, version = _deployment_view(stable_dep)
+    want = resolved.replicas
+    conditions = old.get("conditions") or []
+    rollout = decision.rollout
+    active = bool(rollout and rollout.get("phase") in ACTIVE)
+    is_ready = stable_dep is not None and version == decision.serving.stable_version and settled >= want \
+        and desired == want
+    ready_msg = f"{ready}/{want} replicas of version {decision.serving.stable_version} Ready"
+    prev_ready = get_condition(conditions, READY)
+    conditions = set_condition(conditions, READY, is_ready, "ReplicasReady" if is_ready else "ReplicasNotReady",
+                               ready_msg, gen)
+    if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
+        events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
+    progressing = active or not is_ready
+    conditions = set_condition(
+        conditions, PROGRESSING, progressing,
+        rollout["phase"] if active else ("Deploying" if not is_ready else "Stable"),
+        rollout["message"] if active else ready_msg, gen)
+    problems = list(resolved.problems)
+    failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == rm.spec.version else None
+    if failed:
+        reason, message = "RolledBack", rollout.get("message", "")
+    elif pool_note:
+        reason, message = "NoReadyNodes", pool_note
+    elif problems:
+        reason, message = "PlanPredictsProblem", "; ".join(problems)
+    else:
+        reason, message = "AsExpected", "no problem seen"
+    was = get_condition(conditions, DEGRADED)
+    degraded = reason != "AsExpected"
+    conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen)
+    if degraded and (not was or was.get("reason") != reason) and reason != "RolledBack":
+        events.append(Event("Warning", reason, message))
+    if active:
+        phase = rollout["phase"]
+    elif failed:
+        phase = ROLLED_BACK
+    else:
+        phase = "Ready" if is_ready else "Pending"
+    canary = decision.serving.canary_version
+    if canary and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
+        weight = effective_weight(ready, canary_ready) if decision.serving.canary_traffic else 0
+    elif canary:
+        weight = rm.spec.rollout.canary.weight if decision.serving.canary_traffic else 0
+    else:
+        weight = None
+    status = {
+        "observedGeneration": gen,
+        "phase": phase,
+        "stableVersion": decision.stable_version,
+        "canaryVersion": canary,
+        "canaryWeight": weight,
+        "replicas": want,
+        "readyReplicas": ready,
+        "ready": f"{ready}/{want}",
+        "rollout": rollout,
+        "gates": decision.gates,
+        "plan": resolved.plan.to_status() if resolved.plan is not None else None,
+        "conditions": conditions,
+    }
+    return status

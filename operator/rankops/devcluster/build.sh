@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the local control plane once per machine from the Go module proxy:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm.
+# Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
+# ~/.cache/rankops/k8s/<version>/bin); what is already there is reused.
+# Prints the bin directory on its last line.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
+KWOK_VERSION=${KWOK_VERSION:-v0.7.0}     # v0.8.0 needs go 1.26 in go.mod; 0.7.0 builds on 1.24+
+HELM_VERSION=${HELM_VERSION:-v3.19.0}
+CACHE=${RANKOPS_CACHE:-$HOME/.cache/rankops}
+BIN=${RANKOPS_K8S_BIN:-$CACHE/k8s/$K8S_VERSION/bin}
+WORK=$CACHE/k8s/$K8S_VERSION/src
+export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod
+export GOPATH=${GOPATH:-$(go env GOPATH)}
+mkdir -p "$BIN" "$WORK"
+
+say() { echo "[control-plane] $*" >&2; }
+have() { [ -x "$BIN/$1" ]; }
+
+minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+staging_v="v0.${minor}.$(echo "$K8S_VERSION" | cut -d. -f3)"
+
+build_kubernetes() {
+  local missing=()
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do have "$b" || missing+=("$b"); done
+  [ ${#missing[@]} -eq 0 ] && { say "kubernetes $K8S_VERSION: cached"; return; }
+  say "kubernetes $K8S_VERSION: building ${missing[*]} (cold: tens of minutes on 2 cores)"
+  local dir=$WORK/kubernetes
+  mkdir -p "$dir"
+  local gomod
+  gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "module rankops.local/k8s-build"
+    echo
+    echo "go $(awk '/^go /{print $2; exit}' "$gomod")"
+    grep -E '^godebug ' "$gomod" || true
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    # Every staging module the release replaces with ./staging/... gets its published v0.x.y.
+    grep -E '=> \./staging/' "$gomod" | awk -v v="$staging_v" '{print "replace " $1 " => " $1 " " v}'
+  } > "$dir/go.mod"
+  cat > "$dir/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true)
+  (cd "$dir" && go mod download)
+  local ld=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  for b in "${missing[@]}"; do
+    say "  go build $b"
+    (cd "$dir" && go build -tags selinux,notest -trimpath -ldflags "-s -w $ld" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "$BIN/$b.tmp" "$BIN/$b"
+  done
+}
+
+build_module_tool() {  # name module version package [ldflags]
+  local name=$1 module=$2 version=$3 pkg=$4 ld=${5:-}
+  have "$name" && { say "$name $version: cached"; return; }
+  say "$name $version: building"
+  local dir=$WORK/$name
+  mkdir -p "$dir"
+  (cd "$dir" && rm -f go.mod go.sum && go mod init "rankops.local/$name-build" >/dev/null 2>&1 \
+     && go get "$module@$version" >/dev/null \
+     && go build -trimpath -ldflags "-s -w $ld" -o "$BIN/$name.tmp" "$pkg")
+  mv "$BIN/$name.tmp" "$BIN/$name"
+}
+
+start=$(date +%s)
+build_module_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 \
+  "-X go.etcd.io/etcd/api/v3/version.GitSHA=release"
+build_module_tool kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok \
+  "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+build_module_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+build_kubernetes
+say "ready in $(( $(date +%s) - start ))s: $BIN"
+echo "$BIN"

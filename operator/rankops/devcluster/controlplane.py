@@ -1,0 +1,322 @@
+"""A real Kubernetes control plane run as local processes: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, and kwok to play the kubelets.
+
+No container engine is needed. Everything lives in one temporary directory (data, certificates,
+tokens, logs, the kubeconfig) that is removed on a clean stop and kept when anything fails.
+"""
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+CONTEXT_NAME = "rankops-local"
+STAGES_DIR = Path(__file__).with_name("kwok")
+KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.1/16"  # kwok hands out pod IPs from here; a /16 leaves room for many pods
+ADMIN_USER = "rankops-admin"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start; the message says which component and where its log is."""
+
+
+@dataclass
+class _Component:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # Linux PR_SET_PDEATHSIG: if the Python process is killed outright, the components get
+    # SIGTERM instead of lingering as orphans holding ports and CPU.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def render_kubeconfig(server: str, ca_pem: bytes, token: str, context: str = CONTEXT_NAME) -> str:
+    """An admin kubeconfig whose only context is `context`."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": ADMIN_USER, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": ADMIN_USER}}],
+        "current-context": context,
+        "preferences": {},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+class LocalControlPlane:
+    """Start with `start()` (or `with LocalControlPlane(bin_dir) as cp:`), stop with `stop()`.
+
+    After start: `kubeconfig` (path), `server` (https URL), `token` (admin bearer token,
+    group system:masters), `work_dir`, `logs_dir`.
+    """
+
+    def __init__(self, bin_dir: Path, *, work_dir: Path | None = None, keep: bool = False,
+                 stages_dir: Path = STAGES_DIR, log: Callable[[str], None] | None = None) -> None:
+        self.bin_dir = Path(bin_dir)
+        self.keep = keep
+        self.stages_dir = stages_dir
+        self.say = log or (lambda msg: print(f"[control-plane] {msg}", file=sys.stderr, flush=True))
+        self._given_work_dir = work_dir
+        self.work_dir: Path = Path()
+        self.components: list[_Component] = []
+        self.token = secrets.token_hex(24)
+        self.server = ""
+        self.kubeconfig = Path()
+        self._ssl: ssl.SSLContext | None = None
+        self.failed = False
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    def start(self, timeout: float = 120.0) -> "LocalControlPlane":
+        """Start every component and wait until the API serves and controllers run."""
+        deadline = time.monotonic() + timeout
+        if self._given_work_dir:
+            self.work_dir = Path(self._given_work_dir)
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="rankops-cp-"))
+        self.logs_dir.mkdir(exist_ok=True)
+        try:
+            self._start_all(deadline)
+        except BaseException as exc:
+            self.failed = True
+            self.stop()
+            if isinstance(exc, ControlPlaneError):
+                raise
+            if isinstance(exc, Exception):
+                raise ControlPlaneError(f"{exc} (logs kept in {self.logs_dir})") from exc
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the components (newest first: SIGTERM, SIGKILL after 10 s) and clean up."""
+        for component in reversed(self.components):
+            if component.process.poll() is None:
+                component.process.terminate()
+                try:
+                    component.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    component.process.kill()
+                    component.process.wait(timeout=5)
+        self.components.clear()
+        if not self.work_dir.parts:
+            return
+        if self.failed or self.keep:
+            self.say(f"kept {self.work_dir} (logs: {self.logs_dir})")
+        elif self._given_work_dir is None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def version(self) -> dict[str, Any]:
+        """The API server's /version document."""
+        status, body = self.get("/version")
+        if status != 200:
+            raise ControlPlaneError(f"/version answered {status}: {body[:200]!r}")
+        return json.loads(body)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """GET `path` on the API server as the admin; returns (status, body)."""
+        request = urllib.request.Request(self.server + path,
+                                         headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(request, context=self._ssl, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def check_alive(self) -> None:
+        """Raise ControlPlaneError naming the first component that has exited."""
+        for component in self.components:
+            code = component.process.poll()
+            if code is not None:
+                self.failed = True
+                raise ControlPlaneError(
+                    f"{component.name} exited with code {code}; log {component.log_path}:\n"
+                    f"{tail(component.log_path)}")
+
+    def __enter__(self) -> "LocalControlPlane":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is not None and not issubclass(exc_info[0], KeyboardInterrupt):  # type: ignore[arg-type]
+            self.failed = True
+        self.stop()
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _start_all(self, deadline: float) -> None:
+        started = time.monotonic()
+        pki = self.work_dir / "pki"
+        pki.mkdir(exist_ok=True)
+        sa_key = self._service_account_key(pki)
+        tokens = self.work_dir / "tokens.csv"
+        tokens.write_text(f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        tokens.chmod(0o600)
+
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._spawn("etcd", [
+            "--name=rankops",
+            f"--data-dir={self.work_dir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=rankops=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync=true",  # throwaway data: skip fsync, the slowest thing on CI disks
+            "--quota-backend-bytes=2147483648",
+            "--log-level=warn",
+        ])
+        self._wait("etcd health", deadline, lambda: _http_ok(f"{etcd_url}/health"))
+
+        self.server = f"https://127.0.0.1:{api_port}"
+        self._spawn("kube-apiserver", [
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",  # no default route on CI machines
+            f"--secure-port={api_port}",
+            f"--cert-dir={pki}",  # it self-signs its serving certificate there
+            f"--token-auth-file={tokens}",
+            "--authorization-mode=RBAC",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--allow-privileged=true",
+            "--enable-priority-and-fairness=false",  # one user, no need for fairness queues
+            "--profiling=false",
+        ])
+        ca_file = pki / "apiserver.crt"
+        self._wait("the API server's certificate", deadline, ca_file.exists)
+        self._ssl = ssl.create_default_context(cafile=str(ca_file))
+        self._wait("kube-apiserver /readyz", deadline, lambda: self.get("/readyz")[0] == 200)
+
+        self.kubeconfig = self.work_dir / "kubeconfig"
+        self.kubeconfig.write_text(render_kubeconfig(self.server, ca_file.read_bytes(), self.token))
+        self.kubeconfig.chmod(0o600)
+
+        kube = f"--kubeconfig={self.kubeconfig}"
+        self._spawn("kube-controller-manager", [
+            kube,
+            "--leader-elect=false",
+            "--secure-port=0",  # nothing scrapes it; no serving certs or delegated auth needed
+            f"--service-account-private-key-file={sa_key}",
+            f"--root-ca-file={ca_file}",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+        ])
+        self._spawn("kube-scheduler", [
+            kube,
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+        ])
+        stages = sorted(self.stages_dir.glob("*.yaml"))
+        if not stages:
+            raise ControlPlaneError(f"no kwok stages in {self.stages_dir}")
+        (self.work_dir / "kwok").mkdir(exist_ok=True)
+        self._spawn("kwok", [
+            kube,
+            "--config=" + ",".join(str(p) for p in stages),
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
+            f"--cidr={POD_CIDR}",
+        ], env={"KWOK_WORKDIR": str(self.work_dir / "kwok")})  # ignore a user's ~/.kwok config
+
+        # The controller-manager is running once it has made the default ServiceAccount.
+        self._wait("kube-controller-manager (default ServiceAccount)", deadline,
+                   lambda: self.get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200)
+        self.say(f"ready in {time.monotonic() - started:.1f}s at {self.server}; "
+                  f"kubeconfig {self.kubeconfig}")
+
+    def _service_account_key(self, pki: Path) -> Path:
+        key = pki / "service-account.key"
+        if shutil.which("openssl") is None:
+            raise ControlPlaneError("openssl not found on PATH: it makes the service-account "
+                                    "signing key; install it (e.g. `apt-get install openssl`)")
+        result = subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ControlPlaneError(f"openssl genrsa failed: {result.stderr.strip()}")
+        return key
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        binary = self.bin_dir / name
+        if not os.access(binary, os.X_OK):
+            raise ControlPlaneError(f"{binary} is missing; build it with "
+                                    f"bash {Path(__file__).with_name('build.sh')}")
+        log_path = self.logs_dir / f"{name}.log"
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(
+                [str(binary), *args], stdin=subprocess.DEVNULL, stdout=log_file,
+                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                start_new_session=True,  # Ctrl-C reaches us only; we stop them in order
+                preexec_fn=_die_with_parent)
+        self.components.append(_Component(name, process, log_path))
+
+    def _wait(self, what: str, deadline: float, ready: Callable[[], bool]) -> None:
+        while True:
+            self.check_alive()
+            try:
+                if ready():
+                    return
+            except (OSError, ssl.SSLError):
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                newest = self.components[-1] if self.components else None
+                hint = f"\nlast lines of {newest.log_path}:\n{tail(newest.log_path)}" if newest else ""
+                raise ControlPlaneError(f"timed out waiting for {what}; logs in {self.logs_dir}{hint}")
+            time.sleep(0.2)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except urllib.error.URLError:
+        return False

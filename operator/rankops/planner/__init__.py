@@ -1,0 +1,19 @@
+"""Latency-budget planner: from a measured latency profile, a P99 budget and a target QPS to
+Triton's batching config, instances per GPU and the GPU count, with the arithmetic shown.
+
+    inputs = inputs_from_spec(spec)           # a RankingModelSpec (duck-typed)
+    result = plan(inputs)                     # batching: auto  (raises PlanError)
+    result = evaluate(inputs)                 # explicit batching (problems listed, never raises)
+    status["plan"] = result.to_status()
+"""
+from rankops.planner.inputs import PlanError, PlanInputs, inputs_from_spec
+from rankops.planner.memory import MemoryNeeds
+from rankops.planner.profile import LatencyProfile, ProfileError
+from rankops.planner.result import PlanResult
+from rankops.planner.search import evaluate, plan, sustainable_qps
+from rankops.planner.simulator import BatcherConfig, SimResult, simulate
+
+__all__ = [
+    "BatcherConfig", "LatencyProfile", "MemoryNeeds", "PlanError", "PlanInputs", "PlanResult",
+    "ProfileError", "SimResult", "evaluate", "inputs_from_spec", "plan", "simulate", "sustainable_qps",
+]

@@ -1,0 +1,342 @@
+"""Search batching configs and instance counts for the most QPS per GPU within the P99 budget,
+then size the fleet for the target QPS with headroom; or evaluate an explicit config.
+
+Speed: candidates are visited in order of their closed-form saturation throughput. The first is
+bisected for its sustainable rate; each later one is first simulated once just above the best
+rate so far, and only bisected if it can beat it; once a candidate's saturation bound is below
+the best rate, no later one can win. Results are memoised by inputs (the operator re-plans an
+unchanged spec on every reconcile).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from rankops.planner.inputs import PlanError, PlanInputs
+from rankops.planner.memory import max_instances, oom_problem
+from rankops.planner.result import LoadPoint, PlanResult
+from rankops.planner.simulator import BatcherConfig, SimResult, saturation_qps, simulate
+
+SEARCH_REQUESTS = 4000     # per simulation while searching: ~40 samples above the P99
+REPORT_REQUESTS = 20000    # for the numbers that are reported
+SATURATION_MARGIN = 0.95   # never plan above this fraction of saturation: a finite run cannot tell
+                           # a stable queue from one that grows slowly
+DELAYS_US = (0, 100, 250, 500, 1000, 2000)
+BISECT_STEPS = 8
+BISECT_PRECISION = 0.01
+LADDER = (0.1, 0.3, 0.5, 0.7, 0.85, 1.0)  # fractions of the saturation margin tried in order
+TABLE_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+# Memo of simulations. Without preferred sizes, a run whose largest batch stayed below its
+# max_batch_size never felt that limit: the same run with any max_batch_size above its largest
+# batch is identical, so one simulation answers for all of them (most probes at light load).
+_MEMO: dict[tuple, list[tuple[int, SimResult]]] = {}
+_MEMO_LIMIT = 50_000
+
+
+def _sim(inputs: PlanInputs, config: BatcherConfig, rate: float, requests: int = SEARCH_REQUESTS) -> SimResult:
+    key = (inputs.profile, inputs.shared_gpu_slowdown, inputs.overhead_ms, inputs.seed, config.preferred_batch_sizes,
+           config.max_queue_delay_us, config.instances, rate, requests)
+    runs = _MEMO.get(key, [])
+    for size, result in runs:
+        if size == config.max_batch_size or (
+                not config.preferred_batch_sizes and result.largest_batch < min(size, config.max_batch_size)):
+            return result
+    result = simulate(inputs.profile, config, rate_qps=rate, requests=requests, seed=inputs.seed,
+                      slowdown=inputs.shared_gpu_slowdown, overhead_ms=inputs.overhead_ms)
+    if len(_MEMO) > _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO.setdefault(key, []).append((config.max_batch_size, result))
+    return result
+
+
+def clear_caches() -> None:
+    """Forget memoised plans and simulations (benchmarks measure cold runs)."""
+    _MEMO.clear()
+    plan.cache_clear()
+    evaluate.cache_clear()
+
+
+def _bound(inputs: PlanInputs, config: BatcherConfig) -> float:
+    return SATURATION_MARGIN * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown)
+
+
+def sustainable_qps(inputs: PlanInputs, config: BatcherConfig, known_ok: float = 0.0) -> float:
+    """Most requests/s one GPU takes with simulated P99 <= budget at that load and at every
+    lighter one (0 if none).
+
+    P99 is not monotone in load when several instances share a GPU: at moderate load idle
+    instances grab tiny batches and slow each other, while at high load batches fill up. So
+    loads are tried on a ladder from light to heavy, then bisected between the last pass and
+    the first miss. `known_ok`: a rate already simulated to pass, which narrows the bisection."""
+    budget = inputs.p99_budget_ms
+    top = _bound(inputs, config)
+
+    def ok(rate: float) -> bool:
+        return _sim(inputs, config, rate).p99_ms <= budget
+
+    lo, hi = 0.0, top
+    for fraction in LADDER:
+        if not ok(top * fraction):
+            hi = top * fraction
+            break
+        lo = top * fraction
+    else:
+        return top  # passes up to the saturation margin
+    if lo == 0.0:
+        lo = hi * 0.2
+        if not ok(lo):
+            return 0.0
+    if lo < known_ok < hi:
+        lo = known_ok
+    for _ in range(BISECT_STEPS):
+        if hi - lo <= BISECT_PRECISION * hi:
+            break
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def candidates(inputs: PlanInputs) -> list[BatcherConfig]:
+    """Configs worth simulating: batch sizes from the profile (and powers of two between), delays
+    from 0 to 2 ms, preferred sizes none or {max/2, max}, instance counts that fit in memory.
+    A config whose full batch plus its delay already exceeds the budget is left out."""
+    profile, budget = inputs.profile, inputs.p99_budget_ms
+    sizes = set(profile.batch_sizes)
+    b = 1
+    while b <= profile.max_batch:
+        sizes.add(b)
+        b *= 2
+    if inputs.instances_per_gpu is not None:
+        counts = [inputs.instances_per_gpu]
+    else:
+        counts = list(range(1, inputs.max_instances_per_gpu + 1))
+    out = []
+    for size in sorted(sizes):
+        full = profile.compute_ms(size) + inputs.overhead_ms
+        if full >= budget:
+            continue
+        fit = (max_instances(inputs.memory, inputs.gpu_memory_mib, size)
+               if inputs.memory is not None and inputs.gpu_memory_mib is not None else max(counts))
+        for n in counts:
+            if n > fit:
+                continue
+            for delay in DELAYS_US if size > 1 else (0,):
+                if full + delay / 1000.0 >= budget:
+                    continue
+                out.append(BatcherConfig(size, (), delay, n))
+                if size >= 4 and delay > 0:
+                    out.append(BatcherConfig(size, (size // 2, size), delay, n))
+    return out
+
+
+def _no_candidates(inputs: PlanInputs) -> PlanError:
+    profile, budget = inputs.profile, inputs.p99_budget_ms
+    smallest = profile.points[0][0]
+    one = profile.compute_ms(1) + inputs.overhead_ms
+    if one >= budget:
+        return PlanError(
+            f"no config can meet slo.p99LatencyMs {budget:g}: one request alone takes {profile.compute_ms(1):g} ms "
+            f"compute + {inputs.overhead_ms:g} ms overhead = {one:g} ms; raise the budget or speed up the model "
+            "(FP16/INT8, TensorRT)")
+    n = inputs.instances_per_gpu or 1
+    problem = oom_problem(inputs.memory, inputs.gpu_memory_mib, smallest, n)
+    if problem:
+        return PlanError(f"no config fits in GPU memory: {problem}")
+    return PlanError(f"no config fits slo.p99LatencyMs {budget:g} and the GPU memory")
+
+
+def _size_fleet(inputs: PlanInputs, per_gpu: float) -> tuple[int, int, list[str], list[str]]:
+    """(replicas, gpus, explanation, problems) for the target QPS at `per_gpu` sustainable."""
+    target, headroom, per_replica = inputs.target_qps, inputs.headroom, inputs.gpus_per_replica
+    usable = per_gpu * (1 - headroom)
+    needed = max(1, math.ceil(target / usable - 1e-9)) if usable > 0 else None
+    why, problems = [], []
+    if needed is not None:
+        why.append(f"GPUs: ceil({target:g} req/s / ({per_gpu:.0f} req/s/GPU x (1 - headroom {headroom:g}))) "
+                   f"= ceil({target / usable:.2f}) = {needed}")
+    if inputs.replicas is not None:
+        replicas = inputs.replicas
+        if needed is not None and replicas * per_replica < needed:
+            problems.append(
+                f"capacity: {replicas} replica(s) x {per_replica} GPU = {replicas * per_replica} GPU(s), but "
+                f"{target:g} req/s with {headroom:.0%} headroom needs {needed} at {per_gpu:.0f} req/s/GPU "
+                f"sustainable; set replicas to {math.ceil(needed / per_replica)}")
+    else:
+        replicas = math.ceil((needed or 1) / per_replica)
+    return replicas, replicas * per_replica, why, problems
+
+
+def _operating_point(inputs: PlanInputs, config: BatcherConfig, gpus: int) -> SimResult:
+    rate = inputs.target_qps / max(gpus, 1)
+    return _sim(inputs, config, rate, REPORT_REQUESTS)
+
+
+def _table(inputs: PlanInputs, config: BatcherConfig, per_gpu: float) -> list[LoadPoint]:
+    ceiling = per_gpu if per_gpu > 0 else _bound(inputs, config)
+    return [LoadPoint.of(_sim(inputs, config, ceiling * f)) for f in TABLE_FRACTIONS]
+
+
+def _memory(inputs: PlanInputs, config: BatcherConfig) -> tuple[float | None, str]:
+    if inputs.memory is None:
+        return None, "memory: no planning.memory given; not checked"
+    used = inputs.memory.per_gpu_mib(config.max_batch_size, config.instances)
+    of = f" of {inputs.gpu_memory_mib:.0f} MiB" if inputs.gpu_memory_mib is not None else " (GPU size unknown)"
+    return used, f"memory: {inputs.memory.arithmetic(config.max_batch_size, config.instances)}{of}"
+
+
+def _profile_line(inputs: PlanInputs) -> str:
+    pts = ", ".join(f"{b}: {ms:g} ms" for b, ms in inputs.profile.points)
+    return f"profile (compute per batch): {pts}; overhead {inputs.overhead_ms:g} ms per request"
+
+
+def _runners_up(best: BatcherConfig, near: list[tuple[float, BatcherConfig]]) -> list[tuple[float, BatcherConfig]]:
+    """The two configs closest to the best (lowest P99 just above its rate), each of a different
+    batch size / instance count from the best and each other, so they are real alternatives."""
+    seen = {(best.max_batch_size, best.instances)}
+    out = []
+    for p99, config in sorted(near, key=lambda item: item[0]):
+        family = (config.max_batch_size, config.instances)
+        if family not in seen:
+            seen.add(family)
+            out.append((p99, config))
+        if len(out) == 2:
+            break
+    return out
+
+
+@lru_cache(maxsize=64)
+def plan(inputs: PlanInputs) -> PlanResult:
+    """batching: auto. Raises PlanError (with the arithmetic) when nothing meets the SLO or fits."""
+    if inputs.p99_budget_ms is None or inputs.target_qps is None:
+        raise PlanError("batching: auto needs spec.slo {p99LatencyMs, targetQps} to plan against")
+    budget = inputs.p99_budget_ms
+    pool = candidates(inputs)
+    if not pool:
+        raise _no_candidates(inputs)
+    pool.sort(key=lambda c: (-_bound(inputs, c), c.max_queue_delay_us, c.instances,
+                             c.max_batch_size, len(c.preferred_batch_sizes)))
+    best: tuple[BatcherConfig, float] | None = None
+    near: list[tuple[float, BatcherConfig]] = []  # (P99 just above best rate, config)
+    replaced: list[BatcherConfig] = []  # earlier bests, probed again at the final best rate
+    simulated = 0
+    for config in pool:
+        bound = _bound(inputs, config)
+        if best is not None and bound <= best[1] * 1.01:
+            break  # sorted by bound: nothing later can beat the best
+        simulated += 1
+        if best is not None:
+            probe = _sim(inputs, config, best[1] * 1.01)
+            if probe.p99_ms > budget:
+                near.append((probe.p99_ms, config))
+                continue
+        rate = sustainable_qps(inputs, config, known_ok=best[1] * 1.01 if best else 0.0)
+        if rate > 0 and (best is None or rate > best[1]):
+            if best is not None:
+                replaced.append(best[0])
+            best = (config, rate)
+    if best is None:
+        fastest = min(pool, key=lambda c: inputs.profile.compute_ms(c.max_batch_size))
+        low = _sim(inputs, fastest, _bound(inputs, fastest) * 0.02)
+        raise PlanError(
+            f"no config keeps P99 <= slo.p99LatencyMs {budget:g} even at light load: {fastest.describe()} "
+            f"gives P99 {low.p99_ms:.2f} ms at {low.offered_qps:.0f} req/s (compute "
+            f"{inputs.profile.compute_ms(1):g} ms for one request + {inputs.overhead_ms:g} ms overhead, plus "
+            "Poisson bursts); raise the budget or speed up the model")
+    config, per_gpu = best
+    near += [(_sim(inputs, c, per_gpu * 1.01).p99_ms, c) for c in replaced]
+    replicas, gpus, fleet_why, problems = _size_fleet(inputs, per_gpu)
+    op = _operating_point(inputs, config, gpus)
+    if op.p99_ms > budget:
+        problems.append(f"SLO: predicted P99 {op.p99_ms:.2f} ms at {op.offered_qps:.0f} req/s per GPU exceeds "
+                        f"slo.p99LatencyMs {budget:g}")
+    mem, mem_line = _memory(inputs, config)
+    sat = saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown)
+    runners = _runners_up(config, near)
+    explanation = [
+        f"{config.describe()}: sustains {per_gpu:.0f} req/s per GPU within P99 {budget:g} ms; "
+        f"{gpus} GPU(s) for {inputs.target_qps:g} req/s with {inputs.headroom:.0%} headroom",
+        _profile_line(inputs),
+        f"searched {len(pool)} configs (max batch x queue delay x preferred sizes x instances), "
+        f"simulated {simulated} of them; the rest cannot beat the best (saturation bound below it)",
+        f"saturation bound: {config.instances} x {config.max_batch_size} / ({inputs.profile.compute_ms(config.max_batch_size):g} ms"
+        f" x (1 + {inputs.shared_gpu_slowdown:g} x {config.instances - 1})) = {sat:.0f} req/s per GPU; "
+        f"planned at most {SATURATION_MARGIN:.0%} of it",
+        *fleet_why,
+        f"at {op.offered_qps:.0f} req/s per GPU: P50 {op.p50_ms:.2f} ms, P99 {op.p99_ms:.2f} ms, "
+        f"avg batch {op.avg_batch_size:.1f}, GPU busy {op.gpu_busy_fraction:.0%}"
+        + (" (busy time, not spent capacity: an idle instance takes whatever is queued)"
+           if op.gpu_busy_fraction > 0.8 and op.offered_qps < 0.7 * per_gpu else ""),
+        mem_line,
+        *(f"runner-up: {c.describe()}: P99 {p99:.2f} ms at {per_gpu * 1.01:.0f} req/s per GPU" for p99, c in runners),
+    ]
+    return PlanResult(
+        mode="auto", max_batch_size=config.max_batch_size,
+        preferred_batch_sizes=list(config.preferred_batch_sizes),
+        max_queue_delay_microseconds=config.max_queue_delay_us, instances_per_gpu=config.instances,
+        replicas=replicas, gpus=gpus, predicted_p50_ms=op.p50_ms, predicted_p99_ms=op.p99_ms,
+        qps_per_gpu=per_gpu, avg_batch_size=op.avg_batch_size, gpu_busy_fraction=op.gpu_busy_fraction,
+        memory_mib=mem, problems=problems, explanation=explanation, inputs=inputs,
+        table=_table(inputs, config, per_gpu), runners_up=[c for _, c in runners],
+    )
+
+
+@lru_cache(maxsize=64)
+def evaluate(inputs: PlanInputs) -> PlanResult:
+    """Explicit batching: predict what the given config does; never raises for a bad config,
+    lists the SLO miss / capacity shortfall / OOM in `problems` instead."""
+    config = inputs.batching
+    if config is None:
+        raise ValueError("evaluate() needs explicit batching; use plan() for batching: auto")
+    problems: list[str] = []
+    explanation: list[str] = []
+    if config.max_batch_size > inputs.profile.max_batch:
+        explanation.append(f"note: maxBatchSize {config.max_batch_size} is beyond the profile's largest batch "
+                           f"{inputs.profile.max_batch}; its compute time is extrapolated")
+    oom = oom_problem(inputs.memory, inputs.gpu_memory_mib, config.max_batch_size, config.instances)
+    if oom:
+        problems.append(oom)
+    has_slo = inputs.p99_budget_ms is not None and inputs.target_qps is not None
+    if has_slo:
+        per_gpu = sustainable_qps(inputs, config)
+        replicas, gpus, fleet_why, fleet_problems = _size_fleet(inputs, per_gpu) if per_gpu > 0 else (
+            inputs.replicas or 1, (inputs.replicas or 1) * inputs.gpus_per_replica, [], [])
+        if per_gpu <= 0:
+            problems.append(f"SLO: {config.describe()} misses P99 {inputs.p99_budget_ms:g} ms even at light load")
+        problems.extend(fleet_problems)
+        op = _operating_point(inputs, config, gpus)
+        if op.p99_ms > inputs.p99_budget_ms:
+            problems.append(f"SLO: predicted P99 {op.p99_ms:.2f} ms at {op.offered_qps:.0f} req/s per GPU "
+                            f"({inputs.target_qps:g} req/s over {gpus} GPU(s)) exceeds slo.p99LatencyMs "
+                            f"{inputs.p99_budget_ms:g}")
+        explanation[:0] = [f"{config.describe()} (explicit): sustains {per_gpu:.0f} req/s per GPU within P99 "
+                           f"{inputs.p99_budget_ms:g} ms; {len(problems)} problem(s)"]
+        explanation.extend(fleet_why)
+    else:
+        # No SLO: describe the config at 50% of its saturation throughput.
+        per_gpu = 0.0
+        replicas = inputs.replicas or 1
+        gpus = replicas * inputs.gpus_per_replica
+        op = _sim(inputs, config, 0.5 * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown),
+                  REPORT_REQUESTS)
+        explanation[:0] = [f"{config.describe()} (explicit, no spec.slo): shown at half its saturation throughput"]
+    mem, mem_line = _memory(inputs, config)
+    explanation += [
+        _profile_line(inputs),
+        f"at {op.offered_qps:.0f} req/s per GPU: P50 {op.p50_ms:.2f} ms, P99 {op.p99_ms:.2f} ms, "
+        f"avg batch {op.avg_batch_size:.1f}, GPU busy {op.gpu_busy_fraction:.0%}",
+        mem_line,
+    ]
+    return PlanResult(
+        mode="explicit", max_batch_size=config.max_batch_size,
+        preferred_batch_sizes=list(config.preferred_batch_sizes),
+        max_queue_delay_microseconds=config.max_queue_delay_us, instances_per_gpu=config.instances,
+        replicas=replicas, gpus=gpus, predicted_p50_ms=op.p50_ms, predicted_p99_ms=op.p99_ms,
+        qps_per_gpu=per_gpu, avg_batch_size=op.avg_batch_size, gpu_busy_fraction=op.gpu_busy_fraction,
+        memory_mib=mem, problems=problems, explanation=explanation, inputs=inputs,
+        table=_table(inputs, config, per_gpu),
+    )

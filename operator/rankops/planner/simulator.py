@@ -1,0 +1,185 @@
+"""Discrete-event simulation of Triton's dynamic batcher on one GPU, plus closed-form bounds.
+
+Model (one GPU, one model, one request = one batch item):
+* Requests join one FIFO queue. When a model instance is free and requests wait, the batcher
+  sends at once a batch of max_batch_size if that many wait, else the largest preferred size
+  that can be formed; otherwise it holds the oldest request up to max_queue_delay for the queue
+  to reach the next preferred size (or max_batch_size), then sends what it has.
+* An execution of b items takes the profile's compute time for b. N instances share the GPU:
+  an execution that starts while k other instances are running takes
+  compute(b) * (1 + slowdown * k). slowdown = 1 is pure time-slicing (more instances add no
+  throughput), 0 perfect overlap. It is fixed at dispatch (later starts do not re-slow a running
+  execution): cheap, and close on average. Real overlap depends on the model; measure it with
+  perf_analyzer at instance counts 1 and 2 and set planning.sharedGpuSlowdown.
+* Latency = completion - arrival + overhead_ms (network, serialisation: outside the GPU).
+
+The event loop steps per batch, not per request, with bisect on a plain list: a few µs per batch.
+Arrivals for a rate are one fixed unit-rate Poisson trace scaled by 1/rate (common random
+numbers), so results are deterministic and move smoothly with the rate, which keeps the
+planner's bisection honest.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from rankops.planner.profile import LatencyProfile
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    instances: int = 1
+
+    def describe(self) -> str:
+        pref = ",".join(map(str, self.preferred_batch_sizes)) or "-"
+        return (f"maxBatch={self.max_batch_size} preferred=[{pref}] "
+                f"delay={self.max_queue_delay_us}us instances={self.instances}")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    offered_qps: float
+    throughput_qps: float
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    avg_batch_size: float
+    gpu_busy_fraction: float
+    requests: int
+    largest_batch: int
+
+
+@lru_cache(maxsize=16)
+def _unit_poisson(requests: int, seed: int) -> np.ndarray:
+    """Arrival times (in units of the mean gap) of a unit-rate Poisson process."""
+    gaps = np.random.default_rng(seed).exponential(1.0, requests)
+    arrivals = np.cumsum(gaps)
+    arrivals.flags.writeable = False
+    return arrivals
+
+
+def poisson_arrivals_ms(rate_qps: float, requests: int, seed: int = 0) -> np.ndarray:
+    return _unit_poisson(requests, seed) * (1000.0 / rate_qps)
+
+
+def simulate(
+    profile: LatencyProfile,
+    config: BatcherConfig,
+    *,
+    rate_qps: float | None = None,
+    arrivals_ms: np.ndarray | None = None,
+    requests: int = 4000,
+    seed: int = 0,
+    slowdown: float = 0.75,
+    overhead_ms: float = 0.0,
+    warmup_fraction: float = 0.1,
+) -> SimResult:
+    """Simulate Poisson arrivals at rate_qps, or the recorded arrival times arrivals_ms."""
+    if arrivals_ms is None:
+        if not rate_qps or rate_qps <= 0:
+            raise ValueError("simulate needs rate_qps > 0 or arrivals_ms")
+        arrivals = poisson_arrivals_ms(rate_qps, requests, seed)
+    else:
+        arrivals = np.sort(np.asarray(arrivals_ms, dtype=float))
+        if arrivals.size == 0:
+            raise ValueError("arrivals_ms is empty")
+    max_b = config.max_batch_size
+    cost = profile.table(max_b)
+    starts, ends, sizes = run_batcher(arrivals.tolist(), cost, config, slowdown)
+
+    sizes_a = np.asarray(sizes)
+    ends_a = np.asarray(ends)
+    done = np.repeat(ends_a, sizes_a)
+    latency = done - arrivals + overhead_ms
+    skip = int(len(latency) * warmup_fraction)
+    measured = latency[skip:] if len(latency) - skip >= 10 else latency
+    p50, p99 = np.percentile(measured, [50, 99])
+    span = max(ends_a[-1] - arrivals[0], 1e-9)
+    starts_a = np.asarray(starts)
+    prev_end = np.maximum.accumulate(np.concatenate(([starts_a[0]], ends_a[:-1])))
+    busy = np.clip(ends_a - np.maximum(starts_a, prev_end), 0, None).sum()
+    offered = rate_qps if arrivals_ms is None else len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-9) * 1000
+    return SimResult(
+        offered_qps=float(offered),
+        throughput_qps=float(len(arrivals) / span * 1000.0),
+        p50_ms=float(p50),
+        p99_ms=float(p99),
+        mean_ms=float(measured.mean()),
+        avg_batch_size=float(len(arrivals) / len(sizes)),
+        gpu_busy_fraction=float(min(1.0, busy / span)),
+        requests=len(arrivals),
+        largest_batch=int(sizes_a.max()),
+    )
+
+
+def run_batcher(t: list[float], cost: list[float], config: BatcherConfig, slowdown: float):
+    """The batcher's event loop, one iteration per executed batch. t: sorted arrival times (ms);
+    cost[b]: compute ms for a batch of b. Returns per-batch (starts, ends, sizes); batches take
+    requests in arrival order."""
+    n = len(t)
+    big = config.max_batch_size
+    preferred = sorted(p for p in set(config.preferred_batch_sizes) if 1 <= p <= big)
+    delay = config.max_queue_delay_us / 1000.0
+    free = [t[0]] * config.instances
+    starts: list[float] = []
+    ends: list[float] = []
+    sizes: list[int] = []
+    head = 0
+    while head < n:
+        k = free.index(min(free))
+        oldest = t[head]
+        s = free[k] if free[k] > oldest else oldest
+        limit = head + big if head + big < n else n
+        waiting = bisect_right(t, s, head, limit) - head
+        if waiting >= big:
+            size = big
+        else:
+            size = 0
+            for p in reversed(preferred):
+                if p <= waiting:
+                    size = p
+                    break
+            if not size:
+                deadline = oldest + delay
+                if s >= deadline:
+                    size = waiting
+                else:
+                    target = next((p for p in preferred if p > waiting), big)
+                    j = head + target - 1
+                    if j < n and t[j] <= deadline:
+                        s, size = t[j], target
+                    else:
+                        s = deadline
+                        size = bisect_right(t, deadline, head, limit) - head
+        running = sum(1 for f in free if f > s)
+        end = s + cost[size] * (1.0 + slowdown * running)
+        free[k] = end
+        starts.append(s)
+        ends.append(end)
+        sizes.append(size)
+        head += size
+    return starts, ends, sizes
+
+
+# --- closed forms the simulation must agree with ------------------------------------------------
+
+def saturation_qps(profile: LatencyProfile, config: BatcherConfig, slowdown: float = 0.75) -> float:
+    """Throughput when every instance always runs full batches: an upper bound for any load."""
+    n = config.instances
+    per_batch_ms = profile.compute_ms(config.max_batch_size) * (1.0 + slowdown * (n - 1))
+    return n * config.max_batch_size / per_batch_ms * 1000.0
+
+
+def md1_mean_latency_ms(service_ms: float, rate_qps: float) -> float:
+    """M/D/1 (Poisson arrivals, one server, fixed service time): service + Pollaczek-Khinchine
+    mean wait rho*S / (2(1-rho)). Matches max_batch_size 1, no delay, one instance."""
+    rho = rate_qps * service_ms / 1000.0
+    if rho >= 1:
+        return float("inf")
+    return service_ms + rho * service_ms / (2.0 * (1.0 - rho))

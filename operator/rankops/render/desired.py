@@ -1,0 +1,112 @@
+"""The desired serving objects of a RankingModel, as a pure function of its spec and serving state.
+
+The serving state (which version is stable, which is in canary and whether the canary takes
+traffic) lives in the RankingModel's status; `rankops render` uses the state of a fresh object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankops.api.rankingmodel import Batching, RankingModel, RankingModelSpec
+from rankops.render import names, serving
+from rankops.render.tritonconfig import ServingShape, render_config_pbtxt
+
+
+class RenderError(ValueError):
+    """The spec is valid on its own but cannot be served as asked (e.g. no plan meets the SLO)."""
+
+
+@dataclass(frozen=True)
+class ServingState:
+    stable_version: str
+    canary_version: str | None = None
+    canary_traffic: bool = False   # gates passed: canary pods may join the serving Service
+    canary_replicas: int = 0
+
+
+@dataclass(frozen=True)
+class ResolvedShape:
+    shape: ServingShape
+    replicas: int
+    plan: Any = None                 # rankops.planner.PlanResult when a plan was made or evaluated
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = None) -> ResolvedShape:
+    """Batching, instances and replicas: the spec's own values, or the planner's for `batching: auto`.
+
+    Explicit values are honoured; when an SLO and a profile are given they are evaluated and any
+    predicted miss is returned as a problem (the operator reports it as Degraded).
+    """
+    from rankops import planner  # planner pulls in numpy: import only when needed
+
+    if isinstance(spec.batching, Batching):
+        shape = ServingShape.explicit(spec.batching, spec.instances_per_gpu)
+        has_profile = profile or (spec.planning and spec.planning.latency_profile)
+        if spec.slo is None or not has_profile:
+            return ResolvedShape(shape, spec.replicas)
+        result = planner.evaluate(planner.inputs_from_spec(spec, profile=profile))
+        return ResolvedShape(shape, spec.replicas, result, tuple(result.problems))
+    try:
+        result = planner.plan(planner.inputs_from_spec(spec, profile=profile))
+    except planner.PlanError as exc:
+        raise RenderError(f"batching: auto: {exc}") from exc
+    shape = ServingShape(result.max_batch_size, tuple(result.preferred_batch_sizes),
+                         result.max_queue_delay_microseconds, result.instances_per_gpu)
+    return ResolvedShape(shape, result.replicas, result, tuple(result.problems))
+
+
+def canary_replicas_for(stable_replicas: int, weight_percent: int) -> int:
+    """Canary pods so that canary/(stable+canary) comes nearest the weight, at least one."""
+    if stable_replicas <= 0:
+        return 1
+    return max(1, round(stable_replicas * weight_percent / (100 - weight_percent)))
+
+
+def effective_weight(stable_ready: int, canary_ready: int) -> int:
+    total = stable_ready + canary_ready
+    return round(100 * canary_ready / total) if total else 0
+
+
+def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
+                  shape: ServingShape, pool_requirements: Any = None) -> list[dict[str, Any]]:
+    spec, name, namespace = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
+    version = spec.version_named(version_name)
+    if version is None:
+        raise RenderError(f"version {version_name!r} is not in spec.versions any more; add it back "
+                          "to keep serving it")
+    config_text = render_config_pbtxt(name, namespace, spec, version, shape)
+    placement = serving.pool_placement(spec.node_pool, pool_requirements)
+    return [
+        serving.config_map(name, namespace, track, version.name, config_text),
+        serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on, placement),
+        serving.track_service(name, namespace, track),
+    ]
+
+
+def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedShape,
+                    pool_requirements: Any = None) -> list[dict[str, Any]]:
+    name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
+    objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas, True,
+                            resolved.shape, pool_requirements)
+    if state.canary_version:
+        objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
+                                 False, resolved.shape, pool_requirements)
+    objects.append(serving.serving_service(name, namespace))
+    return [with_owner(obj, rm) for obj in objects]
+
+
+def with_owner(obj: dict[str, Any], rm: RankingModel) -> dict[str, Any]:
+    """Controller ownerReference to the RankingModel (omitted offline, where there is no uid)."""
+    uid = rm.metadata.get("uid")
+    if uid:
+        obj["metadata"]["ownerReferences"] = [{
+            "apiVersion": rm.api_version, "kind": rm.kind, "name": rm.metadata["name"], "uid": uid,
+            "controller": True, "blockOwnerDeletion": True,
+        }]
+    return obj
+
+
+def initial_state(rm: RankingModel) -> ServingState:
+    return ServingState(stable_version=rm.spec.version)

@@ -1,0 +1,53 @@
+"""Fixed names and labels of everything rankops creates for a RankingModel.
+
+Child names are fixed per track (stable, canary), never generated, so a retried apply finds the
+object it made before instead of making another.
+"""
+from __future__ import annotations
+
+STABLE, CANARY = "stable", "canary"
+TRACKS = (STABLE, CANARY)
+
+LABEL_MODEL = "rankops.io/model"
+LABEL_TRACK = "rankops.io/track"
+LABEL_VERSION = "rankops.io/version"
+LABEL_GATE = "rankops.io/gate"
+# Pods carrying traffic=on are behind the model's serving Service. Canary pods start "off" and
+# are switched on in place (no restart) once their gates pass.
+LABEL_TRAFFIC = "rankops.io/traffic"
+ANNOTATION_CONFIG_HASH = "rankops.io/config-hash"
+FIELD_MANAGER = "rankops"
+
+
+def deployment_name(model: str, track: str) -> str:
+    return f"{model}-{track}"
+
+
+def config_map_name(model: str, track: str) -> str:
+    return f"{model}-{track}-triton"
+
+
+def track_service_name(model: str, track: str) -> str:
+    return f"{model}-{track}"
+
+
+def serving_service_name(model: str) -> str:
+    return model
+
+
+def gate_job_name(model: str, gate: str, version: str) -> str:
+    return f"{model}-{gate}-{version}"[:63].rstrip("-.")
+
+
+def common_labels(model: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "triton",
+        "app.kubernetes.io/instance": model,
+        "app.kubernetes.io/part-of": "rankops",
+        "app.kubernetes.io/managed-by": "rankops",
+        LABEL_MODEL: model,
+    }
+
+
+def track_selector(model: str, track: str) -> dict[str, str]:
+    return {LABEL_MODEL: model, LABEL_TRACK: track}

@@ -1,0 +1,207 @@
+"""Pure builders of the Kubernetes objects that serve one track (stable or canary) of a model."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+from urllib.parse import urlparse
+
+from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
+from rankops.render import names
+from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
+
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+MODEL_REPOSITORY = "/models"
+TRITON_UID = 1000  # the triton-server user of NVIDIA's images
+POOL_LABEL = "rankops.io/pool"
+READY_LABEL = "rankops.io/gpu-ready"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+UNVALIDATED_TAINT = "rankops.io/gpu-unvalidated"
+
+
+def config_hash(config_text: str) -> str:
+    return hashlib.sha256(config_text.encode()).hexdigest()[:16]
+
+
+def config_map(model: str, namespace: str, track: str, version: str, config_text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": names.config_map_name(model, track), "namespace": namespace,
+            "labels": {**names.common_labels(model), names.LABEL_TRACK: track, names.LABEL_VERSION: version},
+        },
+        "data": {"config.pbtxt": config_text},
+    }
+
+
+def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
+                    credentials_secret: str | None) -> tuple[list, list, list]:
+    """Volumes, init containers and Triton mounts that put the artifact in the model repository."""
+    version_dir = f"{MODEL_REPOSITORY}/{model}/{triton_version(version.name)}"
+    uri = urlparse(version.model_uri)
+    if uri.scheme == "pvc":
+        # Mounted straight from the claim: no copy, read-only.
+        volume = {"name": "artifact", "persistentVolumeClaim": {"claimName": uri.netloc, "readOnly": True}}
+        mount = {"name": "artifact", "mountPath": version_dir, "readOnly": True}
+        if uri.path.strip("/"):
+            mount["subPath"] = uri.path.strip("/")
+        return [volume], [], [mount]
+    if uri.scheme == "file":
+        volume = {"name": "artifact", "hostPath": {"path": uri.path, "type": "Directory"}}
+        return [volume], [], [{"name": "artifact", "mountPath": version_dir, "readOnly": True}]
+    fetch = {
+        "name": "fetch-model",
+        "image": fetcher_image,
+        "command": ["rankops", "fetch-model", "--uri", version.model_uri, "--dest", version_dir,
+                    "--expect", MODEL_FILENAMES[version.format]],
+        "volumeMounts": [{"name": "model-repository", "mountPath": MODEL_REPOSITORY}],
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": _restricted_container(),
+    }
+    if credentials_secret:
+        fetch["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
+    return [], [fetch], []
+
+
+def _restricted_container() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def pool_placement(pool_name: str | None, pool_requirements: Any | None) -> dict[str, Any]:
+    """nodeSelector, affinity and tolerations that keep pods on the pool's validated GPU nodes."""
+    placement: dict[str, Any] = {"tolerations": [
+        # The common taint of GPU node groups; never the rankops unvalidated taint.
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]}
+    if not pool_name:
+        return placement
+    placement["nodeSelector"] = {POOL_LABEL: pool_name, READY_LABEL: "true"}
+    terms = []
+    products = getattr(pool_requirements, "gpu_products", None) if pool_requirements else None
+    if products:
+        terms.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(products)})
+    min_mem = getattr(pool_requirements, "min_gpu_memory_mib", None) if pool_requirements else None
+    if min_mem:
+        terms.append({"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(int(min_mem) - 1)]})
+    if terms:
+        placement["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+    return placement
+
+
+def startup_seconds(version: ModelVersion) -> int:
+    # ONNX with the TensorRT accelerator builds engines at load: give it far longer to start.
+    return 1800 if version.format.value == "onnx" and version.precision.value != "fp32" else 600
+
+
+def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, version: ModelVersion,
+               replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any]) -> dict[str, Any]:
+    labels = {**names.common_labels(model), names.LABEL_TRACK: track}
+    pod_labels = {**labels, names.LABEL_VERSION: version.name,
+                  names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
+    volumes, init_containers, artifact_mounts = _artifact_mount(
+        model, version, spec.fetcher_image, spec.model_credentials_secret)
+    gpus = str(spec.gpus_per_replica)
+    args = [
+        f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",
+        "--strict-model-config=true", "--exit-on-error=true", "--disable-auto-complete-config",
+        f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}",
+    ]
+    if spec.response_cache:
+        args.append("--cache-config=local,size=268435456")
+    probe = lambda path, **kw: {"httpGet": {"path": path, "port": "http"}, **kw}  # noqa: E731
+    period = 10
+    triton = {
+        "name": "triton",
+        "image": spec.triton_image,
+        "command": ["tritonserver"],
+        "args": args,
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        "readinessProbe": probe("/v2/health/ready", periodSeconds=5, failureThreshold=3),
+        "livenessProbe": probe("/v2/health/live", periodSeconds=10, failureThreshold=6),
+        "startupProbe": probe("/v2/health/ready", periodSeconds=period,
+                              failureThreshold=startup_seconds(version) // period),
+        # requests == limits: Guaranteed QoS, so the kubelet's CPU and topology managers can pin
+        # Triton to the GPU's NUMA node (where the node enables them).
+        "resources": {
+            "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus},
+            "limits": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus},
+        },
+        "volumeMounts": [
+            {"name": "model-repository", "mountPath": MODEL_REPOSITORY},
+            {"name": "config", "mountPath": f"{MODEL_REPOSITORY}/{model}/config.pbtxt", "subPath": "config.pbtxt",
+             "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *artifact_mounts,
+        ],
+        "securityContext": {**_restricted_container(), "runAsUser": TRITON_UID},
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": names.deployment_name(model, track), "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": names.track_selector(model, track)},
+            # Never take a serving replica down before its replacement is Ready.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {**spec.pod_annotations, names.ANNOTATION_CONFIG_HASH: config_hash(config_text)},
+                },
+                "spec": {
+                    **placement,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": TRITON_UID, "fsGroup": TRITON_UID,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "terminationGracePeriodSeconds": 30,
+                    "initContainers": init_containers,
+                    "containers": [triton],
+                    "volumes": [
+                        {"name": "model-repository", "emptyDir": {}},
+                        {"name": "config", "configMap": {"name": names.config_map_name(model, track)}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+                        {"name": "tmp", "emptyDir": {}},
+                        *volumes,
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
+        {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
+        {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},
+    ]
+
+
+def service(model: str, namespace: str, name: str, selector: dict[str, str], track: str | None) -> dict[str, Any]:
+    labels = names.common_labels(model)
+    if track:
+        labels[names.LABEL_TRACK] = track
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"selector": selector, "ports": _ports()},
+    }
+
+
+def serving_service(model: str, namespace: str) -> dict[str, Any]:
+    return service(model, namespace, names.serving_service_name(model),
+                   {names.LABEL_MODEL: model, names.LABEL_TRAFFIC: "on"}, None)
+
+
+def track_service(model: str, namespace: str, track: str) -> dict[str, Any]:
+    return service(model, namespace, names.track_service_name(model, track),
+                   names.track_selector(model, track), track)
+
+
+__all__ = ["config_map", "deployment", "serving_service", "track_service", "pool_placement",
+           "config_hash", "TRT_ENGINE_CACHE"]

@@ -1,0 +1,104 @@
+"""Pure builders of the gate Jobs (warmup, equivalence) a rollout runs against its canary."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
+from rankops.render import names
+from rankops.render.serving import HTTP_PORT
+
+SAMPLES_DIR = "/samples"
+REFERENCE_DIR = "/reference"
+REFERENCE_TRACK = "reference"
+
+
+def _service_url(model: str, namespace: str, track: str) -> str:
+    return f"{names.track_service_name(model, track)}.{namespace}.svc:{HTTP_PORT}"
+
+
+def _samples_args(rm: RankingModel, source: SamplesSource, requests: int) -> tuple[list[str], list, list]:
+    """Arguments, volumes and mounts for recorded samples, or for samples generated from the inputs."""
+    if source.config_map:
+        volume = {"name": "samples", "configMap": {"name": source.config_map}}
+        mount = {"name": "samples", "mountPath": SAMPLES_DIR, "readOnly": True}
+        return ["--samples", f"{SAMPLES_DIR}/{source.key}"], [volume], [mount]
+    spec = rm.spec
+    inputs = [t.to_wire() for t in spec.inputs]
+    sizes = sorted({1, *spec.model_warmup.batch_sizes,
+                    *(spec.batching.preferred_batch_sizes if not isinstance(spec.batching, str) else [])})
+    return (["--generate-samples", str(min(requests, 256)), "--inputs-spec", json.dumps(inputs, separators=(",", ":")),
+             "--batch-sizes", ",".join(map(str, sizes))], [], [])
+
+
+def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool) -> tuple[list[str], list, list, list]:
+    """The `rankops gate ...` command line, plus volumes, mounts and init containers it needs."""
+    spec, model, ns = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
+    canary = _service_url(model, ns, names.CANARY)
+    if gate == "warmup":
+        w = spec.rollout.warmup
+        args, volumes, mounts = _samples_args(rm, w.samples, w.requests)
+        return (["rankops", "gate", "warmup", "--url", canary, "--model", model,
+                 "--requests", str(w.requests), "--concurrency", str(w.concurrency),
+                 "--max-p99-ms", str(w.max_p99_ms), *args], volumes, mounts, [])
+    e = spec.rollout.equivalence
+    args, volumes, mounts = _samples_args(rm, e.samples, 256)
+    init: list = []
+    if isinstance(e.reference, TorchscriptReference):
+        reference = ["--reference-torchscript", f"{REFERENCE_DIR}/model.pt"]
+        volumes.append({"name": "reference", "emptyDir": {}})
+        mounts.append({"name": "reference", "mountPath": REFERENCE_DIR})
+        init.append({"name": "fetch-reference", "image": spec.rollout.gate_jobs.image,
+                     "command": ["rankops", "fetch-model", "--uri", e.reference.torchscript_uri,
+                                 "--dest", f"{REFERENCE_DIR}/model.pt"],
+                     "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR}]})
+    else:
+        track = REFERENCE_TRACK if reference_served else names.STABLE
+        reference = ["--reference-url", _service_url(model, ns, track), "--reference-model", model]
+    cmd = ["rankops", "gate", "equivalence", *reference, "--candidate-url", canary, "--candidate-model", model,
+           "--abs-tolerance", str(e.abs_tolerance), "--rel-tolerance", str(e.rel_tolerance),
+           "--top-k", str(e.top_k), "--min-topk-overlap", str(e.min_top_k_overlap),
+           "--min-rank-correlation", str(e.min_rank_correlation), *args]
+    if e.output:
+        cmd += ["--output", e.output]
+    return cmd, volumes, mounts, init
+
+
+def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_version: str,
+             reference_served: bool = False) -> dict[str, Any]:
+    model, ns = rm.metadata["name"], rm.metadata.get("namespace", "default")
+    jobs = rm.spec.rollout.gate_jobs
+    command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served)
+    labels = {**names.common_labels(model), "app.kubernetes.io/name": "rankops-gate",
+              names.LABEL_GATE: gate, names.LABEL_VERSION: version, "rankops.io/attempt": attempt}
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                  "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    for c in init:
+        c["securityContext"] = restricted
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": names.gate_job_name(model, gate, f"{version}-{attempt}"), "namespace": ns,
+                     "labels": labels},
+        "spec": {
+            "backoffLimit": 0,                      # a failing verdict is an answer, not a flake
+            "activeDeadlineSeconds": jobs.timeout_seconds,
+            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(jobs.pod_annotations)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "initContainers": init,
+                    "containers": [{
+                        "name": "gate", "image": jobs.image, "command": command,
+                        "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+                        "securityContext": restricted,
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

@@ -1,0 +1,133 @@
+"""From a report to the node: labels, the report annotation, the optional NoSchedule taint.
+
+`node_patch` is pure: it computes the merge patch for a node from the report and the node as it
+is now. `run_on_node` is the thin shell the DaemonSet runs: validate, read own node, patch,
+sleep, repeat. It needs RBAC for get and patch on its own node only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any, Callable
+
+from rankops.api.gpunodepool import NodeRequirements
+from rankops.validator import gpu as gpu_facts
+from rankops.validator.host import HostView
+from rankops.validator.report import Report, validate_host
+
+LABEL_READY = "rankops.io/gpu-ready"
+LABEL_POOL = "rankops.io/pool"
+LABEL_DRIVER = "rankops.io/driver-version"
+LABEL_CUDA = "rankops.io/cuda-version"
+LABEL_OS = "rankops.io/os"
+ANNOTATION_REPORT = "rankops.io/validation-report"
+TAINT_KEY = "rankops.io/gpu-unvalidated"
+TAINT_EFFECT = "NoSchedule"
+ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
+
+log = logging.getLogger("rankops.validator")
+
+
+def label_value(text: str | None) -> str | None:
+    """`text` as a valid label value (<= 63 chars of [A-Za-z0-9-_.], alphanumeric at both ends),
+    or None when nothing valid is left (the label is then removed)."""
+    if not text:
+        return None
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
+    value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+    return value or None
+
+
+def _annotation(report: Report) -> str:
+    text = report.to_json(compact=True)
+    if len(text) <= ANNOTATION_LIMIT:
+        return text
+    # Never expected (a report is a few KiB), but a too-large annotation would fail the whole patch.
+    slim = report.to_dict(compact=True)
+    slim["checks"] = [check for check in slim["checks"] if check["status"] != "pass"]
+    slim["truncated"] = True
+    return json.dumps(slim, separators=(",", ":"))[:ANNOTATION_LIMIT]
+
+
+def node_patch(report: Report, pool_name: str, taint_failing: bool, node: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that makes `node` show `report`. Labels with no value are removed (null);
+    the taint list is only sent when it changes, with the node's resourceVersion so a concurrent
+    taint change elsewhere makes the patch fail (409) instead of being overwritten."""
+    labels = {
+        LABEL_READY: "true" if report.ready else "false",
+        LABEL_POOL: label_value(pool_name),
+        LABEL_DRIVER: label_value(report.driver_version),
+        LABEL_CUDA: label_value(report.cuda_version),
+        LABEL_OS: label_value(report.os),
+    }
+    patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": {ANNOTATION_REPORT: _annotation(report)}}}
+    current = list((node.get("spec") or {}).get("taints") or [])
+    ours = [t for t in current if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT]
+    want_taint = taint_failing and not report.ready
+    if len(ours) != (1 if want_taint else 0):
+        others = [t for t in current if t not in ours]
+        taint = {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}
+        patch["spec"] = {"taints": others + ([taint] if want_taint else [])}
+        version = (node.get("metadata") or {}).get("resourceVersion")
+        if version:
+            patch["metadata"]["resourceVersion"] = version
+    return patch
+
+
+def load_core_api():
+    """A CoreV1Api from the in-cluster service account, else from KUBECONFIG / ~/.kube/config."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CoreV1Api()
+
+
+def validate_and_patch(api, node_name: str, host: HostView, requirements: NodeRequirements, pool: str,
+                       taint_failing: bool, nvidia_smi_xml: str | None, use_nvml: bool) -> Report:
+    facts = gpu_facts.gather(host, nvidia_smi_xml, use_nvml=use_nvml)
+    report = validate_host(host, requirements, facts, node=node_name, pool=pool)
+    for attempt in range(3):  # a 409 means the node's taints moved under us: re-read and retry
+        node = api.read_node(node_name)
+        node_dict = node if isinstance(node, dict) else api.api_client.sanitize_for_serialization(node)
+        try:
+            api.patch_node(node_name, node_patch(report, pool, taint_failing, node_dict))
+            break
+        except Exception as exc:
+            if getattr(exc, "status", None) == 409 and attempt < 2:
+                continue
+            raise
+    return report
+
+
+def run_on_node(node_name: str, host_root: str, pool: str, interval: int, once: bool = False, *,
+                requirements: NodeRequirements | None = None, taint_failing: bool = False,
+                nvidia_smi_xml: str | None = None, use_nvml: bool = True, api=None,
+                sleep: Callable[[float], None] = time.sleep,
+                on_report: Callable[[Report], None] | None = None) -> int:
+    """Validate the host under `host_root` and write the verdict onto node `node_name`, every
+    `interval` seconds (or once). Returns 0 when the (last) report is ready, 1 when not, 2 when the
+    node could not be patched on a one-shot run. `api` defaults to a CoreV1Api from the in-cluster
+    config or KUBECONFIG, so a test process can point it at any cluster."""
+    requirements = requirements or NodeRequirements()
+    host = HostView(host_root)
+    api = api or load_core_api()
+    while True:
+        try:
+            report = validate_and_patch(api, node_name, host, requirements, pool, taint_failing,
+                                        nvidia_smi_xml, use_nvml)
+            if on_report:
+                on_report(report)
+            blocking = ", ".join(check.id for check in report.blocking) or "none"
+            log.info("node %s: %s (blocking: %s)", node_name, "ready" if report.ready else "not ready", blocking)
+            status = 0 if report.ready else 1
+        except Exception as exc:  # the API may be briefly away; the loop must outlive that
+            log.error("node %s: could not record the validation: %s", node_name, exc)
+            status = 2
+        if once:
+            return status
+        sleep(interval)
