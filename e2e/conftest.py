@@ -81,12 +81,15 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     from rankops.devcluster.binaries import BinariesMissing, ensure_binaries
     from rankops.devcluster.controlplane import ControlPlaneError, LocalControlPlane
 
+    problem = None
     try:
         bin_dir = ensure_binaries(build=True)
         plane = LocalControlPlane(bin_dir, keep=os.environ.get("RANKOPS_E2E_KEEP") == "1")
         plane.start()
     except (BinariesMissing, ControlPlaneError) as exc:
-        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+        problem = str(exc)
+    if problem:  # failed outside the except block, so the report is the message alone
+        pytest.fail(f"the local control plane did not start: {problem}", pytrace=False)
     try:
         version = plane.version()
         _report(request.config, f"e2e cluster: local control plane, server {version['gitVersion']} "

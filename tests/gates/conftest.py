@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,12 @@ INPUT_SPEC = [
     {"name": "item_features", "dataType": "FP32", "dims": [-1, ITEM_DIM], "maxDims": [40, ITEM_DIM]},
 ]
 INPUT_SPEC_NAMES = [spec["name"] for spec in INPUT_SPEC]
+
+
+@pytest.fixture(scope="session")
+def input_spec() -> list[dict]:
+    """The models' inputs as a RankingModel spec lists them (dims without the batch dimension)."""
+    return INPUT_SPEC
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,9 @@ def ranking_models(tmp_path_factory) -> RankingModels:
             "outputs": tensor_metadata(session.get_outputs()),
         }))
     torchscript = root / "reference.pt"
-    torch.jit.script(reference_model()).save(str(torchscript))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)   # TorchScript is deprecated upstream, still the format served
+        torch.jit.script(reference_model()).save(str(torchscript))
     return RankingModels(root=root, torchscript=torchscript)
 
 

@@ -284,7 +284,8 @@ class RolloutStatus(ApiModel):
     phase_since: str | None = None
     canary_since: Annotated[str | None, Field(description="When the canary started taking traffic.")] = None
     message: str | None = None
-    failed_gate: str | None = None
+    failed_gate: Annotated[str | None, Field(description="warmup, equivalence, canary or manual.")] = None
+    retried: Annotated[str | None, Field(description="Set when this attempt was a retry asked by annotation.")] = None
 
 
 class RankingModelStatus(ApiModel):

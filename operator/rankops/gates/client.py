@@ -46,10 +46,11 @@ def parse_model_ref(text: str) -> tuple[str, str]:
 
 def normalize_url(url: str) -> str:
     """tritonclient wants HOST:PORT; accept a pasted http:// URL too."""
-    url = url.strip().rstrip("/")
+    url = url.strip()
     for scheme in ("http://", "https://"):
         if url.startswith(scheme):
             url = url[len(scheme):]
+    url = url.rstrip("/")
     if not url:
         raise ValueError("the server URL is empty; pass HOST:PORT, e.g. ranker-canary:8000")
     return url

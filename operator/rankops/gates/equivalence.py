@@ -14,6 +14,7 @@ run here on the CPU with torch (imported only then).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -108,7 +109,9 @@ def torchscript_outputs(path: str, samples: Sequence[Sample], ranked: str,
         raise SideFailed("TorchUnavailable", "--reference-torchscript needs torch; install rankops[torch] "
                          "or use the gate image that ships it") from None
     try:
-        module = torch.jit.load(path, map_location="cpu").eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)   # torch deprecates TorchScript; still what users ship
+            module = torch.jit.load(path, map_location="cpu").eval()
     except Exception as exc:  # torch raises RuntimeError/ValueError/OSError variously
         raise SideFailed("ReferenceUnloadable", f"cannot load TorchScript {path}: {_short(exc)}") from None
     arg_names = [a.name for a in module.forward.schema.arguments][1:]  # drop self

@@ -164,7 +164,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         seen = observed.gates.get(gate, GateObservation())
         if seen.finished:
             verdict = seen.verdict or {}
-            outcome = verdict.get("outcome") or ("pass" if seen.succeeded else "error")
+            outcome = verdict.get("outcome") or "error"   # no verdict: cannot judge, fail safe
             summary = verdict.get("summary") or (
                 f"{gate} Job failed ({seen.failure_reason or 'no verdict in its termination message'})")
             if seen.failure_reason == "DeadlineExceeded":

@@ -24,7 +24,7 @@ RHEL_FAMILY_IDS = {"rhel": "Red Hat Enterprise Linux", "rocky": "Rocky Linux", "
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 # Where the dynamic loader looks without configuration on x86_64 RHEL, then where driver
 # packages put libraries on other layouts.
-DEFAULT_LIB_DIRS = ("/lib64", "/usr/lib64")
+DEFAULT_LIB_DIRS = ("/usr/lib64", "/lib64")
 EXTRA_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/lib64/nvidia", "/usr/local/nvidia/lib64",
                   "/opt/nvidia/lib64")
 HOT_GPU_C = 85  # when the board does not say its slowdown threshold
@@ -63,9 +63,12 @@ class CheckResult:
 
 
 def _unknown(check_id: str, reason: str, expected: str, required: bool, remedy: str = "") -> CheckResult:
-    return CheckResult(check_id, Status.UNKNOWN, reason, expected,
-                       remedy or "Make the file readable to the validator (host root mounted read-only at /host).",
-                       required)
+    if not remedy:
+        remedy = ("Fix the checks this one builds on first (a missing /proc/driver/nvidia means the nvidia module "
+                  "is not loaded), and make sure the host's / is mounted at the validator's host root."
+                  if reason.endswith("not found") else
+                  "Check that file on the host: the validator could not read or understand it.")
+    return CheckResult(check_id, Status.UNKNOWN, reason, expected, remedy, required)
 
 
 # ---------------------------------------------------------------- parsing helpers (pure)

@@ -124,7 +124,7 @@ def render_text(report: Report) -> str:
     for check in report.checks:
         flag = "" if check.required else "  (advisory)"
         lines.append(f"  {_MARK[check.status]}  {check.id:<{width}}  {check.observed}{flag}")
-        if check.status != c.Status.PASS:
+        if check.status in (c.Status.FAIL, c.Status.WARN) or check.blocks_readiness:
             lines.append(f"        {'':<{width}}  expected: {check.expected}")
             if check.remedy:
                 lines.append(f"        {'':<{width}}  fix: {check.remedy}")

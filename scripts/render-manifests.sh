@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Renders everything derived from the Helm chart, so the checked-in copies never drift from it
+# (tests/test_chart.py re-renders and compares):
+#   charts/rankops-operator/crds/   <- crds/*.yaml (the CRDs `rankops crds` generates)
+#   manifests/install.yaml          <- Namespace + `helm template --include-crds` with default values
+#   deploy/monitoring/              <- the chart's PrometheusRule and Grafana dashboard
+# Usage: scripts/render-manifests.sh [--check]   (--check: render to a temp dir and diff, no writes)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CHART=$ROOT/charts/rankops-operator
+BIN=${RANKOPS_K8S_BIN:-$HOME/.cache/rankops/k8s/v1.34.4/bin}
+HELM=${HELM:-$BIN/helm}
+RELEASE=rankops
+NAMESPACE=rankops-system
+# helm built from source defaults .Capabilities to Kubernetes v1.20; the chart needs >= 1.27.
+KUBE_VERSION=1.34.0
+
+if [ ! -x "$HELM" ]; then
+  echo "helm not found at $HELM: run operator/rankops/devcluster/build.sh (or set HELM / RANKOPS_K8S_BIN)" >&2
+  exit 1
+fi
+
+check=false
+[ "${1:-}" = "--check" ] && check=true
+out=$ROOT
+if $check; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  mkdir -p "$out/charts" && cp -r "$CHART" "$out/charts/"
+  CHART=$out/charts/rankops-operator
+fi
+mkdir -p "$out/manifests" "$out/deploy/monitoring" "$CHART/crds"
+
+# 1. The chart ships the generated CRDs unchanged.
+if compgen -G "$ROOT/crds/*.yaml" > /dev/null; then
+  find "$CHART/crds" -name '*.yaml' -delete
+  cp "$ROOT"/crds/*.yaml "$CHART/crds/"
+fi
+
+# 2. Plain manifests for `kubectl apply -f manifests/install.yaml`.
+{
+  cat <<YAML
+# rankops operator, rendered from charts/rankops-operator by scripts/render-manifests.sh.
+# Do not edit: change the chart and re-run the script. Install with:
+#   kubectl apply --server-side -f manifests/install.yaml
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $NAMESPACE
+  labels:
+    app.kubernetes.io/part-of: rankops
+    # The validator DaemonSets in this namespace mount the host's / read-only (hostPath), which
+    # the baseline and restricted Pod Security levels forbid; the operator pod itself meets
+    # restricted, and audit/warn still report anything that does not.
+    pod-security.kubernetes.io/enforce: privileged
+    pod-security.kubernetes.io/audit: restricted
+    pod-security.kubernetes.io/warn: restricted
+YAML
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --include-crds --kube-version "$KUBE_VERSION"
+} > "$out/manifests/install.yaml"
+
+# 3. Monitoring, for clusters that do not install the chart's monitoring options.
+{
+  echo "# Rendered from charts/rankops-operator (monitoring.prometheusRule) by scripts/render-manifests.sh."
+  echo "# Apply in the namespace your Prometheus Operator watches for rules."
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --kube-version "$KUBE_VERSION" \
+    --set monitoring.prometheusRule.enabled=true --show-only templates/prometheusrule.yaml
+} > "$out/deploy/monitoring/prometheusrule.yaml"
+cp "$CHART/files/dashboard.json" "$out/deploy/monitoring/rankops-dashboard.json"
+
+if $check; then
+  status=0
+  for f in manifests/install.yaml deploy/monitoring/prometheusrule.yaml deploy/monitoring/rankops-dashboard.json; do
+    diff -u "$ROOT/$f" "$out/$f" || { echo "drift: $f (run scripts/render-manifests.sh)" >&2; status=1; }
+  done
+  diff -ru "$ROOT/charts/rankops-operator/crds" "$CHART/crds" \
+    || { echo "drift: charts/rankops-operator/crds (run scripts/render-manifests.sh)" >&2; status=1; }
+  exit $status
+fi
+echo "rendered manifests/install.yaml, deploy/monitoring/, charts/rankops-operator/crds/" >&2

@@ -1,0 +1,179 @@
+"""Rendering: golden files per sample, Triton's own ModelConfig parses every config.pbtxt,
+and the serving objects carry what Kubernetes and Triton need."""
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from rankops.api.rankingmodel import RankingModel
+from rankops.commands.render import InputError, load_documents, render_documents
+from rankops.render.desired import ServingState, desired_objects, resolve_shape
+from rankops.render.tritonconfig import ServingShape, render_config_pbtxt
+from rankops.yamlio import dump_all
+
+HERE = pathlib.Path(__file__).parent
+CASES = sorted(p for p in (HERE / "cases").glob("*.yaml") if p.name != "pools.yaml")
+UPDATE = os.environ.get("RANKOPS_UPDATE_GOLDEN") == "1"
+
+
+def parse_config(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def base_doc(**spec_overrides) -> dict:
+    doc = yaml.safe_load((HERE / "cases" / "onnx-fp16-pooled.yaml").read_text())
+    doc["spec"].update(spec_overrides)
+    return doc
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
+def test_golden(case):
+    """`rankops render` output for each sample is exactly the checked-in golden file."""
+    objects = render_documents(load_documents([str(case), str(HERE / "cases" / "pools.yaml")]))
+    text = dump_all(objects)
+    golden = HERE / "golden" / f"{case.stem}.yaml"
+    if UPDATE:
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file; run with RANKOPS_UPDATE_GOLDEN=1 to create {golden}"
+    assert text == golden.read_text(), f"render of {case.name} drifted from {golden.name}"
+
+
+@pytest.mark.parametrize("fmt,precision", list(itertools.product(
+    ["onnx", "tensorrt_plan", "torchscript"], ["fp32", "fp16", "int8"])))
+def test_every_format_and_precision_parses_with_triton_modelconfig(fmt, precision):
+    doc = base_doc(versions=[{"name": "3", "modelUri": "s3://m/3", "format": fmt, "precision": precision}])
+    rm = RankingModel.model_validate(doc)
+    shape = ServingShape.explicit(rm.spec.batching, 2)
+    config = parse_config(render_config_pbtxt("ctr-ranker", "reco", rm.spec, rm.spec.versions[0], shape))
+    assert config.name == "ctr-ranker"
+    assert config.platform == {"onnx": "onnxruntime_onnx", "tensorrt_plan": "tensorrt_plan",
+                               "torchscript": "pytorch_libtorch"}[fmt]
+    assert config.max_batch_size == 16
+    assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 1000
+    assert config.instance_group[0].count == 2
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert [i.name for i in config.input] == ["user_features", "item_features"]
+    assert list(config.input[1].dims) == [-1, 32]
+    assert config.input[0].data_type == mc.TYPE_FP32
+    assert list(config.version_policy.specific.versions) == [3]
+    # Warmup sizes beyond maxBatchSize are dropped; variable dims warm at their maximum.
+    assert [w.batch_size for w in config.model_warmup] == [1, 8, 16]
+    assert list(config.model_warmup[0].inputs["item_features"].dims) == [500, 32]
+    assert config.model_warmup[0].inputs["item_features"].random_data
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    if fmt == "onnx" and precision != "fp32":
+        assert accelerators[0].name == "tensorrt"
+        assert accelerators[0].parameters["precision_mode"] == precision.upper()
+    else:
+        assert len(accelerators) == 0
+
+
+def test_no_dynamic_batching_when_max_batch_is_one():
+    doc = base_doc(batching={"maxBatchSize": 1}, modelWarmup={"batchSizes": [1]})
+    rm = RankingModel.model_validate(doc)
+    config = parse_config(render_config_pbtxt("m", "ns", rm.spec, rm.spec.versions[0],
+                                              ServingShape.explicit(rm.spec.batching, 1)))
+    assert not config.HasField("dynamic_batching")
+    assert config.max_batch_size == 1
+
+
+def test_response_cache_and_string_inputs():
+    doc = base_doc(responseCache=True, inputs=[{"name": "query", "dataType": "STRING", "dims": [1]}])
+    rm = RankingModel.model_validate(doc)
+    config = parse_config(render_config_pbtxt("m", "ns", rm.spec, rm.spec.versions[0],
+                                              ServingShape.explicit(rm.spec.batching, 1)))
+    assert config.response_cache.enable
+    assert config.model_warmup[0].inputs["query"].zero_data
+
+
+def _by_kind(objects):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_serving_objects_for_a_pooled_model():
+    rm = RankingModel.model_validate({**base_doc(), "metadata": {"name": "ctr-ranker", "namespace": "reco",
+                                                                  "uid": "u-1"}})
+    objects = _by_kind(desired_objects(rm, ServingState("3"), resolve_shape(rm.spec)))
+    dep = objects[("Deployment", "ctr-ranker-stable")]
+    pod = dep["spec"]["template"]["spec"]
+    triton = pod["containers"][0]
+    assert dep["spec"]["replicas"] == 2
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {p["containerPort"] for p in triton["ports"]} == {8000, 8001, 8002}
+    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # ONNX + FP16 builds TensorRT engines at load: the startup probe allows 30 minutes.
+    assert triton["startupProbe"]["failureThreshold"] * triton["startupProbe"]["periodSeconds"] == 1800
+    assert pod["nodeSelector"] == {"rankops.io/pool": "t4-pool", "rankops.io/gpu-ready": "true"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["initContainers"][0]["command"][:2] == ["rankops", "fetch-model"]
+    assert "--load-model=ctr-ranker" in triton["args"]
+    for obj in objects.values():
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+        assert obj["metadata"]["namespace"] == "reco"
+    serving = objects[("Service", "ctr-ranker")]
+    assert serving["spec"]["selector"] == {"rankops.io/model": "ctr-ranker", "rankops.io/traffic": "on"}
+    assert dep["spec"]["template"]["metadata"]["labels"]["rankops.io/traffic"] == "on"
+
+
+def test_canary_track_starts_out_of_traffic():
+    rm = RankingModel.model_validate(base_doc(version="4", versions=[
+        {"name": "3", "modelUri": "s3://m/3", "format": "onnx"},
+        {"name": "4", "modelUri": "s3://m/4", "format": "onnx"}]))
+    objects = _by_kind(desired_objects(rm, ServingState("3", "4", False, 1), resolve_shape(rm.spec)))
+    canary = objects[("Deployment", "ctr-ranker-canary")]
+    stable = objects[("Deployment", "ctr-ranker-stable")]
+    assert canary["spec"]["template"]["metadata"]["labels"]["rankops.io/traffic"] == "off"
+    assert canary["spec"]["template"]["metadata"]["labels"]["rankops.io/version"] == "4"
+    assert stable["spec"]["template"]["metadata"]["labels"]["rankops.io/version"] == "3"
+    assert canary["spec"]["replicas"] == 1
+    assert ("Service", "ctr-ranker-canary") in objects
+
+
+def test_config_change_rolls_pods_through_the_hash():
+    rm1 = RankingModel.model_validate(base_doc())
+    rm2 = RankingModel.model_validate(base_doc(batching={"maxBatchSize": 32, "preferredBatchSizes": [8, 16]}))
+    h = [_by_kind(desired_objects(rm, ServingState("3"), resolve_shape(rm.spec)))[("Deployment", "ctr-ranker-stable")]
+         ["spec"]["template"]["metadata"]["annotations"]["rankops.io/config-hash"] for rm in (rm1, rm2)]
+    assert h[0] != h[1]
+
+
+def test_pvc_artifacts_mount_without_copy(tmp_path):
+    objects = render_documents(load_documents([str(HERE / "cases" / "torchscript-pvc.yaml")]))
+    dep = _by_kind(objects)[("Deployment", "mmoe-ranker-stable")]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["initContainers"] == []
+    claim = next(v for v in pod["volumes"] if v["name"] == "artifact")
+    assert claim["persistentVolumeClaim"] == {"claimName": "model-store", "readOnly": True}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "artifact")
+    assert mount == {"name": "artifact", "mountPath": "/models/mmoe-ranker/7", "readOnly": True, "subPath": "mmoe/7"}
+
+
+def test_render_reports_every_bad_field(tmp_path):
+    bad = base_doc(version="9", batching={"maxBatchSize": 4, "preferredBatchSizes": [8]})
+    bad["spec"]["inputs"][1].pop("maxDims")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(InputError) as err:
+        render_documents(load_documents([str(path)]))
+    message = str(err.value)
+    assert "spec.batching" in message and "preferredBatchSizes [8] exceed maxBatchSize 4" in message
+
+
+def test_render_cli_exit_codes(tmp_path, capsys):
+    from rankops.cli import main
+    assert main(["render", "-f", str(HERE / "cases" / "onnx-fp16-pooled.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert [d["kind"] for d in yaml.safe_load_all(out)] == ["ConfigMap", "Deployment", "Service", "Service"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: RankingModel\nmetadata: {name: x}\nspec: {replicas: -1}\n")
+    assert main(["render", "-f", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.replicas" in err and "spec.version" in err

@@ -1,0 +1,111 @@
+"""`rankops plan` end to end through the real command line entry point."""
+import json
+
+import pytest
+
+from rankops.cli import main
+
+VALID_EXTRA = """
+  version: "1"
+  versions: [{name: "1", modelUri: "s3://models/ctr/1", format: onnx}]
+  inputs: [{name: user, dataType: FP32, dims: [64]}]
+  outputs: [{name: score, dataType: FP32, dims: [1]}]
+"""
+
+
+def _write(tmp_path, text, name="rm.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_json_output_for_the_issue_example(fixtures, capsys):
+    assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "-o", "json"]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["gpus"] == 2 and data["maxBatchSize"] >= 8
+    assert data["predictedP99Ms"] < 10 and data["qpsPerGpu"] > 1000
+    assert "not a complete RankingModel" in out.err       # a sketch: planned from slo/planning
+
+
+def test_complete_rankingmodel_plans_without_a_note(fixtures, capsys):
+    text = (fixtures / "rankingmodel.yaml").read_text() + VALID_EXTRA
+    assert main(["plan", "-f", _write(tmp_path := fixtures.parent / "_unused", text) if False else
+                 _write(__import__("pathlib").Path(capsys.__class__.__module__ and "/tmp"), text, "rm-complete-test.yaml"),
+                 "-o", "json"]) == 0
+    out = capsys.readouterr()
+    assert "not a complete" not in out.err
+    assert json.loads(out.out)["gpus"] == 2
+
+
+def test_text_output_explains(fixtures, capsys):
+    assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml")]) == 0
+    text = capsys.readouterr().out
+    assert "max_queue_delay_microseconds" in text and "Why:" in text and "ceil(2000 req/s" in text
+
+
+def test_profile_from_perf_analyzer_csv(tmp_path, fixtures, capsys):
+    spec = _write(tmp_path, "kind: RankingModel\nspec:\n  slo: {p99LatencyMs: 10, targetQps: 2000}\n  batching: auto\n")
+    code = main(["plan", "-f", spec, "--profile", f"{fixtures / 'perf_b1.csv'}:1",
+                 "--profile", f"{fixtures / 'perf_b8.csv'}:8", "-o", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["inputs"]["profile"] == {"1": 2.0, "8": 3.005}
+    assert data["gpus"] == 2
+
+
+def test_profile_from_model_analyzer_csv(tmp_path, fixtures, capsys):
+    spec = _write(tmp_path, "kind: RankingModel\nspec:\n  slo: {p99LatencyMs: 10, targetQps: 2000}\n")
+    assert main(["plan", "-f", spec, "--profile", str(fixtures / "metrics-model-inference-server.csv"),
+                 "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"]["profile"]["16"] == pytest.approx(4.6)
+
+
+def test_oom_exits_nonzero_with_the_arithmetic(tmp_path, capsys):
+    spec = _write(tmp_path, """
+kind: RankingModel
+spec:
+  slo: {p99LatencyMs: 10, targetQps: 2000}
+  instancesPerGpu: 2
+  batching: {maxBatchSize: 8, maxQueueDelayMicroseconds: 1000}
+  planning:
+    gpuMemoryMiB: 4096
+    latencyProfile: {1: 2.0, 8: 3.0}
+    memory: {weightsMiB: 1024, gpuEmbeddingsMiB: 2048}
+""")
+    assert main(["plan", "-f", spec]) == 1
+    out = capsys.readouterr().out
+    assert "6144 MiB > 4096 MiB" in out and "Problems:" in out
+
+
+def test_no_config_meets_the_slo_exits_one(tmp_path, capsys):
+    spec = _write(tmp_path, "spec:\n  slo: {p99LatencyMs: 1.5, targetQps: 100}\n"
+                            "  planning: {latencyProfile: {1: 2.0, 8: 3.0}}\n")
+    assert main(["plan", "-f", spec]) == 1
+    assert "one request alone takes 2 ms" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("spec: [", "not YAML"),
+    ("spec:\n  slo: {p99LatencyMs: -1, targetQps: 10}\n", "spec.slo.p99LatencyMs"),
+    ("spec:\n  slo: {p99LatencyMs: 10, targetQps: 10}\n", "no latency profile"),
+    ("spec:\n  slo: {p99LatencyMs: 10, targetQps: 10}\n  planning: {latencyProfile: {x: 1}}\n",
+     "spec.planning.latencyProfile"),
+    ("kind: Service\n", "expected a RankingModel"),
+])
+def test_bad_input_exits_two_with_a_message(tmp_path, capsys, text, message):
+    assert main(["plan", "-f", _write(tmp_path, text)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_file(capsys):
+    assert main(["plan", "-f", "/nonexistent.yaml"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(tmp_path, fixtures, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plan.png"
+    assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

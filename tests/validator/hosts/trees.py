@@ -1,0 +1,309 @@
+"""Host-root fixture trees for the node validator, built from one healthy base plus overrides.
+
+The base is a RHEL 8.9 AWS g4dn node (Tesla T4) with the NVIDIA 535.104.05 driver from the CUDA
+repo's DKMS module stream, CRI-O with nvidia-ctk's drop-in and a CDI spec. File contents follow
+the real formats (os-release, /proc/modules, NVRM banner, efivars, selinuxfs, TOML, CDI YAML).
+
+    python tests/validator/hosts/trees.py SCENARIO DEST    # write one tree (e.g. for the e2e)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNEL = "4.18.0-513.5.1.el8_9.x86_64"
+DRIVER = "535.104.05"
+HERE = Path(__file__).resolve().parent
+NVIDIA_SMI_T4 = HERE / "nvidia-smi-t4-535.xml"
+
+
+class Dir:
+    """A directory where the base may have a file (how the tests make a file unreadable: the tests
+    run as root, so chmod 000 would not stop the read)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    target: str
+
+
+@dataclass(frozen=True)
+class Bytes:
+    data: bytes
+
+
+EFI_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+RHEL_OS_RELEASE = '''NAME="Red Hat Enterprise Linux"
+VERSION="8.9 (Ootpa)"
+ID="rhel"
+ID_LIKE="fedora"
+VERSION_ID="8.9"
+PLATFORM_ID="platform:el8"
+PRETTY_NAME="Red Hat Enterprise Linux 8.9 (Ootpa)"
+ANSI_COLOR="0;31"
+CPE_NAME="cpe:/o:redhat:enterprise_linux:8::baseos"
+HOME_URL="https://www.redhat.com/"
+DOCUMENTATION_URL="https://access.redhat.com/documentation/en-us/red_hat_enterprise_linux/8"
+BUG_REPORT_URL="https://bugzilla.redhat.com/"
+
+REDHAT_BUGZILLA_PRODUCT="Red Hat Enterprise Linux 8"
+REDHAT_BUGZILLA_PRODUCT_VERSION=8.9
+REDHAT_SUPPORT_PRODUCT="Red Hat Enterprise Linux"
+REDHAT_SUPPORT_PRODUCT_VERSION="8.9"
+'''
+
+ROCKY_OS_RELEASE = '''NAME="Rocky Linux"
+VERSION="8.9 (Green Obsidian)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="8.9"
+PLATFORM_ID="platform:el8"
+PRETTY_NAME="Rocky Linux 8.9 (Green Obsidian)"
+ANSI_COLOR="0;32"
+LOGO="fedora-logo-icon"
+CPE_NAME="cpe:/o:rocky:rocky:8:GA"
+HOME_URL="https://rockylinux.org/"
+BUG_REPORT_URL="https://bugs.rockylinux.org/"
+SUPPORT_END="2029-05-31"
+ROCKY_SUPPORT_PRODUCT="Rocky-Linux-8"
+ROCKY_SUPPORT_PRODUCT_VERSION="8.9"
+REDHAT_SUPPORT_PRODUCT="Rocky Linux"
+REDHAT_SUPPORT_PRODUCT_VERSION="8.9"
+'''
+
+UBUNTU_OS_RELEASE = '''PRETTY_NAME="Ubuntu 22.04.4 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.4 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+UBUNTU_CODENAME=jammy
+'''
+
+COMMON_MODULES = """xt_conntrack 16384 4 - Live 0xffffffffc0d8e000
+nf_nat 45056 3 xt_nat,nft_chain_nat,xt_MASQUERADE, Live 0xffffffffc0d3d000
+overlay 135168 12 - Live 0xffffffffc0c9c000
+xfs 1556480 2 - Live 0xffffffffc0a3c000
+ena 147456 0 - Live 0xffffffffc0917000
+nvme 45056 2 - Live 0xffffffffc08d9000
+"""
+
+NVIDIA_MODULES = f"""nvidia_drm 73728 0 - Live 0xffffffffc1224000 (POE)
+nvidia_modeset 1306624 1 nvidia_drm, Live 0xffffffffc10e4000 (POE)
+nvidia_uvm 1531904 0 - Live 0xffffffffc0f6b000 (POE)
+nvidia 56807424 2 nvidia_modeset,nvidia_uvm, Live 0xffffffffbd200000 (POE)
+drm_kms_helper 266240 1 nvidia_drm, Live 0xffffffffc0e9d000
+"""
+
+NOUVEAU_MODULES = """nouveau 2359296 0 - Live 0xffffffffc0e00000
+mxm_wmi 16384 1 nouveau, Live 0xffffffffc0cf5000
+video 49152 1 nouveau, Live 0xffffffffc0cd9000
+ttm 114688 1 nouveau, Live 0xffffffffc0cba000
+drm_kms_helper 266240 1 nouveau, Live 0xffffffffc0e9d000
+"""
+
+
+def nvrm_banner(version: str = DRIVER) -> str:
+    return (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Sat Aug 19 01:15:15 UTC 2023\n"
+            "GCC version:  gcc version 8.5.0 20210514 (Red Hat 8.5.0-20) (GCC) \n")
+
+
+def driver_libraries(version: str, directory: str = "usr/lib64") -> dict:
+    files: dict = {}
+    for library in ("libnvidia-ml.so", "libcuda.so"):
+        files[f"{directory}/{library}.{version}"] = Bytes(b"\x7fELF\x02\x01\x01")
+        files[f"{directory}/{library}.1"] = Link(f"{library}.{version}")
+    return files
+
+
+def efi_var(value: int) -> Bytes:
+    # efivarfs: 4 bytes of attributes (NV|BS|RT = 0x06 little-endian), then the variable's data.
+    return Bytes(bytes([0x06, 0x00, 0x00, 0x00, value]))
+
+
+BASE: dict = {
+    "etc/os-release": RHEL_OS_RELEASE,
+    "etc/redhat-release": "Red Hat Enterprise Linux release 8.9 (Ootpa)\n",
+    "etc/modprobe.d/blacklist-nouveau.conf": "blacklist nouveau\noptions nouveau modeset=0\n",
+    "etc/modprobe.d/firewalld-sysctls.conf": "install nf_conntrack /usr/sbin/modprobe --ignore-install nf_conntrack $CMDLINE_OPTS && /usr/sbin/sysctl --quiet --pattern 'net[.]netfilter[.]nf_conntrack.*' --system\n",
+    "etc/ld.so.conf": "include ld.so.conf.d/*.conf\n",
+    f"etc/ld.so.conf.d/kernel-{KERNEL}.conf": "# Placeholder file, no vDSO hwcap entries used in this kernel.\n",
+    "etc/ld.so.conf.d/bind-export-x86_64.conf": "/usr/lib64/bind9-export/\n",
+    "etc/nvidia-container-runtime/config.toml": (
+        '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
+        'disable-require = false\n'
+        'supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"\n\n'
+        '[nvidia-container-cli]\nenvironment = []\nldconfig = "@/sbin/ldconfig"\nload-kmods = true\n\n'
+        '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\nruntimes = ["docker-runc", "runc", "crun"]\n\n'
+        '[nvidia-container-runtime.modes.cdi]\nannotation-prefixes = ["cdi.k8s.io/"]\n'
+        'default-kind = "nvidia.com/gpu"\nspec-dirs = ["/etc/cdi", "/var/run/cdi"]\n'),
+    "etc/crio/crio.conf": "[crio]\n\n[crio.runtime]\ndefault_runtime = \"runc\"\n",
+    "etc/crio/crio.conf.d/99-nvidia.toml": (
+        '\n[crio]\n\n  [crio.runtime]\n\n    [crio.runtime.runtimes]\n\n'
+        '      [crio.runtime.runtimes.nvidia]\n        runtime_path = "/usr/bin/nvidia-container-runtime"\n'
+        '        runtime_type = "oci"\n'),
+    "etc/cdi/nvidia.yaml": (
+        "---\ncdiVersion: 0.5.0\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n  - path: /dev/nvidia-uvm\n"
+        "  hooks:\n  - args:\n    - nvidia-ctk\n    - hook\n    - update-ldcache\n    - --folder\n    - /usr/lib64\n"
+        "    hookName: createContainer\n    path: /usr/bin/nvidia-ctk\n"
+        "devices:\n- containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n  name: \"0\"\n"
+        "- containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n  name: all\nkind: nvidia.com/gpu\n"),
+    "proc/cmdline": (f"BOOT_IMAGE=(hd0,gpt2)/boot/vmlinuz-{KERNEL} root=UUID=d35fe619-1d06-4ace-9fe3-169baad3e421 "
+                     "ro console=ttyS0,115200n8 console=tty0 net.ifnames=0 rd.blacklist=nouveau nvme_core.io_timeout=4294967295 "
+                     "crashkernel=auto rd.driver.blacklist=nouveau nouveau.modeset=0\n"),
+    "proc/modules": NVIDIA_MODULES + COMMON_MODULES,
+    "proc/driver/nvidia/version": nvrm_banner(),
+    "proc/driver/nvidia/gpus/0000:00:1e.0/information": (
+        "Model: \t\t Tesla T4\nIRQ:   \t\t 35\nGPU UUID: \t GPU-9a7d6a2a-9d05-4a2f-5e3c-0f4e4c6d5b21\n"
+        "Video BIOS: \t 90.04.96.00.02\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\n"
+        "Bus Location: \t 0000:00:1e.0\nDevice Minor: \t 0\nGPU Firmware: \t N/A\nGPU Excluded:\t No\n"),
+    "proc/sys/kernel/osrelease": f"{KERNEL}\n",
+    "lib": Link("usr/lib"),
+    "lib64": Link("usr/lib64"),
+    "var/run": Link("../run"),
+    f"usr/lib/modules/{KERNEL}/extra/nvidia.ko.xz": Bytes(b"\xfd7zXZ\x00"),
+    f"usr/lib/modules/{KERNEL}/kernel/fs/xfs/xfs.ko.xz": Bytes(b"\xfd7zXZ\x00"),
+    f"usr/lib/modules/{KERNEL}/build": Link(f"/usr/src/kernels/{KERNEL}"),
+    f"usr/src/kernels/{KERNEL}/Makefile": "VERSION = 4\n",
+    f"var/lib/dkms/nvidia/{DRIVER}/{KERNEL}/x86_64/module/nvidia.ko.xz": Bytes(b"\xfd7zXZ\x00"),
+    f"var/lib/dkms/nvidia/{DRIVER}/{KERNEL}/x86_64/log/make.log": "DKMS make.log for nvidia-535.104.05\n",
+    f"var/lib/dkms/nvidia/{DRIVER}/source": Link(f"/usr/src/nvidia-{DRIVER}"),
+    f"var/lib/dkms/nvidia/kernel-{KERNEL}-x86_64": Link(f"{DRIVER}/{KERNEL}/x86_64"),
+    **driver_libraries(DRIVER),
+    "usr/bin/nvidia-container-runtime": Bytes(b"\x7fELF"),
+    f"sys/firmware/efi/efivars/SecureBoot-{EFI_GUID}": efi_var(0),
+    f"sys/firmware/efi/efivars/BootCurrent-{EFI_GUID}": Bytes(bytes([0x06, 0, 0, 0, 0x01, 0x00])),
+    "sys/module/nvidia/taint": "PO\n",
+    "sys/fs/selinux/enforce": "1",
+    "sys/fs/selinux/booleans/container_use_devices": "1 1",
+    "sys/fs/selinux/booleans/virt_use_nfs": "0 0",
+    "run/cdi/.keep": "",
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    description: str
+    overrides: dict = field(default_factory=dict)
+    requirements: dict = field(default_factory=dict)
+    ready: bool = True
+    blocking: tuple[str, ...] = ()  # the required checks expected to fail or be unknown
+
+
+T4_REQUIREMENTS = {"minDriverVersion": "535.104.05", "cudaVersion": "12.2", "gpuProducts": ["Tesla-T4"],
+                   "minGpuMemoryMiB": 15000}
+
+SCENARIOS: dict[str, Scenario] = {
+    "healthy-rhel89": Scenario("RHEL 8.9, driver 535.104.05, T4, CRI-O + CDI", requirements=T4_REQUIREMENTS),
+    "rocky8": Scenario("Rocky Linux 8.9, otherwise healthy", {
+        "etc/os-release": ROCKY_OS_RELEASE,
+        "etc/redhat-release": "Rocky Linux release 8.9 (Green Obsidian)\n",
+    }, requirements=T4_REQUIREMENTS),
+    "nouveau-loaded": Scenario("fresh install: nouveau bound to the GPU, no nvidia driver", {
+        "proc/modules": NOUVEAU_MODULES + COMMON_MODULES,
+        "proc/driver/nvidia": None,
+        "sys/module/nvidia": None,
+        "etc/modprobe.d/blacklist-nouveau.conf": None,
+        "proc/cmdline": f"BOOT_IMAGE=(hd0,gpt2)/boot/vmlinuz-{KERNEL} root=UUID=d35fe619 ro console=ttyS0,115200n8\n",
+    }, ready=False, blocking=("nouveau", "nvidia-module", "nvml")),
+    "driver-mismatch": Scenario("dnf update replaced the libraries with 535.129.03; the old module is still loaded", {
+        **{path: None for path in driver_libraries(DRIVER)},
+        **driver_libraries("535.129.03"),
+    }, ready=False, blocking=("nvml",)),
+    "secureboot-unsigned": Scenario("Secure Boot on, DKMS-built module unsigned (taint E)", {
+        f"sys/firmware/efi/efivars/SecureBoot-{EFI_GUID}": efi_var(1),
+        "sys/module/nvidia/taint": "POE\n",
+    }, ready=False, blocking=("secure-boot",)),
+    "selinux-boolean-off": Scenario("SELinux enforcing, container_use_devices off", {
+        "sys/fs/selinux/booleans/container_use_devices": "0 0",
+    }, ready=False, blocking=("selinux",)),
+    "no-toolkit": Scenario("no NVIDIA container toolkit, no CDI spec", {
+        "etc/nvidia-container-runtime": None,
+        "etc/crio/crio.conf.d/99-nvidia.toml": None,
+        "etc/cdi/nvidia.yaml": None,
+        "usr/bin/nvidia-container-runtime": None,
+    }, ready=False, blocking=("container-toolkit",)),
+    "cuda-above-driver": Scenario("models need CUDA 12.4; driver 535 supports 12.2",
+                                  requirements={**T4_REQUIREMENTS, "cudaVersion": "12.4"},
+                                  ready=False, blocking=("cuda",)),
+    "kernel-updated": Scenario("rebooted into 8.10's kernel; DKMS built nvidia only for the old one", {
+        "proc/sys/kernel/osrelease": "4.18.0-553.el8_10.x86_64\n",
+        "proc/modules": COMMON_MODULES,
+        "proc/driver/nvidia": None,
+        "sys/module/nvidia": None,
+        "usr/lib/modules/4.18.0-553.el8_10.x86_64/kernel/fs/xfs/xfs.ko.xz": Bytes(b"\xfd7zXZ\x00"),
+    }, ready=False, blocking=("nvidia-module", "nvml", "dkms")),
+    "libraries-unlisted": Scenario("driver libraries in /usr/lib64/nvidia, which ld.so.conf does not list", {
+        **{path: None for path in driver_libraries(DRIVER)},
+        **driver_libraries(DRIVER, "usr/lib64/nvidia"),
+    }, ready=False, blocking=("libraries",)),
+    "ubuntu": Scenario("Ubuntu 22.04 node selected by mistake", {
+        "etc/os-release": UBUNTU_OS_RELEASE,
+        "etc/redhat-release": None,
+    }, ready=False, blocking=("os",)),
+    "unreadable": Scenario("files the checks need are directories, so reading them fails", {
+        "etc/os-release": Dir(),
+        "etc/redhat-release": Dir(),
+        "proc/modules": Dir(),
+        "proc/driver/nvidia/version": Dir(),
+        "sys/fs/selinux/enforce": Dir(),
+    }, ready=False, blocking=("os", "nouveau", "nvidia-module", "nvml", "selinux")),
+    "empty": Scenario("files present but empty", {
+        "etc/os-release": "",
+        "etc/redhat-release": "",
+        "proc/modules": "",
+        "proc/driver/nvidia/version": "",
+        "proc/sys/kernel/osrelease": "",
+        "sys/fs/selinux/enforce": "",
+    }, ready=False, blocking=("os", "nouveau", "nvidia-module", "nvml", "dkms", "selinux")),
+}
+
+
+def _write(root: Path, relative: str, content) -> None:
+    path = root / relative
+    if content is None:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        return
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, Dir):
+        path.mkdir()
+    elif isinstance(content, Link):
+        os.symlink(content.target, path)
+    elif isinstance(content, Bytes):
+        path.write_bytes(content.data)
+    else:
+        path.write_text(content)
+
+
+def build(scenario: str, dest: str | os.PathLike[str]) -> Path:
+    """Write the base tree with `scenario`'s overrides under `dest`; returns the root."""
+    root = Path(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    for relative, content in BASE.items():
+        _write(root, relative, content)
+    for relative, content in SCENARIOS[scenario].overrides.items():
+        _write(root, relative, content)
+    return root
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        print(f"usage: {sys.argv[0]} SCENARIO DEST\nscenarios: {', '.join(SCENARIOS)}", file=sys.stderr)
+        sys.exit(2)
+    print(build(sys.argv[1], sys.argv[2]))
