@@ -2,6 +2,7 @@
 # Renders everything derived from the Helm chart, so the checked-in copies never drift from it
 # (tests/test_chart.py re-renders and compares):
 #   charts/rankops-operator/crds/   <- crds/*.yaml (the CRDs `rankops crds` generates)
+#   charts/rankops-operator/files/crd-policies/ <- crds/*.yaml that are not CRDs (admission policies)
 #   manifests/install.yaml          <- Namespace + `helm template --include-crds` with default values
 #   deploy/monitoring/              <- the chart's PrometheusRule and Grafana dashboard
 # Usage: scripts/render-manifests.sh [--check]   (--check: render to a temp dir and diff, no writes)
@@ -32,10 +33,19 @@ if $check; then
 fi
 mkdir -p "$out/manifests" "$out/deploy/monitoring" "$CHART/crds"
 
-# 1. The chart ships the generated CRDs unchanged.
+# 1. The chart ships the generated files unchanged: CRDs in crds/ (installed first, never
+#    templated), the admission policies generated beside them in files/crd-policies/ (templated,
+#    since Helm's crds/ is for CustomResourceDefinitions only).
+mkdir -p "$CHART/files/crd-policies"
 if compgen -G "$ROOT/crds/*.yaml" > /dev/null; then
-  find "$CHART/crds" -name '*.yaml' -delete
-  cp "$ROOT"/crds/*.yaml "$CHART/crds/"
+  find "$CHART/crds" "$CHART/files/crd-policies" -name '*.yaml' -delete
+  for f in "$ROOT"/crds/*.yaml; do
+    if grep -q '^kind: CustomResourceDefinition$' "$f"; then
+      cp "$f" "$CHART/crds/"
+    else
+      cp "$f" "$CHART/files/crd-policies/"
+    fi
+  done
 fi
 
 # 2. Plain manifests for `kubectl apply -f manifests/install.yaml`.
@@ -75,8 +85,10 @@ if $check; then
   for f in manifests/install.yaml deploy/monitoring/prometheusrule.yaml deploy/monitoring/rankops-dashboard.json; do
     diff -u "$ROOT/$f" "$out/$f" || { echo "drift: $f (run scripts/render-manifests.sh)" >&2; status=1; }
   done
-  diff -ru "$ROOT/charts/rankops-operator/crds" "$CHART/crds" \
-    || { echo "drift: charts/rankops-operator/crds (run scripts/render-manifests.sh)" >&2; status=1; }
+  for d in crds files/crd-policies; do
+    diff -ru "$ROOT/charts/rankops-operator/$d" "$CHART/$d" \
+      || { echo "drift: charts/rankops-operator/$d (run scripts/render-manifests.sh)" >&2; status=1; }
+  done
   exit $status
 fi
 echo "rendered manifests/install.yaml, deploy/monitoring/, charts/rankops-operator/crds/" >&2

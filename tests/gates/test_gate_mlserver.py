@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from rankops.cli import main
 from rankops.gates import parse_verdict
 
@@ -165,6 +163,11 @@ def test_original_torchscript_model_as_the_reference(capsys, tmp_path, mlserver,
 def test_candidate_with_renamed_input_fails_equivalence(capsys, tmp_path, mlserver, golden_samples):
     code, verdict = _equivalence(capsys, tmp_path, mlserver, "renamed", golden_samples)
     assert (code, verdict["reason"]) == (1, "CandidateInputsMismatch")
+
+
+def test_candidate_whose_requests_error_fails_equivalence(capsys, tmp_path, mlserver, golden_samples):
+    code, verdict = _equivalence(capsys, tmp_path, mlserver, "broken", golden_samples)
+    assert (code, verdict["reason"]) == (1, "CandidateRequestFailed") and "sample 1" in verdict["summary"]
 
 
 def test_unreachable_reference_cannot_be_judged(capsys, tmp_path, mlserver, golden_samples):

@@ -28,11 +28,9 @@ def test_json_output_for_the_issue_example(fixtures, capsys):
     assert "not a complete RankingModel" in out.err       # a sketch: planned from slo/planning
 
 
-def test_complete_rankingmodel_plans_without_a_note(fixtures, capsys):
+def test_complete_rankingmodel_plans_without_a_note(tmp_path, fixtures, capsys):
     text = (fixtures / "rankingmodel.yaml").read_text() + VALID_EXTRA
-    assert main(["plan", "-f", _write(tmp_path := fixtures.parent / "_unused", text) if False else
-                 _write(__import__("pathlib").Path(capsys.__class__.__module__ and "/tmp"), text, "rm-complete-test.yaml"),
-                 "-o", "json"]) == 0
+    assert main(["plan", "-f", _write(tmp_path, text), "-o", "json"]) == 0
     out = capsys.readouterr()
     assert "not a complete" not in out.err
     assert json.loads(out.out)["gpus"] == 2

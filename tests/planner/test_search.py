@@ -176,3 +176,7 @@ def test_pydantic_spec_defaults_are_left_to_the_planner():
     assert inputs.replicas is None and inputs.instances_per_gpu is None
     pinned = inputs_from_spec(rankingmodel.RankingModelSpec.model_validate({**doc, "replicas": 3}))
     assert pinned.replicas == 3
+    # explicit batching runs with the spec's replicas, defaults included: evaluate those
+    explicit = rankingmodel.RankingModelSpec.model_validate({**doc, "batching": {"maxBatchSize": 8}})
+    assert inputs_from_spec(explicit).replicas == explicit.replicas
+    assert inputs_from_spec(explicit).batching.instances == explicit.instances_per_gpu

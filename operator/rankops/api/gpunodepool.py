@@ -9,7 +9,7 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 
 from rankops.api.base import ApiModel
 
@@ -47,11 +47,11 @@ class OsRequirement(ApiModel):
 class NodeRequirements(ApiModel):
     os: Annotated[OsRequirement, Field(
         default_factory=OsRequirement, description="The OS every node must run.")]
-    min_driver_version: Annotated[str | None, Field(
-        json_schema_extra={"pattern": DRIVER_VERSION},
+    # WithJsonSchema: the CRD checks the pattern; pydantic's own check is the validator below,
+    # whose message says what a version looks like instead of quoting the regex.
+    min_driver_version: Annotated[str | None, WithJsonSchema({"type": "string", "pattern": DRIVER_VERSION}), Field(
         description='Lowest NVIDIA kernel driver version accepted, e.g. "535.104.05".')] = None
-    cuda_version: Annotated[str | None, Field(
-        json_schema_extra={"pattern": CUDA_VERSION},
+    cuda_version: Annotated[str | None, WithJsonSchema({"type": "string", "pattern": CUDA_VERSION}), Field(
         description=('CUDA version the models need, e.g. "12.2"; the node\'s driver must support '
                      "at least this version (NVIDIA's driver to CUDA table)."))] = None
     gpu_products: Annotated[list[Annotated[str, Field(min_length=1, max_length=63)]], Field(
@@ -107,7 +107,9 @@ class ValidatorSpec(ApiModel):
 
 
 class GpuNodePoolSpec(ApiModel):
-    node_selector: Annotated[dict[str, str], Field(min_length=1, description=(
+    node_selector: Annotated[dict[str, str], Field(json_schema_extra={"minProperties": 1, "x-kubernetes-validations": [
+        {"rule": "size(self) > 0", "message": "nodeSelector must not be empty: it would select every node"}]},
+        description=(
         "Labels that select the pool's nodes, as in a pod's nodeSelector. The validator runs on "
         "exactly these nodes; an empty selector is refused because it would select every node."))]
     requirements: Annotated[NodeRequirements, Field(
@@ -121,6 +123,9 @@ class GpuNodePoolSpec(ApiModel):
     @field_validator("node_selector")
     @classmethod
     def _selector_is_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise ValueError("nodeSelector is empty, which would select every node; give the labels of the "
+                             "pool's GPU nodes, e.g. {node.kubernetes.io/instance-type: g4dn.xlarge}")
         for key, label in value.items():
             if len(key) > 316 or not re.match(LABEL_KEY, key):
                 raise ValueError(f"nodeSelector key {key!r} is not a label key "

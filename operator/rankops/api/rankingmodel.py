@@ -52,7 +52,7 @@ class DataType(str, Enum):
 
 
 class ModelVersion(ApiModel):
-    name: Annotated[str, Field(pattern=VERSION_NAME, description=(
+    name: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "Version name: lower-case letters, digits, '.' and '-', at most 20 characters. A numeric "
         "name is also Triton's version directory."))]
     model_uri: Annotated[str, Field(pattern=MODEL_URI, description=(
@@ -184,9 +184,11 @@ class Rollout(ApiModel):
 
 
 class Resources(ApiModel):
-    cpu: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="CPU request per replica.")] = "8"
-    memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$",
-                                 description="Memory request per replica.")] = "32Gi"
+    cpu: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description=(
+        "CPU per replica (request = limit, so the kubelet can pin it NUMA-local to the GPU). Size it "
+        "for pre/post-processing and the batcher; dedicated GPU hosts often give 8 cores per GPU."))] = "2"
+    memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", description=(
+        "Memory per replica (request = limit). Embedding tables kept on the CPU count here."))] = "8Gi"
 
 
 class RankingModelSpec(ApiModel):
@@ -201,7 +203,7 @@ class RankingModelSpec(ApiModel):
         "Image whose `rankops fetch-model` copies s3/gs/https artifacts into the model repository."))] = DEFAULT_RANKOPS_IMAGE
     model_credentials_secret: Annotated[str | None, Field(description=(
         "Secret whose keys become environment of the fetcher (e.g. AWS_ACCESS_KEY_ID)."))] = None
-    version: Annotated[str, Field(pattern=VERSION_NAME, description=(
+    version: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "The version that should serve; must name an entry of versions. Changing it starts a gated rollout."))]
     versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.")]
     inputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=32, description=(
@@ -323,6 +325,26 @@ class RankingModel(ApiModel):
         ],
         # Rules the API server checks at apply time (CEL); the pydantic validators say the same
         # for `rankops render` and for objects that slipped past an older schema.
+        # Rules on `batching` (a word-or-object union, which a structural schema cannot type and
+        # CEL in the CRD cannot see) run in a ValidatingAdmissionPolicy shipped beside the CRD.
+        "admission": [
+            {"expression": "!has(object.spec.batching) || (type(object.spec.batching) == string ? "
+                           "object.spec.batching == 'auto' : (type(object.spec.batching) == map && "
+                           "has(object.spec.batching.maxBatchSize) && type(object.spec.batching.maxBatchSize) == int "
+                           "&& object.spec.batching.maxBatchSize >= 1 && object.spec.batching.maxBatchSize <= 4096))",
+             "message": "spec.batching must be `auto` or an object with an integer maxBatchSize in 1..4096"},
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+                           "!has(object.spec.batching.preferredBatchSizes) || "
+                           "object.spec.batching.preferredBatchSizes.all(b, type(b) == int && b >= 1 && "
+                           "b <= object.spec.batching.maxBatchSize)",
+             "message": "spec.batching.preferredBatchSizes must each be between 1 and spec.batching.maxBatchSize"},
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+                           "!has(object.spec.batching.maxQueueDelayMicroseconds) || "
+                           "(type(object.spec.batching.maxQueueDelayMicroseconds) == int && "
+                           "object.spec.batching.maxQueueDelayMicroseconds >= 0 && "
+                           "object.spec.batching.maxQueueDelayMicroseconds <= 1000000)",
+             "message": "spec.batching.maxQueueDelayMicroseconds must be an integer in 0..1000000"},
+        ],
         "validations": {
             "spec": [
                 {"rule": "self.versions.exists(v, v.name == self.version)",

@@ -55,6 +55,7 @@ def run_up(args: argparse.Namespace) -> int:
         with serve_dev_cluster(_node_set(args), keep=args.keep) as plane:
             print(f"kubeconfig: {plane.kubeconfig}")
             print(f"export KUBECONFIG={plane.kubeconfig}")
+            print(f"export PATH={plane.bin_dir}:$PATH   # kubectl, helm, kwok of this release")
             print("running; Ctrl-C to stop", flush=True)
             while True:
                 time.sleep(1.0)

@@ -61,20 +61,20 @@ class Kube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json") -> dict | None:
-        try:
-            data = self.api.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                if _is_missing_api(exc):
-                    raise ApiMissing(path) from exc
-                return None
-            raise
-        raw = data.data
-        return json.loads(raw) if raw else None
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        method, url, headers, _, _ = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query or [], header_params=headers,
+            auth_settings=["BearerToken"])
+        # The REST layer serialises dict bodies as JSON, which is also valid apply-patch YAML.
+        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        response.read()
+        if response.status == 404:
+            if _is_missing_api(response.data):
+                raise ApiMissing(path)
+            return None
+        if response.status >= 400:
+            raise ApiException(http_resp=response)
+        return json.loads(response.data) if response.data else None
 
     def apply(self, obj: dict[str, Any]) -> dict:
         """Server-side apply under rankops' field manager, forcing ownership of the fields it sets."""
@@ -104,10 +104,10 @@ class Kube:
                           content_type="application/merge-patch+json")
 
 
-def _is_missing_api(exc: ApiException) -> bool:
+def _is_missing_api(raw: bytes | None) -> bool:
     """A 404 for an unknown resource type (no such API) rather than for an absent object."""
     try:
-        details = json.loads(exc.body or "{}")
+        details = json.loads(raw or b"{}")
     except ValueError:
         return True
     # An absent object answers a Status with details.name; an unknown API answers 404 page not found.

@@ -242,7 +242,8 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
     active = bool(rollout and rollout.get("phase") in ACTIVE)
     is_ready = stable_dep is not None and version == decision.serving.stable_version and settled >= want \
         and desired == want
-    ready_msg = f"{ready}/{want} replicas of version {decision.serving.stable_version} Ready"
+    ready_msg = (f"{settled}/{want} replicas of version {decision.serving.stable_version} Ready and up to date"
+                 + (f" ({ready} Ready in all)" if ready != settled else ""))
     prev_ready = get_condition(conditions, READY)
     conditions = set_condition(conditions, READY, is_ready, "ReplicasReady" if is_ready else "ReplicasNotReady",
                                ready_msg, gen)

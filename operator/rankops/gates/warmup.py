@@ -7,7 +7,6 @@ threads; the gate passes when none fails and the P99 of those warm requests is w
 """
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor

@@ -37,8 +37,8 @@ class PlanInputs:
 
 
 def _explicit(spec: Any, name: str) -> Any:
-    """A spec attribute, or None when a pydantic spec only carries it as a default: replicas and
-    instancesPerGpu left out under batching: auto are the planner's to choose."""
+    """A spec attribute, or None when a pydantic spec only carries it as a default: under
+    batching: auto, replicas and instancesPerGpu left out are the planner's to choose."""
     value = getattr(spec, name, None)
     fields_set = getattr(spec, "model_fields_set", None)
     if fields_set is not None and name not in fields_set:
@@ -74,8 +74,9 @@ def inputs_from_spec(spec: Any, *, profile: LatencyProfile | dict | str | None =
             max_queue_delay_us=int(getattr(batching, "max_queue_delay_microseconds", 0) or 0),
             instances=int(getattr(spec, "instances_per_gpu", None) or 1),
         )
-    instances = _explicit(spec, "instances_per_gpu")
-    replicas = _explicit(spec, "replicas")
+    # explicit batching is served with the spec's replicas / instances, defaults included
+    instances = _explicit(spec, "instances_per_gpu") if auto else explicit.instances
+    replicas = _explicit(spec, "replicas") if auto else getattr(spec, "replicas", None)
     mem = getattr(planning, "memory", None) if planning is not None else None
     gpu_mib = getattr(planning, "gpu_memory_mib", None) if planning is not None else None
     return PlanInputs(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,6 +214,3 @@ def load_profiles(specs: list[str]) -> LatencyProfile:
         merged.update(profile.as_dict())
     return LatencyProfile.from_mapping(merged, "--profile")
 
-
-def json_profile(profile: LatencyProfile) -> str:
-    return json.dumps({str(b): ms for b, ms in profile.points})

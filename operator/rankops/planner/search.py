@@ -1,7 +1,8 @@
 """Search batching configs and instance counts for the most QPS per GPU within the P99 budget,
 then size the fleet for the target QPS with headroom; or evaluate an explicit config.
 
-Speed: candidates are visited in order of their closed-form saturation throughput. The first is
+Speed: candidates are visited in order of their closed-form saturation throughput, after one
+plain config (one instance, no delay, largest batch). The first is
 bisected for its sustainable rate; each later one is first simulated once just above the best
 rate so far, and only bisected if it can beat it; once a candidate's saturation bound is below
 the best rate, no later one can win. Results are memoised by inputs (the operator re-plans an
@@ -220,13 +221,20 @@ def plan(inputs: PlanInputs) -> PlanResult:
         raise _no_candidates(inputs)
     pool.sort(key=lambda c: (-_bound(inputs, c), c.max_queue_delay_us, c.instances,
                              c.max_batch_size, len(c.preferred_batch_sizes)))
+    # Start from the plain config (fewest instances, no delay, largest batch): usually close to
+    # the best, it lets most others be rejected by a single probe.
+    plain = min(pool, key=lambda c: (c.instances, c.max_queue_delay_us, len(c.preferred_batch_sizes),
+                                     -c.max_batch_size))
+    pool.remove(plain)
+    pool.insert(0, plain)
     best: tuple[BatcherConfig, float] | None = None
     near: list[tuple[float, BatcherConfig]] = []  # (P99 just above best rate, config)
     replaced: list[BatcherConfig] = []  # earlier bests, probed again at the final best rate
     simulated = 0
     for config in pool:
-        bound = _bound(inputs, config)
-        if best is not None and bound <= best[1] * 1.01:
+        if best is not None and _bound(inputs, config) <= best[1] * 1.01:
+            if config is plain:
+                continue
             break  # sorted by bound: nothing later can beat the best
         simulated += 1
         if best is not None:

@@ -70,7 +70,7 @@ def effective_weight(stable_ready: int, canary_ready: int) -> int:
 
 
 def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
-                  shape: ServingShape, pool_requirements: Any = None) -> list[dict[str, Any]]:
+                  shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0) -> list[dict[str, Any]]:
     spec, name, namespace = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
     version = spec.version_named(version_name)
     if version is None:
@@ -80,7 +80,8 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
     placement = serving.pool_placement(spec.node_pool, pool_requirements)
     return [
         serving.config_map(name, namespace, track, version.name, config_text),
-        serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on, placement),
+        serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on, placement,
+                           covered_by),
         serving.track_service(name, namespace, track),
     ]
 
@@ -88,8 +89,9 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
 def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedShape,
                     pool_requirements: Any = None) -> list[dict[str, Any]]:
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
+    covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
     objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas, True,
-                            resolved.shape, pool_requirements)
+                            resolved.shape, pool_requirements, covering)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
                                  False, resolved.shape, pool_requirements)

@@ -96,7 +96,10 @@ def startup_seconds(version: ModelVersion) -> int:
 
 
 def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, version: ModelVersion,
-               replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any]) -> dict[str, Any]:
+               replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any],
+               covered_by: int = 0) -> dict[str, Any]:
+    """`covered_by`: serving pods of another track that stand in while this one rolls (a canary
+    taking traffic during promotion), so the rollout frees a GPU before it needs one."""
     labels = {**names.common_labels(model), names.LABEL_TRACK: track}
     pod_labels = {**labels, names.LABEL_VERSION: version.name,
                   names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
@@ -147,8 +150,11 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": names.track_selector(model, track)},
-            # Never take a serving replica down before its replacement is Ready.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            # Never go below the serving capacity: surge one pod, or (when another track's pods
+            # cover) replace in place, since spare GPUs are rare.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate":
+                         {"maxUnavailable": covered_by, "maxSurge": 0} if covered_by else
+                         {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
                 "metadata": {
                     "labels": pod_labels,

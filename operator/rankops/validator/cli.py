@@ -5,7 +5,6 @@ node could not be patched.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -81,7 +80,10 @@ def _errors(exc: ValidationError) -> str:
 
 
 def _print(report: Report, output: str) -> None:
-    print(report.to_json() if output == "json" else render_text(report), flush=True)
+    try:
+        print(report.to_json() if output == "json" else render_text(report), flush=True)
+    except BrokenPipeError:  # `| head` closed the pipe: not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def validate_node(args) -> int:

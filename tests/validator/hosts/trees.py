@@ -97,7 +97,7 @@ ena 147456 0 - Live 0xffffffffc0917000
 nvme 45056 2 - Live 0xffffffffc08d9000
 """
 
-NVIDIA_MODULES = f"""nvidia_drm 73728 0 - Live 0xffffffffc1224000 (POE)
+NVIDIA_MODULES = """nvidia_drm 73728 0 - Live 0xffffffffc1224000 (POE)
 nvidia_modeset 1306624 1 nvidia_drm, Live 0xffffffffc10e4000 (POE)
 nvidia_uvm 1531904 0 - Live 0xffffffffc0f6b000 (POE)
 nvidia 56807424 2 nvidia_modeset,nvidia_uvm, Live 0xffffffffbd200000 (POE)

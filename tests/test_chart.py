@@ -1,0 +1,418 @@
+"""The Helm chart, the plain manifests rendered from it, and the examples.
+
+Renders the chart with the real helm binary (built by operator/rankops/devcluster/build.sh) in
+several value combinations and checks what a cluster admin reviews: least-privilege RBAC with no
+wildcards, restricted pod security, the watch scope, the schema rejecting bad values, and that
+the checked-in copies (manifests/install.yaml, deploy/monitoring/, the chart's crds/) are fresh.
+"""
+from __future__ import annotations
+
+import filecmp
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "rankops-operator"
+NAMESPACE = "rankops-system"
+KUBE_VERSION = "1.34.0"  # helm built from source assumes v1.20 otherwise; the chart needs >= 1.27
+BIN_DIR = Path(os.environ.get("RANKOPS_K8S_BIN", Path.home() / ".cache/rankops/k8s/v1.34.4/bin"))
+
+ALL_OPTIONS = (
+    "openshift.enabled=true", "openshift.routes=true", "traffic.gatewayApi=true",
+    "monitoring.tritonServiceMonitors=true", "monitoring.serviceMonitor.enabled=true",
+    "monitoring.prometheusRule.enabled=true", "monitoring.grafanaDashboard.enabled=true",
+    "validator.restrictToOwnNode=true",
+)
+COMBINATIONS = {
+    "defaults": (),
+    "namespaced": ("watch.namespaces={reco,ads}",),
+    "everything": ALL_OPTIONS,
+    "namespaced-everything": ("watch.namespaces={reco}",) + ALL_OPTIONS,
+    "existing-service-accounts": ("serviceAccount.create=false", "serviceAccount.name=ops-sa",
+                                  "validator.serviceAccount.create=false", "validator.serviceAccount.name=val-sa"),
+    "no-rbac": ("rbac.create=false",),
+}
+# What the operator may do only inside the namespaces it serves.
+NAMESPACED_APP_RESOURCES = {"rankingmodels", "configmaps", "services", "deployments", "jobs", "pods"}
+RBAC_KINDS = {"Role", "ClusterRole"}
+
+
+def helm() -> Path:
+    path = BIN_DIR / "helm"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"helm not found at {path}: run operator/rankops/devcluster/build.sh first "
+                    "(CI does), or point RANKOPS_K8S_BIN at a directory holding helm")
+    return path
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm()), *args], capture_output=True, text=True, timeout=120)
+
+
+@functools.lru_cache(maxsize=None)
+def render(sets: tuple[str, ...] = ()) -> tuple[dict, ...]:
+    """helm template with these `--set`s ("json:key=value" for `--set-json`: helm's --set reads 0.8 as a string)."""
+    args = ["template", "rankops", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set-json", s[5:]] if s.startswith("json:") else ["--set", s]
+    done = run_helm(*args)
+    assert done.returncode == 0, f"helm template {' '.join(sets)} failed:\n{done.stderr}"
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+def by_kind(objs, kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs, kind: str, name: str | None = None) -> dict:
+    found = [o for o in by_kind(objs, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def operator_container(objs) -> dict:
+    return one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def granted(role: dict) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples a Role/ClusterRole grants."""
+    return {(g, r, v) for rule in role.get("rules", []) for g in rule.get("apiGroups", [])
+            for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+
+
+def rules_for(objs, subject_sa: str) -> dict[str, set]:
+    """What each namespace ("*" = cluster-wide) lets the ServiceAccount do, following bindings."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objs if o["kind"] in RBAC_KINDS}
+    out: dict[str, set] = {}
+    for binding in objs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == subject_sa for s in binding["subjects"]):
+            continue
+        ref = binding["roleRef"]
+        ns = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        role = roles.get((ref["kind"], ns if ref["kind"] == "Role" else None, ref["name"]))
+        assert role is not None, f"{binding['kind']} {binding['metadata']['name']} refers to missing {ref}"
+        out.setdefault(ns or "*", set()).update(granted(role))
+    return out
+
+
+def test_helm_lint_passes_with_defaults_and_every_option():
+    for sets in ((), ALL_OPTIONS):
+        args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION]
+        for s in sets:
+            args += ["--set", s]
+        done = run_helm(*args)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS)
+def test_no_rbac_wildcards(combo):
+    for role in (o for o in render(COMBINATIONS[combo]) if o["kind"] in RBAC_KINDS):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{role['kind']} {role['metadata']['name']}: {field} has *"
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS)
+def test_every_object_carries_the_standard_labels(combo):
+    for obj in render(COMBINATIONS[combo]):
+        labels = obj["metadata"].get("labels", {})
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                    "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"):
+            assert key in labels, f"{obj['kind']} {obj['metadata']['name']} lacks label {key}"
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS)
+def test_operator_deployment_is_single_recreate_and_restricted(combo):
+    objs = render(COMBINATIONS[combo])
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert "runAsUser" not in pod["securityContext"], "a fixed UID breaks OpenShift restricted-v2"
+    c = operator_container(objs)
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert tmp and any(v["name"] == tmp[0]["name"] and "emptyDir" in v for v in pod["volumes"])
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    # The liveness probe hits the endpoint kopf serves on the port given by --liveness.
+    args = c["args"]
+    liveness_url = args[args.index("--liveness") + 1]
+    port_by_name = {p["name"]: p["containerPort"] for p in c["ports"]}
+    probe = c["livenessProbe"]["httpGet"]
+    assert liveness_url == f"http://0.0.0.0:{port_by_name[probe['port']]}{probe['path']}"
+    assert "readinessProbe" not in c
+    assert pod["serviceAccountName"] == ("ops-sa" if combo == "existing-service-accounts" else "rankops-operator")
+
+
+def test_cluster_wide_mode_uses_all_namespaces_and_cluster_roles():
+    objs = render(())
+    args = operator_container(objs)["args"]
+    assert "--all-namespaces" in args and "--namespace" not in args
+    grants = rules_for(objs, "rankops-operator")
+    assert set(grants) == {"*", NAMESPACE}
+    cluster = grants["*"]
+    for resource in NAMESPACED_APP_RESOURCES:
+        assert any(r == resource for _, r, _ in cluster), resource
+    # kopf observes namespaces only in namespaced mode; cluster-wide it does not need to.
+    assert not any(r == "namespaces" for _, r, _ in cluster)
+
+
+def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
+    objs = render(COMBINATIONS["namespaced"])
+    args = operator_container(objs)["args"]
+    assert "--all-namespaces" not in args
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--namespace"] == ["reco", "ads"]
+    grants = rules_for(objs, "rankops-operator")
+    assert set(grants) == {"*", "reco", "ads", NAMESPACE}
+    cluster_resources = {r for _, r, _ in grants["*"]}
+    assert not cluster_resources & NAMESPACED_APP_RESOURCES, "namespaced rights leaked into a ClusterRole"
+    assert {"gpunodepools", "gpunodepools/status", "nodes", "customresourcedefinitions", "namespaces"} <= cluster_resources
+    for ns in ("reco", "ads"):
+        assert {r for _, r, _ in grants[ns]} >= NAMESPACED_APP_RESOURCES | {"rankingmodels/status", "events"}
+        assert ("apps", "deployments", "create") in grants[ns]
+        assert ("", "pods", "delete") not in grants[ns], "pods are read-only"
+
+
+@pytest.mark.parametrize("combo", ["defaults", "namespaced"])
+def test_operator_rights_are_exactly_what_it_touches(combo):
+    objs = render(COMBINATIONS[combo])
+    everything = set().union(*rules_for(objs, "rankops-operator").values())
+    # No escalation paths: no RBAC, secrets, SCCs, node writes or pod exec.
+    for group, resource, verb in everything:
+        assert group != "rbac.authorization.k8s.io", (group, resource, verb)
+        assert resource not in ("secrets", "serviceaccounts", "pods/exec", "securitycontextconstraints")
+        if resource == "nodes":
+            assert verb in ("get", "list", "watch"), "only the validator writes nodes"
+    # The validator DaemonSets only in the operator's own namespace.
+    for ns, grants in rules_for(objs, "rankops-operator").items():
+        has_ds = any(r == "daemonsets" for _, r, _ in grants)
+        assert has_ds == (ns == NAMESPACE), f"daemonsets granted in {ns}"
+    # Optional APIs only when asked for.
+    resources = {r for _, r, _ in everything}
+    assert not resources & {"httproutes", "routes", "routes/custom-host", "servicemonitors", "prometheusrules"}
+
+
+def test_optional_apis_are_granted_when_enabled():
+    everything = set().union(*rules_for(render(ALL_OPTIONS), "rankops-operator").values())
+    assert ("gateway.networking.k8s.io", "httproutes", "create") in everything
+    assert ("route.openshift.io", "routes", "patch") in everything
+    assert ("route.openshift.io", "routes/custom-host", "create") in everything
+    assert ("monitoring.coreos.com", "servicemonitors", "create") in everything
+
+
+def test_rbac_rules_are_commented_and_split_framework_from_application():
+    out = run_helm("template", "rankops", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION,
+                   "--show-only", "templates/rbac.yaml").stdout
+    for doc in out.split("\n---"):
+        if "kind: ClusterRole\n" not in doc and "kind: Role\n" not in doc:
+            continue
+        lines = doc.splitlines()
+        rules = [i for i, line in enumerate(lines) if line.lstrip().startswith("- apiGroups:")]
+        for i in rules:
+            above = lines[i - 1].strip()
+            # Each rule is introduced by a comment, or continues the rule just above it.
+            assert above.startswith("#") or above.startswith("verbs:"), f"uncommented rule at: {lines[i]}"
+    assert "# Framework:" in out and "# Application:" in out
+
+
+@pytest.mark.parametrize("combo", ["defaults", "existing-service-accounts"])
+def test_validator_may_only_get_and_patch_nodes(combo):
+    objs = render(COMBINATIONS[combo])
+    sa = "val-sa" if combo == "existing-service-accounts" else "rankops-operator-validator"
+    assert rules_for(objs, sa) == {"*": {("", "nodes", "get"), ("", "nodes", "patch")}}
+    args = operator_container(objs)["args"]
+    assert args[args.index("--validator-service-account") + 1] == sa
+    if combo == "existing-service-accounts":
+        assert not by_kind(objs, "ServiceAccount")
+
+
+def test_rbac_create_false_renders_no_rbac():
+    objs = render(COMBINATIONS["no-rbac"])
+    assert not [o for o in objs if o["apiVersion"].startswith("rbac.authorization.k8s.io")]
+    assert by_kind(objs, "Deployment") and by_kind(objs, "ServiceAccount")
+
+
+def test_own_node_admission_policy_targets_the_validator_only():
+    objs = render(ALL_OPTIONS)
+    policy = one(objs, "ValidatingAdmissionPolicy", "rankops-operator-validator-own-node")
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:rankops-system:rankops-operator-validator"')
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+    assert "authentication.kubernetes.io/node-name" in policy["spec"]["variables"][0]["expression"]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "rankops-operator-validator-own-node")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "rankops-operator-validator-own-node" not in {o["metadata"]["name"] for o in render(())}
+
+
+def test_openshift_scc_allows_host_reads_and_nothing_privileged():
+    objs = render(ALL_OPTIONS)
+    scc = one(objs, "SecurityContextConstraints")
+    assert scc["allowHostDirVolumePlugin"] is True
+    for flag in ("allowPrivilegedContainer", "allowPrivilegeEscalation", "allowHostNetwork", "allowHostPID",
+                 "allowHostIPC", "allowHostPorts"):
+        assert scc[flag] is False, flag
+    assert scc["requiredDropCapabilities"] == ["ALL"] and scc["allowedCapabilities"] == []
+    assert scc["runAsUser"]["type"] == "MustRunAsNonRoot" and scc["readOnlyRootFilesystem"] is True
+    use = one(objs, "ClusterRole", "rankops-operator-validator-scc")
+    assert use["rules"] == [{"apiGroups": ["security.openshift.io"], "resources": ["securitycontextconstraints"],
+                             "resourceNames": [scc["metadata"]["name"]], "verbs": ["use"]}]
+    assert rules_for(objs, "rankops-operator-validator")[NAMESPACE] == {
+        ("security.openshift.io", "securitycontextconstraints", "use")}
+
+
+def test_metrics_service_and_service_monitor_point_at_the_metrics_port():
+    objs = render(ALL_OPTIONS + ("metrics.port=9100",))
+    c = operator_container(objs)
+    assert c["args"][c["args"].index("--metrics-port") + 1] == "9100"
+    svc = one(objs, "Service")
+    assert svc["spec"]["ports"][0]["port"] == 9100 and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    pod_labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    sm = one(objs, "ServiceMonitor")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics" and sm["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_alert_thresholds_come_from_values():
+    objs = render(("monitoring.prometheusRule.enabled=true",
+                   "json:monitoring.prometheusRule.thresholds.gpuMemoryFraction=0.8",
+                   "monitoring.prometheusRule.thresholds.minAverageBatch=3"))
+    rules = {r["alert"]: r for g in one(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
+    assert "> 0.8" in rules["RankopsGpuMemoryNearFull"]["expr"]
+    assert "< 3" in rules["RankopsBatchTooSmall"]["expr"]
+    assert all("__" not in r["expr"] for r in rules.values()), "an unreplaced placeholder"
+    assert 'up{job="rankops-operator-metrics"}' in rules["RankopsOperatorDown"]["expr"]
+
+
+def test_generated_admission_policies_are_installed_unless_disabled():
+    names = lambda objs: {o["metadata"]["name"] for o in by_kind(objs, "ValidatingAdmissionPolicy")}
+    generated = {d["metadata"]["name"] for p in (CHART / "files" / "crd-policies").glob("*.yaml")
+                 for d in yaml.safe_load_all(p.read_text()) if d and d["kind"] == "ValidatingAdmissionPolicy"}
+    assert generated and generated <= names(render(()))
+    assert not generated & names(render(("admissionPolicies.enabled=false",)))
+
+
+def test_dashboard_configmap_holds_the_dashboard():
+    cm = one(render(ALL_OPTIONS), "ConfigMap", "rankops-operator-dashboard")
+    dashboard = json.loads(cm["data"]["rankops.json"])
+    assert dashboard["uid"] == "rankops-overview"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+# (--set or json:--set-json, the JSON pointer helm's schema error names)
+BAD_VALUES = [
+    ("watch.namespaces={Bad_Namespace}", "/watch/namespaces/0"),
+    ("metrics.port=70000", "/metrics/port"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("image.digest=latest", "/image/digest"),
+    ("rbac.creat=true", "creat"),
+    ("validator.restrictToOwnNode=yes", "/validator/restrictToOwnNode"),
+    ("json:monitoring.prometheusRule.thresholds.gpuMemoryFraction=1.5", "/monitoring/prometheusRule/thresholds/gpuMemoryFraction"),
+    ("monitoring.serviceMonitor.interval=often", "/monitoring/serviceMonitor/interval"),
+    ("operator.resources.requests.cpu=lots", "/operator/resources/requests/cpu"),
+]
+
+
+@pytest.mark.parametrize("setting,named", BAD_VALUES)
+def test_schema_rejects_bad_values_naming_the_key(setting, named):
+    flag = ["--set-json", setting[5:]] if setting.startswith("json:") else ["--set", setting]
+    done = run_helm("template", "rankops", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION, *flag)
+    assert done.returncode != 0, f"{setting} was accepted"
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("sets,message", [
+    (("serviceAccount.create=false",), "serviceAccount.name must name an existing ServiceAccount"),
+    (("monitoring.serviceMonitor.enabled=true", "metrics.service.enabled=false"), "needs metrics.service.enabled"),
+])
+def test_inconsistent_values_fail_with_a_reason(sets, message):
+    args = ["template", "rankops", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    done = run_helm(*args)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_operator_args_are_accepted_by_rankops_run():
+    """The chart's command line is a contract with `rankops run`: parse it with the real CLI."""
+    from rankops.cli import build_parser
+
+    for sets in ((), COMBINATIONS["namespaced"], ("validator.image.repository=mirror.local/rankops-validator",)):
+        args = build_parser().parse_args(["run", *operator_container(render(sets))["args"]])
+        assert args.command == "run"
+        assert args.liveness == "http://0.0.0.0:8080/healthz" and int(args.metrics_port) == 8081
+        assert args.validator_service_account == "rankops-operator-validator"
+        assert list(args.namespace or []) == (["reco", "ads"] if sets == COMBINATIONS["namespaced"] else [])
+        expected_image = "mirror.local/rankops-validator:0.1.0" if "validator.image" in "".join(sets) else None
+        assert args.validator_image == expected_image
+
+
+def test_install_manifest_and_monitoring_copies_match_a_fresh_render():
+    helm()
+    done = subprocess.run([str(ROOT / "scripts" / "render-manifests.sh"), "--check"], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "RANKOPS_K8S_BIN": str(BIN_DIR)})
+    assert done.returncode == 0, ("checked-in renders are stale: run scripts/render-manifests.sh\n"
+                                  + done.stdout[-3000:] + done.stderr[-2000:])
+
+
+def test_install_manifest_is_self_contained():
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "install.yaml").read_text()) if d]
+    assert docs[0]["kind"] == "Namespace" and docs[0]["metadata"]["name"] == NAMESPACE
+    kinds = [d["kind"] for d in docs]
+    generated = [d for p in (ROOT / "crds").glob("*.yaml") for d in yaml.safe_load_all(p.read_text()) if d]
+    assert generated, "crds/ is empty: run `rankops crds --write crds/`"
+    for kind in {d["kind"] for d in generated}:
+        assert ({d["metadata"]["name"] for d in docs if d["kind"] == kind}
+                >= {d["metadata"]["name"] for d in generated if d["kind"] == kind}), f"install.yaml lacks a {kind}"
+    assert kinds.index("CustomResourceDefinition") < kinds.index("Deployment")
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    for d in docs:
+        if d["kind"] not in cluster_scoped:
+            assert d["metadata"].get("namespace") == NAMESPACE, f"{d['kind']} {d['metadata']['name']}"
+
+
+def test_chart_crds_are_the_generated_crds():
+    """Chart crds/ holds the generated CRDs, files/crd-policies/ the generated rest, byte for byte."""
+    top = ROOT / "crds"
+    copies = {p.name: p for d in (CHART / "crds", CHART / "files" / "crd-policies") for p in d.glob("*.yaml")}
+    top_files = {p.name: p for p in top.glob("*.yaml")} if top.is_dir() else {}
+    assert sorted(copies) == sorted(top_files), "chart CRDs differ from crds/: run scripts/render-manifests.sh"
+    stale = [name for name in top_files if not filecmp.cmp(top_files[name], copies[name], shallow=False)]
+    assert not stale, f"stale chart copies {stale}: run scripts/render-manifests.sh"
+    for path in (CHART / "crds").glob("*.yaml"):
+        assert {d["kind"] for d in yaml.safe_load_all(path.read_text()) if d} == {"CustomResourceDefinition"}
+
+
+def test_examples_parse_with_the_api_models_and_reference_each_other():
+    from rankops.api.gpunodepool import GpuNodePool
+    from rankops.api.rankingmodel import RankingModel
+
+    parsed = []
+    for path in sorted((ROOT / "manifests" / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool}[doc["kind"]]
+            parsed.append(model.model_validate(doc))
+    pools = {p.metadata["name"] for p in parsed if isinstance(p, GpuNodePool)}
+    models = [m for m in parsed if isinstance(m, RankingModel)]
+    assert pools and len(models) >= 2
+    assert all(m.spec.node_pool in pools for m in models)
+    assert any(m.spec.batching == "auto" and m.spec.planning is not None for m in models)
+    assert any(m.spec.batching != "auto" for m in models)
+    assert any("rollout" in m.model_fields_set or m.spec.rollout.model_fields_set for m in models)

@@ -1,0 +1,91 @@
+"""The operator's Prometheus metrics, and that the chart's alerts and dashboard use real names."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from rankops import metrics
+from rankops.devcluster.controlplane import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ROOT / "charts" / "rankops-operator" / "files"
+
+
+def sample(name: str, labels: dict[str, str]) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels)
+
+
+def exported_names() -> set[str]:
+    return {s.name for family in metrics.REGISTRY.collect() for s in family.samples}
+
+
+def test_reconciles_are_counted_and_timed_by_kind_and_result():
+    before = sample("rankops_reconciles_total", {"kind": "RankingModel", "result": "degraded"}) or 0
+    count_before = sample("rankops_reconcile_duration_seconds_count", {"kind": "RankingModel"}) or 0
+    metrics.observe_reconcile("RankingModel", "degraded", 0.2)
+    assert sample("rankops_reconciles_total", {"kind": "RankingModel", "result": "degraded"}) == before + 1
+    assert sample("rankops_reconcile_duration_seconds_count", {"kind": "RankingModel"}) == count_before + 1
+    # 0.2 s lands in the 0.25 s bucket but not the 0.1 s one.
+    le = lambda b: sample("rankops_reconcile_duration_seconds_bucket", {"kind": "RankingModel", "le": b}) or 0
+    assert le("0.25") - le("0.1") >= 1
+
+
+def test_rollouts_and_gates_by_outcome():
+    metrics.observe_rollout("rolled_back")
+    metrics.observe_gate("equivalence", "fail")
+    metrics.observe_gate("equivalence", "fail")
+    assert sample("rankops_rollouts_total", {"outcome": "rolled_back"}) >= 1
+    assert sample("rankops_gate_results_total", {"gate": "equivalence", "outcome": "fail"}) >= 2
+
+
+def test_pool_gauges_follow_the_latest_values_and_are_forgotten():
+    metrics.set_pool_nodes("t4-pool", 3, 1, nodes=4)
+    metrics.set_pool_nodes("t4-pool", 2, 2)
+    assert sample("rankops_pool_nodes_ready", {"pool": "t4-pool"}) == 2
+    assert sample("rankops_pool_nodes_failing", {"pool": "t4-pool"}) == 2
+    assert sample("rankops_pool_nodes", {"pool": "t4-pool"}) == 4
+    metrics.forget_pool("t4-pool")
+    metrics.forget_pool("t4-pool")  # twice: a no-op, not a KeyError
+    assert sample("rankops_pool_nodes_ready", {"pool": "t4-pool"}) is None
+
+
+def test_model_targets_in_base_units_and_none_drops_the_series():
+    labels = {"namespace": "reco", "model": "ctr-ranker"}
+    metrics.set_model_targets("reco", "ctr-ranker", p99_latency_ms=10, target_qps=2000, max_batch_size=16)
+    assert sample("rankops_model_slo_p99_latency_seconds", labels) == 0.01
+    assert sample("rankops_model_max_batch_size", labels) == 16
+    metrics.set_model_targets("reco", "ctr-ranker", p99_latency_ms=None, target_qps=2000, max_batch_size=16)
+    assert sample("rankops_model_slo_p99_latency_seconds", labels) is None
+    assert sample("rankops_model_target_qps", labels) == 2000
+    metrics.forget_model("reco", "ctr-ranker")
+    assert sample("rankops_model_max_batch_size", labels) is None
+
+
+def test_metrics_server_serves_the_registry():
+    metrics.observe_gate("warmup", "pass")
+    port = free_port()
+    metrics.start_metrics_server(port, addr="127.0.0.1")
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'rankops_gate_results_total{gate="warmup",outcome="pass"}' in body
+    assert "process_resident_memory_bytes" in body
+    assert "python_gc_objects_collected_total" not in body, "the default registry leaked in"
+
+
+def test_alerts_and_dashboard_use_metric_names_the_operator_exports():
+    metrics.observe_reconcile("GpuNodePool", "ok", 0.01)
+    metrics.observe_rollout("promoted")
+    metrics.observe_gate("warmup", "pass")
+    metrics.set_pool_nodes("p", 1, 0, nodes=1)
+    metrics.set_model_targets("ns", "m", p99_latency_ms=10, target_qps=1, max_batch_size=8)
+    exported = exported_names()
+    alerts = yaml.safe_load((FILES / "alerts.yaml").read_text())
+    exprs = [r["expr"] for g in alerts["groups"] for r in g["rules"]]
+    dashboard = json.loads((FILES / "dashboard.json").read_text())
+    exprs += [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {m for e in exprs for m in re.findall(r"\brankops_[a-z0-9_]+", e)}
+    assert used, "no operator metric referenced at all"
+    assert used <= exported, f"referenced but never exported: {sorted(used - exported)}"
