@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -416,3 +417,60 @@ def test_examples_parse_with_the_api_models_and_reference_each_other():
     assert any(m.spec.batching == "auto" and m.spec.planning is not None for m in models)
     assert any(m.spec.batching != "auto" for m in models)
     assert any("rollout" in m.model_fields_set or m.spec.rollout.model_fields_set for m in models)
+
+
+def test_a_real_api_server_accepts_the_chart_and_enforces_the_own_node_policy(tmp_path):
+    """Server-side apply against the local control plane (the schemas kubeconform would check,
+    plus CEL compilation), then the validator's own-node policy judged by the API server."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    from rankops.devcluster.controlplane import LocalControlPlane
+
+    missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not os.access(BIN_DIR / b, os.X_OK)]
+    if missing:
+        pytest.fail(f"{missing} not in {BIN_DIR}: run operator/rankops/devcluster/build.sh first (CI does)")
+    without_crds = {"SecurityContextConstraints", "ServiceMonitor", "PrometheusRule"}  # not served here
+    rendered = [o for o in render(("watch.namespaces={reco}",) + ALL_OPTIONS) if o["kind"] not in without_crds]
+    (tmp_path / "options.yaml").write_text(yaml.safe_dump_all(rendered))
+    validator = "system:serviceaccount:rankops-system:rankops-operator-validator"
+
+    with LocalControlPlane(BIN_DIR, work_dir=tmp_path / "cp") as cp:
+        def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(BIN_DIR / "kubectl"), "--kubeconfig", str(cp.kubeconfig), *args],
+                                  capture_output=True, text=True, input=stdin, timeout=120)
+
+        done = kubectl("apply", "--server-side", "-f", str(ROOT / "manifests" / "install.yaml"))
+        assert done.returncode == 0, done.stderr
+        assert kubectl("create", "namespace", "reco").returncode == 0
+        done = kubectl("apply", "--server-side", "-f", str(tmp_path / "options.yaml"))
+        assert done.returncode == 0, done.stderr
+        for node in ("node-a", "node-b"):
+            node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"team": "x"}}}
+            assert kubectl("create", "-f", "-", stdin=json.dumps(node_obj)).returncode == 0
+
+        as_validator_on_a = config.new_client_from_config(str(cp.kubeconfig))
+        as_validator_on_a.set_default_header("Impersonate-User", validator)
+        as_validator_on_a.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", "node-a")
+        nodes = client.CoreV1Api(as_validator_on_a)
+
+        def allowed(node: str, patch: dict) -> bool:
+            try:
+                nodes.patch_node(node, patch)
+                return True
+            except ApiException as exc:
+                assert exc.status in (403, 422), exc.body
+                return False
+
+        deadline = time.monotonic() + 30  # policies take a moment to become active
+        while allowed("node-b", {"metadata": {"labels": {"rankops.io/probe": "x"}}}):
+            assert time.monotonic() < deadline, "the own-node policy never took effect"
+            time.sleep(0.5)
+        assert allowed("node-a", {"metadata": {"labels": {"rankops.io/gpu-ready": "true"},
+                                               "annotations": {"rankops.io/report": "{}"}}})
+        assert allowed("node-a", {"spec": {"taints": [{"key": "rankops.io/gpu-unvalidated", "effect": "NoSchedule"}]}})
+        assert not allowed("node-a", {"metadata": {"labels": {"team": "y"}}})
+        assert not allowed("node-a", {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}})
+        done = kubectl("auth", "can-i", "list", "secrets", "-A", "--as",
+                       "system:serviceaccount:rankops-system:rankops-operator")
+        assert done.stdout.strip() == "no"
