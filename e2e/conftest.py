@@ -197,3 +197,40 @@ def gpu_nodes(cluster: Cluster, k8s: Clients) -> GpuNodes:
             cpu.append(node.metadata.name)
     return GpuNodes(tuple(sorted(gpu)), tuple(sorted(cpu)),
                     {product: tuple(sorted(n)) for product, n in by_product.items()})
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The operator as a local process, authenticated as the chart's ServiceAccount.
+
+    The chart is installed with Helm (on kind the workflow already did; `helm upgrade` keeps it),
+    so CRDs, RBAC and admission policies are the chart's; the operator runs with a token of the
+    chart's ServiceAccount, which proves the chart's RBAC is enough. Its log is printed when a
+    test fails (see pytest_runtest_makereport) and kept under the session's tmp dir.
+    """
+    from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
+                                                     service_account_kubeconfig)
+
+    work = tmp_path_factory.mktemp("operator")
+    try:
+        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir)
+        sa_kubeconfig = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
+    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
+        pytest.fail(f"installing the chart for the operator failed: {exc}", pytrace=False)
+    process = OperatorProcess(sa_kubeconfig, work / "operator.log")
+    process.start()
+    OPERATOR_LOG["process"] = process
+    yield process
+    process.stop()
+
+
+OPERATOR_LOG: dict[str, Any] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    process = OPERATOR_LOG.get("process")
+    if report.failed and process is not None:
+        report.sections.append(("operator log (tail)", process.log_tail(120)))
