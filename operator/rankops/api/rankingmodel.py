@@ -127,6 +127,9 @@ class WarmupGate(ApiModel):
     concurrency: Annotated[int, Field(ge=1, le=256, description="Requests in flight.")] = 8
     max_p99_ms: Annotated[float, Field(gt=0, description="Warm P99 bound (ms) the canary must meet.")] = 15.0
     samples: SamplesSource = Field(default_factory=SamplesSource)
+    pod_annotations: Annotated[dict[str, str], Field(
+        default_factory=dict, description=(
+            "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations."))]
 
 
 class TorchscriptReference(ApiModel):
@@ -148,6 +151,9 @@ class EquivalenceGate(ApiModel):
     min_top_k_overlap: Annotated[float, Field(ge=0, le=1, description="Minimum mean top-K overlap.")] = 0.95
     min_rank_correlation: Annotated[float, Field(ge=-1, le=1, description=(
         "Minimum mean per-request rank correlation (Kendall tau)."))] = 0.9
+    pod_annotations: Annotated[dict[str, str], Field(
+        default_factory=dict, description=(
+            "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations."))]
 
 
 class TrafficMode(str, Enum):

@@ -69,6 +69,7 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
     model, ns = rm.metadata["name"], rm.metadata.get("namespace", "default")
     jobs = rm.spec.rollout.gate_jobs
     command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served)
+    gate_spec = rm.spec.rollout.warmup if gate == "warmup" else rm.spec.rollout.equivalence
     labels = {**names.common_labels(model), "app.kubernetes.io/name": "rankops-gate",
               names.LABEL_GATE: gate, names.LABEL_VERSION: version, "rankops.io/attempt": attempt}
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
@@ -84,7 +85,7 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
             "activeDeadlineSeconds": jobs.timeout_seconds,
             "ttlSecondsAfterFinished": 7 * 24 * 3600,
             "template": {
-                "metadata": {"labels": labels, "annotations": dict(jobs.pod_annotations)},
+                "metadata": {"labels": labels, "annotations": {**jobs.pod_annotations, **gate_spec.pod_annotations}},
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
