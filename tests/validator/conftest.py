@@ -1,16 +1,11 @@
-"""Fixtures for the node validator tests: host trees built from tests/validator/hosts/trees.py."""
+"""Fixtures for the node validator tests: host trees from rankops.validator.sample_hosts."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("validator_host_trees", Path(__file__).parent / "hosts" / "trees.py")
-trees = importlib.util.module_from_spec(_spec)
-sys.modules["validator_host_trees"] = trees  # test modules import it by this name
-_spec.loader.exec_module(trees)
+from rankops.validator import sample_hosts as trees
 
 
 @pytest.fixture
@@ -21,7 +16,7 @@ def build_host(tmp_path):
     def build(scenario: str = "healthy-rhel89", overrides: dict | None = None) -> Path:
         root = trees.build(scenario, tmp_path / f"host{next(counter)}")
         for relative, content in (overrides or {}).items():
-            trees._write(root, relative, content)
+            trees.write_entry(root, relative, content)
         return root
 
     return build

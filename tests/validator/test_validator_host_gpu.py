@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-import validator_host_trees as trees
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
+from rankops.validator import sample_hosts as trees
 from rankops.validator.checks import Status, check_gpu_health, driver_max_cuda
 from rankops.validator.host import HostView, Read
 

@@ -6,10 +6,10 @@ import json
 import pytest
 import yaml
 
-import validator_host_trees as trees
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
 from rankops.cli import main
 from rankops.validator import gpu
+from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.host import HostView
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_OS, LABEL_POOL,

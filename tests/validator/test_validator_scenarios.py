@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-import validator_host_trees as trees
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
+from rankops.validator import sample_hosts as trees
 from rankops.validator.checks import Status
 from rankops.validator.host import HostView
 from rankops.validator.report import Report, render_text, validate_host

@@ -1,10 +1,12 @@
-"""Host-root fixture trees for the node validator, built from one healthy base plus overrides.
+"""Sample host-root trees for the node validator, built from one healthy base plus overrides.
 
 The base is a RHEL 8.9 AWS g4dn node (Tesla T4) with the NVIDIA 535.104.05 driver from the CUDA
 repo's DKMS module stream, CRI-O with nvidia-ctk's drop-in and a CDI spec. File contents follow
 the real formats (os-release, /proc/modules, NVRM banner, efivars, selinuxfs, TOML, CDI YAML).
+`NVIDIA_SMI_T4` is `nvidia-smi -q -x` of that node's GPU. The unit tests validate these trees;
+`rankops dev demo` and the e2e suite run the validator on simulated nodes against them.
 
-    python tests/validator/hosts/trees.py SCENARIO DEST    # write one tree (e.g. for the e2e)
+    python -m rankops.validator.sample_hosts SCENARIO DEST    # write one tree
 """
 from __future__ import annotations
 
@@ -16,12 +18,11 @@ from pathlib import Path
 
 KERNEL = "4.18.0-513.5.1.el8_9.x86_64"
 DRIVER = "535.104.05"
-HERE = Path(__file__).resolve().parent
-NVIDIA_SMI_T4 = HERE / "nvidia-smi-t4-535.xml"
+NVIDIA_SMI_T4 = Path(__file__).resolve().parent / "nvidia-smi-t4-535.xml"  # package data
 
 
 class Dir:
-    """A directory where the base may have a file (how the tests make a file unreadable: the tests
+    """A directory where the base may have a file (how a tree makes a file unreadable: the tests
     run as root, so chmod 000 would not stop the read)."""
 
 
@@ -268,18 +269,15 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def _write(root: Path, relative: str, content) -> None:
+def write_entry(root: Path, relative: str, content) -> None:
+    """Put `content` (text, Bytes, Link, Dir; None removes) at `relative`, replacing what is there."""
     path = root / relative
-    if content is None:
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            shutil.rmtree(path)
-        return
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)
+    if content is None:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(content, Dir):
         path.mkdir()
@@ -292,18 +290,21 @@ def _write(root: Path, relative: str, content) -> None:
 
 
 def build(scenario: str, dest: str | os.PathLike[str]) -> Path:
-    """Write the base tree with `scenario`'s overrides under `dest`; returns the root."""
+    """Write the base tree with `scenario`'s overrides under `dest`; returns the root. An unknown
+    scenario is a KeyError naming the known ones."""
+    if scenario not in SCENARIOS:
+        raise KeyError(f"unknown host scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     root = Path(dest)
     root.mkdir(parents=True, exist_ok=True)
     for relative, content in BASE.items():
-        _write(root, relative, content)
+        write_entry(root, relative, content)
     for relative, content in SCENARIOS[scenario].overrides.items():
-        _write(root, relative, content)
+        write_entry(root, relative, content)
     return root
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
-        print(f"usage: {sys.argv[0]} SCENARIO DEST\nscenarios: {', '.join(SCENARIOS)}", file=sys.stderr)
+        print(f"usage: python -m rankops.validator.sample_hosts SCENARIO DEST\nscenarios: {', '.join(SCENARIOS)}", file=sys.stderr)
         sys.exit(2)
     print(build(sys.argv[1], sys.argv[2]))
