@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "rankops.gates.cli",            # gate warmup | equivalence
     "rankops.validator.cli",        # validate-node
     "rankops.commands.dev",         # dev up
+    "rankops.commands.docs",        # docs reference
 ]
 
 
