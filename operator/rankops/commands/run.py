@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -14,8 +13,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rankops.controller.context import OPERATOR
     from rankops.controller.kube import Kube
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config.load_incluster_config()
     except config.ConfigException:

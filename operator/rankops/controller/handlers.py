@@ -13,6 +13,7 @@ from collections import defaultdict
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
 from rankops.controller import models, pools
 from rankops.controller.context import OPERATOR
@@ -22,45 +23,39 @@ log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
 
-def _metrics():
-    try:
-        from rankops import metrics
-        return metrics
-    except ImportError:  # metrics are optional at import time (e.g. in unit tests of handlers)
-        return None
-
-
 def _run(kind: str, reconcile, body, patch, logger) -> None:
     """Serialise reconciles of one object (timer and event handlers may overlap), then record."""
-    uid = body["metadata"]["uid"]
+    meta = body["metadata"]
+    uid = meta["uid"]
     started = time.monotonic()
     result_word = "error"
     with _locks[uid]:
+        # kopf's body may predate the status this process wrote a moment ago (timer and event
+        # handlers overlap): reconcile the object as it is now, and write its status here, under
+        # the lock, so no transition (and its Event) is computed twice or lost.
+        fresh = OPERATOR.kube.get(kind, meta.get("namespace"), meta["name"])
+        if fresh is None or fresh["metadata"]["uid"] != uid:
+            return
+        body = fresh
         try:
             result = reconcile(body)
-            result_word = "degraded" if result.status.get("phase") == "Degraded" else "ok"
+            result_word = metrics.reconcile_result(result.status)
+            status_patch = merge_patch(body.get("status") or {}, result.status)
+            if status_patch:
+                OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"], {"status": status_patch},
+                                          subresource="status")
         except ApiException as exc:
             raise kopf.TemporaryError(f"Kubernetes API said {exc.status} {exc.reason}: "
                                       f"{(exc.body or '')[:300]}", delay=10) from exc
         finally:
-            metrics = _metrics()
-            if metrics:
-                metrics.observe_reconcile(kind, result_word, time.monotonic() - started)
-    status_patch = merge_patch(body.get("status") or {}, result.status)
-    if status_patch:
-        patch.setdefault("status", {}).update(status_patch)
+            metrics.observe_reconcile(kind, result_word, time.monotonic() - started)
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
         logger.info(f"{event.reason}: {event.message}")
-    metrics = _metrics()
-    if metrics:
-        if getattr(result, "outcome", None):
-            metrics.observe_rollout(result.outcome)
-        for gate in getattr(result, "gate_results", []) or []:
-            metrics.observe_gate(gate.get("gate", "unknown"), gate.get("outcome", "error"))
-        if kind == "GpuNodePool":
-            metrics.set_pool_nodes(body["metadata"]["name"], result.status.get("ready", 0),
-                                   result.status.get("failing", 0))
+    if kind == "GpuNodePool":
+        metrics.record_pool(body["metadata"]["name"], result.status)
+    else:
+        metrics.record_model(body, result.status, result.outcome, result.gate_results)
 
 
 def _model(body, patch, logger):
@@ -106,3 +101,15 @@ def gpunodepool_changed(body, patch, logger, **_):
 @kopf.timer(GROUP, VERSION, "gpunodepools", interval=OPERATOR.interval, sharp=False)
 def gpunodepool_tick(body, patch, logger, **_):
     _pool(body, patch, logger)
+
+
+# optional: no finalizer of their own (the timers already make kopf add one); they only drop the
+# deleted object's series, which would otherwise keep feeding alerts until the operator restarts.
+@kopf.on.delete(GROUP, VERSION, "rankingmodels", optional=True)
+def rankingmodel_deleted(body, **_):
+    metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.on.delete(GROUP, VERSION, "gpunodepools", optional=True)
+def gpunodepool_deleted(body, **_):
+    metrics.forget_pool(body["metadata"]["name"])

@@ -58,6 +58,8 @@ E2E_NODES: tuple[tuple[str, str], ...] = (
     ("kwok-t4-1", "t4"),
     ("kwok-l4-0", "l4"),
     ("kwok-cpu-0", "cpu"),
+    # Room for pool-less models and canaries of every test at once (8 GPUs, no pool labels).
+    ("kwok-a100-0", "a100"),
 )
 
 

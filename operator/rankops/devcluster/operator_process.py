@@ -156,7 +156,10 @@ class OperatorProcess:
     def errors(self) -> list[str]:
         """Tracebacks and ERROR lines the operator logged (a clean run has none)."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")]
+        # kopf logs a watch request it retries (e.g. 429 while a new CRD's storage initialises)
+        # at ERROR; the retry is the recovery, not a fault.
+        return [line for line in text.splitlines()
+                if (" ERROR " in line and "will retry" not in line) or line.startswith("Traceback")]
 
     def __enter__(self) -> OperatorProcess:
         self.start()
