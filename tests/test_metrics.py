@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import urllib.request
 from pathlib import Path
@@ -10,6 +11,7 @@ import yaml
 
 from rankops import metrics
 from rankops.devcluster.controlplane import free_port
+from rankops.rollout.machine import CANCELED, PROMOTED, ROLLED_BACK, SUPERSEDED
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ROOT / "charts" / "rankops-operator" / "files"
@@ -63,6 +65,104 @@ def test_model_targets_in_base_units_and_none_drops_the_series():
     assert sample("rankops_model_target_qps", labels) == 2000
     metrics.forget_model("reco", "ctr-ranker")
     assert sample("rankops_model_max_batch_size", labels) is None
+
+
+def test_rollout_outcomes_from_the_machine_are_labelled_as_the_alerts_expect():
+    before = sample("rankops_rollouts_total", {"outcome": "rolled_back"}) or 0
+    metrics.observe_rollout(ROLLED_BACK)
+    metrics.observe_rollout("rolled_back")
+    assert sample("rankops_rollouts_total", {"outcome": "rolled_back"}) == before + 2
+    for outcome in (PROMOTED, SUPERSEDED, CANCELED):
+        metrics.observe_rollout(outcome)
+    assert {"promoted", "superseded", "canceled"} <= {
+        s.labels["outcome"] for f in metrics.REGISTRY.collect() for s in f.samples if s.name == "rankops_rollouts_total"}
+
+
+def test_reconcile_result_reads_the_degraded_condition():
+    assert metrics.reconcile_result(None) == "error"
+    assert metrics.reconcile_result({"conditions": [{"type": "Degraded", "status": "False"}]}) == "ok"
+    assert metrics.reconcile_result({"phase": "Ready", "conditions": [{"type": "Degraded", "status": "True"}]}) \
+        == "degraded"
+
+
+def model_body(name: str, spec: dict) -> dict:
+    return {"metadata": {"name": name, "namespace": "reco", "uid": f"uid-{name}"}, "spec": spec}
+
+
+def test_record_model_counts_what_ended_and_publishes_the_served_targets():
+    gate_before = sample("rankops_gate_results_total", {"gate": "warmup", "outcome": "error"}) or 0
+    promoted_before = sample("rankops_rollouts_total", {"outcome": "promoted"}) or 0
+    labels = {"namespace": "reco", "model": "explicit"}
+    explicit = model_body("explicit", {"slo": {"p99LatencyMs": 20, "targetQps": 500},
+                                       "batching": {"maxBatchSize": 32}})
+    # The status's plan is ignored for explicit batching: the spec's value is what Triton serves.
+    metrics.record_model(explicit, {"plan": {"maxBatchSize": 8}}, PROMOTED,
+                         [{"gate": "warmup", "outcome": "error", "version": "2"}])
+    assert sample("rankops_rollouts_total", {"outcome": "promoted"}) == promoted_before + 1
+    assert sample("rankops_gate_results_total", {"gate": "warmup", "outcome": "error"}) == gate_before + 1
+    assert sample("rankops_model_max_batch_size", labels) == 32
+    assert sample("rankops_model_slo_p99_latency_seconds", labels) == 0.02
+    assert sample("rankops_model_target_qps", labels) == 500
+
+    planned = model_body("planned", {"slo": {"p99LatencyMs": 10, "targetQps": 2000}, "batching": "auto"})
+    metrics.record_model(planned, {"plan": {"maxBatchSize": 16}}, None, [])
+    assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "planned"}) == 16
+    assert sample("rankops_rollouts_total", {"outcome": "promoted"}) == promoted_before + 1
+
+    # batching keeps unknown fields in the CRD: a garbled value drops the series, never raises.
+    garbled = model_body("explicit", {"batching": {"maxBatchSize": "16"}})
+    metrics.record_model(garbled, {}, None, [])
+    assert sample("rankops_model_max_batch_size", labels) is None
+    assert sample("rankops_model_slo_p99_latency_seconds", labels) is None
+
+
+def test_record_pool_publishes_the_pool_status_counts():
+    metrics.record_pool("l4-pool", {"nodes": 5, "ready": 3, "failing": 1, "pending": 1})
+    assert sample("rankops_pool_nodes", {"pool": "l4-pool"}) == 5
+    assert sample("rankops_pool_nodes_ready", {"pool": "l4-pool"}) == 3
+    assert sample("rankops_pool_nodes_failing", {"pool": "l4-pool"}) == 1
+
+
+class FakeKube:
+    """Enough of controller.kube.Kube for the handlers' own reads and status writes."""
+
+    def __init__(self, *objects: dict):
+        self.objects = {o["metadata"]["name"]: o for o in objects}
+
+    def get(self, kind, namespace, name):
+        return self.objects.get(name)
+
+    def merge_patch(self, kind, namespace, name, patch, subresource=None):
+        self.objects[name].setdefault("status", {}).update(patch.get("status", {}))
+
+
+def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
+    from rankops.controller import handlers, models, pools
+
+    pool = {"metadata": {"name": "a10-pool", "uid": "uid-pool"}, "spec": {}}
+    model = model_body("ranker", {"slo": {"p99LatencyMs": 5, "targetQps": 100}, "batching": {"maxBatchSize": 4}})
+    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(pool, model))
+    pool_status = {"nodes": 2, "ready": 1, "failing": 1,
+                   "conditions": [{"type": "Degraded", "status": "True", "reason": "NodesFailing"}]}
+    monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator: pools.Result(pool_status))
+    monkeypatch.setattr(models, "reconcile", lambda kube, body: models.Result(
+        {"phase": "Ready"}, outcome=ROLLED_BACK, gate_results=[{"gate": "equivalence", "outcome": "fail"}]))
+    degraded = lambda: sample("rankops_reconciles_total", {"kind": "GpuNodePool", "result": "degraded"}) or 0
+    rolled_back = lambda: sample("rankops_rollouts_total", {"outcome": "rolled_back"}) or 0
+    gate_fail = lambda: sample("rankops_gate_results_total", {"gate": "equivalence", "outcome": "fail"}) or 0
+    before = degraded(), rolled_back(), gate_fail()
+
+    handlers._pool(pool, {}, logging.getLogger("test"))
+    handlers._model(model, {}, logging.getLogger("test"))
+    assert (degraded(), rolled_back(), gate_fail()) == (before[0] + 1, before[1] + 1, before[2] + 1)
+    assert sample("rankops_pool_nodes", {"pool": "a10-pool"}) == 2
+    assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) == 1
+    assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) == 4
+
+    handlers.gpunodepool_deleted(body=pool)
+    handlers.rankingmodel_deleted(body=model)
+    assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) is None
+    assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) is None
 
 
 def test_metrics_server_serves_the_registry():

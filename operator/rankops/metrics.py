@@ -1,13 +1,16 @@
 """Prometheus metrics of the operator, on a registry of their own.
 
-The handlers call the observe_*/set_* helpers; `rankops run --metrics-port` serves REGISTRY with
-`start_metrics_server`. The alerts and the dashboard (charts/rankops-operator/files/) use these
-names and labels: rename one there too (tests/test_metrics.py checks they agree). The per-model
-gauges carry `namespace` and `model` (the RankingModel's name, also the Triton model name) so
-alerts can join them with Triton's own metrics; the chart's ServiceMonitor keeps those labels
-with honorLabels.
+The handlers hand each reconcile's result to `observe_reconcile` and `record_model` /
+`record_pool`; `rankops run --metrics-port` serves REGISTRY with `start_metrics_server`. The
+alerts and the dashboard (charts/rankops-operator/files/) use these names and labels: rename one
+there too (tests/test_metrics.py checks they agree). The per-model gauges carry `namespace` and
+`model` (the RankingModel's name, also the Triton model name) so alerts can join them with
+Triton's own metrics; the chart's ServiceMonitor keeps those labels with honorLabels.
 """
 from __future__ import annotations
+
+import re
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client import start_http_server
@@ -23,7 +26,7 @@ RECONCILE_DURATION = Histogram(
     ["kind"], registry=REGISTRY,
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 ROLLOUTS = Counter(
-    "rankops_rollouts", "Finished version rollouts by outcome (e.g. promoted, rolled_back, superseded).",
+    "rankops_rollouts", "Finished version rollouts by outcome (promoted, rolled_back, superseded, canceled).",
     ["outcome"], registry=REGISTRY)
 GATE_RESULTS = Counter(
     "rankops_gate_results", "Gate verdicts by gate (warmup, equivalence) and outcome (pass, fail, error).",
@@ -54,7 +57,8 @@ def observe_reconcile(kind: str, result: str, seconds: float) -> None:
 
 
 def observe_rollout(outcome: str) -> None:
-    ROLLOUTS.labels(outcome=outcome).inc()
+    """`outcome` as the rollout machine names it (RolledBack) or as the label spells it (rolled_back)."""
+    ROLLOUTS.labels(outcome=re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", outcome).lower()).inc()
 
 
 def observe_gate(gate: str, outcome: str) -> None:
@@ -78,6 +82,41 @@ def set_model_targets(namespace: str, model: str, *, p99_latency_ms: float | Non
             _remove(gauge, namespace, model)
         else:
             gauge.labels(namespace=namespace, model=model).set(value)
+
+
+def reconcile_result(status: dict[str, Any] | None) -> str:
+    """ok; degraded when the object's Degraded condition is True; error when there is no status
+    (the reconcile raised)."""
+    if status is None:
+        return "error"
+    degraded = any(c.get("type") == "Degraded" and c.get("status") == "True"
+                   for c in status.get("conditions") or [])
+    return "degraded" if degraded else "ok"
+
+
+def record_model(body: dict[str, Any], status: dict[str, Any], outcome: str | None,
+                 gate_results: list[dict[str, Any]]) -> None:
+    """What one RankingModel reconcile tells: the rollout it ended, new gate verdicts, its targets."""
+    if outcome:
+        observe_rollout(outcome)
+    for gate in gate_results:
+        observe_gate(gate.get("gate", "unknown"), gate.get("outcome", "error"))
+    spec, meta = body.get("spec") or {}, body["metadata"]
+    slo = spec.get("slo") if isinstance(spec.get("slo"), dict) else {}
+    # Explicit batching is what is served; `auto` serves the plan. batching keeps unknown fields in
+    # the CRD, so its values are checked here rather than trusted.
+    batching = spec.get("batching")
+    served = batching if isinstance(batching, dict) else status.get("plan") or {}
+    set_model_targets(meta["namespace"], meta["name"], p99_latency_ms=_number(slo.get("p99LatencyMs")),
+                      target_qps=_number(slo.get("targetQps")), max_batch_size=_number(served.get("maxBatchSize")))
+
+
+def record_pool(pool: str, status: dict[str, Any]) -> None:
+    set_pool_nodes(pool, status.get("ready", 0), status.get("failing", 0), nodes=status.get("nodes"))
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def forget_pool(pool: str) -> None:
