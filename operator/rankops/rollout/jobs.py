@@ -11,24 +11,34 @@ from rankops.render.serving import HTTP_PORT
 SAMPLES_DIR = "/samples"
 REFERENCE_DIR = "/reference"
 REFERENCE_TRACK = "reference"
+# Generated requests, when no samples ConfigMap is given. Warmup replays them round-robin and
+# its latency depends on the batch shape, not the values: two per batch size suffice. Equivalence
+# compares each one as a ranked list: 64 lists steady the mean top-K overlap and rank correlation.
+# Every request is held encoded in the gate pod (up to maxBatchSize x maxDims each): keep both small.
+WARMUP_SAMPLES_PER_BATCH_SIZE = 2
+EQUIVALENCE_SAMPLES = 64
 
 
 def _service_url(model: str, namespace: str, track: str) -> str:
     return f"{names.track_service_name(model, track)}.{namespace}.svc:{HTTP_PORT}"
 
 
-def _samples_args(rm: RankingModel, source: SamplesSource, requests: int) -> tuple[list[str], list, list]:
-    """Arguments, volumes and mounts for recorded samples, or for samples generated from the inputs."""
+def _batch_sizes(rm: RankingModel) -> list[int]:
+    """Batch sizes generated requests cycle through: 1, the warmup sizes and the preferred ones."""
+    spec = rm.spec
+    return sorted({1, *spec.model_warmup.batch_sizes,
+                   *(spec.batching.preferred_batch_sizes if not isinstance(spec.batching, str) else [])})
+
+
+def _samples_args(rm: RankingModel, source: SamplesSource, count: int) -> tuple[list[str], list, list]:
+    """Arguments, volumes and mounts for recorded samples, or for `count` requests generated from the inputs."""
     if source.config_map:
         volume = {"name": "samples", "configMap": {"name": source.config_map}}
         mount = {"name": "samples", "mountPath": SAMPLES_DIR, "readOnly": True}
         return ["--samples", f"{SAMPLES_DIR}/{source.key}"], [volume], [mount]
-    spec = rm.spec
-    inputs = [t.to_wire() for t in spec.inputs]
-    sizes = sorted({1, *spec.model_warmup.batch_sizes,
-                    *(spec.batching.preferred_batch_sizes if not isinstance(spec.batching, str) else [])})
-    return (["--generate-samples", str(min(requests, 256)), "--inputs-spec", json.dumps(inputs, separators=(",", ":")),
-             "--batch-sizes", ",".join(map(str, sizes))], [], [])
+    inputs = [t.to_wire() for t in rm.spec.inputs]
+    return (["--generate-samples", str(count), "--inputs-spec", json.dumps(inputs, separators=(",", ":")),
+             "--batch-sizes", ",".join(map(str, _batch_sizes(rm)))], [], [])
 
 
 def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool) -> tuple[list[str], list, list, list]:
@@ -37,12 +47,13 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
     canary = _service_url(model, ns, names.CANARY)
     if gate == "warmup":
         w = spec.rollout.warmup
-        args, volumes, mounts = _samples_args(rm, w.samples, w.requests)
+        count = min(w.requests, WARMUP_SAMPLES_PER_BATCH_SIZE * len(_batch_sizes(rm)))
+        args, volumes, mounts = _samples_args(rm, w.samples, count)
         return (["rankops", "gate", "warmup", "--url", canary, "--model", model,
                  "--requests", str(w.requests), "--concurrency", str(w.concurrency),
                  "--max-p99-ms", str(w.max_p99_ms), *args], volumes, mounts, [])
     e = spec.rollout.equivalence
-    args, volumes, mounts = _samples_args(rm, e.samples, 256)
+    args, volumes, mounts = _samples_args(rm, e.samples, EQUIVALENCE_SAMPLES)
     init: list = []
     if isinstance(e.reference, TorchscriptReference):
         reference = ["--reference-torchscript", f"{REFERENCE_DIR}/model.pt"]
