@@ -15,13 +15,15 @@ from rankops.api.base import ApiModel
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
 
-class Condition(ApiModel):
-    type: Annotated[str, Field(description="Ready, Progressing or Degraded.")]
-    status: Literal["True", "False", "Unknown"]
-    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description="CamelCase reason.")]
-    message: str = ""
-    observed_generation: int | None = None
-    last_transition_time: str | None = None
+class Condition(ApiModel):  # status.conditions of both RankingModel and GpuNodePool
+    type: Annotated[str, Field(description="Ready or Degraded; a RankingModel also has Progressing.")]
+    status: Annotated[Literal["True", "False", "Unknown"], Field(description="True, False or Unknown.")]
+    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                                 description="CamelCase reason for the last transition.")]
+    message: Annotated[str, Field(description="Human-readable details.")] = ""
+    observed_generation: Annotated[int | None, Field(
+        description="The generation the condition was computed from.")] = None
+    last_transition_time: Annotated[str | None, Field(description="When status last changed (RFC 3339).")] = None
 
 
 def now_iso() -> str:

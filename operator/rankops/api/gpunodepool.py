@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, WithJsonSchema, field_validator
 
 from rankops.api.base import ApiModel
+from rankops.api.conditions import Condition
 
 DEFAULT_VALIDATOR_IMAGE = "quay.io/rankops/rankops-validator:0.1.0"
 
@@ -142,15 +143,6 @@ class FailingCheck(ApiModel):
     nodes: Annotated[list[str], Field(default_factory=list, description="Names of those nodes (at most 20 listed).")]
 
 
-class PoolCondition(ApiModel):
-    type: Annotated[str, Field(description="Condition type, e.g. Ready or Degraded.")]
-    status: Annotated[Literal["True", "False", "Unknown"], Field(description="True, False or Unknown.")]
-    reason: Annotated[str | None, Field(description="CamelCase reason for the last transition.")] = None
-    message: Annotated[str | None, Field(description="Human-readable details.")] = None
-    last_transition_time: Annotated[str | None, Field(description="When status last changed (RFC 3339).")] = None
-    observed_generation: Annotated[int | None, Field(description="The generation the condition was computed from.")] = None
-
-
 class GpuNodePoolStatus(ApiModel):
     observed_generation: int | None = None
     nodes: Annotated[int, Field(ge=0, description="Nodes matched by the selector.")] = 0
@@ -160,7 +152,7 @@ class GpuNodePoolStatus(ApiModel):
         "Nodes without a current report (validator not run yet, or run against older requirements)."))] = 0
     failing_by_check: Annotated[list[FailingCheck], Field(
         default_factory=list, description="For each failing check: how many nodes and which.")]
-    conditions: list[PoolCondition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
 
 
 class GpuNodePool(ApiModel):
