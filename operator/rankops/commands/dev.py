@@ -1,16 +1,21 @@
 """`rankops dev up`: a local Kubernetes with simulated GPU nodes, for trying rankops by hand.
 
 `rankops dev nodes` adds the same simulated GPU nodes to an existing cluster that runs kwok
-(the kind workflow uses it).
+(the kind workflow uses it). `rankops dev demo` tells the whole story on the local control plane:
+the operator, a GpuNodePool whose validators fail one node, and a RankingModel that becomes Ready
+on the others. `rankops dev validate` runs a pool's validators on simulated nodes by hand.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rankops.devcluster.binaries import BinariesMissing
 from rankops.devcluster.controlplane import ControlPlaneError
@@ -40,6 +45,29 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     nodes.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                        help="default: $KUBECONFIG")
     nodes.set_defaults(func=run_nodes)
+
+    demo = dev_sub.add_parser(
+        "demo", help="the whole story on the local control plane: operator, pool, validators, a model Ready",
+        description="Starts the local control plane with simulated T4 nodes, installs the chart, runs the "
+                    "operator as the chart's ServiceAccount, applies the example GpuNodePool, runs its "
+                    f"validators on simulated hosts ({DEMO_FAILING_NODE} has nouveau loaded), applies the "
+                    "example RankingModel and waits until it is Ready. Exit 0 when it is.")
+    demo.add_argument("--keep", action="store_true",
+                      help="afterwards keep the cluster and the operator running until Ctrl-C")
+    demo.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                      help="seconds to wait for each stage (default 180)")
+    demo.set_defaults(func=run_demo)
+
+    validate = dev_sub.add_parser(
+        "validate", help="run a GpuNodePool's validator once on each simulated node it covers",
+        description="kwok runs no containers: this runs what each validator pod would, against a sample "
+                    "host tree per node, and patches the node as that pod. Exit 0 when every node is "
+                    "ready, 1 when some is not, 2 when a node could not be patched or on bad input.")
+    validate.add_argument("pool", help="the GpuNodePool's name")
+    validate.add_argument("hosts", nargs="*", metavar="NODE=SCENARIO",
+                          help="host scenario per node (default healthy-rhel89); e.g. kwok-t4-2=nouveau-loaded")
+    validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
+    validate.set_defaults(func=run_validate)
 
 
 def _node_set(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -97,3 +125,235 @@ def run_nodes(args: argparse.Namespace) -> int:
         gpu = f"{shape.gpu_count}x {shape.gpu_product}" if shape.gpu_count else "no GPU"
         print(f"{name}: {shape.instance_type}, {gpu}, Ready")
     return 0
+
+
+def _scenarios(pairs: list[str]) -> dict[str, str]:
+    scenarios = {}
+    for pair in pairs:
+        node, sep, scenario = pair.partition("=")
+        if not sep or not node or not scenario:
+            raise ValueError(f"{pair!r}: write NODE=SCENARIO, e.g. kwok-t4-2=nouveau-loaded")
+        scenarios[node] = scenario
+    return scenarios
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from rankops.devcluster.node_validators import run_validators
+
+    if not args.kubeconfig or not Path(args.kubeconfig).exists():
+        print("rankops dev validate: no kubeconfig: set KUBECONFIG or pass --kubeconfig PATH", file=sys.stderr)
+        return 2
+    try:
+        verdicts = run_validators(args.kubeconfig, args.pool, _scenarios(args.hosts))
+    except (ValueError, TimeoutError) as exc:
+        print(f"rankops dev validate: {exc}", file=sys.stderr)
+        return 2
+    for verdict in verdicts:
+        print(verdict.summary)
+    return max((v.exit_code for v in verdicts), default=0)
+
+
+# --- rankops dev demo ---------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
+DEMO_POOL = EXAMPLES / "gpunodepool-t4.yaml"
+DEMO_MODEL = EXAMPLES / "rankingmodel-ctr-ranker.yaml"
+# Three g4dn (T4) nodes for the example pool, one of them fresh from install with nouveau bound
+# to the GPU; the example model wants 2 replicas, so it is Ready on the two healthy ones. The L4
+# and CPU nodes are outside the pool's selector.
+DEMO_NODES = [("kwok-t4-0", "t4"), ("kwok-t4-1", "t4"), ("kwok-t4-2", "t4"), ("kwok-l4-0", "l4"),
+              ("kwok-cpu-0", "cpu")]
+DEMO_FAILING_NODE = "kwok-t4-2"
+DEMO_HOSTS = {DEMO_FAILING_NODE: "nouveau-loaded"}
+GET_ALL = ["get", "gpunodepools,rankingmodels", "-A"]
+NODE_COLUMNS = ("custom-columns=NAME:.metadata.name,INSTANCE:.metadata.labels.node\\.kubernetes\\.io/instance-type,"
+                "POOL:.metadata.labels.rankops\\.io/pool,GPU-READY:.metadata.labels.rankops\\.io/gpu-ready,"
+                "DRIVER:.metadata.labels.rankops\\.io/driver-version,CUDA:.metadata.labels.rankops\\.io/cuda-version,"
+                "OS:.metadata.labels.rankops\\.io/os,TAINTS:.spec.taints[*].key")
+
+
+def demo_progress(pool: dict[str, Any] | None, model: dict[str, Any] | None) -> tuple:
+    """What the demo prints a new table for: the pool's counts and the model's phase and readiness."""
+    ps = (pool or {}).get("status") or {}
+    ms = (model or {}).get("status") or {}
+    return (tuple(ps.get(k) for k in ("nodes", "ready", "failing", "pending")),
+            ms.get("phase"), ms.get("ready"),
+            tuple((c.get("type"), c.get("status"), c.get("reason")) for c in ms.get("conditions") or []))
+
+
+def model_ready(model: dict[str, Any] | None) -> bool:
+    status = (model or {}).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return status.get("phase") == "Ready" and ready.get("status") == "True"
+
+
+class _Demo:
+    """The demo's shell: kubectl of the built release against the local cluster, and a clock."""
+
+    def __init__(self, plane: Any, timeout: float) -> None:
+        self.plane = plane
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", flush=True)
+
+    def kubectl(self, *args: str, show: bool = True, check: bool = True) -> str:
+        done = subprocess.run([str(self.plane.bin_dir / "kubectl"), *args], env=self.env,
+                              capture_output=True, text=True, timeout=60)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        if show:
+            print(f"$ kubectl {' '.join(args)}\n{(done.stdout or done.stderr).rstrip()}", flush=True)
+        return done.stdout
+
+    def wait(self, what: str, read: Callable[[], tuple[dict | None, dict | None]],
+             done: Callable[[dict | None, dict | None], bool]) -> None:
+        """Poll `read` (pool, model) until `done(pool, model)`, printing the pools and models table
+        whenever their status changes."""
+        deadline = time.monotonic() + self.timeout
+        last = None
+        while True:
+            pool, model = read()
+            key = demo_progress(pool, model)
+            if key != last:
+                last = key
+                self.kubectl(*GET_ALL)
+            if done(pool, model):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not reached after {self.timeout:.0f}s")
+            time.sleep(1.0)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from rankops.devcluster.cluster import local_cluster
+    from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
+                                                     service_account_kubeconfig)
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it like Ctrl-C
+    try:
+        with local_cluster(DEMO_NODES, keep=args.keep) as plane:
+            demo = _Demo(plane, args.timeout)
+            demo.say(f"control plane up with nodes {', '.join(name for name, _ in DEMO_NODES)}")
+            # The admission policy that limits each validator to its own node is on, as it should be
+            # in production: the simulated validators below patch with their pods' bound tokens.
+            install_chart(str(plane.kubeconfig), bin_dir=plane.bin_dir,
+                          values=("validator.restrictToOwnNode=true",))
+            operator = OperatorProcess(service_account_kubeconfig(str(plane.kubeconfig),
+                                                                  plane.work_dir / "operator.kubeconfig"),
+                                       plane.work_dir / "operator.log")
+            operator.start()
+            code = 130  # until the story has run
+            # Stopped before the API server: its open watches would hold the server's shutdown up.
+            try:
+                demo.say(f"chart installed; operator running as ServiceAccount "
+                         f"rankops-system/rankops-operator (log {operator.log_path})")
+                code = _story(demo, operator)
+                demo.say("done" if code == 0 else "failed")
+                plane.failed = code != 0  # a failed demo keeps its directory: logs, kubeconfig
+                if args.keep:
+                    _serve(demo, plane, operator)
+                return code
+            except KeyboardInterrupt:  # --keep ends here: the demo's own outcome stands
+                print("stopped", file=sys.stderr)
+                return code
+            finally:
+                operator.stop()
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
+    except (BinariesMissing, ControlPlaneError, RuntimeError, TimeoutError) as exc:
+        print(f"rankops dev demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _story(demo: _Demo, operator: Any) -> int:
+    from kubernetes import client
+
+    from rankops.devcluster.cluster import api_client
+    from rankops.devcluster.node_validators import run_validators
+
+    api = api_client(demo.plane.kubeconfig)
+    custom = client.CustomObjectsApi(api)
+    pool_name, model_ns, model_name = _names()
+
+    def read(get: Callable[..., dict], *where: str) -> dict | None:
+        try:
+            return get("rankops.io", "v1alpha1", *where)
+        except client.exceptions.ApiException:  # not created yet
+            return None
+
+    def state() -> tuple[dict | None, dict | None]:
+        return (read(custom.get_cluster_custom_object, "gpunodepools", pool_name),
+                read(custom.get_namespaced_custom_object, model_ns, "rankingmodels", model_name))
+
+    def pool_status(pool: dict | None) -> dict:
+        return (pool or {}).get("status") or {}
+
+    try:
+        demo.say(f"apply the example pool: {DEMO_POOL.relative_to(EXAMPLES.parents[1])}")
+        demo.kubectl("apply", "-f", str(DEMO_POOL))
+        demo.wait("the operator sees the pool's nodes", state, lambda pool, _: pool_status(pool).get("nodes", 0) > 0)
+        demo.say(f"validator pods run on the pool's nodes; kwok runs no containers, so run each pod's "
+                 f"validate-node on a sample host ({DEMO_FAILING_NODE}: nouveau loaded, others healthy)")
+        for verdict in run_validators(demo.plane.kubeconfig, pool_name, DEMO_HOSTS, timeout=demo.timeout):
+            print(f"  {verdict.summary}")
+            if verdict.exit_code == 2:
+                raise RuntimeError(f"the validator could not patch {verdict.node} (see the messages above)")
+            for check in (verdict.report.blocking if verdict.report else [])[:1]:
+                print(f"    {check.id}: {check.observed}\n    remedy: {check.remedy}")
+        demo.wait("the pool's status counts the verdicts", state, lambda pool, _: pool_status(pool).get("pending") == 0)
+        demo.kubectl("get", "nodes", "-o", NODE_COLUMNS)
+
+        demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}")
+        demo.kubectl("create", "namespace", model_ns, show=False, check=False)
+        demo.kubectl("apply", "-f", str(DEMO_MODEL))
+        demo.wait(f"RankingModel {model_ns}/{model_name} Ready", state, lambda _, model: model_ready(model))
+        demo.kubectl("get", "pods", "-n", model_ns, "-o", "wide")
+        demo.say(f"RankingModel {model_ns}/{model_name} is Ready, on validated nodes only")
+        return 0
+    except Exception as exc:  # noqa: BLE001 - any failure ends in the same diagnostics
+        print(f"\nrankops dev demo: FAILED: {exc!r}\n", file=sys.stderr, flush=True)
+        _diagnose(demo, operator, model_ns, model_name)
+        return 1
+    finally:
+        api.close()
+
+
+def _names() -> tuple[str, str, str]:
+    import yaml
+
+    pool = yaml.safe_load(DEMO_POOL.read_text())
+    model = yaml.safe_load(DEMO_MODEL.read_text())
+    return pool["metadata"]["name"], model["metadata"]["namespace"], model["metadata"]["name"]
+
+
+def _diagnose(demo: _Demo, operator: Any, namespace: str, model: str) -> None:
+    print("--- operator log (tail) ---", file=sys.stderr)
+    print(operator.log_tail(80), file=sys.stderr)
+    for args in (GET_ALL, ["get", "pods,deployments", "-n", namespace, "-o", "wide"],
+                 ["describe", "rankingmodel", "-n", namespace, model],
+                 ["get", "events", "-A", "--sort-by=.lastTimestamp"]):
+        try:
+            out = demo.kubectl(*args, show=False, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            out = str(exc)
+        print(f"--- kubectl {' '.join(args)} ---\n{out.rstrip()[-6000:]}", file=sys.stderr, flush=True)
+
+
+def _serve(demo: _Demo, plane: Any, operator: Any) -> None:
+    """--keep: leave it all running for the user until Ctrl-C."""
+    pool_name = _names()[0]
+    print(f"\nexport KUBECONFIG={plane.kubeconfig}\n"
+          f"export PATH={plane.bin_dir}:$PATH   # kubectl, helm, kwok of this release\n"
+          f"operator log: {operator.log_path}\n"
+          f"try: kubectl get gnp,rm -A -o wide; kubectl get nodes --show-labels\n"
+          f"     rankops dev validate {pool_name} {DEMO_FAILING_NODE}=healthy-rhel89   # fix the node\n"
+          "running; Ctrl-C to stop", flush=True)
+    while True:
+        time.sleep(1.0)
+        plane.check_alive()
+        if not operator.running:
+            raise RuntimeError(f"the operator exited:\n{operator.log_tail()}")

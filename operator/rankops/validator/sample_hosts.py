@@ -198,6 +198,7 @@ class Scenario:
     requirements: dict = field(default_factory=dict)
     ready: bool = True
     blocking: tuple[str, ...] = ()  # the required checks expected to fail or be unknown
+    nvidia_smi: bool = True  # False where nvidia-smi fails: no nvidia module loaded, or NVML mismatch
 
 
 T4_REQUIREMENTS = {"minDriverVersion": "535.104.05", "cudaVersion": "12.2", "gpuProducts": ["Tesla-T4"],
@@ -215,11 +216,11 @@ SCENARIOS: dict[str, Scenario] = {
         "sys/module/nvidia": None,
         "etc/modprobe.d/blacklist-nouveau.conf": None,
         "proc/cmdline": f"BOOT_IMAGE=(hd0,gpt2)/boot/vmlinuz-{KERNEL} root=UUID=d35fe619 ro console=ttyS0,115200n8\n",
-    }, ready=False, blocking=("nouveau", "nvidia-module", "nvml")),
+    }, ready=False, blocking=("nouveau", "nvidia-module", "nvml"), nvidia_smi=False),
     "driver-mismatch": Scenario("dnf update replaced the libraries with 535.129.03; the old module is still loaded", {
         **{path: None for path in driver_libraries(DRIVER)},
         **driver_libraries("535.129.03"),
-    }, ready=False, blocking=("nvml",)),
+    }, ready=False, blocking=("nvml",), nvidia_smi=False),
     "secureboot-unsigned": Scenario("Secure Boot on, DKMS-built module unsigned (taint E)", {
         f"sys/firmware/efi/efivars/SecureBoot-{EFI_GUID}": efi_var(1),
         "sys/module/nvidia/taint": "POE\n",
@@ -242,7 +243,7 @@ SCENARIOS: dict[str, Scenario] = {
         "proc/driver/nvidia": None,
         "sys/module/nvidia": None,
         "usr/lib/modules/4.18.0-553.el8_10.x86_64/kernel/fs/xfs/xfs.ko.xz": Bytes(b"\xfd7zXZ\x00"),
-    }, ready=False, blocking=("nvidia-module", "nvml", "dkms")),
+    }, ready=False, blocking=("nvidia-module", "nvml", "dkms"), nvidia_smi=False),
     "libraries-unlisted": Scenario("driver libraries in /usr/lib64/nvidia, which ld.so.conf does not list", {
         **{path: None for path in driver_libraries(DRIVER)},
         **driver_libraries(DRIVER, "usr/lib64/nvidia"),
@@ -267,6 +268,11 @@ SCENARIOS: dict[str, Scenario] = {
         "sys/fs/selinux/enforce": "",
     }, ready=False, blocking=("os", "nouveau", "nvidia-module", "nvml", "dkms", "selinux")),
 }
+
+
+def nvidia_smi_xml(scenario: str) -> Path | None:
+    """The `nvidia-smi -q -x` output of the scenario's GPU, or None where nvidia-smi would fail."""
+    return NVIDIA_SMI_T4 if SCENARIOS[scenario].nvidia_smi else None
 
 
 def write_entry(root: Path, relative: str, content) -> None:

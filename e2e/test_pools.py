@@ -1,0 +1,328 @@
+"""GpuNodePools against a live API server: the validator DaemonSet the operator makes, the verdicts
+its pods write, the pool status and columns a user reads, and models placed only on validated nodes.
+
+kwok runs the validator pods but no containers, so each test runs what the pods would
+(`rankops.devcluster.node_validators`): the pod's own command line, against a sample RHEL 8 host,
+patching the node with the pod's bound token. The two T4 nodes of the e2e set are the pool; the
+L4 and CPU nodes are outside its selector. Pools are cluster-scoped: each test makes its own,
+deletes it, and leaves the nodes without rankops labels, annotation or taint.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from e2e import models
+from e2e.support import wait_for
+from rankops.api.gpunodepool import NodeRequirements
+from rankops.devcluster.node_validators import HEALTHY, run_validators
+from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
+from rankops.render import names
+from rankops.validator.daemonset import HOST_ROOT, validator_name
+from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_OS, LABEL_POOL,
+                                    LABEL_READY, TAINT_EFFECT, TAINT_KEY)
+from rankops.validator.report import requirements_digest
+from rankops.validator.sample_hosts import DRIVER, T4_REQUIREMENTS
+
+pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+
+GROUP, VERSION, PLURAL = "rankops.io", "v1alpha1", "gpunodepools"
+T4 = "Tesla-T4"
+SELECTOR = {"nvidia.com/gpu.product": T4}
+RANKOPS_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS)
+TIMEOUT = 60  # the operator re-reads pools every 2 s
+
+
+@pytest.fixture
+def operator_logs_no_errors(operator):
+    """Whatever a test does, the operator must not log an ERROR or a traceback doing it."""
+    before = len(operator.errors())
+    yield
+    assert operator.errors()[before:] == []
+
+
+@pytest.fixture
+def t4_nodes(k8s, gpu_nodes) -> tuple[str, str]:
+    """The two T4 nodes, free of rankops marks before and after the test."""
+    nodes = gpu_nodes.by_product[T4]
+    assert len(nodes) == 2, gpu_nodes
+    for node in nodes:
+        _clear_node(k8s, node)
+    yield nodes
+    for node in nodes:
+        _clear_node(k8s, node)
+
+
+@pytest.fixture
+def make_pool(request, k8s, operator, t4_nodes):
+    """make_pool(taint=True, **spec) -> the created GpuNodePool over the T4 nodes; deleted afterwards."""
+    created: list[str] = []
+
+    def make(taint: bool = True, **spec: Any) -> dict:
+        slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:30].strip("-")
+        name = f"e2e-{slug}-{secrets.token_hex(3)}"
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuNodePool", "metadata": {"name": name},
+                "spec": {"nodeSelector": SELECTOR, "requirements": T4_REQUIREMENTS,
+                         "taintFailingNodes": taint, **spec}}
+        created.append(name)
+        return k8s.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+
+    yield make
+    for name in created:
+        try:
+            k8s.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    # The operator's finalizer must not hold deletion up while it runs.
+    for name in created:
+        wait_for(lambda: _gone(lambda: _pool(k8s, name)), 30, f"GpuNodePool {name} deleted")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def _pool(k8s, name: str) -> dict:
+    return k8s.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+
+def _gone(read) -> bool:
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def _clear_node(k8s, name: str) -> None:
+    node = k8s.core.read_node(name)
+    patch: dict[str, Any] = {"metadata": {"labels": {k: None for k in RANKOPS_LABELS},
+                                          "annotations": {ANNOTATION_REPORT: None}}}
+    taints = node.spec.taints or []
+    if any(t.key == TAINT_KEY for t in taints):
+        patch["spec"] = {"taints": [k8s.api_client.sanitize_for_serialization(t) for t in taints
+                                    if t.key != TAINT_KEY]}
+    k8s.core.patch_node(name, patch)
+
+
+def _wait_pool(k8s, name: str, predicate, what: str) -> dict:
+    """Wait until predicate(status) holds on a status computed for the pool's current generation."""
+    last: dict[str, Any] = {}
+
+    def check():
+        pool = last["pool"] = _pool(k8s, name)
+        status = pool.get("status") or {}
+        return pool if status.get("observedGeneration") == pool["metadata"]["generation"] \
+            and predicate(status) else None
+
+    try:
+        return wait_for(check, TIMEOUT, f"GpuNodePool {name}: {what}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nlast status: {json.dumps((last.get('pool') or {}).get('status'))}") from None
+
+
+def _condition(status: dict, kind: str) -> dict:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+def _daemonset(k8s, pool: str):
+    return wait_for(lambda: k8s.apps.read_namespaced_daemon_set(validator_name(pool), RELEASE_NAMESPACE),
+                    TIMEOUT, f"validator DaemonSet of {pool}")
+
+
+def _validate(cluster, pool: str, hosts: dict[str, str]) -> dict[str, int]:
+    """Run the pool's validator pods' work on the simulated hosts; {node: exit code}."""
+    return {v.node: v.exit_code for v in run_validators(cluster.kubeconfig, pool, hosts, timeout=TIMEOUT)}
+
+
+def _node_marks(k8s, name: str) -> tuple[dict[str, str], dict, list[tuple[str, str]]]:
+    """(rankops labels, the report annotation parsed, taints as (key, effect))."""
+    node = k8s.core.read_node(name)
+    labels = {k: v for k, v in (node.metadata.labels or {}).items() if k.startswith("rankops.io/")}
+    report = json.loads((node.metadata.annotations or {}).get(ANNOTATION_REPORT, "null"))
+    return labels, report, [(t.key, t.effect) for t in node.spec.taints or []]
+
+
+def _columns(cluster, name: str) -> dict[str, str]:
+    """`kubectl get gnp NAME -o wide` as {column: value}: what a user sees."""
+    done = subprocess.run([cluster.tool("kubectl"), "get", "gnp", name, "-o", "wide"],
+                          env=cluster.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()[:2]
+    return dict(zip(header.split(), row.split()))
+
+
+def _pool_events(k8s, name: str) -> list[Any]:
+    selector = f"involvedObject.kind=GpuNodePool,involvedObject.name={name}"
+    return k8s.core.list_event_for_all_namespaces(field_selector=selector).items
+
+
+def _wait_gpus_free(k8s, nodes: tuple[str, ...]) -> None:
+    """Pods of earlier tests (namespaces deleted in the background) may still hold the T4 GPUs."""
+    def free():
+        for node in nodes:
+            for pod in k8s.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+                if any((c.resources.limits or {}).get("nvidia.com/gpu") for c in pod.spec.containers):
+                    return False
+        return True
+    wait_for(free, TIMEOUT, f"no pod holding a GPU on {', '.join(nodes)}")
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+def test_pool_runs_a_read_only_validator_on_exactly_its_nodes(k8s, make_pool, t4_nodes):
+    pool = make_pool()
+    name = pool["metadata"]["name"]
+    ds = _daemonset(k8s, name)
+
+    assert [(r.kind, r.name, r.uid, r.controller) for r in ds.metadata.owner_references or []] == \
+        [("GpuNodePool", name, pool["metadata"]["uid"], True)]
+    spec = ds.spec.template.spec
+    assert spec.node_selector == SELECTOR
+    assert spec.service_account_name == VALIDATOR_SERVICE_ACCOUNT
+    assert not spec.host_network and not spec.host_pid
+    assert any(t.key == TAINT_KEY and t.operator == "Exists" for t in spec.tolerations), \
+        "the validator must keep running on the nodes it taints"
+    [container] = spec.containers
+    [host_mount] = [m for m in container.volume_mounts if m.mount_path == HOST_ROOT]
+    assert host_mount.read_only is True
+    [host_volume] = [v for v in spec.volumes if v.name == host_mount.name]
+    assert host_volume.host_path.path == "/"
+    assert all(v.host_path is None for v in spec.volumes if v.name != host_mount.name)
+    security = container.security_context
+    assert security.read_only_root_filesystem and security.run_as_non_root and not security.privileged
+    args = container.args
+    assert args[args.index("--pool-name") + 1] == name and "--taint-failing-nodes" in args
+    requirements = NodeRequirements.model_validate(json.loads(args[args.index("--requirements") + 1]))
+    assert requirements_digest(requirements) == \
+        requirements_digest(NodeRequirements.model_validate(T4_REQUIREMENTS))
+
+    # kwok runs the pods: one on each T4 node, none on the L4 or CPU nodes.
+    selector = ",".join(f"{k}={v}" for k, v in ds.spec.selector.match_labels.items())
+
+    def placed():
+        pods = k8s.core.list_namespaced_pod(RELEASE_NAMESPACE, label_selector=selector).items
+        nodes = sorted(p.spec.node_name or "" for p in pods if p.status.phase == "Running")
+        return nodes if nodes == sorted(t4_nodes) and len(pods) == 2 else None
+    wait_for(placed, TIMEOUT, f"validator pods Running on {t4_nodes} only")
+
+    status = _wait_pool(k8s, name, lambda s: s.get("nodes") == 2, "2 nodes matched").get("status")
+    assert (status["ready"], status["failing"], status["pending"]) == (0, 0, 2)
+    ready = _condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "ValidationPending")
+
+
+def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(cluster, k8s, namespace,
+                                                                          make_pool, t4_nodes):
+    good, bad = t4_nodes
+    name = make_pool()["metadata"]["name"]
+
+    assert _validate(cluster, name, {bad: "nouveau-loaded"}) == {good: 0, bad: 1}
+
+    labels, report, taints = _node_marks(k8s, good)
+    assert labels == {LABEL_READY: "true", LABEL_POOL: name, LABEL_DRIVER: DRIVER, LABEL_CUDA: "12.2",
+                      LABEL_OS: "rhel-8.9"}
+    assert report["ready"] is True and report["node"] == good and report["pool"] == name
+    assert (TAINT_KEY, TAINT_EFFECT) not in taints
+    labels, report, taints = _node_marks(k8s, bad)
+    assert labels[LABEL_READY] == "false" and labels[LABEL_POOL] == name
+    assert LABEL_DRIVER not in labels, "no nvidia module is loaded: no driver version to show"
+    assert report["ready"] is False and "nouveau" in report["blocking"]
+    nouveau = next(c for c in report["checks"] if c["id"] == "nouveau")
+    assert nouveau["status"] == "fail" and "blacklist" in nouveau["remedy"]
+    assert (TAINT_KEY, TAINT_EFFECT) in taints
+
+    status = _wait_pool(k8s, name, lambda s: s.get("pending") == 0, "verdicts counted")["status"]
+    assert (status["nodes"], status["ready"], status["failing"]) == (2, 1, 1)
+    by_check = {entry["check"]: entry for entry in status["failingByCheck"]}
+    assert {"nouveau", "nvidia-module", "nvml"} <= set(by_check)
+    assert by_check["nouveau"]["count"] == 1 and by_check["nouveau"]["nodes"] == [bad]
+    assert good not in {n for entry in status["failingByCheck"] for n in entry["nodes"]}
+    assert (_condition(status, "Ready")["status"], _condition(status, "Ready")["reason"]) == ("True", "NodesReady")
+    degraded = _condition(status, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "NodesFailing") and "nouveau" in degraded["message"]
+    columns = _columns(cluster, name)
+    assert {k: columns[k] for k in ("NODES", "READY", "FAILING", "PENDING", "TAINT")} == \
+        {"NODES": "2", "READY": "1", "FAILING": "1", "PENDING": "0", "TAINT": "true"}
+    warnings = wait_for(lambda: [e for e in _pool_events(k8s, name) if e.reason == "NodesFailing"],
+                        15, "a NodesFailing Event on the pool")
+    assert warnings[0].type == "Warning"
+
+    # A model on the pool gets pods on the validated node only, though the failing one has a free GPU.
+    _wait_gpus_free(k8s, t4_nodes)
+    models.create(k8s, namespace, models.model_manifest("pooled", replicas=2, nodePool=name))
+    selector = f"{names.LABEL_MODEL}=pooled"
+
+    def one_placed_one_refused():
+        pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
+        running = [p.spec.node_name for p in pods if p.status.phase == "Running"]
+        refused = [p for p in pods if not p.spec.node_name and any(
+            c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or [])]
+        return pods if running == [good] and len(refused) == 1 and len(pods) == 2 else None
+    pods = wait_for(one_placed_one_refused, TIMEOUT, f"one pod on {good}, one unschedulable")
+    template = k8s.apps.read_namespaced_deployment(names.deployment_name("pooled", names.STABLE), namespace)
+    assert template.spec.template.spec.node_selector == {LABEL_POOL: name, LABEL_READY: "true"}
+    assert bad not in {p.spec.node_name for p in pods}
+    rm = models.get(k8s, namespace, "pooled")
+    assert (rm.get("status") or {}).get("phase") != "Ready"
+
+    # The node is fixed (nouveau blacklisted, driver loaded) and re-validated: it rejoins the pool.
+    assert _validate(cluster, name, {bad: HEALTHY}) == {good: 0, bad: 0}
+    labels, report, taints = _node_marks(k8s, bad)
+    assert labels[LABEL_READY] == "true" and labels[LABEL_DRIVER] == DRIVER and report["ready"] is True
+    assert (TAINT_KEY, TAINT_EFFECT) not in taints
+    status = _wait_pool(k8s, name, lambda s: s.get("ready") == 2, "both nodes ready")["status"]
+    assert (status["failing"], status["pending"], status["failingByCheck"]) == (0, 0, [])
+    assert (_condition(status, "Degraded")["status"], _condition(status, "Degraded")["reason"]) == \
+        ("False", "NoFailingNodes")
+    assert _columns(cluster, name)["FAILING"] == "0"
+    models.wait_ready(k8s, namespace, "pooled")
+    pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
+    assert sorted(p.spec.node_name for p in pods) == sorted(t4_nodes)
+
+
+def test_without_taint_a_failing_node_is_only_labelled(cluster, k8s, make_pool, t4_nodes):
+    good, bad = t4_nodes
+    name = make_pool(taint=False)["metadata"]["name"]
+    assert "--taint-failing-nodes" not in _daemonset(k8s, name).spec.template.spec.containers[0].args
+
+    assert _validate(cluster, name, {bad: "selinux-boolean-off"}) == {good: 0, bad: 1}
+    labels, report, taints = _node_marks(k8s, bad)
+    assert labels[LABEL_READY] == "false" and report["blocking"] == ["selinux"]
+    assert (TAINT_KEY, TAINT_EFFECT) not in taints
+    status = _wait_pool(k8s, name, lambda s: s.get("pending") == 0, "verdicts counted")["status"]
+    assert status["failingByCheck"] == [{"check": "selinux", "count": 1, "nodes": [bad]}]
+    assert _columns(cluster, name)["TAINT"] == "false"
+
+
+def test_changed_requirements_make_old_verdicts_pending_until_revalidated(cluster, k8s, make_pool, t4_nodes):
+    name = make_pool()["metadata"]["name"]
+    assert set(_validate(cluster, name, {}).values()) == {0}
+    _wait_pool(k8s, name, lambda s: s.get("ready") == 2, "both nodes ready")
+    digest = _daemonset(k8s, name).spec.template.metadata.annotations["rankops.io/requirements-digest"]
+
+    # Models now need CUDA 12.4; driver 535 supports 12.2. Old verdicts no longer count.
+    k8s.custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, name,
+                                           {"spec": {"requirements": {"cudaVersion": "12.4"}}})
+    status = _wait_pool(k8s, name, lambda s: s.get("pending") == 2, "old verdicts pending")["status"]
+    assert (status["ready"], status["failing"]) == (0, 0)
+    assert _condition(status, "Ready")["status"] == "Unknown"
+    wait_for(lambda: _daemonset(k8s, name).spec.template.metadata.annotations["rankops.io/requirements-digest"]
+             != digest, TIMEOUT, "validator pods rolled to the new requirements")
+
+    assert set(_validate(cluster, name, {}).values()) == {1}  # waits for the DaemonSet's rollout
+    for node in t4_nodes:
+        labels, report, taints = _node_marks(k8s, node)
+        assert labels[LABEL_READY] == "false" and report["blocking"] == ["cuda"]
+        assert (TAINT_KEY, TAINT_EFFECT) in taints
+    status = _wait_pool(k8s, name, lambda s: s.get("failing") == 2, "both nodes failing on cuda")["status"]
+    assert status["failingByCheck"] == [{"check": "cuda", "count": 2, "nodes": sorted(t4_nodes)}]
+    ready = _condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NoReadyNodes") and "cuda" in ready["message"]
