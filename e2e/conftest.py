@@ -227,6 +227,15 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 OPERATOR_LOG: dict[str, Any] = {}
 
 
+@pytest.fixture
+def operator_logs_no_errors(operator: Any) -> Iterator[None]:
+    """Whatever a test does, the operator must not log an ERROR or a traceback doing it
+    (a 403 from RBAC the chart lacks shows up here first)."""
+    before = len(operator.errors())
+    yield
+    assert operator.errors()[before:] == []
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
     outcome = yield

@@ -65,7 +65,7 @@ def wait_status(k8s: Any, namespace: str, name: str, predicate, what: str, timeo
 
     try:
         return wait_for(check, timeout, what)
-    except TimeoutError as exc:
+    except AssertionError as exc:  # wait_for's timeout
         status = json.dumps((last.get("rm") or {}).get("status"), indent=1)[:3000]
         raise AssertionError(f"{exc}\nlast status of {namespace}/{name}:\n{status}") from None
 

@@ -37,6 +37,8 @@ def test_server_is_a_live_pinned_release(cluster):
 
 
 def test_simulated_nodes_look_like_rhel8_gpu_servers(k8s, gpu_nodes):
+    from rankops.devcluster.nodes import E2E_NODES, SHAPES
+
     assert len(gpu_nodes.by_product.get("Tesla-T4", ())) == 2
     assert len(gpu_nodes.by_product.get("NVIDIA-L4", ())) == 1
     for name in gpu_nodes.gpu:
@@ -44,7 +46,9 @@ def test_simulated_nodes_look_like_rhel8_gpu_servers(k8s, gpu_nodes):
         assert node.status.node_info.os_image == "Red Hat Enterprise Linux 8.9 (Ootpa)"
         assert node.status.node_info.kernel_version == "4.18.0-513.5.1.el8_9.x86_64"
         assert node.status.node_info.container_runtime_version == "cri-o://1.27.1"
-        assert node.status.allocatable["nvidia.com/gpu"] == "1"
+        shape = SHAPES[dict(E2E_NODES)[name]]
+        assert node.status.allocatable["nvidia.com/gpu"] == str(shape.gpu_count)
+        assert node.metadata.labels["nvidia.com/gpu.count"] == str(shape.gpu_count)
         assert int(node.metadata.labels["nvidia.com/gpu.memory"]) > 0
         assert node.metadata.labels["node.kubernetes.io/instance-type"]
     for name in gpu_nodes.cpu:

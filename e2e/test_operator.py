@@ -22,14 +22,6 @@ from rankops.render import names
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
 
 
-@pytest.fixture
-def operator_logs_no_errors(operator):
-    """Whatever a test does, the operator must not log an ERROR or a traceback doing it."""
-    before = len(operator.errors())
-    yield
-    assert operator.errors()[before:] == []
-
-
 def _deployment(k8s, namespace: str, model: str, track: str = names.STABLE):
     return k8s.apps.read_namespaced_deployment(names.deployment_name(model, track), namespace)
 

@@ -184,7 +184,8 @@ def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
     for ns in ("reco", "ads"):
         assert {r for _, r, _ in grants[ns]} >= NAMESPACED_APP_RESOURCES | {"rankingmodels/status", "events"}
         assert ("apps", "deployments", "create") in grants[ns]
-        assert ("", "pods", "delete") not in grants[ns], "pods are read-only"
+        assert ("", "pods", "patch") in grants[ns], "the canary traffic label"
+        assert not {("", "pods", "delete"), ("", "pods", "create")} & grants[ns], "pods belong to their owners"
 
 
 @pytest.mark.parametrize("combo", ["defaults", "namespaced"])

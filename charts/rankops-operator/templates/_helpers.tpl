@@ -159,10 +159,12 @@ fails the build on one).
   resources: [jobs]
   verbs: [get, list, watch, create, patch, delete]
 # Application: gate verdicts are read from the gate pods' termination messages; readiness of
-# serving pods decides when canary traffic may start. Read-only.
+# serving pods decides when canary traffic may start; patch only sets the rankops.io/traffic
+# label that puts a verified, Ready canary pod behind the serving Service (replicas mode).
+# Never create or delete: pods belong to their Deployments and Jobs.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 {{- if .Values.traffic.gatewayApi }}
 # Application (traffic.gatewayApi): exact canary weights as HTTPRoute backend weights.
 - apiGroups: [gateway.networking.k8s.io]

@@ -51,6 +51,11 @@ def install_chart(kubeconfig: str, *, bin_dir: Path | None = None, chart: Path =
     done = subprocess.run(helm, env=env, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"helm install failed: {done.stderr.strip()}")
+    established = [_tool("kubectl", bin_dir), "wait", "--for=condition=Established", "--timeout=60s",
+                   "crd/rankingmodels.rankops.io", "crd/gpunodepools.rankops.io"]
+    done = subprocess.run(established, env=env, capture_output=True, text=True, timeout=90)
+    if done.returncode != 0:
+        raise RuntimeError(f"the chart's CRDs are not Established: {done.stderr.strip()}")
     scale = [_tool("kubectl", bin_dir), "-n", namespace, "scale", "deployment",
              "-l", f"app.kubernetes.io/instance={release}", "--replicas=0"]
     done = subprocess.run(scale, env=env, capture_output=True, text=True, timeout=60)

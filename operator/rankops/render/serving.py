@@ -8,12 +8,11 @@ from urllib.parse import urlparse
 from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
 from rankops.render import names
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
+from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_REPOSITORY = "/models"
 TRITON_UID = 1000  # the triton-server user of NVIDIA's images
-POOL_LABEL = "rankops.io/pool"
-READY_LABEL = "rankops.io/gpu-ready"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 UNVALIDATED_TAINT = "rankops.io/gpu-unvalidated"
@@ -76,7 +75,8 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None) -> dict
     ]}
     if not pool_name:
         return placement
-    placement["nodeSelector"] = {POOL_LABEL: pool_name, READY_LABEL: "true"}
+    # The validator writes the pool label as a label value (63 chars at most): select the same.
+    placement["nodeSelector"] = {LABEL_POOL: label_value(pool_name), LABEL_READY: "true"}
     terms = []
     products = getattr(pool_requirements, "gpu_products", None) if pool_requirements else None
     if products:

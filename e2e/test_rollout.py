@@ -1,0 +1,173 @@
+"""Gated version rollout against a live API server.
+
+kwok runs no containers, so each gate Job's pod reports what a real gate would: the test sets,
+through the user-facing `rollout.<gate>.podAnnotations`, the exit code and the termination
+message (a real verdict, built with the gates' own Verdict) that kwok's pod-sim-exit stage plays
+back. Everything else (Deployments, Jobs, phases, status, Events) is the operator's own doing.
+"""
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from e2e import models
+from e2e.support import wait_for
+from rankops.gates.verdict import Verdict
+from rankops.render import names
+
+pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
+
+ROLLOUT_TIMEOUT = 120
+
+
+def _sim(verdict: Verdict, duration: str | None = None) -> dict[str, str]:
+    """Pod annotations that make kwok end a gate pod the way this verdict would."""
+    annotations = {"sim.rankops.io/exit-code": str(verdict.exit_code),
+                   "sim.rankops.io/termination-message": verdict.to_json()}
+    if duration:
+        annotations["sim.rankops.io/duration"] = duration
+    return annotations
+
+
+WARMUP_PASS = Verdict("warmup", "pass", "WithinBound", "2000 requests, 0 errors, p99 6.1 ms <= 15 ms",
+                      {"requests": 2000, "errors": 0, "p99Ms": 6.1})
+EQUIVALENCE_PASS = Verdict("equivalence", "pass", "Equivalent",
+                           "max abs 1.1e-04, top-50 overlap 0.998, kendall tau 0.997",
+                           {"maxAbsError": 1.1e-4, "topKOverlap": 0.998, "rankCorrelation": 0.997})
+EQUIVALENCE_FAIL = Verdict("equivalence", "fail", "RankingDisagrees",
+                           "top-50 overlap 0.479 < 0.95; kendall tau 0.226 < 0.9",
+                           {"maxAbsError": 0.41, "topKOverlap": 0.479, "rankCorrelation": 0.226})
+
+
+def _rollout(equivalence: Verdict = EQUIVALENCE_PASS, equivalence_duration: str | None = None) -> dict:
+    return {
+        "warmup": {"podAnnotations": _sim(WARMUP_PASS)},
+        "equivalence": {"podAnnotations": _sim(equivalence, equivalence_duration)},
+        "canary": {"weight": 50, "durationSeconds": 3},
+        "gateJobs": {"timeoutSeconds": 120},
+    }
+
+
+def _phase(rm: dict) -> str | None:
+    return ((rm.get("status") or {}).get("rollout") or {}).get("phase")
+
+
+def _watch_phases(k8s, namespace: str, name: str, version: str, until: set[str],
+                  timeout: float = ROLLOUT_TIMEOUT) -> tuple[list[str], dict, set[str]]:
+    """Poll the phase of the rollout to `version` until it is in `until`; returns the phases seen,
+    in order, the object, and the phases in which a canary pod was behind the serving Service."""
+    seen: list[str] = []
+    serving: set[str] = set()
+
+    def check():
+        rm = models.get(k8s, namespace, name)
+        if ((rm.get("status") or {}).get("rollout") or {}).get("version") != version:
+            return None
+        phase = _phase(rm)
+        if phase and (not seen or seen[-1] != phase):
+            seen.append(phase)
+        if phase and _canary_serving(k8s, namespace, name):
+            serving.add(phase)
+        return rm if phase in until else None
+
+    try:
+        rm = wait_for(check, timeout, f"rollout of {name} reaching {sorted(until)}", interval=0.2)
+    except AssertionError as exc:  # wait_for's timeout
+        raise AssertionError(f"{exc}; phases seen {seen}; status {models.get(k8s, namespace, name).get('status')}") from None
+    return seen, rm, serving
+
+
+def _canary_serving(k8s, namespace: str, model: str) -> bool:
+    pods = k8s.core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_MODEL}={model},"
+                                                                  f"{names.LABEL_TRACK}={names.CANARY}").items
+    return any((p.metadata.labels or {}).get(names.LABEL_TRAFFIC) == "on" for p in pods)
+
+
+def _gate_jobs(k8s, namespace: str, model: str) -> list:
+    return k8s.batch.list_namespaced_job(namespace, label_selector=f"{names.LABEL_MODEL}={model},"
+                                                                    "app.kubernetes.io/name=rankops-gate").items
+
+
+def _stable(k8s, namespace: str, model: str):
+    return k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.STABLE), namespace)
+
+
+def _canary_gone(k8s, namespace: str, model: str) -> bool:
+    try:
+        k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.CANARY), namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespace, operator):
+    versions = ("1", "2", "3")
+    models.create(k8s, namespace, models.model_manifest("ranker", version="1", versions=versions, replicas=2,
+                                                        rollout=_rollout()))
+    models.wait_ready(k8s, namespace, "ranker")
+
+    # v1 -> v2: both gates pass, the canary holds its weight, then it is promoted.
+    models.patch_spec(k8s, namespace, "ranker", {"version": "2"})
+    seen, rm, serving = _watch_phases(k8s, namespace, "ranker", "2", {"Promoted", "RolledBack"})
+    assert seen[-1] == "Promoted", (seen, rm["status"])
+    # Traffic reached the canary only once both gates had passed.
+    assert "Canary" in serving and not serving & {"CanaryStarting", "Warming", "Verifying"}, serving
+    for phase in ("Warming", "Verifying", "Canary"):
+        assert phase in seen, seen
+    assert seen.index("Warming") < seen.index("Verifying") < seen.index("Canary") < seen.index("Promoted")
+    gates = {g["gate"]: g for g in rm["status"]["gates"] if g.get("version", "2") == "2"}
+    assert gates["warmup"]["outcome"] == "pass" and gates["equivalence"]["outcome"] == "pass", rm["status"]["gates"]
+    rm = models.wait_status(k8s, namespace, "ranker", lambda rm: rm["status"].get("phase") == "Ready"
+                            and rm["status"].get("stableVersion") == "2" and rm["status"].get("ready") == "2/2",
+                            "v2 stable and Ready")
+    wait_for(lambda: _canary_gone(k8s, namespace, "ranker"), 30, "canary Deployment removed after promotion")
+    stable = _stable(k8s, namespace, "ranker")
+    assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
+    jobs = _gate_jobs(k8s, namespace, "ranker")
+    assert sorted(j.metadata.labels[names.LABEL_GATE] for j in jobs) == ["equivalence", "warmup"]
+    reasons = {e.reason for e in models.events_for(k8s, namespace, "ranker")}
+    assert "Promoted" in reasons, reasons
+
+    # v2 -> v3: equivalence fails; v2 keeps serving, untouched, and the status says why.
+    generation_before = stable.metadata.generation
+    patch = _rollout(equivalence=EQUIVALENCE_FAIL)
+    models.patch_spec(k8s, namespace, "ranker", {"version": "3", "rollout": patch})
+    seen, rm, serving = _watch_phases(k8s, namespace, "ranker", "3", {"Promoted", "RolledBack"})
+    assert seen[-1] == "RolledBack", (seen, rm["status"])
+    assert "Canary" not in seen and not serving, (seen, serving)  # no traffic to an unverified version
+    status = rm["status"]
+    assert status["stableVersion"] == "2"
+    degraded = models.condition(rm, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "RolledBack"
+    assert "0.479" in status["rollout"]["message"] or "0.479" in degraded["message"], status
+    failed = [g for g in status["gates"] if g["gate"] == "equivalence" and g["outcome"] == "fail"]
+    assert failed and failed[-1]["metrics"]["topKOverlap"] == 0.479, status["gates"]
+    wait_for(lambda: _canary_gone(k8s, namespace, "ranker"), 30, "canary removed after rollback")
+    stable = _stable(k8s, namespace, "ranker")
+    assert stable.metadata.generation == generation_before
+    assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
+    assert stable.status.ready_replicas == 2
+    reasons = {e.reason for e in models.events_for(k8s, namespace, "ranker")}
+    assert "RolledBack" in reasons, reasons
+
+
+def test_operator_killed_while_verifying_resumes_without_duplicate_jobs(k8s, namespace, operator):
+    models.create(k8s, namespace, models.model_manifest("resume", version="1", versions=("1", "2"),
+                                                        rollout=_rollout(equivalence_duration="8s")))
+    models.wait_ready(k8s, namespace, "resume")
+    models.patch_spec(k8s, namespace, "resume", {"version": "2"})
+    seen, _, _ = _watch_phases(k8s, namespace, "resume", "2", {"Verifying"}, timeout=60)
+    operator.kill()
+    try:
+        jobs_before = {j.metadata.name: j.metadata.uid for j in _gate_jobs(k8s, namespace, "resume")}
+        assert len(jobs_before) == 2, jobs_before
+    finally:
+        operator.start()
+    seen_after, rm, _ = _watch_phases(k8s, namespace, "resume", "2", {"Promoted", "RolledBack"})
+    assert seen_after[-1] == "Promoted", (seen_after, rm["status"])
+    jobs_after = {j.metadata.name: j.metadata.uid for j in _gate_jobs(k8s, namespace, "resume")}
+    assert jobs_after == jobs_before  # the same two Jobs, not re-created
+    models.wait_status(k8s, namespace, "resume", lambda rm: rm["status"].get("stableVersion") == "2"
+                       and rm["status"].get("phase") == "Ready", "v2 stable after the resumed rollout")
