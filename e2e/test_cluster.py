@@ -166,3 +166,19 @@ def test_daemonset_gets_one_pod_per_matching_node(k8s, namespace, gpu_nodes):
                           k8s.core.list_node(label_selector="nvidia.com/gpu.present=true").items)
     assert nodes == gpu_labelled
     assert set(gpu_nodes.gpu) <= set(nodes) and not set(gpu_nodes.cpu) & set(nodes)
+
+
+def test_simulated_nodes_renew_their_leases(k8s, gpu_nodes):
+    """Without Lease renewals the node lifecycle controller marks every node NotReady ~40 s
+    after its last status update, and every pod with it: long tests would fail at random."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    leases = {lease.metadata.name: lease for lease in
+              client.CoordinationV1Api(k8s.api_client).list_namespaced_lease("kube-node-lease").items}
+    now = dt.datetime.now(dt.timezone.utc)
+    for name in gpu_nodes.gpu + gpu_nodes.cpu:
+        assert name in leases, f"node {name} has no Lease"
+        renewed = leases[name].spec.renew_time
+        assert renewed and (now - renewed).total_seconds() < 40, (name, renewed)

@@ -266,6 +266,9 @@ class LocalControlPlane:
             "--config=" + ",".join(str(p) for p in stages),
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
             f"--cidr={POD_CIDR}",
+            # kwok renews node Leases only when given a duration; without them the node lifecycle
+            # controller marks every node NotReady ~40 s after its last status update.
+            "--node-lease-duration-seconds=40",
         ], env={"KWOK_WORKDIR": str(self.work_dir / "kwok")})  # ignore a user's ~/.kwok config
 
         # The controller-manager is running once it has made the default ServiceAccount.
