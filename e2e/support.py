@@ -77,3 +77,16 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
             detail = f"last error: {last_error!r}" if last_error else f"last value: {last!r}"
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; {detail}")
         time.sleep(interval)
+
+
+def gone(read: Callable[[], Any]) -> bool:
+    """True when `read()` answers 404 (the object is gone); other API errors propagate."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False

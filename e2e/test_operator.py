@@ -12,10 +12,9 @@ import time
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from e2e import models
-from e2e.support import wait_for
+from e2e.support import gone, wait_for
 from rankops.commands.render import render_documents
 from rankops.render import names
 
@@ -32,16 +31,6 @@ def _children(k8s, namespace: str, model: str) -> dict[str, object]:
         "Deployment": _deployment(k8s, namespace, model),
         "Service": k8s.core.read_namespaced_service(names.serving_service_name(model), namespace),
     }
-
-
-def _gone(read) -> bool:
-    try:
-        read()
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
 
 
 def _kubectl_apply(cluster, namespace: str, body: dict) -> subprocess.CompletedProcess[str]:
@@ -68,7 +57,7 @@ def test_api_server_rejects_bad_models_naming_the_field(cluster, k8s, namespace,
     done = _kubectl_apply(cluster, namespace, body)
     assert done.returncode != 0, f"accepted: {override}"
     assert field in done.stderr, done.stderr
-    assert _gone(lambda: models.get(k8s, namespace, "bad"))
+    assert gone(lambda: models.get(k8s, namespace, "bad"))
 
 
 def test_model_without_pool_serves_with_owned_children_and_true_columns(cluster, k8s, namespace, operator, gpu_nodes):
@@ -140,7 +129,7 @@ def test_hand_edited_and_deleted_children_come_back(k8s, namespace, operator):
              "hand-scaled Deployment back to 1 replica")
     wait_for(lambda: k8s.core.read_namespaced_config_map(config_name, namespace).data["config.pbtxt"] == pbtxt,
              models.OP_TIMEOUT, "hand-edited config.pbtxt restored")
-    wait_for(lambda: not _gone(lambda: k8s.core.read_namespaced_service(names.serving_service_name("drift"), namespace)),
+    wait_for(lambda: not gone(lambda: k8s.core.read_namespaced_service(names.serving_service_name("drift"), namespace)),
              models.OP_TIMEOUT, "deleted Service recreated")
     models.wait_ready(k8s, namespace, "drift")
 
@@ -149,11 +138,11 @@ def test_deleting_the_model_collects_its_children(k8s, namespace, operator):
     models.create(k8s, namespace, models.model_manifest("gone"))
     models.wait_ready(k8s, namespace, "gone")
     k8s.custom.delete_namespaced_custom_object(models.GROUP, models.VERSION, namespace, models.PLURAL, "gone")
-    wait_for(lambda: _gone(lambda: models.get(k8s, namespace, "gone")), 30, "RankingModel deleted (finalizer released)")
+    wait_for(lambda: gone(lambda: models.get(k8s, namespace, "gone")), 30, "RankingModel deleted (finalizer released)")
     for read in (lambda: _deployment(k8s, namespace, "gone"),
                  lambda: k8s.core.read_namespaced_config_map(names.config_map_name("gone", names.STABLE), namespace),
                  lambda: k8s.core.read_namespaced_service(names.serving_service_name("gone"), namespace)):
-        wait_for(lambda read=read: _gone(read), 60, "children garbage-collected")
+        wait_for(lambda read=read: gone(read), 60, "children garbage-collected")
 
 
 def test_operator_killed_mid_way_converges_without_duplicates(k8s, namespace, operator):
@@ -183,7 +172,7 @@ def test_missing_pool_is_degraded_and_a_bad_edit_leaves_the_serving_model_alone(
                             == "NodePoolNotFound", "Degraded NodePoolNotFound")
     message = models.condition(rm, "Degraded")["message"]
     assert "no-such-pool" in message and "spec.nodePool" in message
-    assert _gone(lambda: _deployment(k8s, namespace, "orphan"))
+    assert gone(lambda: _deployment(k8s, namespace, "orphan"))
     assert "NodePoolNotFound" in {e.reason for e in models.events_for(k8s, namespace, "orphan")}
 
     models.create(k8s, namespace, models.model_manifest("serving"))

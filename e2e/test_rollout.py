@@ -8,10 +8,9 @@ back. Everything else (Deployments, Jobs, phases, status, Events) is the operato
 from __future__ import annotations
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from e2e import models
-from e2e.support import wait_for
+from e2e.support import gone, wait_for
 from rankops.gates.verdict import Verdict
 from rankops.render import names
 
@@ -93,13 +92,7 @@ def _stable(k8s, namespace: str, model: str):
 
 
 def _canary_gone(k8s, namespace: str, model: str) -> bool:
-    try:
-        k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.CANARY), namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
+    return gone(lambda: k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.CANARY), namespace))
 
 
 def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespace, operator):
