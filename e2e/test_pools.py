@@ -4,8 +4,9 @@ its pods write, the pool status and columns a user reads, and models placed only
 kwok runs the validator pods but no containers, so each test runs what the pods would
 (`rankops.devcluster.node_validators`): the pod's own command line, against a sample RHEL 8 host,
 patching the node with the pod's bound token. The two T4 nodes of the e2e set are the pool; the
-L4 and CPU nodes are outside its selector. Pools are cluster-scoped: each test makes its own,
-deletes it, and leaves the nodes without rankops labels, annotation or taint.
+L4 and CPU nodes are outside its selector. Pools are cluster-scoped: each test makes its own and
+deletes it; the operator then clears the pool's marks from its nodes, and the fixtures clear any
+left by a test that failed half-way, so each test starts on nodes without rankops marks.
 """
 from __future__ import annotations
 
@@ -326,3 +327,56 @@ def test_changed_requirements_make_old_verdicts_pending_until_revalidated(cluste
     assert status["failingByCheck"] == [{"check": "cuda", "count": 2, "nodes": sorted(t4_nodes)}]
     ready = _condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "NoReadyNodes") and "cuda" in ready["message"]
+
+
+def test_deleting_the_pool_clears_its_marks_and_nothing_else(cluster, k8s, gpu_nodes, make_pool, t4_nodes):
+    good, bad = t4_nodes
+    other = next(n for n in gpu_nodes.gpu if n not in t4_nodes)  # outside the pool's selector
+    # Marks that are not the pool's: a user's label, annotation and taint on the pool's nodes
+    # (PreferNoSchedule, so the validator pods still land there), and another pool's on a node outside
+    # this one's selector.
+    keep_taint = {"key": "e2e.rankops.io/keep", "value": "yes", "effect": "PreferNoSchedule"}
+    other_marks = {LABEL_POOL: "some-other-pool", LABEL_READY: "false"}
+    try:
+        for node in t4_nodes:
+            taints = [k8s.api_client.sanitize_for_serialization(t) for t in k8s.core.read_node(node).spec.taints or []]
+            k8s.core.patch_node(node, {"metadata": {"labels": {"e2e.rankops.io/keep": "yes"},
+                                                    "annotations": {"e2e.rankops.io/keep": "yes"}},
+                                       "spec": {"taints": taints + [keep_taint]}})
+        k8s.core.patch_node(other, {"metadata": {"labels": other_marks}, "spec": {"taints": [
+            *[k8s.api_client.sanitize_for_serialization(t) for t in k8s.core.read_node(other).spec.taints or []],
+            {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}]}})
+        before = {node: k8s.core.read_node(node) for node in t4_nodes}
+
+        pool = make_pool()
+        name = pool["metadata"]["name"]
+        assert _validate(cluster, name, {bad: "nouveau-loaded"}) == {good: 0, bad: 1}
+        assert _node_marks(k8s, bad)[0][LABEL_POOL] == name and (TAINT_KEY, TAINT_EFFECT) in _node_marks(k8s, bad)[2]
+        assert _node_marks(k8s, good)[0][LABEL_READY] == "true"
+
+        k8s.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        # The operator's finalizer holds the pool until its validators are gone and its marks cleared.
+        wait_for(lambda: _gone(lambda: _pool(k8s, name)), TIMEOUT, f"GpuNodePool {name} deleted")
+        assert _gone(lambda: k8s.apps.read_namespaced_daemon_set(validator_name(name), RELEASE_NAMESPACE))
+
+        for node in t4_nodes:
+            labels, report, taints = _node_marks(k8s, node)
+            assert (labels, report) == ({}, None), node
+            assert (TAINT_KEY, TAINT_EFFECT) not in taints
+            now, was = k8s.core.read_node(node), before[node]
+            assert now.metadata.labels == was.metadata.labels, "every other label untouched"
+            assert now.metadata.annotations == was.metadata.annotations, "every other annotation untouched"
+            assert [k8s.api_client.sanitize_for_serialization(t) for t in now.spec.taints or []] == \
+                [k8s.api_client.sanitize_for_serialization(t) for t in was.spec.taints or []], "other taints, in order"
+        labels, _, taints = _node_marks(k8s, other)
+        assert labels == other_marks and (TAINT_KEY, TAINT_EFFECT) in taints, "another pool's node is left alone"
+    finally:
+        _clear_node(k8s, other)
+        for node in (*t4_nodes, other):
+            current = k8s.core.read_node(node)
+            patch: dict[str, Any] = {"metadata": {"labels": {"e2e.rankops.io/keep": None},
+                                                  "annotations": {"e2e.rankops.io/keep": None}}}
+            if any(t.key == keep_taint["key"] for t in current.spec.taints or []):
+                patch["spec"] = {"taints": [k8s.api_client.sanitize_for_serialization(t)
+                                            for t in current.spec.taints if t.key != keep_taint["key"]]}
+            k8s.core.patch_node(node, patch)

@@ -192,12 +192,13 @@ def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
 def test_operator_rights_are_exactly_what_it_touches(combo):
     objs = render(COMBINATIONS[combo])
     everything = set().union(*rules_for(objs, "rankops-operator").values())
-    # No escalation paths: no RBAC, secrets, SCCs, node writes or pod exec.
+    # No escalation paths: no RBAC, secrets, SCCs, pod exec; nodes only read, and patched to clear
+    # a deleted pool's marks (never created, updated or deleted).
     for group, resource, verb in everything:
         assert group != "rbac.authorization.k8s.io", (group, resource, verb)
         assert resource not in ("secrets", "serviceaccounts", "pods/exec", "securitycontextconstraints")
-        if resource == "nodes":
-            assert verb in ("get", "list", "watch"), "only the validator writes nodes"
+    assert {v for g, r, v in everything if (g, r) == ("", "nodes")} == {"get", "list", "watch", "patch"}
+    assert not any(r.startswith("nodes/") for _, r, _ in everything), "no node subresources (status, proxy)"
     # The validator DaemonSets only in the operator's own namespace.
     for ns, grants in rules_for(objs, "rankops-operator").items():
         has_ds = any(r == "daemonsets" for _, r, _ in grants)

@@ -1,6 +1,7 @@
 """The operator's Prometheus metrics, and that the chart's alerts and dashboard use real names."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -159,8 +160,12 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) == 1
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) == 4
 
-    handlers.gpunodepool_deleted(body=pool)
+    released = []
+    monkeypatch.setattr(pools, "release", lambda kube, name, namespace: released.append(name) or
+                        pools.Release(validators_stopped=True))
+    asyncio.run(handlers.gpunodepool_deleted(body=pool, logger=logging.getLogger("test")))
     handlers.rankingmodel_deleted(body=model)
+    assert released == ["a10-pool"], "the deleted pool's nodes are released too"
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) is None
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) is None
 

@@ -13,7 +13,8 @@ from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.host import HostView
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_OS, LABEL_POOL,
-                                    LABEL_READY, TAINT_KEY, label_value, node_patch, run_on_node)
+                                    LABEL_READY, TAINT_KEY, clear_marks_patch, label_value, node_patch,
+                                    run_on_node)
 from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
 from rankops.validator.report import validate_host
 
@@ -69,6 +70,51 @@ def test_unknown_facts_remove_their_labels(build_host):
 ])
 def test_label_value(text, value):
     assert label_value(text) == value
+
+
+def _merged(target, patch):
+    """`patch` applied to `target` as a JSON merge patch (RFC 7386) does: the API server's view."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merged(out.get(key), value)
+    return out
+
+
+NOT_OURS_TAINT = {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}  # same key, someone else's
+
+
+@pytest.mark.parametrize("scenario, taint_failing", [
+    ("healthy-rhel89", True), ("selinux-boolean-off", True), ("selinux-boolean-off", False), ("empty", True),
+])
+def test_clearing_the_marks_restores_the_node_as_it_was_before_validation(build_host, scenario, taint_failing):
+    before = _node(taints=[OTHER_TAINT, NOT_OURS_TAINT, {"key": "dedicated", "effect": "NoExecute"}],
+                   labels={"nvidia.com/gpu.product": "Tesla-T4", "rankops.io/other": "kept"},
+                   annotations={"note": "kept"})
+    marked = _merged(before, node_patch(_report(build_host, scenario), "t4-pool", taint_failing, before))
+    assert marked != before
+    patch = clear_marks_patch(marked)
+    assert _merged(marked, patch) == before
+    assert patch["metadata"]["resourceVersion"] == "42", "a node changed since it was read gets a 409"
+    if "spec" in marked and OUR_TAINT in marked["spec"]["taints"]:
+        assert patch["spec"]["taints"] == before["spec"]["taints"], "the other taints, exactly, in order"
+    else:
+        assert "spec" not in patch, "taints are only sent when the rankops taint is there"
+
+
+def test_clearing_sends_only_the_marks_there_are():
+    labels = {LABEL_READY: "false", LABEL_POOL: "t4-pool", "zone": "a"}
+    patch = clear_marks_patch(_node(labels=labels, taints=[OUR_TAINT]))
+    assert patch == {"metadata": {"labels": {LABEL_READY: None, LABEL_POOL: None}, "resourceVersion": "42"},
+                     "spec": {"taints": []}}
+    assert clear_marks_patch(_node(labels={"zone": "a"}, taints=[OTHER_TAINT])) == {}
+    assert clear_marks_patch({"metadata": {"name": "bare"}}) == {}
+    only_annotation = clear_marks_patch({"metadata": {"annotations": {ANNOTATION_REPORT: "{}"}}})
+    assert only_annotation == {"metadata": {"annotations": {ANNOTATION_REPORT: None}}}
 
 
 class FakeCoreApi:

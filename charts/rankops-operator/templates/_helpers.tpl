@@ -123,11 +123,12 @@ fails the build on one).
   resources: [gpunodepools/finalizers]
   verbs: [update]
 # Application: pool status counts matched, ready and failing nodes from the validator's labels;
-# RankingModel status explains when no ready node exists. Read-only: the validator, not the
-# operator, writes node labels and taints.
+# RankingModel status explains when no ready node exists. patch only when a GpuNodePool is
+# deleted: its validator is gone, so the operator clears the rankops.io labels, report annotation
+# and taint it left on the pool's nodes. Never create, update or delete nodes.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 {{- end }}
 
 {{/* Application, in every namespace RankingModels are served in. */}}
@@ -193,7 +194,8 @@ fails the build on one).
 {{/* Application, in the operator's own namespace only: the validator DaemonSets. */}}
 {{- define "rankops.rules.appOperatorNamespace" -}}
 # Application: one validator DaemonSet per GpuNodePool, in the operator's namespace, running
-# as the chart's validator ServiceAccount (so the operator never needs node-patch rights).
+# as the chart's validator ServiceAccount (the operator patches nodes only to clear a deleted
+# pool's marks); deleted in the foreground when its pool is, before those marks are cleared.
 - apiGroups: [apps]
   resources: [daemonsets]
   verbs: [get, list, watch, create, patch, delete]

@@ -5,6 +5,7 @@ the timer also repairs drift in children, reads gate Job results and moves rollo
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -103,13 +104,40 @@ def gpunodepool_tick(body, patch, logger, **_):
     _pool(body, patch, logger)
 
 
-# optional: no finalizer of their own (the timers already make kopf add one); they only drop the
-# deleted object's series, which would otherwise keep feeding alerts until the operator restarts.
+# optional: no finalizer of its own (the timer already makes kopf add one); it only drops the
+# deleted model's series, which would otherwise keep feeding alerts until the operator restarts.
 @kopf.on.delete(GROUP, VERSION, "rankingmodels", optional=True)
 def rankingmodel_deleted(body, **_):
     metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
-@kopf.on.delete(GROUP, VERSION, "gpunodepools", optional=True)
-def gpunodepool_deleted(body, **_):
-    metrics.forget_pool(body["metadata"]["name"])
+def _release_pool(body) -> pools.Release:
+    # Under the pool's lock: a reconcile in flight ends first, and later ones see the
+    # deletionTimestamp and re-create no validator.
+    with _locks[body["metadata"]["uid"]]:
+        return pools.release(OPERATOR.kube, body["metadata"]["name"], OPERATOR.namespace)
+
+
+# Not optional: the validators' labels, annotation and taint on the pool's nodes must be cleared
+# before the pool goes (kopf's finalizer holds it; its timer alone would release it as soon as the
+# timer stops, before a retry). The timeout bounds how long a failing API can hold the deletion.
+# async: waiting for the validator pods to stop runs in a thread of its own, not kopf's workers.
+@kopf.on.delete(GROUP, VERSION, "gpunodepools", timeout=600)
+async def gpunodepool_deleted(body, logger, **_):
+    name = body["metadata"]["name"]
+    metrics.forget_pool(name)
+    try:
+        released = await asyncio.to_thread(_release_pool, body)
+    except ApiException as exc:
+        message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
+        if exc.status == 403:  # retrying will not grant it: let the pool go, say what is left behind
+            raise kopf.PermanentError(f"nodes keep the pool's rankops.io labels and taint: {message}") from exc
+        raise kopf.TemporaryError(message, delay=10) from exc
+    if not released.validators_stopped:
+        logger.warning(f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
+                       f"cleared the nodes' marks anyway")
+    if released.shared_with:
+        logger.warning(f"pool {released.shared_with} has the same rankops.io/pool label value: "
+                       f"its nodes keep their marks")
+    if released.cleared:
+        logger.info(f"cleared validation marks from {', '.join(sorted(released.cleared))}")

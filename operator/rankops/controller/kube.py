@@ -94,8 +94,9 @@ class Kube:
         found = self._call("GET", KINDS[kind].path(namespace), query=query)
         return (found or {}).get("items", [])
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> bool:
+        """Delete; `propagation="Foreground"` keeps the object until its dependents are gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         return self._call("DELETE", KINDS[kind].path(namespace, name), body=body) is not None
 
     def merge_patch(self, kind: str, namespace: str | None, name: str, patch: dict,

@@ -1,9 +1,12 @@
-"""Reconcile one GpuNodePool: its validator DaemonSet, and a status aggregated from node labels."""
+"""Reconcile one GpuNodePool: its validator DaemonSet, and a status aggregated from node labels;
+and release a deleted pool: stop its validators, then clear the marks they left on its nodes."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from rankops.api.conditions import now_iso
@@ -11,7 +14,8 @@ from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.controller.kube import Kube
 from rankops.rollout.machine import Event
-from rankops.validator.daemonset import render_validator
+from rankops.validator.daemonset import render_validator, validator_name
+from rankops.validator.node import LABEL_POOL, clear_marks_patch, label_value
 from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
 
 
@@ -43,9 +47,12 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
         events.append(Event("Warning", "InvalidSpec", message))
         return Result({**old, "conditions": conditions, "observedGeneration": gen}, events)
 
-    for obj in render_validator(pool, namespace=operator.namespace,
-                                service_account=operator.validator_service_account,
-                                **({"image": operator.validator_image} if operator.validator_image else {})):
+    # A pool being deleted keeps its status, but its validator is not re-created: the delete
+    # handler removes it before it clears the nodes' marks.
+    children = [] if meta.get("deletionTimestamp") else render_validator(
+        pool, namespace=operator.namespace, service_account=operator.validator_service_account,
+        **({"image": operator.validator_image} if operator.validator_image else {}))
+    for obj in children:
         kube.apply(_owned(obj, body))
 
     selector = ",".join(f"{k}={v}" for k, v in pool.spec.node_selector.items())
@@ -59,3 +66,71 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
                    (cond["type"] == "Ready" and cond["status"] == "False")
             events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
     return Result({**summary, "conditions": conditions, "observedGeneration": gen}, events)
+
+
+VALIDATOR_STOP_WAIT_S = 60.0  # then clear anyway: a pod stuck Terminating on a lost node writes nothing
+
+
+@dataclass
+class Release:
+    validators_stopped: bool
+    cleared: list[str] = field(default_factory=list)   # nodes whose marks were removed
+    shared_with: str | None = None                     # a live pool with the same label value
+
+
+def stop_validators(kube: Kube, pool_name: str, namespace: str, wait_s: float = VALIDATOR_STOP_WAIT_S,
+                    sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> bool:
+    """Delete the pool's validator DaemonSet in the foreground and wait until it is gone, that is
+    until each of its pods has stopped: a pod still running would mark its node again after the
+    marks are cleared (the pool's ownerReference removes the DaemonSet only after the pool).
+    True once gone, False when still there after `wait_s`."""
+    name = validator_name(pool_name)
+    deadline = clock() + wait_s
+    while (ds := kube.get("DaemonSet", namespace, name)) is not None:
+        if "foregroundDeletion" not in (ds["metadata"].get("finalizers") or []):
+            kube.delete("DaemonSet", namespace, name, propagation="Foreground")
+        if clock() >= deadline:
+            return False
+        sleep(1.0)
+    return True
+
+
+def clear_node_marks(kube: Kube, pool_name: str) -> Release:
+    """Remove the validation marks from the nodes whose rankops.io/pool label is this pool's; a
+    node another pool has since re-labelled is left alone, and so is every node when a live pool
+    maps to the same label value (names that differ only past 63 characters)."""
+    value = label_value(pool_name)
+    if value is None:
+        return Release(validators_stopped=True)
+    for other in kube.list("GpuNodePool"):
+        other_meta = other["metadata"]
+        if other_meta["name"] != pool_name and not other_meta.get("deletionTimestamp") \
+                and label_value(other_meta["name"]) == value:
+            return Release(validators_stopped=True, shared_with=other_meta["name"])
+    cleared = []
+    for node in kube.list("Node", labels={LABEL_POOL: value}):
+        name = node["metadata"]["name"]
+        for attempt in range(3):
+            if node is None or (node["metadata"].get("labels") or {}).get(LABEL_POOL) != value:
+                break
+            patch = clear_marks_patch(node)
+            if not patch:
+                break
+            try:
+                if kube.merge_patch("Node", None, name, patch) is not None:
+                    cleared.append(name)
+                break
+            except ApiException as exc:  # 409: the node changed since it was read; re-read, re-decide
+                if exc.status != 409 or attempt == 2:
+                    raise
+                node = kube.get("Node", None, name)
+    return Release(validators_stopped=True, cleared=cleared)
+
+
+def release(kube: Kube, pool_name: str, namespace: str, **wait: Any) -> Release:
+    """A deleted pool's end: its validators stopped (or waited for long enough), its marks cleared."""
+    stopped = stop_validators(kube, pool_name, namespace, **wait)
+    result = clear_node_marks(kube, pool_name)
+    result.validators_stopped = stopped
+    return result

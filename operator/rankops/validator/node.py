@@ -26,6 +26,7 @@ ANNOTATION_REPORT = "rankops.io/validation-report"
 TAINT_KEY = "rankops.io/gpu-unvalidated"
 TAINT_EFFECT = "NoSchedule"
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
+VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS)
 
 log = logging.getLogger("rankops.validator")
 
@@ -64,7 +65,7 @@ def node_patch(report: Report, pool_name: str, taint_failing: bool, node: dict[s
     }
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": {ANNOTATION_REPORT: _annotation(report)}}}
     current = list((node.get("spec") or {}).get("taints") or [])
-    ours = [t for t in current if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT]
+    ours = [t for t in current if _is_our_taint(t)]
     want_taint = taint_failing and not report.ready
     if len(ours) != (1 if want_taint else 0):
         others = [t for t in current if t not in ours]
@@ -73,6 +74,34 @@ def node_patch(report: Report, pool_name: str, taint_failing: bool, node: dict[s
         version = (node.get("metadata") or {}).get("resourceVersion")
         if version:
             patch["metadata"]["resourceVersion"] = version
+    return patch
+
+
+def _is_our_taint(taint: dict[str, Any]) -> bool:
+    return taint.get("key") == TAINT_KEY and taint.get("effect") == TAINT_EFFECT
+
+
+def clear_marks_patch(node: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that removes every validation mark from `node` (its pool was deleted):
+    the labels and the report annotation it carries become null, and the taint list, only when it
+    holds the rankops taint, is sent without it and otherwise exactly as it is (a merge patch
+    replaces the whole list). The patch carries the node's resourceVersion: if the node changed
+    since it was read (another pool's validator re-labelled it, a taint moved), it fails with 409
+    instead of wiping marks that are no longer the deleted pool's. Empty when there is no mark."""
+    meta = node.get("metadata") or {}
+    labels = {key: None for key in VALIDATION_LABELS if key in (meta.get("labels") or {})}
+    annotations = {ANNOTATION_REPORT: None} if ANNOTATION_REPORT in (meta.get("annotations") or {}) else {}
+    current = list((node.get("spec") or {}).get("taints") or [])
+    others = [t for t in current if not _is_our_taint(t)]
+    patch: dict[str, Any] = {}
+    if labels:
+        patch.setdefault("metadata", {})["labels"] = labels
+    if annotations:
+        patch.setdefault("metadata", {})["annotations"] = annotations
+    if len(others) != len(current):
+        patch["spec"] = {"taints": others}
+    if patch and meta.get("resourceVersion"):
+        patch.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
     return patch
 
 
