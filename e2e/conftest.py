@@ -213,11 +213,11 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
     work = tmp_path_factory.mktemp("operator")
     try:
-        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir)
+        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir, values=("monitoring.tritonServiceMonitors=true",))
         sa_kubeconfig = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
     except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
         pytest.fail(f"installing the chart for the operator failed: {exc}", pytrace=False)
-    process = OperatorProcess(sa_kubeconfig, work / "operator.log")
+    process = OperatorProcess(sa_kubeconfig, work / "operator.log", extra_args=("--service-monitors",))
     process.start()
     OPERATOR_LOG["process"] = process
     yield process

@@ -216,6 +216,29 @@ def test_optional_apis_are_granted_when_enabled():
     assert ("monitoring.coreos.com", "servicemonitors", "create") in everything
 
 
+@pytest.mark.parametrize("watch", [(), ("watch.namespaces={reco}",)], ids=["cluster-wide", "namespaced"])
+def test_triton_service_monitors_value_turns_on_the_flag_and_its_rbac_together(watch):
+    """monitoring.tritonServiceMonitors: `rankops run --service-monitors` with the operator
+    ServiceMonitor's labels, and servicemonitors rights (no more) where models are served."""
+    from rankops.cli import build_parser
+
+    sm_verbs = lambda grants: {v for g, r, v in grants if (g, r) == ("monitoring.coreos.com", "servicemonitors")}
+    off = render(watch)
+    assert "--service-monitors" not in operator_container(off)["args"]
+    assert all(not sm_verbs(g) for g in rules_for(off, "rankops-operator").values())
+
+    on = render(watch + ("monitoring.tritonServiceMonitors=true",
+                         "monitoring.serviceMonitor.labels.release=kube-prometheus-stack"))
+    args = build_parser().parse_args(["run", *operator_container(on)["args"]])
+    assert args.service_monitors is True
+    assert args.service_monitor_label == [("release", "kube-prometheus-stack")]
+    grants = rules_for(on, "rankops-operator")
+    where = "reco" if watch else "*"
+    assert sm_verbs(grants[where]) == {"get", "list", "create", "patch", "delete"}
+    assert all(not sm_verbs(g) for ns, g in grants.items() if ns != where), "only where models are served"
+    assert not {r for g in grants.values() for _, r, _ in g} & {"prometheusrules"}, "the operator makes none"
+
+
 def test_rbac_rules_are_commented_and_split_framework_from_application():
     out = run_helm("template", "rankops", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION,
                    "--show-only", "templates/rbac.yaml").stdout

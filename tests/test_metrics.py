@@ -146,7 +146,7 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     pool_status = {"nodes": 2, "ready": 1, "failing": 1,
                    "conditions": [{"type": "Degraded", "status": "True", "reason": "NodesFailing"}]}
     monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator: pools.Result(pool_status))
-    monkeypatch.setattr(models, "reconcile", lambda kube, body: models.Result(
+    monkeypatch.setattr(models, "reconcile", lambda kube, body, **_: models.Result(
         {"phase": "Ready"}, outcome=ROLLED_BACK, gate_results=[{"gate": "equivalence", "outcome": "fail"}]))
     degraded = lambda: sample("rankops_reconciles_total", {"kind": "GpuNodePool", "result": "degraded"}) or 0
     rolled_back = lambda: sample("rankops_rollouts_total", {"outcome": "rolled_back"}) or 0

@@ -183,11 +183,11 @@ fails the build on one).
   verbs: [create]
 {{- end }}
 {{- if .Values.monitoring.tritonServiceMonitors }}
-# Application (monitoring.tritonServiceMonitors): scrape Triton's metrics port (8002) and ship
-# per-model alert rules, when the Prometheus Operator CRDs exist.
+# Application (monitoring.tritonServiceMonitors): one ServiceMonitor per RankingModel for
+# Triton's metrics port (8002), applied server-side when the Prometheus Operator CRDs exist.
 - apiGroups: [monitoring.coreos.com]
-  resources: [servicemonitors, prometheusrules]
-  verbs: [get, list, watch, create, patch, delete]
+  resources: [servicemonitors]
+  verbs: [get, list, create, patch, delete]
 {{- end }}
 {{- end }}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 from typing import Any, Iterable
@@ -34,11 +35,36 @@ def load_documents(paths: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
     return docs
 
 
-def render_documents(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Everything the operator would apply for these resources, with no cluster."""
+def label_arg(text: str) -> tuple[str, str]:
+    """KEY=VALUE of a `--service-monitor-label` flag."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def add_service_monitor_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
+    """The flags `rankops run` and `rankops render` share; `env`: default from RANKOPS_* variables."""
+    on = env and os.environ.get("RANKOPS_SERVICE_MONITORS", "").lower() in ("1", "true", "yes", "on")
+    p.add_argument("--service-monitors", action="store_true", default=on,
+                   help="also a Prometheus Operator ServiceMonitor per RankingModel, scraping Triton's "
+                        "metrics port (8002); skipped where monitoring.coreos.com/v1 is not served"
+                        + (" (env RANKOPS_SERVICE_MONITORS=true)" if env else ""))
+    p.add_argument("--service-monitor-label", type=label_arg, action="append", default=[], metavar="KEY=VALUE",
+                   help="label on those ServiceMonitors, e.g. release=kube-prometheus-stack (repeatable)")
+
+
+def render_documents(docs: list[tuple[str, dict[str, Any]]],
+                     service_monitor_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Everything the operator would apply for these resources, with no cluster.
+
+    `service_monitor_labels`: not None adds each RankingModel's ServiceMonitor, with these labels
+    (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
+    """
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
-    from rankops.render.desired import RenderError, desired_objects, initial_state, resolve_shape
+    from rankops.render.desired import (RenderError, desired_objects, initial_state, monitoring_objects,
+                                        resolve_shape)
 
     pools = {}
     errors: list[str] = []
@@ -70,6 +96,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
             resolved = resolve_shape(obj.spec)
             out += desired_objects(obj, initial_state(obj), resolved,
                                    pool.spec.requirements if pool else None)
+            if service_monitor_labels is not None:
+                out += monitoring_objects(obj, service_monitor_labels)
         except RenderError as exc:
             errors.append(f"{where} RankingModel {obj.metadata.get('name')}: {exc}")
     if errors:
@@ -79,7 +107,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
 
 def cmd_render(args: argparse.Namespace) -> int:
     try:
-        objects = render_documents(load_documents(args.filename))
+        labels = dict(args.service_monitor_label) if args.service_monitors else None
+        objects = render_documents(load_documents(args.filename), labels)
     except (InputError, OSError) as exc:
         print(f"rankops render: {exc}", file=sys.stderr)
         return 1
@@ -104,6 +133,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("render", help="print the objects the operator would apply (no cluster needed)")
     p.add_argument("-f", "--filename", action="append", required=True,
                    help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
+    add_service_monitor_flags(p)
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")
     p.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR instead")

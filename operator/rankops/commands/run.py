@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+from rankops.commands.render import add_service_monitor_flags
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf
@@ -26,6 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     OPERATOR.validator_service_account = args.validator_service_account
     OPERATOR.validator_image = args.validator_image
     OPERATOR.interval = args.interval
+    OPERATOR.service_monitors = args.service_monitors
+    OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
@@ -60,5 +64,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="override every pool's validator image")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
                    help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
+    add_service_monitor_flags(p, env=True)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_run)

@@ -1,7 +1,7 @@
 """Process-wide operator settings, filled in by `rankops run` before kopf starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rankops.controller.kube import Kube
 
@@ -13,6 +13,8 @@ class OperatorContext:
     validator_service_account: str = "rankops-validator"
     validator_image: str | None = None              # overrides the pools' validator image
     interval: float = 10.0                          # seconds between level-based re-checks
+    service_monitors: bool = False                  # a ServiceMonitor per RankingModel, where served
+    service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by
 
 
 OPERATOR = OperatorContext()

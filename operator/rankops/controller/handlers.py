@@ -60,7 +60,9 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
 
 
 def _model(body, patch, logger):
-    _run("RankingModel", lambda b: models.reconcile(OPERATOR.kube, b), body, patch, logger)
+    _run("RankingModel", lambda b: models.reconcile(
+        OPERATOR.kube, b, service_monitors=OPERATOR.service_monitors,
+        service_monitor_labels=OPERATOR.service_monitor_labels), body, patch, logger)
 
 
 def _pool(body, patch, logger):

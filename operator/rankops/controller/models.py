@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
@@ -19,7 +20,7 @@ from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller.kube import ApiMissing, Kube
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
-                                    resolve_shape, track_objects, with_owner)
+                                    monitoring_objects, resolve_shape, track_objects, with_owner)
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateObservation, Observed,
@@ -126,7 +127,10 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
         raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
 
 
-def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None) -> Result:
+def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
+              service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None) -> Result:
+    """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
+    labelled with `service_monitor_labels` besides the usual ones."""
     now = now or dt.datetime.now(dt.timezone.utc)
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
@@ -184,7 +188,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None) 
     events += decision.events
 
     try:
-        _apply_decision(kube, rm, decision, resolved, pool_requirements)
+        _apply_decision(kube, rm, decision, resolved, pool_requirements,
+                        (service_monitor_labels or {}) if service_monitors else None)
     except RenderError as exc:
         return _degraded_only(body, "RenderFailed", str(exc), events)
 
@@ -194,7 +199,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None) 
 
 
 def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
-                    pool_requirements: Any) -> None:
+                    pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None) -> None:
+    """`service_monitor_labels`: None leaves ServiceMonitors alone; a dict (may be empty) applies one."""
     name, namespace = rm.metadata["name"], rm.metadata["namespace"]
     serving = decision.serving
     wanted = desired_objects(rm, serving, resolved, pool_requirements)
@@ -231,6 +237,38 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
             kube.delete("Job", namespace, job["metadata"]["name"])   # superseded or rolled back: stop its load
     if serving.canary_version and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
         _set_canary_traffic(kube, namespace, name, serving.canary_traffic)
+    if service_monitor_labels is not None:
+        _apply_monitoring(kube, rm, service_monitor_labels)
+
+
+# What _apply_monitoring has logged, so a missing CRD or right is one line per process, not one
+# per reconcile; a success clears it, so the same problem coming back is logged again.
+_monitoring_notes: set[str] = set()
+
+
+def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> None:
+    """Apply the ServiceMonitor last, and never fail the reconcile for it: monitoring is optional.
+    Without the Prometheus Operator's CRD it is skipped (tried again each reconcile, so installing
+    the CRD later is enough)."""
+    for obj in monitoring_objects(rm, labels):
+        try:
+            kube.apply(obj)
+        except ApiMissing:
+            _note("missing", logging.INFO, "ServiceMonitors are on, but this cluster does not serve "
+                  "monitoring.coreos.com/v1 servicemonitors (no Prometheus Operator CRDs): not creating them")
+        except ApiException as exc:
+            _note(f"http-{exc.status}", logging.WARNING,
+                  f"could not apply ServiceMonitor {obj['metadata']['namespace']}/{obj['metadata']['name']}: "
+                  f"{exc.status} {exc.reason} (serving is unaffected; a 403 means the operator lacks "
+                  "servicemonitors rights: set the chart value monitoring.tritonServiceMonitors=true)")
+        else:
+            _monitoring_notes.clear()
+
+
+def _note(key: str, level: int, message: str) -> None:
+    if key not in _monitoring_notes:
+        _monitoring_notes.add(key)
+        log.log(level, message)
 
 
 def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape, stable_dep: dict | None,

@@ -99,6 +99,16 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
     return [with_owner(obj, rm) for obj in objects]
 
 
+def monitoring_objects(rm: RankingModel, extra_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The optional ServiceMonitor scraping Triton's metrics port of the model's serving pods.
+
+    Kept apart from `desired_objects`: the operator applies it only when asked to, and only where
+    the cluster serves monitoring.coreos.com/v1 (monitoring must never block serving).
+    """
+    name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
+    return [with_owner(serving.service_monitor(name, namespace, extra_labels), rm)]
+
+
 def with_owner(obj: dict[str, Any], rm: RankingModel) -> dict[str, Any]:
     """Controller ownerReference to the RankingModel (omitted offline, where there is no uid)."""
     uid = rm.metadata.get("uid")

@@ -35,6 +35,10 @@ def serving_service_name(model: str) -> str:
     return model
 
 
+def service_monitor_name(model: str) -> str:
+    return model
+
+
 def gate_job_name(model: str, gate: str, version: str) -> str:
     return f"{model}-{gate}-{version}"[:63].rstrip("-.")
 

@@ -213,5 +213,36 @@ def track_service(model: str, namespace: str, track: str) -> dict[str, Any]:
                    names.track_selector(model, track), track)
 
 
-__all__ = ["config_map", "deployment", "serving_service", "track_service", "pool_placement",
+SCRAPE_INTERVAL = "15s"
+# Tracks whose Triton metrics are scraped: every serving pod once, through its track Service. The
+# model's serving Service (no track label) would list the same pods again and double every sum;
+# the reference track serves only equivalence-gate load and would skew the model's numbers.
+SCRAPED_TRACKS = (names.STABLE, names.CANARY)
+
+
+def service_monitor(model: str, namespace: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Prometheus Operator ServiceMonitor for Triton's metrics port (8002) on the model's pods.
+
+    Triton's series carry `model` and `version`; the Prometheus Operator adds the target's
+    `namespace`, `pod` and `service`, and `podTargetLabels` copies the pods' track and version
+    (as rankops_io_track, rankops_io_version) so canary and stable can be told apart.
+    `extra_labels` are the labels the users' Prometheus selects ServiceMonitors by; no
+    namespaceSelector: a ServiceMonitor selects Services in its own namespace.
+    """
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": names.service_monitor_name(model), "namespace": namespace,
+                     "labels": {**(extra_labels or {}), **names.common_labels(model)}},
+        "spec": {
+            "selector": {
+                "matchLabels": {names.LABEL_MODEL: model},
+                "matchExpressions": [{"key": names.LABEL_TRACK, "operator": "In", "values": list(SCRAPED_TRACKS)}],
+            },
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL}],
+            "podTargetLabels": [names.LABEL_TRACK, names.LABEL_VERSION],
+        },
+    }
+
+
+__all__ = ["config_map", "deployment", "serving_service", "track_service", "service_monitor", "pool_placement",
            "config_hash", "TRT_ENGINE_CACHE"]
