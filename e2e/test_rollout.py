@@ -164,3 +164,44 @@ def test_operator_killed_while_verifying_resumes_without_duplicate_jobs(k8s, nam
     assert jobs_after == jobs_before  # the same two Jobs, not re-created
     models.wait_status(k8s, namespace, "resume", lambda rm: rm["status"].get("stableVersion") == "2"
                        and rm["status"].get("phase") == "Ready", "v2 stable after the resumed rollout")
+
+
+def test_a_new_version_mid_rollout_supersedes_it_cleanly(k8s, namespace, operator):
+    rollout = _rollout(equivalence_duration="300s")   # v2's equivalence gate would run for 5 minutes
+    models.create(k8s, namespace, models.model_manifest("switch", version="1", versions=("1", "2", "3"),
+                                                        rollout=rollout))
+    models.wait_ready(k8s, namespace, "switch")
+    models.patch_spec(k8s, namespace, "switch", {"version": "2"})
+    _watch_phases(k8s, namespace, "switch", "2", {"Verifying"}, timeout=60)
+    v2_jobs = {j.metadata.name for j in _gate_jobs(k8s, namespace, "switch")}
+
+    fast = _rollout()
+    fast["equivalence"]["podAnnotations"]["sim.rankops.io/duration"] = None   # a merge patch keeps absent keys
+    models.patch_spec(k8s, namespace, "switch", {"version": "3", "rollout": fast})
+    seen, rm, _ = _watch_phases(k8s, namespace, "switch", "3", {"Promoted", "RolledBack"})
+    assert seen[-1] == "Promoted", (seen, rm["status"])
+    # v2's unfinished gate Job was stopped, not left loading the cluster; v3 ran its own.
+    jobs = {j.metadata.name: j for j in _gate_jobs(k8s, namespace, "switch")}
+    v2_equivalence = [n for n in v2_jobs if "equivalence" in n]
+    assert v2_equivalence and not set(v2_equivalence) & set(jobs), sorted(jobs)
+    v3_gates = {g["gate"]: g["outcome"] for g in rm["status"]["gates"] if g.get("version") == "3"}
+    assert v3_gates == {"warmup": "pass", "equivalence": "pass"}, rm["status"]["gates"]
+    assert "RolloutSuperseded" in {e.reason for e in models.events_for(k8s, namespace, "switch")}
+    models.wait_status(k8s, namespace, "switch", lambda rm: rm["status"].get("stableVersion") == "3"
+                       and rm["status"].get("phase") == "Ready", "v3 stable after superseding v2")
+
+
+def test_a_gate_job_that_never_finishes_times_out_into_a_rollback(k8s, namespace, operator):
+    rollout = _rollout()
+    rollout["warmup"]["podAnnotations"]["sim.rankops.io/duration"] = "3600s"   # a hung gate
+    rollout["gateJobs"] = {"timeoutSeconds": 30}
+    models.create(k8s, namespace, models.model_manifest("hung", version="1", versions=("1", "2"), rollout=rollout))
+    models.wait_ready(k8s, namespace, "hung")
+    stable_generation = _stable(k8s, namespace, "hung").metadata.generation
+    models.patch_spec(k8s, namespace, "hung", {"version": "2"})
+    seen, rm, serving = _watch_phases(k8s, namespace, "hung", "2", {"Promoted", "RolledBack"}, timeout=90)
+    assert seen[-1] == "RolledBack" and not serving, (seen, serving)
+    warmup = [g for g in rm["status"]["gates"] if g["gate"] == "warmup"][-1]
+    assert warmup["outcome"] == "error" and "30s" in warmup["summary"], warmup
+    assert "30s" in models.condition(rm, "Degraded")["message"]
+    assert _stable(k8s, namespace, "hung").metadata.generation == stable_generation
