@@ -20,7 +20,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from e2e import models
-from e2e.support import wait_for
+from e2e.support import gone, wait_for
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.devcluster.node_validators import HEALTHY, run_validators
 from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
@@ -83,7 +83,7 @@ def make_pool(request, k8s, operator, t4_nodes):
                 raise
     # The operator's finalizer must not hold deletion up while it runs.
     for name in created:
-        wait_for(lambda: _gone(lambda: _pool(k8s, name)), 30, f"GpuNodePool {name} deleted")
+        wait_for(lambda: gone(lambda: _pool(k8s, name)), 30, f"GpuNodePool {name} deleted")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -91,15 +91,6 @@ def make_pool(request, k8s, operator, t4_nodes):
 def _pool(k8s, name: str) -> dict:
     return k8s.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
 
-
-def _gone(read) -> bool:
-    try:
-        read()
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
 
 
 def _clear_node(k8s, name: str) -> None:
@@ -356,8 +347,8 @@ def test_deleting_the_pool_clears_its_marks_and_nothing_else(cluster, k8s, gpu_n
 
         k8s.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
         # The operator's finalizer holds the pool until its validators are gone and its marks cleared.
-        wait_for(lambda: _gone(lambda: _pool(k8s, name)), TIMEOUT, f"GpuNodePool {name} deleted")
-        assert _gone(lambda: k8s.apps.read_namespaced_daemon_set(validator_name(name), RELEASE_NAMESPACE))
+        wait_for(lambda: gone(lambda: _pool(k8s, name)), TIMEOUT, f"GpuNodePool {name} deleted")
+        assert gone(lambda: k8s.apps.read_namespaced_daemon_set(validator_name(name), RELEASE_NAMESPACE))
 
         for node in t4_nodes:
             labels, report, taints = _node_marks(k8s, node)

@@ -9,6 +9,7 @@ import types
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from rankops.controller.patching import apply_merge_patch
 from rankops.controller import pools
 from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import validator_name
@@ -19,16 +20,6 @@ OURS = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 OTHER = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
-def _merged(target, patch):
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merged(out.get(key), value)
-    return out
 
 
 class FakeKube:
@@ -85,7 +76,7 @@ class FakeKube:
         self.patches.append((name, patch))
         body = copy.deepcopy(patch)
         body.get("metadata", {}).pop("resourceVersion", None)
-        self.nodes[name] = _merged(node, body)
+        self.nodes[name] = apply_merge_patch(node, body)
         self.nodes[name]["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
         return self.nodes[name]
 

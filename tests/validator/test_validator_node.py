@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from rankops.controller.patching import apply_merge_patch
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
 from rankops.cli import main
 from rankops.validator import gpu
@@ -72,17 +73,6 @@ def test_label_value(text, value):
     assert label_value(text) == value
 
 
-def _merged(target, patch):
-    """`patch` applied to `target` as a JSON merge patch (RFC 7386) does: the API server's view."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merged(out.get(key), value)
-    return out
 
 
 NOT_OURS_TAINT = {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}  # same key, someone else's
@@ -95,10 +85,10 @@ def test_clearing_the_marks_restores_the_node_as_it_was_before_validation(build_
     before = _node(taints=[OTHER_TAINT, NOT_OURS_TAINT, {"key": "dedicated", "effect": "NoExecute"}],
                    labels={"nvidia.com/gpu.product": "Tesla-T4", "rankops.io/other": "kept"},
                    annotations={"note": "kept"})
-    marked = _merged(before, node_patch(_report(build_host, scenario), "t4-pool", taint_failing, before))
+    marked = apply_merge_patch(before, node_patch(_report(build_host, scenario), "t4-pool", taint_failing, before))
     assert marked != before
     patch = clear_marks_patch(marked)
-    assert _merged(marked, patch) == before
+    assert apply_merge_patch(marked, patch) == before
     assert patch["metadata"]["resourceVersion"] == "42", "a node changed since it was read gets a 409"
     if "spec" in marked and OUR_TAINT in marked["spec"]["taints"]:
         assert patch["spec"]["taints"] == before["spec"]["taints"], "the other taints, exactly, in order"

@@ -19,3 +19,16 @@ def merge_patch(old: Any, new: Any) -> Any:
         if key not in new:
             patch[key] = None
     return patch
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as the API server applies an RFC 7386 merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
