@@ -1,0 +1,149 @@
+"""Small ranking models shaped exactly like a RankingModel's inputs and outputs (test harness).
+
+For the real-Triton fixture: any spec's tensors get a model that Triton can load as rendered and
+that answers with the declared output shapes, exported as the version's format (ONNX, TorchScript,
+or an ONNX graph stored as model.plan for the tensorrt stand-in). The model is what a ranker
+looks like: integer inputs are embedding ids (a lookup that fails on an id past the table, as a
+real embedding does), each input is projected to a hidden vector, per-user inputs are broadcast
+over the candidates, and an MLP head gives one score per candidate.
+
+An input whose first dim is -1 carries candidates (`[B, N, ...]`); the others are per row. With
+candidates as the batch dimension no input has that -1: every row is one candidate.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+from rankops.api.rankingmodel import ModelFormat, RankingModelSpec, TensorSpec
+from rankops.render.tritonconfig import MODEL_FILENAMES
+
+HIDDEN = 8
+EMBEDDING_DIM = 4
+VOCAB = 1000        # embedding rows; ids must stay below this
+_TORCH_TYPES = {"FP32": "float32", "FP16": "float16", "FP64": "float64", "INT64": "int64", "INT32": "int32",
+                "INT16": "int16", "INT8": "int8", "UINT8": "uint8", "BOOL": "bool"}
+
+
+def _carries_candidates(tensor: TensorSpec) -> bool:
+    return len(tensor.dims) >= 1 and tensor.dims[0] == -1
+
+
+def _trailing(tensor: TensorSpec) -> list[int]:
+    rest = tensor.dims[1:] if _carries_candidates(tensor) else tensor.dims
+    if any(d == -1 for d in rest):
+        raise ValueError(f"tensor {tensor.name}: only the first dim may be variable in a test model, got {tensor.dims}")
+    return list(rest)
+
+
+def build_module(spec: RankingModelSpec, seed: int = 0):
+    import torch
+
+    class SpecModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(seed)
+            self.inputs = [(t.name, t.data_type.value, _carries_candidates(t), _trailing(t)) for t in spec.inputs]
+            self.embeddings = torch.nn.ModuleList()
+            self.projections = torch.nn.ModuleList()
+            for _, dtype, _, trailing in self.inputs:
+                width = math.prod(trailing)
+                if dtype.startswith("INT") or dtype.startswith("UINT"):
+                    self.embeddings.append(torch.nn.Embedding(VOCAB, EMBEDDING_DIM))
+                    width *= EMBEDDING_DIM
+                else:
+                    self.embeddings.append(torch.nn.Identity())
+                self.projections.append(torch.nn.Linear(width, HIDDEN))
+            self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
+                                            torch.nn.Linear(HIDDEN, 1))
+            self.outputs = [(t.name, t.data_type.value, _carries_candidates(t), _trailing(t)) for t in spec.outputs]
+            self.output_scales = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.randn(max(1, math.prod(trailing)))) for *_, trailing in self.outputs])
+
+        def forward(self, *tensors):
+            batch = tensors[0].shape[0]
+            per_row, per_candidate = [], []
+            for (name, dtype, candidates, trailing), x, embed, project in zip(
+                    self.inputs, tensors, self.embeddings, self.projections):
+                if dtype.startswith("INT") or dtype.startswith("UINT"):
+                    x = embed(x.long())
+                x = x.float()
+                if candidates:
+                    per_candidate.append(project(x.reshape(batch, x.shape[1], -1)))
+                else:
+                    per_row.append(project(x.reshape(batch, -1)))
+            if per_candidate:
+                hidden = sum(per_candidate)
+                if per_row:
+                    hidden = hidden + sum(per_row).unsqueeze(1)
+            else:
+                hidden = sum(per_row)
+            score = self.head(hidden).squeeze(-1)            # [B, N] or [B]
+            results = []
+            for (name, dtype, candidates, trailing), scale in zip(self.outputs, self.output_scales):
+                base = score if candidates or score.dim() == 1 else score.mean(dim=1)
+                value = base.unsqueeze(-1) * scale
+                shape = [batch] + ([base.shape[1]] if candidates else []) + trailing
+                results.append(value.reshape(shape).to(getattr(torch, _TORCH_TYPES[dtype])))
+            return tuple(results) if len(results) > 1 else results[0]
+
+    return SpecModel().eval()
+
+
+def example_inputs(spec: RankingModelSpec, batch: int = 2, candidates: int = 3):
+    import torch
+
+    tensors = []
+    for t in spec.inputs:
+        shape = [batch] + ([candidates] if _carries_candidates(t) else []) + _trailing(t)
+        dtype = t.data_type.value
+        if dtype == "BOOL":
+            tensors.append(torch.zeros(shape, dtype=torch.bool))
+        elif dtype.startswith("INT") or dtype.startswith("UINT"):
+            tensors.append(torch.randint(0, 10, shape, dtype=getattr(torch, _TORCH_TYPES[dtype])))
+        else:
+            tensors.append(torch.randn(shape).to(getattr(torch, _TORCH_TYPES[dtype])))
+    return tuple(tensors)
+
+
+def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int = 0) -> Path:
+    """Write the model for `spec` into `directory` (a version directory) as `fmt`; returns the file."""
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    module = build_module(spec, seed)
+    example = example_inputs(spec)
+    path = directory / MODEL_FILENAMES[fmt]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracing and the TorchScript-based ONNX exporter warn; both are fine here
+        if fmt is ModelFormat.torchscript:
+            torch.jit.trace(module, example).save(str(path))
+            return path
+        dynamic = {}
+        for t in spec.inputs:
+            dynamic[t.name] = {0: "batch", **({1: "candidates"} if _carries_candidates(t) else {})}
+        for t in spec.outputs:
+            dynamic[t.name] = {0: "batch", **({1: "candidates"} if _carries_candidates(t) else {})}
+        torch.onnx.export(module, example, str(path), input_names=[t.name for t in spec.inputs],
+                          output_names=[t.name for t in spec.outputs], dynamic_axes=dynamic, dynamo=False)
+    return path
+
+
+def output_shape(tensor: TensorSpec, batch: int, candidates: int) -> list[int]:
+    return [batch] + ([candidates] if _carries_candidates(tensor) else []) + _trailing(tensor)
+
+
+def version_artifacts(spec: RankingModelSpec, root: Path, versions: Sequence[str] | None = None) -> dict[str, Path]:
+    """One exported artifact directory per version of the spec, keyed by Triton version directory."""
+    from rankops.render.tritonconfig import triton_version
+
+    out = {}
+    for i, version in enumerate(spec.versions):
+        if versions is not None and version.name not in versions:
+            continue
+        directory = root / f"v{version.name}"
+        export(spec, version.format, directory, seed=i)
+        out[str(triton_version(version.name))] = directory
+    return out

@@ -1,0 +1,393 @@
+"""A real Triton Inference Server on this machine, for the tests, e2e, benchmarks and `rankops dev`.
+
+Test harness, not part of the operator. The `nvidia-pytriton` wheel carries a real `tritonserver`
+(2.51) with its Python backend and response cache; `ensure_installed()` unpacks it once per
+machine under the rankops cache (like the control-plane binaries), with
+
+- a backend directory: the Python backend, its stub for the stub's Python, and CPU stand-ins for
+  the onnxruntime, pytorch and tensorrt backends (`triton_standin.py`);
+- the stand-ins' own virtualenv (numpy < 2, which the stub needs, and onnxruntime), kept apart
+  from the project's: the stub runs the first `python3` on its PATH, ignoring PYTHONPATH, so the
+  server starts with that virtualenv first on PATH; torch is linked in from the running
+  interpreter's site-packages by a .pth file (after numpy 1.26, which therefore wins).
+
+`TritonServer.for_rendered()` starts `tritonserver` with exactly the arguments of a rendered
+Deployment's `triton` container, changing only the model repository, the ports (local
+addresses) and the backend and cache directories, over a model repository laid out as the pod's
+(`/models/<model>/config.pbtxt` and the version directory). What a CPU cannot take is changed in
+one place, `cpu_config()`, which returns the edits it made so tests can print them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+PYTRITON_VERSION = "0.7.0"          # ships tritonserver 2.51.0
+TRITON_VERSION = "2.51.0"
+# The Python backend's stub returns empty tensors with numpy 2 (see shared notes).
+STUB_REQUIREMENTS = ("numpy==1.26.4", "onnxruntime==1.19.2")
+STANDIN_BACKENDS = ("onnxruntime", "pytorch", "tensorrt")
+STUB_PYTHON = "3.11"                 # the stub embeds this libpython (Debian's libpython3.11)
+
+# Lines Triton logs on every CPU-only start; anything else at W or E level is a finding.
+HARMLESS_WARNINGS = (
+    "Unable to allocate pinned system memory",
+    "CudaDriverHelper",
+    "Failed to initialize NVML",
+    "DCGM",
+    "dcgm",
+    "NVML",
+    "Failed to get CUDA device count",
+    "Unable to get number of CUDA devices",
+    "unable to get number of CUDA devices",
+    "pinned memory pool",
+    "CUDA memory pool",
+    "no CUDA",
+    "CUDA driver",
+    "GPU metrics",
+    "Failed to get number of GPUs",
+)
+
+
+class TritonError(RuntimeError):
+    """The server could not be installed, started or made ready; the message says why."""
+
+
+def cache_root() -> Path:
+    base = Path(os.environ.get("RANKOPS_CACHE") or Path.home() / ".cache" / "rankops")
+    return base / "triton" / TRITON_VERSION
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    root: Path
+
+    @property
+    def package(self) -> Path:
+        return self.root / "wheel" / "pytriton" / "tritonserver"
+
+    @property
+    def server_bin(self) -> Path:
+        return self.package / "bin" / "tritonserver"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / "wheel" / "nvidia_pytriton.libs"
+
+    @property
+    def backend_dir(self) -> Path:
+        return self.root / "backends"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.package / "caches"
+
+    @property
+    def stub_venv(self) -> Path:
+        return self.root / "stub-venv"
+
+    @property
+    def stub_site(self) -> Path:
+        return self.stub_venv / "lib" / f"python{STUB_PYTHON}" / "site-packages"
+
+    def missing(self) -> list[str]:
+        wanted = [self.server_bin, self.backend_dir / "python" / "triton_python_backend_stub",
+                  self.stub_site / "numpy", self.stub_site / "onnxruntime",
+                  *(self.backend_dir / b / "model.py" for b in STANDIN_BACKENDS)]
+        return [str(p) for p in wanted if not p.exists()]
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: its libraries, and the stand-ins' virtualenv first on PATH."""
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.lib_dir), env.get("LD_LIBRARY_PATH")]))
+        others = [p for p in env.get("PATH", "").split(os.pathsep)
+                  if p and not (env.get("VIRTUAL_ENV") and p.startswith(env["VIRTUAL_ENV"]))]
+        env["PATH"] = os.pathsep.join([str(self.stub_venv / "bin"), *others])
+        env["VIRTUAL_ENV"] = str(self.stub_venv)
+        for name in ("PYTHONPATH", "PYTHONHOME"):
+            env.pop(name, None)
+        # One thread per stand-in instance: Triton's instances, not BLAS threads, are the parallelism.
+        env.setdefault("OMP_NUM_THREADS", "1")
+        return env
+
+
+def _torch_site() -> list[str]:
+    """Where the running interpreter has torch (for the pytorch stand-in); empty without torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    return [str(Path(spec.origin).parent.parent)] if spec and spec.origin else []
+
+
+def ensure_installed(install: bool = True, say: Callable[[str], None] | None = None) -> TritonInstall:
+    """The installed server, unpacking and installing what is missing when `install`."""
+    found = TritonInstall(cache_root())
+    missing = found.missing()
+    if not missing:
+        _link_standins(found)
+        return found
+    if not install:
+        raise TritonError(f"the real-Triton fixture is not installed ({missing[0]} missing): "
+                          "run `rankops dev triton install`")
+    say = say or (lambda line: print(line, file=sys.stderr))
+    root = found.root
+    root.mkdir(parents=True, exist_ok=True)
+    if not found.server_bin.exists():
+        say(f"triton: downloading nvidia-pytriton=={PYTRITON_VERSION} (tritonserver {TRITON_VERSION}, ~55 MB)")
+        downloads = root / "downloads"
+        _pip("download", "--no-deps", "--only-binary=:all:", f"nvidia-pytriton=={PYTRITON_VERSION}",
+             "-d", str(downloads))
+        wheel = next(downloads.glob(f"nvidia_pytriton-{PYTRITON_VERSION}-*.whl"))
+        staging = root / "wheel.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(staging)
+        for binary in [staging / "pytriton" / "tritonserver" / "bin" / "tritonserver",
+                       *(staging / "pytriton" / "tritonserver" / "python_backend_stubs").glob("*/triton_python_backend_stub")]:
+            binary.chmod(0o755)
+        shutil.rmtree(root / "wheel", ignore_errors=True)
+        staging.rename(root / "wheel")
+    if not (found.stub_site / "onnxruntime").exists() or not (found.stub_site / "numpy").exists():
+        say(f"triton: installing the stand-ins' virtualenv ({', '.join(STUB_REQUIREMENTS)})")
+        shutil.rmtree(found.stub_venv, ignore_errors=True)
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        _run([base, "-m", "venv", str(found.stub_venv)], "python -m venv")
+        _run([str(found.stub_venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *STUB_REQUIREMENTS],
+             "pip install")
+    python_backend = found.backend_dir / "python"
+    python_backend.mkdir(parents=True, exist_ok=True)
+    shipped = found.package / "backends" / "python"
+    for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(shipped / item, python_backend / item)
+    stub = found.package / "python_backend_stubs" / STUB_PYTHON / "triton_python_backend_stub"
+    shutil.copy2(stub, python_backend / "triton_python_backend_stub")
+    _link_standins(found)
+    still = found.missing()
+    if still:
+        raise TritonError(f"the real-Triton fixture is incomplete after installing: {still[0]} missing")
+    say(f"triton: installed under {root}")
+    return found
+
+
+def _link_standins(found: TritonInstall) -> None:
+    # torch for the pytorch stand-in: the running interpreter's, after the stub's own packages.
+    (found.stub_site / "rankops-torch.pth").write_text("".join(f"{p}\n" for p in _torch_site()))
+    source = Path(__file__).with_name("triton_standin.py")
+    for backend in STANDIN_BACKENDS:
+        target = found.backend_dir / backend / "model.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() and target.resolve() == source.resolve():
+            continue
+        target.unlink(missing_ok=True)
+        target.symlink_to(source)
+
+
+def _pip(*args: str) -> None:
+    _run([sys.executable, "-m", "pip", *args], f"pip {' '.join(args[:3])}")
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TritonError(f"{what} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+
+
+# --- What a CPU cannot take ---------------------------------------------------------------
+
+def cpu_config(config_text: str) -> tuple[str, list[str]]:
+    """The rendered config.pbtxt as a CPU-only server can load it, and the edits made.
+
+    Only two: instance groups of KIND_GPU become KIND_CPU (a CPU-only Triton refuses KIND_GPU),
+    and GPU execution accelerators (ONNX Runtime's TensorRT) are dropped. Everything else —
+    batching, warmup, version policy, the response cache — is loaded as rendered.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    edits = []
+    for group in config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
+            group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
+            edits.append(f"instance_group: KIND_GPU -> KIND_CPU (count {group.count})")
+    accelerators = config.optimization.execution_accelerators
+    if accelerators.gpu_execution_accelerator:
+        names = ", ".join(a.name for a in accelerators.gpu_execution_accelerator)
+        del accelerators.gpu_execution_accelerator[:]
+        edits.append(f"optimization: gpu_execution_accelerator [{names}] dropped")
+        if not accelerators.cpu_execution_accelerator:
+            config.optimization.ClearField("execution_accelerators")
+        if not config.optimization.ListFields():
+            config.ClearField("optimization")
+    return text_format.MessageToString(config), edits
+
+
+# --- The server ---------------------------------------------------------------------------
+
+LOCAL_FLAGS = ("--model-repository", "--http-port", "--grpc-port", "--metrics-port", "--http-address",
+               "--grpc-address", "--metrics-address", "--backend-directory", "--cache-directory")
+
+
+def local_arguments(container_args: Sequence[str], repository: Path, host: str, ports: dict[str, int],
+                    install: TritonInstall) -> list[str]:
+    """The container's arguments with only the local paths and ports changed."""
+    kept = [a for a in container_args if a.split("=", 1)[0] not in LOCAL_FLAGS]
+    args = [*kept, f"--model-repository={repository}",
+            f"--http-address={host}", f"--http-port={ports['http']}",
+            f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
+            f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
+            f"--backend-directory={install.backend_dir}"]
+    if any(a.startswith("--cache-config") for a in kept):
+        args.append(f"--cache-directory={install.cache_dir}")
+    return args
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+_LOG_LEVEL = re.compile(r"^([IWEF])\d{4} ")
+
+
+@dataclass
+class TritonServer:
+    """One running tritonserver; use as a context manager, or start()/stop()."""
+    install: TritonInstall
+    container_args: list[str]
+    repository: Path
+    log_path: Path
+    host: str = "127.0.0.1"
+    ports: dict[str, int] = field(default_factory=dict)
+    cpu_edits: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+
+    @classmethod
+    def for_rendered(cls, deployment: dict[str, Any], config_map: dict[str, Any], artifacts: dict[str, Path],
+                     workdir: Path, install: TritonInstall | None = None, host: str = "127.0.0.1") -> "TritonServer":
+        """A server for a rendered Deployment and its ConfigMap.
+
+        `artifacts` maps a Triton version directory name ("3") to a local directory holding the
+        artifact files, laid out as the fetch-model init container leaves them.
+        """
+        install = install or ensure_installed()
+        triton = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
+        model = _model_name(triton["args"])
+        repository = workdir / "models"
+        model_dir = repository / model
+        model_dir.mkdir(parents=True, exist_ok=True)
+        text, edits = cpu_config(config_map["data"]["config.pbtxt"])
+        (model_dir / "config.pbtxt").write_text(text)
+        for version_dir, source in artifacts.items():
+            target = model_dir / str(version_dir)
+            if target.exists() or target.is_symlink():
+                shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
+            target.symlink_to(Path(source).resolve(), target_is_directory=True)
+        return cls(install=install, container_args=list(triton["args"]), repository=repository,
+                   log_path=workdir / "tritonserver.log", host=host, cpu_edits=edits)
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.ports['http']}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.ports['grpc']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.host}:{self.ports['metrics']}"
+
+    def arguments(self) -> list[str]:
+        return local_arguments(self.container_args, self.repository, self.host, self.ports, self.install)
+
+    def start(self, timeout_s: float = 120.0) -> "TritonServer":
+        if not self.ports:
+            self.ports = {name: free_port(self.host) for name in ("http", "grpc", "metrics")}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen([str(self.install.server_bin), *self.arguments()], stdout=log,
+                                        stderr=subprocess.STDOUT, env=self.install.environment(),
+                                        start_new_session=True)
+        log.close()
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TritonError(f"tritonserver exited with {self.process.returncode} before it was ready:\n"
+                                  f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TritonError(f"tritonserver was not ready within {timeout_s:g}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> "TritonServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def findings(self) -> list[str]:
+        """Warning and error lines of the log that a CPU-only start does not explain."""
+        found = []
+        for line in self.log_text().splitlines():
+            level = _LOG_LEVEL.match(line)
+            if level and level.group(1) in "WEF" and not any(h in line for h in HARMLESS_WARNINGS):
+                found.append(line.strip())
+        return found
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.metrics_url}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+
+def _model_name(args: Sequence[str]) -> str:
+    for arg in args:
+        if arg.startswith("--load-model="):
+            return arg.split("=", 1)[1]
+    raise TritonError("the triton container has no --load-model=NAME argument")
+
+
+def scratch_dir(prefix: str = "rankops-triton-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))

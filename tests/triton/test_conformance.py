@@ -1,0 +1,124 @@
+"""Every rendered config loads in a real tritonserver and answers one request with the right shapes.
+
+Rendered exactly as the operator renders it (desired_objects), served with the Deployment's own
+tritonserver arguments (only the local paths and ports changed, and the CPU edits printed), and
+judged by the server: it must load the model, log no warning or error a CPU-only start does not
+explain, and answer an inference request with the declared output shapes.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from triton_serving import expected_output_shapes, infer, request_inputs, serve
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("rankingmodel-*.yaml"))
+CASES = sorted(p for p in (ROOT / "tests" / "core" / "cases").glob("*.yaml") if p.name != "pools.yaml")
+
+BASE = {
+    "apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
+    "metadata": {"name": "ranker", "namespace": "reco"},
+    "spec": {
+        "version": "1",
+        "versions": [{"name": "1", "modelUri": "s3://models/ranker/1", "format": "onnx"}],
+        "candidates": {"layout": "batch", "minPerRequest": 5, "maxPerRequest": 64},
+        "inputs": [{"name": "user_features", "dataType": "FP32", "dims": [16]},
+                   {"name": "item_features", "dataType": "FP32", "dims": [8]}],
+        "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
+        "batching": {"maxBatchSize": 256, "preferredBatchSizes": [128, 256], "maxQueueDelayMicroseconds": 500},
+        "modelWarmup": {"batchSizes": [1, 64, 256]},
+    },
+}
+
+
+def _doc(**spec) -> dict:
+    doc = copy.deepcopy(BASE)
+    doc["spec"].update(spec)
+    return doc
+
+
+def _versions(path: Path) -> list[tuple[dict, str]]:
+    doc = yaml.safe_load(path.read_text())
+    return [(doc, v["name"]) for v in doc["spec"]["versions"]]
+
+
+def _check(install, doc: dict, tmp_path: Path, version: str | None = None, candidates: int = 7) -> None:
+    with serve(install, doc, tmp_path, version) as (rm, server):
+        inputs = request_inputs(rm, candidates=candidates)
+        outputs = infer(server, rm.metadata["name"], inputs)
+        shapes = {name: list(value.shape) for name, value in outputs.items()}
+        assert shapes == expected_output_shapes(rm, inputs, candidates)
+        findings = server.findings()
+    assert not findings, "Triton warned or refused:\n" + "\n".join(findings)
+
+
+@pytest.mark.parametrize("path,version", [pytest.param(p, v, id=f"{p.stem}-v{v}")
+                                          for p in EXAMPLES + CASES for _, v in _versions(p)])
+def test_examples_and_cases_load_and_answer(triton_install, tmp_path, path, version):
+    _check(triton_install, yaml.safe_load(path.read_text()), tmp_path, version)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "tensorrt_plan", "torchscript"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_every_format_and_precision(triton_install, tmp_path, fmt, precision):
+    doc = _doc(versions=[{"name": "1", "modelUri": "s3://models/ranker/1", "format": fmt, "precision": precision}])
+    _check(triton_install, doc, tmp_path)
+
+
+def test_response_cache(triton_install, tmp_path):
+    _check(triton_install, _doc(responseCache=True), tmp_path)
+
+
+def test_warmup_with_integer_ids_and_variable_candidates(triton_install, tmp_path):
+    """Random warmup data fills INT64 ids across the whole int64 range: the lookup failed and the
+    model never loaded. Integers and booleans now warm up with zeros."""
+    doc = _doc(candidates=None, inputs=[
+        {"name": "user_ids", "dataType": "INT64", "dims": [4]},
+        {"name": "item_ids", "dataType": "INT64", "dims": [-1], "maxDims": [50]},
+        {"name": "item_flags", "dataType": "BOOL", "dims": [-1, 2], "maxDims": [50, 2]},
+        {"name": "item_features", "dataType": "FP32", "dims": [-1, 8], "maxDims": [50, 8]},
+    ], outputs=[{"name": "scores", "dataType": "FP32", "dims": [-1]}],
+        batching={"maxBatchSize": 8, "preferredBatchSizes": [4, 8]}, modelWarmup={"batchSizes": [1, 8]})
+    _check(triton_install, doc, tmp_path)
+
+
+def test_warmup_with_integer_ids_as_the_batch(triton_install, tmp_path):
+    doc = _doc(inputs=[{"name": "user_id", "dataType": "INT32", "dims": [1]},
+                       {"name": "item_id", "dataType": "INT64", "dims": [1]},
+                       {"name": "item_features", "dataType": "FP16", "dims": [8]}])
+    _check(triton_install, doc, tmp_path, candidates=64)
+
+
+def test_batching_auto(triton_install, tmp_path):
+    doc = _doc(candidates={"layout": "padded"}, batching="auto",
+               inputs=[{"name": "user_features", "dataType": "FP32", "dims": [16]},
+                       {"name": "item_features", "dataType": "FP32", "dims": [50, 8]}],
+               outputs=[{"name": "scores", "dataType": "FP32", "dims": [50]}],
+               modelWarmup={"batchSizes": [1]},
+               slo={"p99LatencyMs": 10, "targetQps": 500},
+               planning={"latencyProfile": {1: 1.0, 4: 1.3, 8: 1.8, 16: 3.0}})
+    _check(triton_install, doc, tmp_path, candidates=50)
+
+
+def test_two_instances_per_gpu(triton_install, tmp_path):
+    _check(triton_install, _doc(instancesPerGpu=2), tmp_path)
+
+
+def test_a_tensorrt_engine_is_refused_by_the_cpu_standin(triton_install, tmp_path):
+    """The tensorrt stand-in runs only ONNX stored as model.plan; an engine fails to load, saying why."""
+    from rankops.devcluster import triton
+    from triton_serving import rendered
+
+    doc = _doc(versions=[{"name": "1", "modelUri": "s3://models/ranker/1", "format": "tensorrt_plan",
+                          "precision": "int8"}])
+    _, deployment, config_map = rendered(doc)
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "model.plan").write_bytes(b"ftrt\x00not an onnx graph")
+    server = triton.TritonServer.for_rendered(deployment, config_map, {"1": engine}, tmp_path, install=triton_install)
+    with pytest.raises(triton.TritonError, match="cannot run without a GPU"):
+        server.start(timeout_s=60)

@@ -1,0 +1,90 @@
+"""Render a RankingModel the operator's way and serve it on the real-Triton fixture."""
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankops.api.rankingmodel import CandidateLayout, RankingModel
+from rankops.devcluster import spec_models, triton
+from rankops.render.desired import ServingState, desired_objects, resolve_shape
+from rankops.render.tritonconfig import triton_version
+
+
+def rendered(doc: dict[str, Any], version: str | None = None) -> tuple[RankingModel, dict, dict]:
+    """(model, Deployment, ConfigMap) of the stable track serving `version` (default spec.version)."""
+    rm = RankingModel.model_validate(copy.deepcopy(doc))
+    state = ServingState(stable_version=version or rm.spec.version)
+    objects = desired_objects(rm, state, resolve_shape(rm.spec))
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    return rm, deployment, config_map
+
+
+@contextlib.contextmanager
+def serve(install: triton.TritonInstall, doc: dict[str, Any], workdir: Path,
+          version: str | None = None) -> Iterator[tuple[RankingModel, triton.TritonServer]]:
+    """The rendered Deployment's tritonserver over a freshly exported model of the spec's shape."""
+    rm, deployment, config_map = rendered(doc, version)
+    name = version or rm.spec.version
+    served = rm.spec.version_named(name)
+    directory = workdir / "artifacts" / f"v{name}"
+    spec_models.export(rm.spec, served.format, directory)
+    server = triton.TritonServer.for_rendered(deployment, config_map, {str(triton_version(name)): directory},
+                                              workdir, install=install)
+    print(f"{rm.metadata['name']} v{name}: CPU edits: {', '.join(server.cpu_edits) or 'none'}")
+    try:
+        server.start()
+    except triton.TritonError:
+        raise
+    try:
+        yield rm, server
+    finally:
+        server.stop()
+
+
+def request_inputs(rm: RankingModel, candidates: int = 7, batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    """One request as production sends it: `candidates` candidates for `batch` users (layout batch:
+    one user, each candidate a batch row)."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    rng = np.random.default_rng(seed)
+    layout = rm.spec.candidates.layout if rm.spec.candidates else None
+    rows = candidates if layout is CandidateLayout.batch else batch
+    arrays = {}
+    for t in rm.spec.inputs:
+        shape = [rows] + [candidates if d == -1 else d for d in t.dims]
+        dtype = triton_to_np_dtype(t.data_type.value)
+        if t.data_type.value == "BOOL":
+            arrays[t.name] = rng.random(shape) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            arrays[t.name] = rng.integers(0, 10, size=shape).astype(dtype)
+        else:
+            arrays[t.name] = rng.standard_normal(shape).astype(dtype)
+    return arrays
+
+
+def infer(server: triton.TritonServer, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import tritonclient.http as httpclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        infer_inputs = []
+        for name, array in inputs.items():
+            item = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            item.set_data_from_numpy(array)
+            infer_inputs.append(item)
+        result = client.infer(model, infer_inputs)
+        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+    finally:
+        client.close()
+
+
+def expected_output_shapes(rm: RankingModel, inputs: dict[str, np.ndarray], candidates: int) -> dict[str, list[int]]:
+    rows = next(iter(inputs.values())).shape[0]
+    return {t.name: [rows] + [candidates if d == -1 else d for d in t.dims] for t in rm.spec.outputs}
