@@ -1,8 +1,7 @@
-"""Render a RankingModel the operator's way and serve it on the real-Triton fixture."""
+"""Serve a RankingModel the operator's way on the real-Triton fixture, and send it a request."""
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,41 +9,18 @@ from typing import Any
 import numpy as np
 
 from rankops.api.rankingmodel import CandidateLayout, RankingModel
-from rankops.devcluster import spec_models, triton
-from rankops.render.desired import ServingState, desired_objects, resolve_shape
-from rankops.render.tritonconfig import triton_version
-
-
-def rendered(doc: dict[str, Any], version: str | None = None) -> tuple[RankingModel, dict, dict]:
-    """(model, Deployment, ConfigMap) of the stable track serving `version` (default spec.version)."""
-    rm = RankingModel.model_validate(copy.deepcopy(doc))
-    state = ServingState(stable_version=version or rm.spec.version)
-    objects = desired_objects(rm, state, resolve_shape(rm.spec))
-    deployment = next(o for o in objects if o["kind"] == "Deployment")
-    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
-    return rm, deployment, config_map
+from rankops.devcluster import triton
+from rankops.devcluster.triton import rendered_serving as rendered  # noqa: F401  (tests import it from here)
 
 
 @contextlib.contextmanager
-def serve(install: triton.TritonInstall, doc: dict[str, Any], workdir: Path,
-          version: str | None = None) -> Iterator[tuple[RankingModel, triton.TritonServer]]:
+def serve(install: triton.TritonInstall, doc: dict[str, Any], workdir: Path, version: str | None = None,
+          **export: Any) -> Iterator[tuple[RankingModel, triton.TritonServer]]:
     """The rendered Deployment's tritonserver over a freshly exported model of the spec's shape."""
-    rm, deployment, config_map = rendered(doc, version)
-    name = version or rm.spec.version
-    served = rm.spec.version_named(name)
-    directory = workdir / "artifacts" / f"v{name}"
-    spec_models.export(rm.spec, served.format, directory)
-    server = triton.TritonServer.for_rendered(deployment, config_map, {str(triton_version(name)): directory},
-                                              workdir, install=install)
-    print(f"{rm.metadata['name']} v{name}: CPU edits: {', '.join(server.cpu_edits) or 'none'}")
-    try:
-        server.start()
-    except triton.TritonError:
-        raise
-    try:
+    rm, server = triton.server_for_model(doc, workdir, version, install=install, **export)
+    print(f"{rm.metadata['name']} v{version or rm.spec.version}: CPU edits: {', '.join(server.cpu_edits) or 'none'}")
+    with server:
         yield rm, server
-    finally:
-        server.stop()
 
 
 def request_inputs(rm: RankingModel, candidates: int = 7, batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:

@@ -69,6 +69,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
     validate.set_defaults(func=run_validate)
 
+    from rankops.commands import dev_triton
+    dev_triton.add_commands(dev_sub)
+
 
 def _node_set(args: argparse.Namespace) -> list[tuple[str, str]]:
     if args.nodes < 0:

@@ -108,12 +108,21 @@ def example_inputs(spec: RankingModelSpec, batch: int = 2, candidates: int = 3):
     return tuple(tensors)
 
 
-def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int = 0) -> Path:
-    """Write the model for `spec` into `directory` (a version directory) as `fmt`; returns the file."""
+def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int = 0,
+           fp16_weights: bool = False) -> Path:
+    """Write the model for `spec` into `directory` (a version directory) as `fmt`; returns the file.
+
+    The same `seed` gives the same weights; `fp16_weights` rounds them to FP16 first (what an
+    FP16 engine does to the same model: scores move a little, the ranking stays).
+    """
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
     module = build_module(spec, seed)
+    if fp16_weights:
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.copy_(parameter.half().float())
     example = example_inputs(spec)
     path = directory / MODEL_FILENAMES[fmt]
     with warnings.catch_warnings():

@@ -391,3 +391,38 @@ def _model_name(args: Sequence[str]) -> str:
 
 def scratch_dir(prefix: str = "rankops-triton-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def rendered_serving(doc: dict[str, Any], version: str | None = None) -> tuple[Any, dict, dict]:
+    """(RankingModel, Deployment, ConfigMap) the operator renders to serve `version` (default
+    spec.version) as the stable track."""
+    import copy
+
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.render.desired import ServingState, desired_objects, resolve_shape
+
+    rm = RankingModel.model_validate(copy.deepcopy(doc))
+    objects = desired_objects(rm, ServingState(stable_version=version or rm.spec.version), resolve_shape(rm.spec))
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    return rm, deployment, config_map
+
+
+def server_for_model(doc: dict[str, Any], workdir: Path, version: str | None = None, seed: int = 0,
+                     fp16_weights: bool = False, install: TritonInstall | None = None,
+                     host: str = "127.0.0.1") -> tuple[Any, TritonServer]:
+    """A (not yet started) server for a RankingModel manifest: the operator's rendering, over a
+    small model of the spec's tensors exported in the version's format (spec_models)."""
+    from rankops.devcluster import spec_models
+    from rankops.render.tritonconfig import triton_version
+
+    rm, deployment, config_map = rendered_serving(doc, version)
+    name = version or rm.spec.version
+    served = rm.spec.version_named(name)
+    if served is None:
+        raise TritonError(f"version {name!r} is not in spec.versions")
+    directory = workdir / "artifacts" / f"v{name}"
+    spec_models.export(rm.spec, served.format, directory, seed=seed, fp16_weights=fp16_weights)
+    server = TritonServer.for_rendered(deployment, config_map, {str(triton_version(name)): directory}, workdir,
+                                       install=install, host=host)
+    return rm, server

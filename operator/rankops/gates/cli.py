@@ -59,6 +59,16 @@ def add_commands(subparsers) -> None:
                         help="untimed passes over the samples before measuring (default 1)")
     warmup.add_argument("--max-errors", type=int, default=10,
                         help="stop sending after this many failed requests (default 10)")
+    warmup.add_argument("--metrics-url", default="", metavar="HOST:PORT",
+                        help="the candidate's Triton metrics endpoint (port 8002): report what Triton saw "
+                             "(batch sizes, queue time, cache hits) and judge on its server-side P99")
+    warmup.add_argument("--window-wait-s", type=float, default=70.0,
+                        help="with --metrics-url: wait up to this long before the warm run for Triton's "
+                             "60 s latency window to drop load-time and cold requests (default 70)")
+    warmup.add_argument("--processes", type=int, default=0,
+                        help="worker processes sending the requests (default 0: one per core)")
+    warmup.add_argument("--unique-requests", action="store_true",
+                        help="different data in every request, so a response cache cannot answer them")
     _add_common_args(warmup)
     warmup.set_defaults(func=_guarded("warmup", _warmup))
 
@@ -156,7 +166,9 @@ def _endpoint(url: str, model_ref: str, args: argparse.Namespace, version: str =
 def _warmup(args: argparse.Namespace) -> Verdict:
     endpoint = _endpoint(args.url, args.model, args, version=args.model_version)
     config = WarmupConfig(requests=args.requests, concurrency=args.concurrency, max_p99_ms=args.max_p99_ms,
-                          cold_passes=args.cold_passes, max_errors=args.max_errors)
+                          cold_passes=args.cold_passes, max_errors=args.max_errors, processes=args.processes,
+                          unique=args.unique_requests, metrics_url=args.metrics_url.strip(),
+                          window_wait_s=args.window_wait_s)
     return run_warmup(endpoint, _samples(args), config)
 
 

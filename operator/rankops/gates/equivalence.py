@@ -217,6 +217,7 @@ CORRELATIONS: dict[str, Callable[[np.ndarray, np.ndarray], float | None]] = {
 class _ErrorStats:
     max_abs: float = 0.0
     max_rel: float = 0.0
+    allowance_used: float = 0.0   # max |c - r| / (abs + rel*|r|): within tolerance while <= 1
     out_of_tolerance: int = 0
     elements: int = 0
 
@@ -228,12 +229,16 @@ class _ErrorStats:
         self.max_abs = max(self.max_abs, worst)
         if diff.size:
             self.max_rel = max(self.max_rel, float((diff / np.maximum(np.abs(ref), _REL_FLOOR)).max()))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                used = np.where(diff == 0, 0.0, diff / np.maximum(bound, _REL_FLOOR))
+            self.allowance_used = max(self.allowance_used, float(np.nanmax(used)) if np.isfinite(used).any() else
+                                      float("inf"))
         self.out_of_tolerance += int(np.count_nonzero(~(diff <= bound)))  # NaN counts as out
         self.elements += int(diff.size)
         return worst
 
     def to_metrics(self) -> dict:
-        return {"maxAbsError": self.max_abs, "maxRelError": self.max_rel,
+        return {"maxAbsError": self.max_abs, "maxRelError": self.max_rel, "allowanceUsed": self.allowance_used,
                 "outOfTolerance": self.out_of_tolerance, "elements": self.elements}
 
 
@@ -317,6 +322,7 @@ def _verdict(samples, output, criteria: Criteria, errors: dict[str, _ErrorStats]
         "output": output,
         "maxAbsError": ranked.max_abs,
         "maxRelError": ranked.max_rel,
+        "allowanceUsed": ranked.allowance_used,
         "outOfTolerance": out_of_tolerance,
         "topK": criteria.top_k,
         "topKOverlap": overlap,
@@ -336,14 +342,22 @@ def _verdict(samples, output, criteria: Criteria, errors: dict[str, _ErrorStats]
     over = f"over {len(samples)} requests ({len(per_list)} ranked lists)"
     ranking = (f"top-{criteria.top_k} overlap {overlap:.3f} (min {criteria.min_topk_overlap:g}), "
                f"{criteria.method} {correlation:.3f} (min {criteria.min_rank_correlation:g})")
-    scores = (f"max abs error {ranked.max_abs:.3g} (tol {criteria.abs_tolerance:g}), "
-              f"max rel error {ranked.max_rel:.3g} (tol {criteria.rel_tolerance:g})")
+    # One rule per score, |c - r| <= abs + rel*|r|: say how much of that allowance the worst score
+    # used, not the relative error alone (huge where a reference score is near 0, yet within the rule).
+    rule = f"|c-r| <= {criteria.abs_tolerance:g} + {criteria.rel_tolerance:g}*|r|"
+    elements = sum(e.elements for e in errors.values())
+    used = max(e.allowance_used for e in errors.values())
+    largest = max(e.max_abs for e in errors.values())
+    if out_of_tolerance:
+        scores = (f"{out_of_tolerance} of {elements} scores outside {rule} (worst "
+                  f"{used:.3g}x its allowance, max abs error {largest:.3g})")
+    else:
+        scores = (f"all {elements} scores within {rule} (worst used {used:.0%} of its "
+                  f"allowance, max abs error {largest:.3g})")
     if "topKOverlap" in failed or "rankCorrelation" in failed:
         return Verdict(GATE, "fail", "RankingDisagrees", f"ranking disagrees {over}: {ranking}; {scores}", metrics)
     if failed:
-        return Verdict(GATE, "fail", "ScoresOutOfTolerance",
-                       f"{out_of_tolerance} scores out of tolerance {over}: {scores}; ranking agrees: {ranking}",
-                       metrics)
+        return Verdict(GATE, "fail", "ScoresOutOfTolerance", f"{scores} {over}; ranking agrees: {ranking}", metrics)
     return Verdict(GATE, "pass", "OutputsEquivalent", f"equivalent {over}: {scores}; {ranking}", metrics)
 
 
