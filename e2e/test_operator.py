@@ -189,3 +189,39 @@ def test_missing_pool_is_degraded_and_a_bad_edit_leaves_the_serving_model_alone(
     models.patch_spec(k8s, namespace, "serving", {"nodePool": None, "replicas": 1})
     rm = models.wait_ready(k8s, namespace, "serving")
     assert models.condition(rm, "Degraded")["status"] == "False"
+
+
+def test_a_file_uri_to_the_hosts_etc_is_degraded_and_nothing_mounts_it(k8s, namespace, operator):
+    """A tenant's modelUri: file:///etc (or a path that climbs back to it) would be a hostPath of
+    the node's files; on a cluster whose admin allows no file:// directory (the default) it is
+    reported, naming the field, and no pod, Deployment or edit of a serving one mounts it."""
+    for name, uri in (("etc", "file:///etc"), ("climb", "file:///srv/models/../../etc/shadow")):
+        body = models.model_manifest(name)
+        body["spec"]["versions"] = [{"name": "1", "modelUri": uri, "format": "onnx"}]
+        models.create(k8s, namespace, body)
+        rm = models.wait_status(k8s, namespace, name, lambda rm: models.condition(rm, "Degraded").get("reason")
+                                == "NotAllowedOnThisCluster", f"{uri} refused")
+        message = models.condition(rm, "Degraded")["message"]
+        assert message.startswith(f"spec.versions[0].modelUri: {uri} would mount the node's /etc"), message
+        assert "--allow-file-uri-dir" in message and "pvc://" in message
+        assert gone(lambda: _deployment(k8s, namespace, name))
+
+    # A serving model edited to a host path keeps serving exactly what it served.
+    models.create(k8s, namespace, models.model_manifest("serving", versions=("1", "2")))
+    models.wait_ready(k8s, namespace, "serving")
+    before = _deployment(k8s, namespace, "serving")
+    models.patch_spec(k8s, namespace, "serving", {"version": "2", "versions": [
+        {"name": "1", "modelUri": "s3://models/serving/1", "format": "onnx", "precision": "fp16"},
+        {"name": "2", "modelUri": "file:///", "format": "onnx"}]})
+    rm = models.wait_status(k8s, namespace, "serving", lambda rm: models.condition(rm, "Degraded").get("reason")
+                            == "NotAllowedOnThisCluster" and rm["status"].get("observedGeneration") == 2,
+                            "the edit refused")
+    assert "spec.versions[1].modelUri: file:/// would mount the node's /" in models.condition(rm, "Degraded")["message"]
+    assert _deployment(k8s, namespace, "serving").metadata.resource_version == before.metadata.resource_version
+    assert gone(lambda: _deployment(k8s, namespace, "serving", names.CANARY))
+    assert models.condition(rm, "Ready")["status"] == "True" and rm["status"]["stableVersion"] == "1"
+    wait_for(lambda: "NotAllowedOnThisCluster" in {e.reason for e in models.events_for(k8s, namespace, "serving")},
+             15, "a NotAllowedOnThisCluster Event on the RankingModel")
+    host_paths = [(p.metadata.name, v.host_path.path) for p in k8s.core.list_namespaced_pod(namespace).items
+                  for v in p.spec.volumes or [] if v.host_path]
+    assert host_paths == []

@@ -167,8 +167,9 @@ def test_cluster_wide_mode_uses_all_namespaces_and_cluster_roles():
     cluster = grants["*"]
     for resource in NAMESPACED_APP_RESOURCES:
         assert any(r == resource for _, r, _ in cluster), resource
-    # kopf observes namespaces only in namespaced mode; cluster-wide it does not need to.
-    assert not any(r == "namespaces" for _, r, _ in cluster)
+    # kopf observes (lists, watches) namespaces only in namespaced mode; cluster-wide the operator
+    # only gets one, to hold a model's Events while its namespace is being deleted.
+    assert {v for _, r, v in cluster if r == "namespaces"} == {"get"}
 
 
 def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
@@ -199,6 +200,7 @@ def test_operator_rights_are_exactly_what_it_touches(combo):
         assert resource not in ("secrets", "serviceaccounts", "pods/exec", "securitycontextconstraints")
     assert {v for g, r, v in everything if (g, r) == ("", "nodes")} == {"get", "list", "watch", "patch"}
     assert not any(r.startswith("nodes/") for _, r, _ in everything), "no node subresources (status, proxy)"
+    assert {v for g, r, v in everything if (g, r) == ("", "namespaces")} <= {"get", "list", "watch"}
     # The validator DaemonSets only in the operator's own namespace.
     for ns, grants in rules_for(objs, "rankops-operator").items():
         has_ds = any(r == "daemonsets" for _, r, _ in grants)
@@ -255,10 +257,12 @@ def test_rbac_rules_are_commented_and_split_framework_from_application():
 
 
 @pytest.mark.parametrize("combo", ["defaults", "existing-service-accounts"])
-def test_validator_may_only_get_and_patch_nodes(combo):
+def test_validator_may_only_get_and_patch_nodes_and_list_pools(combo):
     objs = render(COMBINATIONS[combo])
     sa = "val-sa" if combo == "existing-service-accounts" else "rankops-operator-validator"
-    assert rules_for(objs, sa) == {"*": {("", "nodes", "get"), ("", "nodes", "patch")}}
+    # Listing pools tells it which pool owns its node (the oldest of those selecting it).
+    assert rules_for(objs, sa) == {"*": {("", "nodes", "get"), ("", "nodes", "patch"),
+                                         ("rankops.io", "gpunodepools", "list")}}
     args = operator_container(objs)["args"]
     assert args[args.index("--validator-service-account") + 1] == sa
     if combo == "existing-service-accounts":
@@ -282,7 +286,10 @@ def test_own_node_admission_policy_targets_the_validator_only():
     binding = one(objs, "ValidatingAdmissionPolicyBinding", "rankops-operator-validator-own-node")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert "rankops-operator-validator-own-node" not in {o["metadata"]["name"] for o in render(())}
+    # On by default: a token of the validator's ServiceAccount must not mark every node.
+    assert "rankops-operator-validator-own-node" in {o["metadata"]["name"] for o in render(())}
+    assert "rankops-operator-validator-own-node" not in \
+        {o["metadata"]["name"] for o in render(("validator.restrictToOwnNode=false",))}
 
 
 def test_openshift_scc_allows_host_reads_and_nothing_privileged():
@@ -348,6 +355,8 @@ BAD_VALUES = [
     ("image.digest=latest", "/image/digest"),
     ("rbac.creat=true", "creat"),
     ("validator.restrictToOwnNode=yes", "/validator/restrictToOwnNode"),
+    ("tenantPolicy.allowFileUriDirs={models}", "/tenantPolicy/allowFileUriDirs/0"),
+    ("tenantPolicy.allowFileUriDirs={/}", "/tenantPolicy/allowFileUriDirs/0"),
     ("json:monitoring.prometheusRule.thresholds.gpuMemoryFraction=1.5", "/monitoring/prometheusRule/thresholds/gpuMemoryFraction"),
     ("monitoring.serviceMonitor.interval=often", "/monitoring/serviceMonitor/interval"),
     ("operator.resources.requests.cpu=lots", "/operator/resources/requests/cpu"),
@@ -387,6 +396,20 @@ def test_operator_args_are_accepted_by_rankops_run():
         assert list(args.namespace or []) == (["reco", "ads"] if sets == COMBINATIONS["namespaced"] else [])
         expected_image = "mirror.local/rankops-validator:0.1.0" if "validator.image" in "".join(sets) else None
         assert args.validator_image == expected_image
+
+
+def test_tenant_policy_values_become_the_operators_allow_flags():
+    from rankops.cli import build_parser
+    from rankops.commands.render import tenant_policy
+
+    default = build_parser().parse_args(["run", *operator_container(render(()))["args"]])
+    assert tenant_policy(default).file_uri_dirs == () and tenant_policy(default).image_prefixes == ()
+    sets = ("tenantPolicy.allowFileUriDirs={/srv/models,/mnt/lab}",
+            "tenantPolicy.allowImagePrefixes={nvcr.io/nvidia/,registry.corp/ml}")
+    args = build_parser().parse_args(["run", *operator_container(render(sets))["args"]])
+    policy = tenant_policy(args)
+    assert policy.file_uri_dirs == ("/srv/models", "/mnt/lab")
+    assert policy.image_prefixes == ("nvcr.io/nvidia/", "registry.corp/ml")
 
 
 def test_install_manifest_and_monitoring_copies_match_a_fresh_render():
@@ -496,6 +519,7 @@ def test_a_real_api_server_accepts_the_chart_and_enforces_the_own_node_policy(tm
         assert allowed("node-a", {"spec": {"taints": [{"key": "rankops.io/gpu-unvalidated", "effect": "NoSchedule"}]}})
         assert not allowed("node-a", {"metadata": {"labels": {"team": "y"}}})
         assert not allowed("node-a", {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}})
+        assert not allowed("node-a", {"spec": {"unschedulable": True}}), "the validator never cordons"
         done = kubectl("auth", "can-i", "list", "secrets", "-A", "--as",
                        "system:serviceaccount:rankops-system:rankops-operator")
         assert done.stdout.strip() == "no"

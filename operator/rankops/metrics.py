@@ -19,7 +19,7 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
 
 RECONCILES = Counter(
-    "rankops_reconciles", "Reconciles by resource kind and result (ok, degraded, error).",
+    "rankops_reconciles", "Reconciles by resource kind and result (ok, degraded, error; skipped: its namespace is being deleted).",
     ["kind", "result"], registry=REGISTRY)
 RECONCILE_DURATION = Histogram(
     "rankops_reconcile_duration_seconds", "Wall time of one reconcile by resource kind.",

@@ -17,6 +17,7 @@ from rankops.controller import models
 from rankops.controller.kube import ApiMissing
 from rankops.render import names
 from rankops.render.desired import desired_objects, initial_state, monitoring_objects, resolve_shape
+from rankops.render.policy import TenantPolicy
 from rankops.yamlio import dump_all
 
 HERE = pathlib.Path(__file__).parent
@@ -191,6 +192,8 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     monkeypatch.setattr(handlers.OPERATOR, "kube", Kube())
     monkeypatch.setattr(handlers.OPERATOR, "service_monitors", True)
     monkeypatch.setattr(handlers.OPERATOR, "service_monitor_labels", {"release": "kps"})
+    policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
+    monkeypatch.setattr(handlers.OPERATOR, "tenant_policy", policy)
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
     handlers._model(body, {}, logging.getLogger("test"))
-    assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}}
+    assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy}

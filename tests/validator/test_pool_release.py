@@ -89,7 +89,7 @@ def _marked(name, pool, taints=(OURS, OTHER), extra=None):
     return {"metadata": {"name": name, "resourceVersion": "7",
                          "labels": {LABEL_READY: "false", LABEL_POOL: label_value(pool), "zone": "a", **(extra or {})},
                          "annotations": {ANNOTATION_REPORT: "{}", "keep": "me"}},
-            "spec": {"taints": list(taints)}}
+            "spec": {"taints": list(taints)}, "status": {"capacity": {"nvidia.com/gpu": "1"}}}
 
 
 def _clean(node):

@@ -29,10 +29,11 @@ def _report(build_host, scenario="healthy-rhel89", requirements=REQUIREMENTS, no
     return validate_host(host, requirements, gpu.gather(host, use_nvml=False), node=node, pool="t4-pool")
 
 
-def _node(name="gpu-1", taints=(), labels=None, annotations=None):
+def _node(name="gpu-1", taints=(), labels=None, annotations=None, gpus=1):
     return {"metadata": {"name": name, "resourceVersion": "42", "labels": labels or {},
                          "annotations": annotations or {}},
-            "spec": {"taints": list(taints)} if taints else {}}
+            "spec": {"taints": list(taints)} if taints else {},
+            "status": {"capacity": {"cpu": "8", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}}}
 
 
 def test_labels_and_annotation_of_a_ready_node(build_host):
@@ -128,27 +129,35 @@ class FakeCoreApi:
         self.patches.append(body)
 
 
+def _pool_dict(name, selector, created="2026-01-01T00:00:00Z", **meta):
+    return {"metadata": {"name": name, "creationTimestamp": created, **meta}, "spec": {"nodeSelector": selector}}
+
+
+ONLY_T4 = lambda: [_pool_dict("t4-pool", {"pool": "t4"})]  # noqa: E731 - selects _node(labels={"pool": "t4"})
+ONLY_P = lambda: [_pool_dict("p", {"pool": "t4"})]  # noqa: E731
+
+
 def test_run_on_node_once_patches_and_returns_the_verdict(build_host):
-    api = FakeCoreApi(_node(), conflicts=1)
+    api = FakeCoreApi(_node(labels={"pool": "t4"}), conflicts=1)
     status = run_on_node("gpu-1", str(build_host("secureboot-unsigned")), "t4-pool", 300, once=True,
-                         requirements=REQUIREMENTS, taint_failing=True, use_nvml=False, api=api)
+                         requirements=REQUIREMENTS, taint_failing=True, use_nvml=False, api=api, pools=ONLY_T4)
     assert status == 1 and len(api.patches) == 1
     assert api.patches[0]["spec"]["taints"] == [OUR_TAINT]
     assert json.loads(api.patches[0]["metadata"]["annotations"][ANNOTATION_REPORT])["blocking"] == ["secure-boot"]
 
 
 def test_run_on_node_survives_api_errors_and_keeps_looping(build_host):
-    api = FakeCoreApi(_node(), fail=RuntimeError("connection refused"))
-    assert run_on_node("gpu-1", str(build_host()), "p", 60, once=True, use_nvml=False, api=api) == 2
+    api = FakeCoreApi(_node(labels={"pool": "t4"}), fail=RuntimeError("connection refused"))
+    assert run_on_node("gpu-1", str(build_host()), "p", 60, once=True, use_nvml=False, api=api, pools=ONLY_P) == 2
     sleeps = []
 
     def sleep(seconds):
         sleeps.append(seconds)
         if len(sleeps) == 2:
             raise KeyboardInterrupt
-    healthy = FakeCoreApi(_node())
+    healthy = FakeCoreApi(_node(labels={"pool": "t4"}))
     with pytest.raises(KeyboardInterrupt):
-        run_on_node("gpu-1", str(build_host()), "p", 60, use_nvml=False, api=healthy, sleep=sleep)
+        run_on_node("gpu-1", str(build_host()), "p", 60, use_nvml=False, api=healthy, sleep=sleep, pools=ONLY_P)
     assert sleeps == [60, 60] and len(healthy.patches) == 2
 
 

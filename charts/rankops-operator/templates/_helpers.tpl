@@ -129,6 +129,11 @@ fails the build on one).
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch, patch]
+# Application: before posting a RankingModel's Events, whether its namespace is being deleted
+# (the Events would be refused, and retried at ERROR by kopf, while the namespace goes).
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
 {{- end }}
 
 {{/* Application, in every namespace RankingModels are served in. */}}

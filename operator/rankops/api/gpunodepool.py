@@ -145,11 +145,15 @@ class FailingCheck(ApiModel):
 
 class GpuNodePoolStatus(ApiModel):
     observed_generation: int | None = None
-    nodes: Annotated[int, Field(ge=0, description="Nodes matched by the selector.")] = 0
+    nodes: Annotated[int, Field(ge=0, description=(
+        "Nodes matched by the selector that this pool validates (ready + failing + pending)."))] = 0
     ready: Annotated[int, Field(ge=0, description="Nodes whose latest validation passed.")] = 0
     failing: Annotated[int, Field(ge=0, description="Nodes whose latest validation failed.")] = 0
     pending: Annotated[int, Field(ge=0, description=(
         "Nodes without a current report (validator not run yet, or run against older requirements)."))] = 0
+    excluded: Annotated[int, Field(ge=0, description=(
+        "Nodes matched by the selector that this pool leaves alone: no nvidia.com/gpu capacity, or an "
+        "older pool selects them too (see the NodesWithoutGpus and Overlapping conditions)."))] = 0
     failing_by_check: Annotated[list[FailingCheck], Field(
         default_factory=list, description="For each failing check: how many nodes and which.")]
     conditions: list[Condition] = Field(default_factory=list)
@@ -168,6 +172,7 @@ class GpuNodePool(ApiModel):
             {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},
             {"name": "Failing", "type": "integer", "jsonPath": ".status.failing"},
             {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "priority": 1},
+            {"name": "Excluded", "type": "integer", "jsonPath": ".status.excluded", "priority": 1},
             {"name": "Taint", "type": "boolean", "jsonPath": ".spec.taintFailingNodes", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],

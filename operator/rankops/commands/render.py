@@ -54,17 +54,40 @@ def add_service_monitor_flags(p: argparse.ArgumentParser, env: bool = False) -> 
                    help="label on those ServiceMonitors, e.g. release=kube-prometheus-stack (repeatable)")
 
 
+def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
+    """What a RankingModel (a tenant's) may use: the flags `rankops run` and `rankops render` share."""
+    from rankops.render.policy import FLAG_FILE_DIR, FLAG_IMAGE_PREFIX
+
+    p.add_argument(FLAG_FILE_DIR, action="append", default=[], metavar="DIR",
+                   help="a host directory file:// modelUris may mount (hostPath), e.g. /srv/models "
+                        "(repeatable; none: file:// is refused; /, /etc, /var, /usr and other system trees never)")
+    p.add_argument(FLAG_IMAGE_PREFIX, action="append", default=[], metavar="PREFIX",
+                   help="a registry or repository prefix the images of RankingModels must start with, e.g. "
+                        "nvcr.io/nvidia/ (repeatable; none: any image)")
+
+
+def tenant_policy(args: argparse.Namespace):
+    """The TenantPolicy of the flags above; PolicyError (a ValueError) names a bad one."""
+    from rankops.render.policy import TenantPolicy
+
+    return TenantPolicy.from_settings(args.allow_file_uri_dir, args.allow_image_prefix)
+
+
 def render_documents(docs: list[tuple[str, dict[str, Any]]],
-                     service_monitor_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                     service_monitor_labels: dict[str, str] | None = None, policy: Any = None) -> list[dict[str, Any]]:
     """Everything the operator would apply for these resources, with no cluster.
 
     `service_monitor_labels`: not None adds each RankingModel's ServiceMonitor, with these labels
     (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
+    `policy`: the TenantPolicy the operator would run with (default: no file://, any image).
     """
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
     from rankops.render.desired import (RenderError, desired_objects, initial_state, monitoring_objects,
                                         resolve_shape)
+    from rankops.render.policy import TenantPolicy, spec_problems
+
+    policy = policy or TenantPolicy()
 
     pools = {}
     errors: list[str] = []
@@ -91,11 +114,15 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
             out += render_validator(obj, namespace="rankops-system", service_account="rankops-validator")
             continue
         obj.metadata.setdefault("namespace", "default")
+        refused = spec_problems(obj.spec, policy)
+        if refused:
+            errors += [f"{where} RankingModel {obj.metadata.get('name')}: {line}" for line in refused]
+            continue
         pool = pools.get(obj.spec.node_pool)
         try:
             resolved = resolve_shape(obj.spec)
             out += desired_objects(obj, initial_state(obj), resolved,
-                                   pool.spec.requirements if pool else None)
+                                   pool.spec.requirements if pool else None, policy)
             if service_monitor_labels is not None:
                 out += monitoring_objects(obj, service_monitor_labels)
         except RenderError as exc:
@@ -108,8 +135,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
 def cmd_render(args: argparse.Namespace) -> int:
     try:
         labels = dict(args.service_monitor_label) if args.service_monitors else None
-        objects = render_documents(load_documents(args.filename), labels)
-    except (InputError, OSError) as exc:
+        objects = render_documents(load_documents(args.filename), labels, tenant_policy(args))
+    except (InputError, OSError, ValueError) as exc:
         print(f"rankops render: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(dump_all(objects))
@@ -134,6 +161,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-f", "--filename", action="append", required=True,
                    help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
     add_service_monitor_flags(p)
+    add_tenant_policy_flags(p)
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")
     p.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR instead")

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from rankops.commands.render import add_service_monitor_flags
+from rankops.commands.render import add_service_monitor_flags, add_tenant_policy_flags, tenant_policy
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -15,6 +15,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rankops.controller.context import OPERATOR
     from rankops.controller.kube import Kube
 
+    try:
+        policy = tenant_policy(args)
+    except ValueError as exc:
+        print(f"rankops run: {exc}", file=sys.stderr)
+        return 2
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -30,6 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     OPERATOR.interval = args.interval
     OPERATOR.service_monitors = args.service_monitors
     OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
+    OPERATOR.tenant_policy = policy
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
@@ -65,5 +71,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
                    help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
     add_service_monitor_flags(p, env=True)
+    add_tenant_policy_flags(p)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rankops.controller.kube import Kube
+from rankops.render.policy import TenantPolicy
 
 
 @dataclass
@@ -15,6 +16,7 @@ class OperatorContext:
     interval: float = 10.0                          # seconds between level-based re-checks
     service_monitors: bool = False                  # a ServiceMonitor per RankingModel, where served
     service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by
+    tenant_policy: TenantPolicy = field(default_factory=TenantPolicy)   # file:// dirs, image prefixes allowed
 
 
 OPERATOR = OperatorContext()

@@ -18,6 +18,7 @@ from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
 from rankops.controller import models, pools
 from rankops.controller.context import OPERATOR
+from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
 
 log = logging.getLogger("rankops.handlers")
@@ -37,6 +38,10 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         fresh = OPERATOR.kube.get(kind, meta.get("namespace"), meta["name"])
         if fresh is None or fresh["metadata"]["uid"] != uid:
             return
+        # A RankingModel being deleted has nothing left to reconcile: garbage collection removes
+        # its children (a deleted pool still is: its marks are cleared under the same lock).
+        if kind == "RankingModel" and fresh["metadata"].get("deletionTimestamp"):
+            return
         body = fresh
         try:
             result = reconcile(body)
@@ -46,11 +51,18 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
                 OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"], {"status": status_patch},
                                           subresource="status")
         except ApiException as exc:
+            if namespace_terminating(exc):  # the namespace's deletion removes the object too
+                result_word = "skipped"
+                logger.debug(f"not reconciled: its namespace is being deleted ({exc.status} {exc.reason})")
+                return
             raise kopf.TemporaryError(f"Kubernetes API said {exc.status} {exc.reason}: "
                                       f"{(exc.body or '')[:300]}", delay=10) from exc
         finally:
             metrics.observe_reconcile(kind, result_word, time.monotonic() - started)
-    for event in result.events:
+    events = result.events
+    if events and meta.get("namespace") and _namespace_going(meta["namespace"]):
+        events = []   # refused while the namespace goes (kopf would retry each at ERROR); so is the object
+    for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
         logger.info(f"{event.reason}: {event.message}")
     if kind == "GpuNodePool":
@@ -59,10 +71,19 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         metrics.record_model(body, result.status, result.outcome, result.gate_results)
 
 
+def _namespace_going(name: str) -> bool:
+    """The namespace is being deleted (or gone). Asked only when there are Events to post."""
+    try:
+        found = OPERATOR.kube.get("Namespace", None, name)
+    except ApiException:   # no right to read it (custom RBAC): post as before
+        return False
+    return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+
 def _model(body, patch, logger):
     _run("RankingModel", lambda b: models.reconcile(
         OPERATOR.kube, b, service_monitors=OPERATOR.service_monitors,
-        service_monitor_labels=OPERATOR.service_monitor_labels), body, patch, logger)
+        service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy), body, patch, logger)
 
 
 def _pool(body, patch, logger):

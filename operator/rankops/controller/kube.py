@@ -113,3 +113,17 @@ def _is_missing_api(raw: bytes | None) -> bool:
         return True
     # An absent object answers a Status with details.name; an unknown API answers 404 page not found.
     return details.get("kind") != "Status" or not details.get("details")
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    """A write refused because its namespace is being deleted (403, or 409 for a name whose old
+    object is going): expected while a namespace with RankingModels in it goes, not a fault."""
+    if exc.status not in (403, 409):
+        return False
+    try:
+        details = json.loads(exc.body or b"{}")
+    except ValueError:
+        return False
+    causes = (details.get("details") or {}).get("causes") or []
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes) or \
+        "being terminated" in str(details.get("message", ""))

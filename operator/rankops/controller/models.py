@@ -21,6 +21,7 @@ from rankops.controller.kube import ApiMissing, Kube
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
                                     monitoring_objects, resolve_shape, track_objects, with_owner)
+from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateObservation, Observed,
@@ -28,6 +29,7 @@ from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateO
 
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
+POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
 
 
 @dataclass
@@ -128,9 +130,11 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
 
 
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
-              service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None) -> Result:
+              service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
+              policy: TenantPolicy = TenantPolicy()) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
-    labelled with `service_monitor_labels` besides the usual ones."""
+    labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
+    and images the cluster admin lets a RankingModel use (`rankops run --allow-*`)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
@@ -142,6 +146,10 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     except ValidationError as exc:
         return _degraded_only(body, "InvalidSpec", "; ".join(describe(exc)) +
                               " (fix the spec; the serving version is left untouched)", events)
+    refused = spec_problems(rm.spec, policy)
+    if refused:
+        return _degraded_only(body, POLICY_REASON, "; ".join(refused) +
+                              " (the serving version is left untouched)", events)
 
     pool_requirements, pool_note = None, None
     if rm.spec.node_pool:
@@ -189,7 +197,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
-                        (service_monitor_labels or {}) if service_monitors else None)
+                        (service_monitor_labels or {}) if service_monitors else None, policy=policy)
     except RenderError as exc:
         return _degraded_only(body, "RenderFailed", str(exc), events)
 
@@ -199,14 +207,16 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 
 
 def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
-                    pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None) -> None:
+                    pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None,
+                    policy: TenantPolicy = TenantPolicy()) -> None:
     """`service_monitor_labels`: None leaves ServiceMonitors alone; a dict (may be empty) applies one."""
     name, namespace = rm.metadata["name"], rm.metadata["namespace"]
     serving = decision.serving
-    wanted = desired_objects(rm, serving, resolved, pool_requirements)
+    wanted = desired_objects(rm, serving, resolved, pool_requirements, policy)
     if decision.reference_version:
         wanted += [with_owner(o, rm) for o in track_objects(
-            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements)]
+            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements,
+            policy=policy)]
     wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving.canary_version, serving.canary_traffic)]
     job_names = set()
     for gate in decision.gate_jobs:
@@ -216,6 +226,9 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
         # A Job's pod template is immutable: create it once, never re-apply it.
         if kube.get("Job", namespace, job["metadata"]["name"]) is None:
             wanted.append(with_owner(job, rm))
+    foreign = pod_volume_problems(wanted, policy)   # never expected: rendering refuses them first
+    if foreign:
+        raise RenderError("; ".join(foreign))
     for obj in wanted:
         try:
             kube.apply(obj)

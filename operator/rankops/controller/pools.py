@@ -16,7 +16,7 @@ from rankops.controller.kube import Kube
 from rankops.rollout.machine import Event
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.node import LABEL_POOL, clear_marks_patch, label_value
-from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
+from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
 
 
 @dataclass
@@ -57,12 +57,13 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
 
     selector = ",".join(f"{k}={v}" for k, v in pool.spec.node_selector.items())
     nodes = kube.list("Node", label_selector=selector)
-    summary = aggregate_pool_status(pool, nodes)
-    conditions = pool_conditions(summary, old.get("conditions") or [], gen, now_iso())
+    claims = node_claims(pool, nodes, kube.list("GpuNodePool"))
+    summary = aggregate_pool_status(pool, nodes, claims)
+    conditions = pool_conditions(summary, old.get("conditions") or [], gen, now_iso(), claims)
     before = {c.get("type"): (c.get("status"), c.get("reason")) for c in old.get("conditions") or []}
     for cond in conditions:
         if before.get(cond["type"]) != (cond["status"], cond["reason"]):
-            warn = (cond["type"] == "Degraded" and cond["status"] == "True") or \
+            warn = (cond["type"] in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond["status"] == "True") or \
                    (cond["type"] == "Ready" and cond["status"] == "False")
             events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
     return Result({**summary, "conditions": conditions, "observedGeneration": gen}, events)

@@ -26,6 +26,7 @@ from typing import Any
 
 from rankops.devcluster.operator_process import RELEASE_NAMESPACE
 from rankops.validator import sample_hosts
+from rankops.validator.node import NOT_OWNED
 from rankops.validator.report import Report
 
 HEALTHY = "healthy-rhel89"
@@ -49,11 +50,13 @@ class ValidatorRun:
 class NodeVerdict:
     node: str
     scenario: str
-    exit_code: int  # run_on_node's: 0 ready, 1 not ready, 2 the node could not be patched
-    report: Report | None  # None when validation or the patch failed before a report existed
+    exit_code: int  # run_on_node's: 0 ready, 1 not ready, 2 the node could not be patched, 3 not the pool's
+    report: Report | None  # None when validation or the patch failed before a report existed, or not the pool's
 
     @property
     def summary(self) -> str:
+        if self.report is None and self.exit_code == NOT_OWNED:
+            return f"{self.node} [{self.scenario}]: left unmarked (no GPUs, or an older pool owns it)"
         if self.report is None:
             return f"{self.node} [{self.scenario}]: could not record the validation (exit {self.exit_code})"
         if self.report.ready:
@@ -121,7 +124,7 @@ def validator_arguments(args: tuple[str, ...]) -> argparse.Namespace:
 
 # --- the shell -------------------------------------------------------------------------------
 
-def _pod_client(admin: Any, run: ValidatorRun, namespace: str) -> Any:
+def pod_client(admin: Any, run: ValidatorRun, namespace: str) -> Any:
     """An ApiClient authenticated as the pod: a ServiceAccount token bound to the pod, which
     carries the pod's node name the way the kubelet-mounted token does."""
     from kubernetes import client
@@ -139,7 +142,8 @@ def _pod_client(admin: Any, run: ValidatorRun, namespace: str) -> Any:
     return client.ApiClient(config)
 
 
-def _wait_for_pods(admin: Any, name: str, namespace: str, timeout: float) -> list[dict[str, Any]]:
+def wait_for_pods(admin: Any, name: str, namespace: str, timeout: float) -> list[dict[str, Any]]:
+    """The live pods of validator DaemonSet `namespace/name`, once its rollout is complete."""
     from kubernetes import client
 
     apps, core = client.AppsV1Api(admin), client.CoreV1Api(admin)
@@ -186,7 +190,7 @@ def run_validators(kubeconfig: str | Path, pool: str, scenarios: Mapping[str, st
     scratch = None if work_dir else tempfile.TemporaryDirectory(prefix="rankops-hosts-")
     root = Path(work_dir or scratch.name)
     try:
-        pods = _wait_for_pods(admin, validator_name(pool), namespace, timeout)
+        pods = wait_for_pods(admin, validator_name(pool), namespace, timeout)
         verdicts = []
         for run in plan_runs(pods, scenarios or {}, default):
             args = validator_arguments(run.args)
@@ -195,7 +199,7 @@ def run_validators(kubeconfig: str | Path, pool: str, scenarios: Mapping[str, st
             host = sample_hosts.build(run.scenario, root / run.node)
             xml = sample_hosts.nvidia_smi_xml(run.scenario)  # what the pod's NVML would have said
             reports: list[Report] = []
-            pod_api = _pod_client(admin, run, namespace)
+            pod_api = pod_client(admin, run, namespace)
             try:
                 code = run_on_node(run.node, str(host), args.pool_name or "", args.interval, once=True,
                                    requirements=requirements, taint_failing=args.taint_failing_nodes,

@@ -8,6 +8,7 @@ so the local operator runs with exactly the chart's RBAC; `OperatorProcess` star
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -90,6 +91,19 @@ def service_account_kubeconfig(kubeconfig: str, dest: Path, *, namespace: str = 
     return dest
 
 
+# kopf's format pads the level in brackets ("[ERROR   ]"); plain logging's formats write it as a
+# word (" ERROR " or "ERROR:name:"). CRITICAL counts too.
+_ERROR_LEVEL = re.compile(r"\[(?:ERROR|CRITICAL)\s*\]|(?:^|\s)(?:ERROR|CRITICAL)(?:\s|:)")
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of an operator log that record an error: ERROR/CRITICAL records and tracebacks."""
+    # kopf logs a watch request it retries (e.g. 429 while a new CRD's storage initialises)
+    # at ERROR ("Request attempt #1/9 failed; will retry"): the retry is the recovery, not a fault.
+    return [line for line in text.splitlines()
+            if (_ERROR_LEVEL.search(line) and "failed; will retry" not in line) or line.startswith("Traceback")]
+
+
 class OperatorProcess:
     """`rankops run` in a subprocess, its output in `log_path`."""
 
@@ -160,11 +174,7 @@ class OperatorProcess:
 
     def errors(self) -> list[str]:
         """Tracebacks and ERROR lines the operator logged (a clean run has none)."""
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        # kopf logs a watch request it retries (e.g. 429 while a new CRD's storage initialises)
-        # at ERROR; the retry is the recovery, not a fault.
-        return [line for line in text.splitlines()
-                if (" ERROR " in line and "will retry" not in line) or line.startswith("Traceback")]
+        return error_lines(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
     def __enter__(self) -> OperatorProcess:
         self.start()

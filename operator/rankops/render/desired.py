@@ -10,6 +10,7 @@ from typing import Any
 
 from rankops.api.rankingmodel import Batching, RankingModel, RankingModelSpec
 from rankops.render import names, serving
+from rankops.render.policy import PolicyError, TenantPolicy
 from rankops.render.tritonconfig import ServingShape, render_config_pbtxt
 
 
@@ -70,7 +71,9 @@ def effective_weight(stable_ready: int, canary_ready: int) -> int:
 
 
 def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
-                  shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0) -> list[dict[str, Any]]:
+                  shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0,
+                  policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
+    """`policy`: what the cluster admin lets the spec mount and run (`rankops run --allow-*`)."""
     spec, name, namespace = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
     version = spec.version_named(version_name)
     if version is None:
@@ -78,23 +81,27 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
                           "to keep serving it")
     config_text = render_config_pbtxt(name, namespace, spec, version, shape)
     placement = serving.pool_placement(spec.node_pool, pool_requirements)
+    try:
+        deployment = serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on,
+                                        placement, covered_by, policy)
+    except PolicyError as exc:
+        raise RenderError(f"spec.versions[{spec.versions.index(version)}].modelUri: {exc}") from exc
     return [
         serving.config_map(name, namespace, track, version.name, config_text),
-        serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on, placement,
-                           covered_by),
+        deployment,
         serving.track_service(name, namespace, track),
     ]
 
 
 def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedShape,
-                    pool_requirements: Any = None) -> list[dict[str, Any]]:
+                    pool_requirements: Any = None, policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
     covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
     objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas, True,
-                            resolved.shape, pool_requirements, covering)
+                            resolved.shape, pool_requirements, covering, policy)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
-                                 False, resolved.shape, pool_requirements)
+                                 False, resolved.shape, pool_requirements, policy=policy)
     objects.append(serving.serving_service(name, namespace))
     return [with_owner(obj, rm) for obj in objects]
 

@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
 from rankops.render import names
+from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
@@ -34,8 +35,9 @@ def config_map(model: str, namespace: str, track: str, version: str, config_text
 
 
 def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
-                    credentials_secret: str | None) -> tuple[list, list, list]:
-    """Volumes, init containers and Triton mounts that put the artifact in the model repository."""
+                    credentials_secret: str | None, policy: TenantPolicy) -> tuple[list, list, list]:
+    """Volumes, init containers and Triton mounts that put the artifact in the model repository.
+    A file:// URI mounts the node's directory only where `policy` allows it (PolicyError if not)."""
     version_dir = f"{MODEL_REPOSITORY}/{model}/{triton_version(version.name)}"
     uri = urlparse(version.model_uri)
     if uri.scheme == "pvc":
@@ -46,7 +48,7 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
             mount["subPath"] = uri.path.strip("/")
         return [volume], [], [mount]
     if uri.scheme == "file":
-        volume = {"name": "artifact", "hostPath": {"path": uri.path, "type": "Directory"}}
+        volume = {"name": "artifact", "hostPath": {"path": policy.host_path(version.model_uri), "type": "Directory"}}
         return [volume], [], [{"name": "artifact", "mountPath": version_dir, "readOnly": True}]
     fetch = {
         "name": "fetch-model",
@@ -97,18 +99,20 @@ def startup_seconds(version: ModelVersion) -> int:
 
 def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, version: ModelVersion,
                replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any],
-               covered_by: int = 0) -> dict[str, Any]:
+               covered_by: int = 0, policy: TenantPolicy = TenantPolicy()) -> dict[str, Any]:
     """`covered_by`: serving pods of another track that stand in while this one rolls (a canary
-    taking traffic during promotion), so the rollout frees a GPU before it needs one."""
+    taking traffic during promotion), so the rollout frees a GPU before it needs one. `policy`:
+    what the cluster admin lets a tenant's spec mount (file:// directories)."""
     labels = {**names.common_labels(model), names.LABEL_TRACK: track}
     pod_labels = {**labels, names.LABEL_VERSION: version.name,
                   names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
     volumes, init_containers, artifact_mounts = _artifact_mount(
-        model, version, spec.fetcher_image, spec.model_credentials_secret)
+        model, version, spec.fetcher_image, spec.model_credentials_secret, policy)
     gpus = str(spec.gpus_per_replica)
     args = [
         f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",
-        "--strict-model-config=true", "--exit-on-error=true", "--disable-auto-complete-config",
+        # The config is the rendered one, complete: never let Triton fill in or alter it.
+        "--disable-auto-complete-config", "--exit-on-error=true",
         f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}",
         # Latency summaries (off by default) give nv_inference_request_summary_us{quantile="0.99"},
         # the P99 the chart's RankopsP99OverSlo alert holds against the SLO (Triton leaves that

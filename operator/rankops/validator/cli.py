@@ -1,7 +1,8 @@
 """`rankops validate-node`: check a RHEL 8 GPU host and, in the DaemonSet, label its node.
 
 Exit status: 0 ready, 1 not ready (a required check failed or is unknown), 2 bad input or the
-node could not be patched.
+node could not be patched, 3 with --patch-node: the pool does not own the node (it has no
+nvidia.com/gpu capacity, or an older pool selects it), so it was left unmarked.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 `node_patch` is pure: it computes the merge patch for a node from the report and the node as it
 is now. `run_on_node` is the thin shell the DaemonSet runs: validate, read own node, patch,
-sleep, repeat. It needs RBAC for get and patch on its own node only.
+sleep, repeat. It needs RBAC for get and patch on its own node, and list on GpuNodePools (to
+leave nodes without GPUs, and nodes an older pool owns, unmarked: see validator.ownership).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Callable
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu as gpu_facts
 from rankops.validator.host import HostView
+from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import Report, validate_host
 
 LABEL_READY = "rankops.io/gpu-ready"
@@ -27,6 +29,7 @@ TAINT_KEY = "rankops.io/gpu-unvalidated"
 TAINT_EFFECT = "NoSchedule"
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
 VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS)
+NOT_OWNED = 3   # run_on_node's exit status on a node its pool does not own
 
 log = logging.getLogger("rankops.validator")
 
@@ -105,6 +108,15 @@ def clear_marks_patch(node: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def release_patch(node: dict[str, Any], pool_name: str) -> dict[str, Any]:
+    """What a validator writes on a node its pool does not own (no GPUs, or an older pool owns it):
+    the marks it may have left (labels, report, taint) removed, nothing of another pool's touched."""
+    value = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_POOL)
+    if value is not None and value != label_value(pool_name):
+        return {}
+    return clear_marks_patch(node)
+
+
 def load_core_api():
     """A CoreV1Api from the in-cluster service account, else from KUBECONFIG / ~/.kube/config."""
     from kubernetes import client, config
@@ -116,44 +128,73 @@ def load_core_api():
     return client.CoreV1Api()
 
 
+def list_pools(api) -> list[dict[str, Any]]:
+    """Every GpuNodePool, through the same credentials as `api` (a CoreV1Api)."""
+    from kubernetes import client
+
+    found = client.CustomObjectsApi(api.api_client).list_cluster_custom_object("rankops.io", "v1alpha1",
+                                                                               "gpunodepools")
+    return list(found.get("items") or [])
+
+
 def validate_and_patch(api, node_name: str, host: HostView, requirements: NodeRequirements, pool: str,
-                       taint_failing: bool, nvidia_smi_xml: str | None, use_nvml: bool) -> Report:
-    facts = gpu_facts.gather(host, nvidia_smi_xml, use_nvml=use_nvml)
-    report = validate_host(host, requirements, facts, node=node_name, pool=pool)
+                       taint_failing: bool, nvidia_smi_xml: str | None, use_nvml: bool,
+                       pools: Callable[[], list[dict[str, Any]]] | None = None) -> tuple[Report | None, NodeClaim]:
+    """Validate the host and mark its node, when the pool owns the node (it has GPUs, and no older
+    pool selects it); otherwise only remove this pool's marks from it. `pools` lists the
+    GpuNodePools (default: from the API). The report is None when the pool does not own the node."""
+    all_pools = (pools or (lambda: list_pools(api)))()
+    report = None
     for attempt in range(3):  # a 409 means the node's taints moved under us: re-read and retry
         node = api.read_node(node_name)
         node_dict = node if isinstance(node, dict) else api.api_client.sanitize_for_serialization(node)
+        node_claim = claim(node_dict, pool, all_pools)
+        if node_claim.owned:
+            if report is None:
+                facts = gpu_facts.gather(host, nvidia_smi_xml, use_nvml=use_nvml)
+                report = validate_host(host, requirements, facts, node=node_name, pool=pool)
+            patch = node_patch(report, pool, taint_failing, node_dict)
+        else:
+            report, patch = None, release_patch(node_dict, pool)
         try:
-            api.patch_node(node_name, node_patch(report, pool, taint_failing, node_dict))
+            if patch:
+                api.patch_node(node_name, patch)
             break
         except Exception as exc:
             if getattr(exc, "status", None) == 409 and attempt < 2:
                 continue
             raise
-    return report
+    return report, node_claim
 
 
 def run_on_node(node_name: str, host_root: str, pool: str, interval: int, once: bool = False, *,
                 requirements: NodeRequirements | None = None, taint_failing: bool = False,
                 nvidia_smi_xml: str | None = None, use_nvml: bool = True, api=None,
                 sleep: Callable[[float], None] = time.sleep,
-                on_report: Callable[[Report], None] | None = None) -> int:
+                on_report: Callable[[Report], None] | None = None,
+                pools: Callable[[], list[dict[str, Any]]] | None = None) -> int:
     """Validate the host under `host_root` and write the verdict onto node `node_name`, every
     `interval` seconds (or once). Returns 0 when the (last) report is ready, 1 when not, 2 when the
-    node could not be patched on a one-shot run. `api` defaults to a CoreV1Api from the in-cluster
-    config or KUBECONFIG, so a test process can point it at any cluster."""
+    node could not be patched on a one-shot run, 3 (NOT_OWNED) when the pool does not own the node
+    (no GPUs, or an older pool selects it: see validator.ownership). `api` defaults to a CoreV1Api
+    from the in-cluster config or KUBECONFIG, so a test process can point it at any cluster;
+    `pools` lists the GpuNodePools (default: through `api`)."""
     requirements = requirements or NodeRequirements()
     host = HostView(host_root)
     api = api or load_core_api()
     while True:
         try:
-            report = validate_and_patch(api, node_name, host, requirements, pool, taint_failing,
-                                        nvidia_smi_xml, use_nvml)
-            if on_report:
-                on_report(report)
-            blocking = ", ".join(check.id for check in report.blocking) or "none"
-            log.info("node %s: %s (blocking: %s)", node_name, "ready" if report.ready else "not ready", blocking)
-            status = 0 if report.ready else 1
+            report, node_claim = validate_and_patch(api, node_name, host, requirements, pool, taint_failing,
+                                                    nvidia_smi_xml, use_nvml, pools)
+            if report is None:
+                log.info("node %s: not marked for pool %s: %s", node_name, pool, node_claim.reason)
+                status = NOT_OWNED
+            else:
+                if on_report:
+                    on_report(report)
+                blocking = ", ".join(check.id for check in report.blocking) or "none"
+                log.info("node %s: %s (blocking: %s)", node_name, "ready" if report.ready else "not ready", blocking)
+                status = 0 if report.ready else 1
         except Exception as exc:  # the API may be briefly away; the loop must outlive that
             log.error("node %s: could not record the validation: %s", node_name, exc)
             status = 2

@@ -3,6 +3,9 @@
 A node counts as ready or failing only when its report was made for this pool against the pool's
 current requirements; otherwise it is pending (the validator has not run yet, or ran before the
 requirements changed). Nodes whose report annotation is garbled are pending too, never ready.
+Nodes the selector matches but the pool does not own (no GPUs, or an older pool selects them too:
+validator.ownership) are not counted but excluded, and named in the NodesWithoutGpus and
+Overlapping conditions.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, label_value
+from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import requirements_digest
 
 MAX_LISTED_NODES = 20  # per failing check, to keep the status object small on big pools
@@ -37,13 +41,30 @@ def _node_verdict(node: dict[str, Any], pool_name: str, digest: str) -> tuple[st
     return "failing", [str(check) for check in blocking if check] or ["unknown"]
 
 
-def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts for the pool's status: nodes, ready, failing, pending, failingByCheck (camelCase,
-    ready to merge into .status). `nodes` are the nodes the pool's selector matches, as dicts."""
+def _name(node: dict[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", "?"))
+
+
+def node_claims(pool: GpuNodePool, nodes: list[dict[str, Any]],
+                pools: list[dict[str, Any]] | None = None) -> dict[str, NodeClaim]:
+    """What the pool may do with each node its selector matches; `pools`: every GpuNodePool (as
+    dicts). The pool itself counts as live here, even while it is being deleted."""
+    own = {"metadata": {k: v for k, v in pool.metadata.items() if k != "deletionTimestamp"},
+           "spec": {"nodeSelector": dict(pool.spec.node_selector)}}
+    others = [p for p in pools or [] if (p.get("metadata") or {}).get("name") != pool.name]
+    return {_name(node): claim(node, pool.name, [own, *others]) for node in nodes}
+
+
+def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
+                          claims: dict[str, NodeClaim] | None = None) -> dict[str, Any]:
+    """Counts for the pool's status: nodes, ready, failing, pending, excluded, failingByCheck
+    (camelCase, ready to merge into .status). `nodes` are the nodes the pool's selector matches,
+    as dicts; `claims` (node_claims) leaves out those the pool does not own."""
     digest = requirements_digest(pool.spec.requirements)
     counts = {"ready": 0, "failing": 0, "pending": 0}
     by_check: dict[str, list[str]] = {}
-    for node in nodes:
+    owned = [n for n in nodes if claims is None or claims[_name(n)].owned]
+    for node in owned:
         verdict, blocking = _node_verdict(node, pool.name, digest)
         counts[verdict] += 1
         name = str((node.get("metadata") or {}).get("name", "?"))
@@ -53,16 +74,55 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]]) -> dic
         {"check": check, "count": len(names), "nodes": sorted(names)[:MAX_LISTED_NODES]}
         for check, names in sorted(by_check.items(), key=lambda item: (-len(item[1]), item[0]))
     ]
-    return {"nodes": len(nodes), **counts, "failingByCheck": failing_by_check}
+    return {"nodes": len(owned), **counts, "excluded": len(nodes) - len(owned), "failingByCheck": failing_by_check}
+
+
+def _listed(names: list[str]) -> str:
+    names = sorted(names)
+    more = len(names) - MAX_LISTED_NODES
+    return ", ".join(names[:MAX_LISTED_NODES]) + (f" and {more} more" if more > 0 else "")
+
+
+def exclusion_conditions(claims: dict[str, NodeClaim]) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) of NodesWithoutGpus and Overlapping for these claims."""
+    no_gpus = [node for node, c in claims.items() if c.no_gpus]
+    if no_gpus:
+        without = ("NodesWithoutGpus", "True", "NoGpuCapacity",
+                   f"{_listed(no_gpus)}: no nvidia.com/gpu capacity, so this pool neither validates nor taints "
+                   f"{'them' if len(no_gpus) > 1 else 'it'}; narrow spec.nodeSelector to GPU nodes.")
+    else:
+        without = ("NodesWithoutGpus", "False", "AllNodesHaveGpus", "Every selected node has nvidia.com/gpu capacity.")
+    lost: dict[str, list[str]] = {}     # owner -> nodes it validates instead of this pool
+    kept: dict[str, list[str]] = {}     # younger pool -> nodes this pool keeps
+    for node, c in claims.items():
+        if c.owner:
+            lost.setdefault(c.owner, []).append(node)
+        elif c.owned:
+            for other in c.shared_with:
+                kept.setdefault(other, []).append(node)
+    parts = [f"GpuNodePool {other} (older) also selects {_listed(nodes)} and validates "
+             f"{'them' if len(nodes) > 1 else 'it'}: not counted here" for other, nodes in sorted(lost.items())]
+    parts += [f"GpuNodePool {other} (newer) also selects {_listed(nodes)}: this pool validates "
+              f"{'them' if len(nodes) > 1 else 'it'}" for other, nodes in sorted(kept.items())]
+    if parts:
+        overlap = ("Overlapping", "True", "SharesNodesWithOlderPool" if lost else "SharesNodesWithNewerPool",
+                   "; ".join(parts) + ". The oldest pool selecting a node owns it; make the nodeSelectors disjoint.")
+    else:
+        overlap = ("Overlapping", "False", "NoOverlap", "No other pool selects this pool's nodes.")
+    return [without, overlap]
 
 
 def pool_conditions(summary: dict[str, Any], previous: list[dict[str, Any]], generation: int | None,
-                    now: str) -> list[dict[str, Any]]:
-    """Ready and Degraded conditions for the summary; lastTransitionTime moves only when a
-    condition's status flips. `now` is an RFC 3339 timestamp."""
+                    now: str, claims: dict[str, NodeClaim] | None = None) -> list[dict[str, Any]]:
+    """Ready and Degraded conditions for the summary, and with `claims` NodesWithoutGpus and
+    Overlapping; lastTransitionTime moves only when a condition's status flips. `now` is an
+    RFC 3339 timestamp."""
     nodes, ready, failing, pending = (summary[k] for k in ("nodes", "ready", "failing", "pending"))
     checks = ", ".join(f"{entry['check']} ({entry['count']})" for entry in summary.get("failingByCheck", []))
-    if nodes == 0:
+    if nodes == 0 and summary.get("excluded"):
+        ready_cond = ("False", "NoNodesOwned", f"The nodeSelector matches {summary['excluded']} nodes, none of "
+                      "them this pool's to validate (see the NodesWithoutGpus and Overlapping conditions).")
+    elif nodes == 0:
         ready_cond = ("False", "NoNodesMatched", "No node matches the pool's nodeSelector.")
     elif ready > 0:
         ready_cond = ("True", "NodesReady", f"{ready} of {nodes} nodes passed validation.")
@@ -76,7 +136,9 @@ def pool_conditions(summary: dict[str, Any], previous: list[dict[str, Any]], gen
         degraded = ("False", "NoFailingNodes", "No node fails validation.")
     old = {cond.get("type"): cond for cond in previous}
     conditions = []
-    for kind, (status, reason, message) in (("Ready", ready_cond), ("Degraded", degraded)):
+    wanted = [("Ready", ready_cond), ("Degraded", degraded)]
+    wanted += [(kind, rest) for kind, *rest in exclusion_conditions(claims)] if claims is not None else []
+    for kind, (status, reason, message) in wanted:
         before = old.get(kind) or {}
         since = before.get("lastTransitionTime") if before.get("status") == status else None
         conditions.append({"type": kind, "status": status, "reason": reason, "message": message,

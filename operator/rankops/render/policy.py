@@ -1,0 +1,150 @@
+"""What a RankingModel may make the operator render, as the cluster admin allows it (pure).
+
+A RankingModel's author is a tenant, not the cluster admin. Two fields reach past the tenant's
+namespace: a `file://` modelUri becomes a hostPath mount of the node's files, and the images a
+spec names run with the model's GPUs. The admin lists the host directories `file://` may point
+into (`rankops run --allow-file-uri-dir DIR`, none by default: `file://` is refused) and,
+optionally, the image prefixes specs may use (`--allow-image-prefix`, none: any image).
+Every other volume rankops renders is an emptyDir, a ConfigMap or a PersistentVolumeClaim of the
+model's own namespace; `pod_volume_problems` checks rendered objects against that.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Iterable
+from urllib.parse import urlparse
+
+# Host trees no tenant may mount, nor any directory above them (`/var` holds `/var/run`).
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run",
+               "/sbin", "/sys", "/usr", "/var/run", "/var/lib/kubelet", "/var/lib/containers",
+               "/var/lib/containerd", "/var/lib/docker", "/var/lib/etcd", "/var/log")
+FLAG_FILE_DIR = "--allow-file-uri-dir"
+FLAG_IMAGE_PREFIX = "--allow-image-prefix"
+CHART_FILE_DIRS = "tenantPolicy.allowFileUriDirs"
+CHART_IMAGE_PREFIXES = "tenantPolicy.allowImagePrefixes"
+VOLUME_SOURCES = ("emptyDir", "configMap", "persistentVolumeClaim")   # hostPath only as allowed
+
+
+class PolicyError(ValueError):
+    """An admin setting or a spec field the policy refuses; the message names it and the fix."""
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def allowed_dir(text: str) -> str:
+    """An admin's `--allow-file-uri-dir`, normalised; `/`, system trees and their parents are refused."""
+    if not text.startswith("/"):
+        raise PolicyError(f"{FLAG_FILE_DIR} {text!r}: give an absolute host directory, e.g. /srv/models")
+    path = posixpath.normpath(text)
+    path = "/" + path.lstrip("/")   # normpath keeps a leading "//"
+    clash = next((s for s in SYSTEM_DIRS if _inside(path, s) or _inside(s, path)), None)
+    if clash:
+        raise PolicyError(f"{FLAG_FILE_DIR} {text!r}: {path} "
+                          f"{'is in' if _inside(path, clash) else 'holds'} the system tree {clash}; "
+                          "list a directory that holds only model artifacts, e.g. /srv/models")
+    return path
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    file_uri_dirs: tuple[str, ...] = ()      # normalised by allowed_dir; empty: no file:// at all
+    image_prefixes: tuple[str, ...] = ()     # empty: any image
+
+    @classmethod
+    def from_settings(cls, file_uri_dirs: Iterable[str] = (), image_prefixes: Iterable[str] = ()) -> TenantPolicy:
+        """From the admin's flags; PolicyError names a bad one."""
+        prefixes = tuple(p.strip() for p in image_prefixes)
+        empty = [p for p in prefixes if not p]
+        if empty:
+            raise PolicyError(f"{FLAG_IMAGE_PREFIX}: an empty prefix would allow every image; leave the flag out")
+        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes)
+
+    def host_path(self, uri: str) -> str:
+        """The host directory a `file://` URI may mount, normalised; PolicyError when refused."""
+        parsed = urlparse(uri)
+        if parsed.scheme != "file":
+            raise PolicyError(f"{uri!r} is not a file:// URI")
+        if parsed.netloc or parsed.params or parsed.query or parsed.fragment:
+            raise PolicyError(f"{uri} names a host, parameters, a query or a fragment: write file:///DIR")
+        path = "/" + posixpath.normpath(parsed.path).lstrip("/")
+        allowed = next((d for d in self.file_uri_dirs if _inside(path, d)), None)
+        if allowed is None:
+            where = (f"under {', '.join(self.file_uri_dirs)}" if self.file_uri_dirs
+                     else "nowhere: file:// is off on this cluster")
+            raise PolicyError(
+                f"{uri} would mount the node's {path}; file:// may point {where}. Use pvc://, s3://, gs:// "
+                f"or https://, or ask the cluster admin to allow a model directory ({FLAG_FILE_DIR}, "
+                f"chart value {CHART_FILE_DIRS})")
+        return path
+
+    def image_allowed(self, image: str) -> bool:
+        if not self.image_prefixes:
+            return True
+        full = normalise_image(image)
+        return any(_prefix_matches(full, p) or _prefix_matches(image, p) for p in self.image_prefixes)
+
+
+def _prefix_matches(image: str, prefix: str) -> bool:
+    # "nvcr.io/nvidia" allows "nvcr.io/nvidia/tritonserver:24.05-py3", not "nvcr.io/nvidia-evil/x".
+    if prefix[-1] in "/:@":
+        return image.startswith(prefix)
+    return image == prefix or (image.startswith(prefix) and image[len(prefix)] in "/:@")
+
+
+def normalise_image(image: str) -> str:
+    """The image reference with its registry spelled out, as the container runtime reads it
+    ("tritonserver:24" is docker.io/library/tritonserver:24)."""
+    first, sep, rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if sep else f"docker.io/library/{image}"
+
+
+def spec_problems(spec: Any, policy: TenantPolicy) -> list[str]:
+    """Each field of a RankingModelSpec the policy refuses, as "field: why and the fix"."""
+    problems = []
+    for i, version in enumerate(spec.versions):
+        if version.model_uri.startswith("file:"):
+            try:
+                policy.host_path(version.model_uri)
+            except PolicyError as exc:
+                problems.append(f"spec.versions[{i}].modelUri: {exc}")
+    images = (("spec.tritonImage", spec.triton_image), ("spec.fetcherImage", spec.fetcher_image),
+              ("spec.rollout.gateJobs.image", spec.rollout.gate_jobs.image))
+    for field, image in images:
+        if not policy.image_allowed(image):
+            problems.append(f"{field}: {image} is not from a registry this cluster allows "
+                            f"({', '.join(policy.image_prefixes)}); use a mirrored image under one of them "
+                            f"(the cluster admin sets {FLAG_IMAGE_PREFIX}, chart value {CHART_IMAGE_PREFIXES})")
+    return problems
+
+
+def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Pod":
+        return [spec]
+    template = (spec.get("template") or {}).get("spec")
+    return [template] if template else []
+
+
+def pod_volume_problems(objects: Iterable[dict[str, Any]], policy: TenantPolicy) -> list[str]:
+    """Volumes of rendered objects outside what rankops renders for a tenant: emptyDir, ConfigMap,
+    PersistentVolumeClaim, and hostPath only inside an allowed directory. A backstop: rendering
+    already refuses file:// outside them; this fails closed if any path ever renders more."""
+    problems = []
+    for obj in objects:
+        for pod in _pod_specs(obj):
+            for volume in pod.get("volumes") or []:
+                sources = [k for k in volume if k != "name"]
+                host = (volume.get("hostPath") or {}).get("path")
+                ok = sources and all(k in VOLUME_SOURCES for k in sources) or (
+                    sources == ["hostPath"] and host and any(
+                        _inside("/" + posixpath.normpath(host).lstrip("/"), d) for d in policy.file_uri_dirs))
+                if not ok:
+                    problems.append(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: volume "
+                                    f"{volume.get('name')} ({', '.join(sources) or 'no source'}) is not one "
+                                    "rankops may give a tenant's pods")
+    return problems

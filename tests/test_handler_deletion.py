@@ -1,0 +1,129 @@
+"""Reconciles of RankingModels that are going away are quiet: a model being deleted is not
+reconciled, and a write refused because its namespace is being deleted is not an error (kopf
+logs every TemporaryError at ERROR: a namespace deletion logged hundreds of them)."""
+from __future__ import annotations
+
+import json
+import logging
+
+from kubernetes.client.exceptions import ApiException
+
+from rankops import metrics
+from rankops.controller import handlers, models
+from rankops.controller.kube import namespace_terminating
+
+
+def _refused(status: int, body: dict) -> ApiException:
+    exc = ApiException(status=status, reason="Forbidden" if status == 403 else "Conflict")
+    exc.body = json.dumps(body)
+    return exc
+
+
+TERMINATING = _refused(403, {
+    "kind": "Status", "code": 403, "reason": "Forbidden",
+    "message": 'configmaps "m-stable" is forbidden: unable to create new content in namespace e2e-x because it '
+               "is being terminated",
+    "details": {"name": "m-stable", "kind": "configmaps",
+                "causes": [{"reason": "NamespaceTerminating", "message": "namespace e2e-x is being terminated",
+                            "field": "metadata.namespace"}]}})
+RBAC = _refused(403, {"kind": "Status", "code": 403, "reason": "Forbidden",
+                      "message": 'configmaps "m-stable" is forbidden: User "system:serviceaccount:x:y" cannot patch'})
+
+
+class FakeKube:
+    def __init__(self, body: dict):
+        self.body = body
+
+    def get(self, kind, namespace, name):
+        return self.body
+
+    def merge_patch(self, *args, **kwargs):
+        raise AssertionError("no status write expected")
+
+
+def _model(**meta) -> dict:
+    return {"metadata": {"name": "m", "namespace": "e2e-x", "uid": "uid-m", **meta}, "spec": {}}
+
+
+def _skipped() -> float:
+    return metrics.REGISTRY.get_sample_value("rankops_reconciles_total",
+                                             {"kind": "RankingModel", "result": "skipped"}) or 0
+
+
+def test_namespace_terminating_is_told_apart_from_other_refusals():
+    assert namespace_terminating(TERMINATING)
+    assert namespace_terminating(_refused(409, {"kind": "Status", "code": 409,
+                                                "message": "operation cannot be fulfilled: namespace is being terminated"}))
+    assert not namespace_terminating(RBAC)
+    assert not namespace_terminating(_refused(422, json.loads(TERMINATING.body)))
+    assert not namespace_terminating(_refused(403, {})) and not namespace_terminating(ApiException(status=403))
+
+
+def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch, caplog):
+    body = _model()
+    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+
+    def refuse(kube, b, **_):
+        raise TERMINATING
+    monkeypatch.setattr(models, "reconcile", refuse)
+    before = _skipped()
+    with caplog.at_level(logging.DEBUG):
+        handlers._model(body, {}, logging.getLogger("test"))   # before: kopf.TemporaryError, logged at ERROR
+    assert _skipped() == before + 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_other_refusals_still_raise(monkeypatch):
+    import kopf
+    import pytest
+
+    body = _model()
+    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+
+    def refuse(kube, b, **_):
+        raise RBAC
+    monkeypatch.setattr(models, "reconcile", refuse)
+    with pytest.raises(kopf.TemporaryError, match="403"):
+        handlers._model(body, {}, logging.getLogger("test"))
+
+
+def test_a_model_being_deleted_is_not_reconciled(monkeypatch):
+    body = _model(deletionTimestamp="2026-12-01T00:00:00Z", finalizers=["rankops.io/finalizer"])
+    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+    called = []
+    monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: called.append(b))
+    handlers._model(body, {}, logging.getLogger("test"))
+    assert called == []
+
+
+class NamespacedKube(FakeKube):
+    def __init__(self, body: dict, namespace: dict | None):
+        super().__init__(body)
+        self.namespace = namespace
+
+    def get(self, kind, namespace, name):
+        return self.namespace if kind == "Namespace" else self.body
+
+    def merge_patch(self, *args, **kwargs):
+        pass
+
+
+def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
+    """kopf retries a refused Event nine times, each logged at ERROR ("Request attempt #1/9
+    failed"): a model whose pods go with its namespace would say NotReady into a closed door."""
+    import kopf
+
+    from rankops.rollout.machine import Event
+
+    posted = []
+    monkeypatch.setattr(kopf, "event", lambda body, **kw: posted.append(kw["reason"]))
+    monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result(
+        {"phase": "Pending"}, [Event("Warning", "NotReady", "0/2 replicas Ready")]))
+    body = _model()
+    for namespace, expected in (({"metadata": {"name": "e2e-x"}}, ["NotReady"]),
+                                ({"metadata": {"name": "e2e-x", "deletionTimestamp": "2026-12-01T00:00:00Z"}}, []),
+                                (None, [])):
+        posted.clear()
+        monkeypatch.setattr(handlers.OPERATOR, "kube", NamespacedKube(body, namespace))
+        handlers._model(body, {}, logging.getLogger("test"))
+        assert posted == expected, namespace
