@@ -193,11 +193,13 @@ def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
 def test_operator_rights_are_exactly_what_it_touches(combo):
     objs = render(COMBINATIONS[combo])
     everything = set().union(*rules_for(objs, "rankops-operator").values())
-    # No escalation paths: no RBAC, secrets, SCCs, pod exec; nodes only read, and patched to clear
-    # a deleted pool's marks (never created, updated or deleted).
+    # No escalation paths: no RBAC, SCCs, pod exec; nodes only read, and patched to clear a deleted
+    # pool's marks (never created, updated or deleted); Secrets only got one by one, to check that
+    # spec.modelCredentialsSecret exists (never listed or watched, never written).
     for group, resource, verb in everything:
         assert group != "rbac.authorization.k8s.io", (group, resource, verb)
-        assert resource not in ("secrets", "serviceaccounts", "pods/exec", "securitycontextconstraints")
+        assert resource not in ("serviceaccounts", "pods/exec", "securitycontextconstraints")
+    assert {v for g, r, v in everything if (g, r) == ("", "secrets")} == {"get"}
     assert {v for g, r, v in everything if (g, r) == ("", "nodes")} == {"get", "list", "watch", "patch"}
     assert not any(r.startswith("nodes/") for _, r, _ in everything), "no node subresources (status, proxy)"
     assert {v for g, r, v in everything if (g, r) == ("", "namespaces")} <= {"get", "list", "watch"}

@@ -127,10 +127,11 @@ class FakeKube:
     def delete(self, kind, namespace, name):
         return False
 
-    def apply(self, obj):
+    def apply(self, obj, dry_run=False):
         if obj["kind"] == "ServiceMonitor" and self.monitor_error:
             raise self.monitor_error
-        self.applied.append(copy.deepcopy(obj))
+        if not dry_run:
+            self.applied.append(copy.deepcopy(obj))
         return obj
 
 

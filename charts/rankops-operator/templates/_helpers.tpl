@@ -156,6 +156,12 @@ fails the build on one).
 - apiGroups: [""]
   resources: [configmaps, services]
   verbs: [get, list, watch, create, patch, delete]
+# Application: whether the Secret a RankingModel names in spec.modelCredentialsSecret exists,
+# before its fetcher pods would wait on it; read as metadata only (get, never list or watch).
+# No new reach: whoever may create Deployments here may already mount any Secret in a pod.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
 # Application: the Triton Deployments (stable and canary).
 - apiGroups: [apps]
   resources: [deployments]

@@ -18,7 +18,7 @@ VERSION = "v1alpha1"
 _KEEP = {
     "type", "properties", "items", "required", "description", "enum", "default", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "pattern",
-    "additionalProperties", "format", "nullable",
+    "additionalProperties", "format", "nullable", "minProperties", "maxProperties",
 }
 
 
@@ -84,8 +84,9 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _place_rules(schema: dict[str, Any], path: str, rules: list[dict]) -> None:
+    """`path` "" is the object itself (where CEL may read metadata.name)."""
     node = schema
-    for part in path.split("."):
+    for part in path.split(".") if path else ():
         many = part.endswith("[]")
         node = node["properties"][part.removesuffix("[]")]
         if many:

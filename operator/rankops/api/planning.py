@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from rankops.api import bounds
 from rankops.api.base import ApiModel
 
 # Batch sizes above this are not a realistic ranking batch; it also bounds the simulator's tables.
@@ -51,9 +52,10 @@ class MemoryBudget(ApiModel):
 class ConfigMapKeyRef(ApiModel):
     """A key of a ConfigMap in the RankingModel's namespace."""
 
-    name: Annotated[str, Field(min_length=1, description="ConfigMap name.")]
+    name: Annotated[str, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX,
+                               description="ConfigMap name.")]
     key: Annotated[str, Field(
-        min_length=1,
+        pattern=bounds.CONFIG_MAP_KEY, max_length=bounds.DNS_SUBDOMAIN_MAX,
         description="Key holding the profile: a YAML/JSON map {batchSize: ms}, or perf_analyzer "
                     "(-f) / Model Analyzer CSV output.")]
 
@@ -69,7 +71,8 @@ class Planning(ApiModel):
         default=None, gt=0, alias="gpuMemoryMiB",
         description="Usable memory of one GPU, MiB. When absent the pool's GPU product may supply "
                     "it; without either, memory is not checked.")]
-    latency_profile: Annotated[dict[int, Annotated[float, Field(gt=0)]] | SkipJsonSchema[None], Field(
+    latency_profile: Annotated[Annotated[dict[int, Annotated[float, Field(gt=0)]], Field(
+        max_length=MAX_PROFILE_BATCH)] | SkipJsonSchema[None], Field(
         default=None,
         description="GPU compute time in ms per batch size on the target GPU, e.g. "
                     "{1: 2.0, 4: 2.3, 8: 3.0, 16: 4.6}. Sizes between entries are interpolated.")]

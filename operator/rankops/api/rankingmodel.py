@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from rankops.api import bounds
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.planning import Planning, PlanStatus, Slo
@@ -55,7 +56,7 @@ class ModelVersion(ApiModel):
     name: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "Version name: lower-case letters, digits, '.' and '-', at most 20 characters. A numeric "
         "name is also Triton's version directory."))]
-    model_uri: Annotated[str, Field(pattern=MODEL_URI, description=(
+    model_uri: Annotated[str, Field(pattern=MODEL_URI, max_length=bounds.URI_MAX, description=(
         "Where this version's artifact directory is: s3://bucket/path, gs://bucket/path, "
         "pvc://claim/path, https://..., or file:///path (tests and single-node labs)."))]
     format: Annotated[ModelFormat, Field(description="Artifact format.")]
@@ -64,7 +65,7 @@ class ModelVersion(ApiModel):
 
 
 class TensorSpec(ApiModel):
-    name: Annotated[str, Field(pattern=TENSOR_NAME, description="Tensor name as the model declares it.")]
+    name: Annotated[str, Field(pattern=TENSOR_NAME, max_length=128, description="Tensor name as the model declares it.")]
     data_type: Annotated[DataType, Field(description="Triton data type, e.g. FP32.")]
     dims: Annotated[list[Annotated[int, Field(ge=-1)]], Field(
         min_length=1, max_length=8,
@@ -75,6 +76,8 @@ class TensorSpec(ApiModel):
 
     @model_validator(mode="after")
     def _variable_dims_need_bounds(self) -> "TensorSpec":
+        if 0 in self.dims:
+            raise ValueError(f"tensor {self.name}: dims {self.dims} has 0; each dimension is -1 (variable) or at least 1")
         if self.max_dims is not None:
             if len(self.max_dims) != len(self.dims):
                 raise ValueError(f"tensor {self.name}: maxDims must have as many entries as dims ({len(self.dims)})")
@@ -116,10 +119,11 @@ class ModelWarmup(ApiModel):
 
 
 class SamplesSource(ApiModel):
-    config_map: Annotated[str | None, Field(description=(
+    config_map: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
         "ConfigMap in the model's namespace holding JSON Lines requests under key `samples.jsonl`. "
         "Omit to generate random requests from the input spec."))] = None
-    key: Annotated[str, Field(description="Key in the ConfigMap.")] = "samples.jsonl"
+    key: Annotated[str, Field(pattern=bounds.CONFIG_MAP_KEY, max_length=bounds.DNS_SUBDOMAIN_MAX,
+                              description="Key in the ConfigMap.")] = "samples.jsonl"
 
 
 class WarmupGate(ApiModel):
@@ -127,13 +131,12 @@ class WarmupGate(ApiModel):
     concurrency: Annotated[int, Field(ge=1, le=256, description="Requests in flight.")] = 8
     max_p99_ms: Annotated[float, Field(gt=0, description="Warm P99 bound (ms) the canary must meet.")] = 15.0
     samples: SamplesSource = Field(default_factory=SamplesSource)
-    pod_annotations: Annotated[dict[str, str], Field(
-        default_factory=dict, description=(
-            "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations."))]
+    pod_annotations: bounds.pod_annotations(
+        "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations.")
 
 
 class TorchscriptReference(ApiModel):
-    torchscript_uri: Annotated[str, Field(pattern=MODEL_URI, description=(
+    torchscript_uri: Annotated[str, Field(pattern=MODEL_URI, max_length=bounds.URI_MAX, description=(
         "The original TorchScript model (a .pt file URI) to compare the candidate against."))]
 
 
@@ -144,16 +147,16 @@ class EquivalenceGate(ApiModel):
         "entry of versions[], or {torchscriptUri: ...} for the original model."),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = "stable"
     samples: SamplesSource = Field(default_factory=SamplesSource)
-    output: Annotated[str | None, Field(description="Score output to compare; default the first output.")] = None
+    output: Annotated[str | None, Field(pattern=TENSOR_NAME, max_length=128, description=(
+        "Score output to compare; default the first output."))] = None
     abs_tolerance: Annotated[float, Field(ge=0, description="Max absolute score error.")] = 1e-3
     rel_tolerance: Annotated[float, Field(ge=0, description="Max relative score error.")] = 1e-2
     top_k: Annotated[int, Field(ge=1, le=10_000, description="K for the top-K overlap.")] = 50
     min_top_k_overlap: Annotated[float, Field(ge=0, le=1, description="Minimum mean top-K overlap.")] = 0.95
     min_rank_correlation: Annotated[float, Field(ge=-1, le=1, description=(
         "Minimum mean per-request rank correlation (Kendall tau)."))] = 0.9
-    pod_annotations: Annotated[dict[str, str], Field(
-        default_factory=dict, description=(
-            "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations."))]
+    pod_annotations: bounds.pod_annotations(
+        "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations.")
 
 
 class TrafficMode(str, Enum):
@@ -169,16 +172,16 @@ class Canary(ApiModel):
     traffic: Annotated[TrafficMode, Field(description=(
         "How the weight is honoured: `replicas` (ratio of Ready pods behind the shared Service, approximate), "
         "`gatewayAPI` (HTTPRoute backend weights, exact) or `openshiftRoute` (Route alternateBackends)."))] = TrafficMode.replicas
-    parent_ref: Annotated[str | None, Field(description=(
+    parent_ref: Annotated[str | None, Field(pattern=bounds.PARENT_REF, max_length=bounds.DNS_SUBDOMAIN_MAX + 64, description=(
         "gatewayAPI mode: the Gateway (name or namespace/name) the HTTPRoute attaches to."))] = None
 
 
 class GateJobs(ApiModel):
-    image: Annotated[str, Field(description="Image running `rankops gate ...`.")] = DEFAULT_RANKOPS_IMAGE
+    image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
+                                description="Image running `rankops gate ...`.")] = DEFAULT_RANKOPS_IMAGE
     timeout_seconds: Annotated[int, Field(ge=30, le=24 * 3600, description=(
         "A gate Job that has not finished by then fails the rollout (Job activeDeadlineSeconds)."))] = 900
-    pod_annotations: Annotated[dict[str, str], Field(
-        default_factory=dict, description="Annotations added to gate Job pods.")]
+    pod_annotations: bounds.pod_annotations("Annotations added to gate Job pods.")
 
 
 class Rollout(ApiModel):
@@ -190,25 +193,33 @@ class Rollout(ApiModel):
 
 
 class Resources(ApiModel):
-    cpu: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description=(
+    cpu: Annotated[str, bounds.CPU_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.CPU_RULES}, description=(
         "CPU per replica (request = limit, so the kubelet can pin it NUMA-local to the GPU). Size it "
         "for pre/post-processing and the batcher; dedicated GPU hosts often give 8 cores per GPU."))] = "2"
-    memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", description=(
+    memory: Annotated[str, bounds.MEMORY_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
         "Memory per replica (request = limit). Embedding tables kept on the CPU count here."))] = "8Gi"
 
 
 class RankingModelSpec(ApiModel):
-    node_pool: Annotated[str | None, Field(description=(
+    node_pool: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
         "GpuNodePool whose validated nodes serve this model. Without one, any node with "
         "nvidia.com/gpu capacity may be used."))] = None
     replicas: Annotated[int, Field(ge=0, le=1000, description="Serving replicas of the stable version.")] = 1
     gpus_per_replica: Annotated[int, Field(ge=1, le=16, description="nvidia.com/gpu per replica.")] = 1
     instances_per_gpu: Annotated[int, Field(ge=1, le=16, description="Triton instance_group count per GPU.")] = 1
-    triton_image: Annotated[str, Field(min_length=1, description="Triton Inference Server image.")] = DEFAULT_TRITON_IMAGE
-    fetcher_image: Annotated[str, Field(min_length=1, description=(
+    triton_image: Annotated[str, Field(
+        pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
+        description="Triton Inference Server image.")] = DEFAULT_TRITON_IMAGE
+    fetcher_image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX, description=(
         "Image whose `rankops fetch-model` copies s3/gs/https artifacts into the model repository."))] = DEFAULT_RANKOPS_IMAGE
-    model_credentials_secret: Annotated[str | None, Field(description=(
-        "Secret whose keys become environment of the fetcher (e.g. AWS_ACCESS_KEY_ID)."))] = None
+    model_credentials_secret: Annotated[str | None, Field(
+        pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
+            "Secret in the model's namespace whose keys become environment of the fetcher (e.g. "
+            "AWS_ACCESS_KEY_ID). The operator checks it exists before serving a version that needs it."))] = None
     version: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "The version that should serve; must name an entry of versions. Changing it starts a gated rollout."))]
     versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.")]
@@ -224,8 +235,7 @@ class RankingModelSpec(ApiModel):
     planning: Annotated[Planning | None, Field(description="Inputs for batching: auto and the capacity plan.")] = None
     rollout: Rollout = Field(default_factory=Rollout)
     resources: Resources = Field(default_factory=Resources)
-    pod_annotations: Annotated[dict[str, str], Field(
-        default_factory=dict, description="Annotations added to Triton pods.")]
+    pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
 
     @field_validator("batching", mode="before")
     @classmethod
@@ -250,6 +260,8 @@ class RankingModelSpec(ApiModel):
         dup = sorted({n for n in tensor_names if tensor_names.count(n) > 1})
         if dup:
             raise ValueError(f"inputs/outputs: duplicate tensor names {dup}")
+        for problem in self.tensor_size_problems():
+            raise ValueError(problem)
         if isinstance(self.batching, Batching):
             too_big = [b for b in self.model_warmup.batch_sizes if b > self.batching.max_batch_size]
             if too_big:
@@ -266,6 +278,17 @@ class RankingModelSpec(ApiModel):
         if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
             raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
         return self
+
+    def tensor_size_problems(self, max_batch_size: int | None = None,
+                             batch_field: str = "batching.maxBatchSize") -> list[str]:
+        """Tensors a request at the largest batch could not carry (explicit or planned batch size)."""
+        if max_batch_size is None:
+            max_batch_size = self.batching.max_batch_size if isinstance(self.batching, Batching) else 1
+        where = [(f"inputs[{i}]", t) for i, t in enumerate(self.inputs)] + \
+            [(f"outputs[{i}]", t) for i, t in enumerate(self.outputs)]
+        found = (bounds.tensor_too_big(w, t.name, t.data_type.value, t.warmup_dims(), max_batch_size,
+                                       batch_field) for w, t in where)
+        return [p for p in found if p]
 
     def version_named(self, name: str) -> ModelVersion | None:
         return next((v for v in self.versions if v.name == name), None)
@@ -350,16 +373,57 @@ class RankingModel(ApiModel):
                            "object.spec.batching.maxQueueDelayMicroseconds >= 0 && "
                            "object.spec.batching.maxQueueDelayMicroseconds <= 1000000)",
              "message": "spec.batching.maxQueueDelayMicroseconds must be an integer in 0..1000000"},
+            # The unions are preserve-unknown in the CRD: bound what they may store here.
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+                           "(object.spec.batching.all(k, k in ['maxBatchSize', 'preferredBatchSizes', "
+                           "'maxQueueDelayMicroseconds']) && (!has(object.spec.batching.preferredBatchSizes) || "
+                           "size(object.spec.batching.preferredBatchSizes) <= 16))",
+             "message": "spec.batching may only hold maxBatchSize, preferredBatchSizes (at most 16) and "
+                        "maxQueueDelayMicroseconds"},
+            {"expression": "!has(object.spec.rollout) || !has(object.spec.rollout.equivalence) || "
+                           "!has(object.spec.rollout.equivalence.reference) || "
+                           "(type(object.spec.rollout.equivalence.reference) == string ? "
+                           "size(object.spec.rollout.equivalence.reference) <= 20 : "
+                           "object.spec.rollout.equivalence.reference.all(k, k == 'torchscriptUri') && "
+                           f"size(string(object.spec.rollout.equivalence.reference.torchscriptUri)) <= {bounds.URI_MAX})",
+             "message": "spec.rollout.equivalence.reference must be `stable`, a version name, or "
+                        f"{{torchscriptUri: ...}} with a URI of at most {bounds.URI_MAX} characters"},
+            {"expression": "(object.spec.inputs + object.spec.outputs).all(t, " + bounds.tensor_bytes_cel(
+                "t", "(has(object.spec.batching) && type(object.spec.batching) == map && "
+                     "has(object.spec.batching.maxBatchSize) ? object.spec.batching.maxBatchSize : 1)")
+                + f" <= {bounds.TENSOR_MAX_BYTES}.0)",
+             "message": "a tensor of spec.inputs/spec.outputs is over 2 GiB in a batch of spec.batching.maxBatchSize "
+                        "(maxBatchSize x its dims/maxDims x its element size): a request that large cannot be "
+                        "served; lower maxDims or maxBatchSize"},
         ],
         "validations": {
+            "": [
+                {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$')",
+                 "message": "metadata.name must be a DNS label of at most 40 characters (child objects add "
+                            "suffixes such as -canary-triton)"},
+            ],
             "spec": [
                 {"rule": "self.versions.exists(v, v.name == self.version)",
                  "message": "spec.version must name an entry of spec.versions", "fieldPath": ".version"},
+                {"rule": "self.inputs.all(t, self.inputs.filter(u, u.name == t.name).size() == 1 && "
+                         "!self.outputs.exists(o, o.name == t.name)) && "
+                         "self.outputs.all(t, self.outputs.filter(u, u.name == t.name).size() == 1)",
+                 "message": "tensor names must be unique across spec.inputs and spec.outputs"},
+            ],
+            "spec.versions": [
+                {"rule": "self.all(v, self.filter(w, w.name == v.name).size() == 1)",
+                 "message": "spec.versions: each version name may appear only once"},
             ],
             "spec.inputs[]": [
                 {"rule": "!self.dims.exists(d, d == -1) || has(self.maxDims)",
                  "message": "dims with -1 need maxDims (the upper bound of each dimension)",
                  "fieldPath": ".maxDims"},
+                {"rule": "self.dims.all(d, d == -1 || d >= 1)",
+                 "message": "each dimension of dims is -1 (variable) or at least 1", "fieldPath": ".dims"},
+            ],
+            "spec.outputs[]": [
+                {"rule": "self.dims.all(d, d == -1 || d >= 1)",
+                 "message": "each dimension of dims is -1 (variable) or at least 1", "fieldPath": ".dims"},
             ],
         },
     }

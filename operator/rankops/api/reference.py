@@ -211,8 +211,10 @@ def rows(model: type, part: str) -> list[Row]:
 
 def _object_rules(model: type) -> list[str]:
     """CEL rules on the spec object itself, and the admission policy shipped beside the CRD."""
-    spec = crdgen.openapi_schema(model)["properties"]["spec"]
-    out = [rule.get("message", rule["rule"]) for rule in spec.get("x-kubernetes-validations") or []]
+    root = crdgen.openapi_schema(model)
+    spec = root["properties"]["spec"]
+    out = [rule.get("message", rule["rule"]) for node in (root, spec)
+           for rule in node.get("x-kubernetes-validations") or []]
     out += [rule["message"] for rule in model.__crd__.get("admission") or []]
     return out
 

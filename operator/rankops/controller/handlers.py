@@ -16,8 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
-from rankops.controller import models, pools
+from rankops.controller import models, pools, writes
 from rankops.controller.context import OPERATOR
+from rankops.controller.diffbase import DigestDiffBaseStorage
 from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
 
@@ -96,8 +97,9 @@ def configure(settings: kopf.OperatorSettings, **_):
     # would make kopf think every object is new and re-run its creation handlers.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration")
+    # A digest, not a copy of the spec: a copy over 256 KiB of annotations made the object
+    # undeletable (controller/diffbase.py).
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
     settings.watching.server_timeout = 300
@@ -128,10 +130,12 @@ def gpunodepool_tick(body, patch, logger, **_):
 
 
 # optional: no finalizer of its own (the timer already makes kopf add one); it only drops the
-# deleted model's series, which would otherwise keep feeding alerts until the operator restarts.
+# deleted model's series, which would otherwise keep feeding alerts until the operator restarts,
+# and what controller.writes remembers of it.
 @kopf.on.delete(GROUP, VERSION, "rankingmodels", optional=True)
 def rankingmodel_deleted(body, **_):
     metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
+    writes.forget(body["metadata"]["uid"])
 
 
 def _release_pool(body) -> pools.Release:

@@ -7,6 +7,7 @@ ServiceMonitors) into `ApiMissing`, so the caller decides what each means.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,23 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rankops.render.names import FIELD_MANAGER
+
+# What a name or namespace may be to go into a request path as one segment: every kind here is
+# named as a DNS subdomain or label. Anything else ("a/../../b", "..", "x?y") would ask for
+# another path, so it is refused before a request is made.
+_SEGMENT = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+class InvalidName(ValueError):
+    """A name or namespace that cannot be one segment of an API path."""
+
+
+def _segment(what: str, value: str) -> str:
+    if not _SEGMENT.fullmatch(value) or len(value) > 253:
+        raise InvalidName(f"{what} {value!r} is not a Kubernetes object name (lower-case letters, digits, "
+                          "'-' and '.', at most 253 characters)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -25,17 +43,18 @@ class Kind:
     def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
         base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment('namespace', namespace)}"
         base += f"/{self.plural}"
         if name:
-            base += f"/{name}"
+            base += f"/{_segment(self.plural[:-1] + ' name', name)}"
         if sub:
-            base += f"/{sub}"
+            base += f"/{_segment('subresource', sub)}"
         return base
 
 
 KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("v1", "configmaps"),
+    "Secret": Kind("v1", "secrets"),
     "Service": Kind("v1", "services"),
     "Pod": Kind("v1", "pods"),
     "Node": Kind("v1", "nodes", namespaced=False),
@@ -60,8 +79,8 @@ class Kube:
         self.api = api_client or client.ApiClient()
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> dict | None:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+              content_type: str = "application/json", accept: str = "application/json") -> dict | None:
+        headers = {"Content-Type": content_type, "Accept": accept}
         method, url, headers, _, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query or [], header_params=headers,
             auth_settings=["BearerToken"])
@@ -76,16 +95,21 @@ class Kube:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
 
-    def apply(self, obj: dict[str, Any]) -> dict:
-        """Server-side apply under rankops' field manager, forcing ownership of the fields it sets."""
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict:
+        """Server-side apply under rankops' field manager, forcing ownership of the fields it sets.
+        `dry_run`: the API server validates and admits it as if written, and stores nothing."""
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
-        return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]), body=obj,
-                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
+        return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]), body=obj, query=query,
                           content_type="application/apply-patch+yaml")
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         return self._call("GET", KINDS[kind].path(namespace, name))
+
+    def exists(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Whether the object exists, reading its metadata only (a Secret's data never comes back)."""
+        return self._call("GET", KINDS[kind].path(namespace, name), accept=_METADATA_ONLY) is not None
 
     def list(self, kind: str, namespace: str | None = None, labels: dict[str, str] | None = None,
              label_selector: str | None = None) -> list[dict]:

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
-from rankops.controller.kube import ApiMissing, Kube
+from rankops.controller import writes
+from rankops.controller.kube import ApiMissing, InvalidName, Kube
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
                                     monitoring_objects, resolve_shape, track_objects, with_owner)
@@ -30,6 +31,8 @@ from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateO
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
 POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
+SPEC_NOT_APPLIED = "SpecNotApplied"           # Ready's reason while a generation cannot be applied
+FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
 
 
 @dataclass
@@ -54,8 +57,16 @@ def _degraded_only(body: dict, reason: str, message: str, events: list[Event]) -
     conditions = status.get("conditions") or []
     was = get_condition(conditions, DEGRADED)
     conditions = set_condition(conditions, DEGRADED, True, reason, message, gen)
-    if not get_condition(conditions, READY):
-        conditions = set_condition(conditions, READY, None, "NotReconciled", message, gen)
+    # Ready keeps saying whether what serves is Ready (the previous generation's objects, left as
+    # they were), but at this generation and with a reason that says this one is not applied.
+    ready = get_condition(conditions, READY)
+    serving = {"True": True, "False": False}.get((ready or {}).get("status"))
+    stable = status.get("stableVersion")
+    note = (f"generation {gen} is not applied ({reason}: see Degraded); "
+            + (f"version {stable} serves as before ({status.get('ready', '?')} Ready)" if stable and ready
+               else "nothing serves yet"))
+    conditions = set_condition(conditions, READY, serving, SPEC_NOT_APPLIED, note, gen)
+    conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, gen)
     if not was or was.get("status") != "True" or was.get("reason") != reason:
         events.append(Event("Warning", reason, message))
     status.update(conditions=conditions, phase="Degraded", observedGeneration=gen)
@@ -112,6 +123,31 @@ def _set_canary_traffic(kube: Kube, namespace: str, model: str, on: bool) -> Non
                              {"metadata": {"labels": {names.LABEL_TRAFFIC: want}}})
 
 
+_unchecked_secrets: list[bool] = []
+
+
+def _credentials_missing(kube: Kube, rm: RankingModel) -> str | None:
+    """Why the fetcher's credentials Secret cannot be used, when a version fetches with it."""
+    secret, namespace = rm.spec.model_credentials_secret, rm.metadata["namespace"]
+    if not secret or not any(v.model_uri.startswith(FETCHED_SCHEMES) for v in rm.spec.versions):
+        return None
+    try:
+        if kube.exists("Secret", namespace, secret):
+            return None
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        if not _unchecked_secrets:   # said once per process: it is how the cluster admin set RBAC up
+            _unchecked_secrets.append(True)
+            log.info("the operator may not get Secrets (chart RBAC): not checking that "
+                     "spec.modelCredentialsSecret exists")
+        return None
+    return (f"Secret {secret} (spec.modelCredentialsSecret) does not exist in namespace {namespace}: create it "
+            f"(kubectl -n {namespace} create secret generic {secret} --from-literal=AWS_ACCESS_KEY_ID=... "
+            "--from-literal=AWS_SECRET_ACCESS_KEY=...) or fix spec.modelCredentialsSecret; the serving version "
+            "is left untouched")
+
+
 def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
     ref = rm.spec.planning.latency_profile_config_map if rm.spec.planning else None
     if ref is None:
@@ -150,6 +186,10 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     if refused:
         return _degraded_only(body, POLICY_REASON, "; ".join(refused) +
                               " (the serving version is left untouched)", events)
+
+    missing = _credentials_missing(kube, rm)
+    if missing:
+        return _degraded_only(body, "CredentialsSecretNotFound", missing, events)
 
     pool_requirements, pool_note = None, None
     if rm.spec.node_pool:
@@ -193,13 +233,19 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         now=now, canary_ready=c_ready, canary_desired=c_desired, stable_updated_ready=s_settled,
         stable_desired=s_desired, stable_template_version=s_version, gates=gates_seen,
         annotations=meta.get("annotations") or {}))
+    unapplied_events = list(events)   # the decision's own events only count once it is applied
     events += decision.events
 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
                         (service_monitor_labels or {}) if service_monitors else None, policy=policy)
     except RenderError as exc:
-        return _degraded_only(body, "RenderFailed", str(exc), events)
+        return _degraded_only(body, "RenderFailed", str(exc), unapplied_events)
+    except writes.ChildRefused as exc:
+        return _degraded_only(body, "ChildRefused", str(exc), unapplied_events)
+    except InvalidName as exc:   # never expected: the API models refuse such names first
+        return _degraded_only(body, "InvalidSpec", f"{exc}; the serving version is left untouched",
+                              unapplied_events)
 
     return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events),
                   events, decision.outcome,
@@ -229,12 +275,7 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
     foreign = pod_volume_problems(wanted, policy)   # never expected: rendering refuses them first
     if foreign:
         raise RenderError("; ".join(foreign))
-    for obj in wanted:
-        try:
-            kube.apply(obj)
-        except ApiMissing:
-            raise RenderError(f"{obj['apiVersion']} {obj['kind']} is not served by this cluster: install its "
-                              "CRDs or choose spec.rollout.canary.traffic: replicas")
+    writes.apply_all(kube, rm.metadata, wanted)
 
     # Remove what the decision no longer wants.
     unwanted_tracks = [t for t, v in ((names.CANARY, serving.canary_version),

@@ -53,6 +53,9 @@ def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = Non
         result = planner.plan(planner.inputs_from_spec(spec, profile=profile))
     except planner.PlanError as exc:
         raise RenderError(f"batching: auto: {exc}") from exc
+    too_big = spec.tensor_size_problems(result.max_batch_size, "the maxBatchSize planned for batching: auto")
+    if too_big:
+        raise RenderError("; ".join(too_big))
     shape = ServingShape(result.max_batch_size, tuple(result.preferred_batch_sizes),
                          result.max_queue_delay_microseconds, result.instances_per_gpu)
     return ResolvedShape(shape, result.replicas, result, tuple(result.problems))

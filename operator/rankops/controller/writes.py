@@ -1,0 +1,78 @@
+"""Apply one reconcile's children all or nothing, and back off from writes the API server refuses.
+
+A new set of children is first applied as a dry run: if the API server refuses any of them
+(an annotation it will not store, an API the cluster does not serve, a right the operator lacks),
+none is written, so what serves stays as it was instead of a ConfigMap of the new spec beside a
+Deployment of the old one. A set applied before is applied straight away (a no-op server-side).
+
+What was applied and what was refused is remembered per object in this process only: it saves
+dry runs and paces retries, and losing it on a restart costs one dry run, nothing else.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from kubernetes.client.exceptions import ApiException
+
+from rankops.controller import refusal
+from rankops.controller.kube import ApiMissing, Kube, namespace_terminating
+
+log = logging.getLogger("rankops.writes")
+
+_applied: dict[str, str] = {}                 # uid -> digest of the children last applied
+_refused: dict[str, refusal.Refused] = {}     # uid -> the last refusal, while it stands
+clock: Callable[[], float] = time.monotonic
+
+
+class ChildRefused(Exception):
+    def __init__(self, refused: refusal.Refused):
+        super().__init__(refused.message())
+        self.refused = refused
+
+
+def apply_all(kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """Apply `objects` (children of the object with metadata `meta`), or raise ChildRefused with
+    nothing written. Transient errors (409, 429, 5xx) propagate as ApiException."""
+    uid, generation = meta.get("uid", ""), meta.get("generation")
+    digest = refusal.digest(objects)
+    previous = _refused.get(uid)
+    if refusal.backing_off(previous, generation, digest, clock()):
+        raise ChildRefused(previous)
+    try:
+        if _applied.get(uid) != digest:
+            for obj in objects:
+                _apply(kube, obj, dry_run=True)
+        for obj in objects:
+            _apply(kube, obj, dry_run=False)
+    except _Refusal as exc:
+        refused = refusal.record(previous, generation, digest, exc.refusal, clock())
+        _refused[uid] = refused
+        _applied.pop(uid, None)
+        log.warning(f"{meta.get('namespace')}/{meta.get('name')}: {refused.message()}")
+        raise ChildRefused(refused) from None
+    _applied[uid] = digest
+    _refused.pop(uid, None)
+
+
+def forget(uid: str) -> None:
+    """Drop what is remembered of a deleted object."""
+    _applied.pop(uid, None)
+    _refused.pop(uid, None)
+
+
+class _Refusal(Exception):
+    def __init__(self, found: refusal.Refusal):
+        self.refusal = found
+
+
+def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+    try:
+        kube.apply(obj, dry_run=dry_run)
+    except ApiMissing:
+        raise _Refusal(refusal.missing_api(obj)) from None
+    except ApiException as exc:
+        if not refusal.is_refusal(exc.status) or namespace_terminating(exc):
+            raise
+        raise _Refusal(refusal.from_api_error(obj, exc.status, exc.reason, exc.body)) from None

@@ -1,0 +1,241 @@
+"""Child writes the API server refuses (issue 12, finding 5): said in status with the API server's
+reason and the field, nothing of the new generation written, retried with a growing delay; and
+names checked before they reach a request path."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from rankops.controller import models, refusal, writes
+from rankops.controller.kube import KINDS, InvalidName
+from rankops.render import names
+
+NS, NAME, UID = "reco", "ranker", "uid-1"
+
+
+def body(generation: int = 1, status: dict | None = None, **spec) -> dict:
+    doc = {
+        "apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
+        "metadata": {"name": NAME, "namespace": NS, "uid": UID, "generation": generation},
+        "spec": {
+            "version": "1",
+            "versions": [{"name": "1", "modelUri": "s3://models/ranker/1", "format": "onnx"}],
+            "inputs": [{"name": "x", "dataType": "FP32", "dims": [16]}],
+            "outputs": [{"name": "score", "dataType": "FP32", "dims": [1]}],
+            "batching": {"maxBatchSize": 8},
+            "resources": {"cpu": "1", "memory": "2Gi"},
+            **spec,
+        },
+    }
+    if status is not None:
+        doc["status"] = status
+    return doc
+
+
+def invalid(kind: str, field: str, message: str) -> ApiException:
+    exc = ApiException(status=422, reason="Unprocessable Entity")
+    exc.body = json.dumps({
+        "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": f"{kind} is invalid: {field}: {message}",
+        "details": {"kind": kind.lower() + "s", "causes": [
+            {"reason": "FieldValueInvalid", "message": message, "field": field}]}})
+    return exc
+
+
+class Cluster:
+    """Enough of controller.kube.Kube; `refuse(kind)` answers every write of that kind with an error."""
+
+    def __init__(self):
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.errors: dict[str, Exception] = {}
+        self.writes: list[tuple[str, bool]] = []
+        self.secrets: set[str] = set()
+
+    def get(self, kind, namespace, name):
+        found = self.objects.get((kind, name))
+        return copy.deepcopy(found) if found else None
+
+    def exists(self, kind, namespace, name):
+        assert kind == "Secret"
+        return name in self.secrets
+
+    def list(self, kind, namespace=None, labels=None, label_selector=None):
+        return []
+
+    def delete(self, kind, namespace, name, propagation="Background"):
+        return self.objects.pop((kind, name), None) is not None
+
+    def apply(self, obj, dry_run=False):
+        self.writes.append((obj["kind"], dry_run))
+        if obj["kind"] in self.errors:
+            raise self.errors[obj["kind"]]
+        if not dry_run:
+            stored = copy.deepcopy(obj)
+            if obj["kind"] == "Deployment":   # as if its pods came up
+                replicas = obj["spec"]["replicas"]
+                stored["metadata"]["generation"] = 1
+                stored["status"] = {"observedGeneration": 1, "replicas": replicas, "readyReplicas": replicas,
+                                    "updatedReplicas": replicas}
+            self.objects[(obj["kind"], obj["metadata"]["name"])] = stored
+        return obj
+
+
+@pytest.fixture(autouse=True)
+def fresh_memory(monkeypatch):
+    monkeypatch.setattr(writes, "_applied", {})
+    monkeypatch.setattr(writes, "_refused", {})
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(writes, "clock", lambda: clock["now"])
+    return clock
+
+
+def serve(cluster: Cluster) -> dict:
+    """Reconcile generation 1 until it is Ready; return its status."""
+    status = None
+    for _ in range(2):
+        status = models.reconcile(cluster, body(1, status)).status
+    assert status["phase"] == "Ready", status
+    return status
+
+
+def condition(status: dict, kind: str) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_objects_stay():
+    cluster = Cluster()
+    status = serve(cluster)
+    before = copy.deepcopy(cluster.objects)
+
+    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations",
+                                           "Invalid value: \"bad key\": name part must consist of alphanumerics")
+    result = models.reconcile(cluster, body(2, status, replicas=3, podAnnotations={"ok": "1"}))
+
+    assert cluster.objects == before, "nothing of generation 2 may be written"
+    status = result.status
+    degraded = condition(status, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ChildRefused"
+    for said in ("422 Invalid", "Deployment ranker-stable", "spec.template.metadata.annotations", "spec.podAnnotations",
+                 "Generation 2 is not applied"):
+        assert said in degraded["message"], (said, degraded["message"])
+    assert status["observedGeneration"] == 2 and status["phase"] == "Degraded"
+    ready = condition(status, "Ready")
+    assert ready["status"] == "True", "version 1 still serves: Ready tells the truth"
+    assert ready["reason"] == models.SPEC_NOT_APPLIED and ready["observedGeneration"] == 2
+    assert "generation 2 is not applied" in ready["message"]
+    assert [e.reason for e in result.events] == ["ChildRefused"]
+
+
+def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not():
+    cluster = Cluster()
+    status = serve(cluster)
+    cluster.writes.clear()
+    models.reconcile(cluster, body(1, status))   # the same children again
+    assert cluster.writes and not any(dry for _, dry in cluster.writes)
+    cluster.writes.clear()
+    models.reconcile(cluster, body(2, status, replicas=2))
+    dry = [k for k, d in cluster.writes if d]
+    real = [k for k, d in cluster.writes if not d]
+    assert dry == real and dry, cluster.writes
+    assert cluster.writes.index((real[0], False)) == len(dry), "every dry run before the first write"
+
+
+def test_retries_back_off_and_a_new_generation_tries_at_once(fresh_memory):
+    cluster = Cluster()
+    status = serve(cluster)
+    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.spec.containers[0].image", "bad")
+    refused = models.reconcile(cluster, body(2, status, replicas=2)).status
+    assert "next try in 10 s" in condition(refused, "Degraded")["message"]
+
+    cluster.writes.clear()
+    for _ in range(5):   # timer ticks inside the delay: no request, no new status
+        again = models.reconcile(cluster, body(2, refused, replicas=2))
+        assert again.status == refused and again.events == []
+    assert cluster.writes == []
+
+    fresh_memory["now"] += 10
+    refused = models.reconcile(cluster, body(2, refused, replicas=2)).status
+    assert cluster.writes, "tried again once the delay passed"
+    assert "next try in 20 s" in condition(refused, "Degraded")["message"]
+
+    cluster.writes.clear()
+    models.reconcile(cluster, body(3, refused, replicas=1, podAnnotations={"a": "b"}))
+    assert cluster.writes, "a new generation does not wait for the delay"
+
+
+def test_once_fixed_the_children_are_applied_and_degraded_clears(fresh_memory):
+    cluster = Cluster()
+    status = serve(cluster)
+    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations", "bad")
+    status = models.reconcile(cluster, body(2, status, replicas=2)).status
+    del cluster.errors["Deployment"]          # e.g. the admission policy that refused it was fixed
+    fresh_memory["now"] += refusal.RETRY_MAX_S
+    for _ in range(2):
+        status = models.reconcile(cluster, body(2, status, replicas=2)).status
+    assert condition(status, "Degraded")["status"] == "False"
+    assert condition(status, "Ready")["reason"] == "ReplicasReady"
+    assert cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]["spec"]["replicas"] == 2
+
+
+def test_transient_errors_are_not_refusals():
+    cluster = Cluster()
+    cluster.errors["ConfigMap"] = ApiException(status=503, reason="Service Unavailable")
+    with pytest.raises(ApiException):
+        models.reconcile(cluster, body(1))
+    assert writes._refused == {}
+
+
+def test_an_api_the_cluster_does_not_serve_is_a_refusal_naming_the_traffic_field():
+    from rankops.controller.kube import ApiMissing
+
+    cluster = Cluster()
+    status = serve(cluster)
+    before = copy.deepcopy(cluster.objects)
+    cluster.errors["HTTPRoute"] = ApiMissing("/apis/gateway.networking.k8s.io/v1/...")
+    status = models.reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status
+    assert cluster.objects == before
+    message = condition(status, "Degraded")["message"]
+    assert "HTTPRoute" in message and "not served by this cluster" in message
+    assert "spec.rollout.canary.traffic" in message
+
+
+def test_api_error_parsing_names_the_field_and_the_spec_field():
+    found = refusal.from_api_error({"kind": "Job", "metadata": {"name": "j"}}, 422, "Unprocessable Entity",
+                                   invalid("Job", "spec.template.metadata.annotations", "too long").body)
+    assert (found.reason, found.field) == ("Invalid", "spec.template.metadata.annotations")
+    assert found.spec_field.startswith("spec.rollout.gateJobs.podAnnotations")
+    forbidden = refusal.from_api_error({"kind": "HTTPRoute", "metadata": {"name": "r"}}, 403, "Forbidden",
+                                       b'{"kind":"Status","reason":"Forbidden","message":"httproutes is forbidden"}')
+    assert forbidden.field is None and forbidden.reason == "Forbidden"
+    assert "traffic.gatewayApi=true" in forbidden.message(4, None)
+    assert [refusal.retry_delay(n) for n in (1, 2, 3, 6, 20)] == [10, 20, 40, 300, 300]
+
+
+def test_a_missing_credentials_secret_is_degraded_naming_the_field_and_serving_is_left():
+    cluster = Cluster()
+    status = serve(cluster)
+    before = copy.deepcopy(cluster.objects)
+    status = models.reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+    degraded = condition(status, "Degraded")
+    assert degraded["reason"] == "CredentialsSecretNotFound"
+    assert "spec.modelCredentialsSecret" in degraded["message"] and "create secret generic s3-creds" in degraded["message"]
+    assert cluster.objects == before
+    cluster.secrets.add("s3-creds")
+    for _ in range(2):
+        status = models.reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+    assert condition(status, "Degraded")["status"] == "False"
+    dep = cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]
+    fetch = dep["spec"]["template"]["spec"]["initContainers"][0]
+    assert fetch["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+
+
+@pytest.mark.parametrize("name", ["a/../../b", "..", "x?watch=1", "a%2Fb", "", "A B"])
+def test_names_that_are_not_one_path_segment_never_reach_a_url(name):
+    with pytest.raises(InvalidName):
+        KINDS["GpuNodePool"].path(None, name or " ")
+    with pytest.raises(InvalidName):
+        KINDS["ConfigMap"].path(name or " ", "ok")
+    assert KINDS["GpuNodePool"].path(None, "t4.pool-1") == "/apis/rankops.io/v1alpha1/gpunodepools/t4.pool-1"
