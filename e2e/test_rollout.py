@@ -59,13 +59,16 @@ def _watch_phases(k8s, namespace: str, name: str, version: str, until: set[str],
     serving: set[str] = set()
 
     def check():
+        # Pods before status: the operator records a phase before it moves traffic, so the phase
+        # read after seeing a serving canary pod is the one traffic was switched on in, or later.
+        on = _canary_serving(k8s, namespace, name)
         rm = models.get(k8s, namespace, name)
         if ((rm.get("status") or {}).get("rollout") or {}).get("version") != version:
             return None
         phase = _phase(rm)
         if phase and (not seen or seen[-1] != phase):
             seen.append(phase)
-        if phase and _canary_serving(k8s, namespace, name):
+        if phase and on:
             serving.add(phase)
         return rm if phase in until else None
 
@@ -205,3 +208,75 @@ def test_a_gate_job_that_never_finishes_times_out_into_a_rollback(k8s, namespace
     assert warmup["outcome"] == "error" and "30s" in warmup["summary"], warmup
     assert "30s" in models.condition(rm, "Degraded")["message"]
     assert _stable(k8s, namespace, "hung").metadata.generation == stable_generation
+
+
+def _patch_status(api_client, namespace: str, name: str, status: dict) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        models.GROUP, models.VERSION, namespace, models.PLURAL, name, {"status": status},
+        _content_type="application/merge-patch+json")
+
+
+def _refused(patch) -> str | None:
+    """The API server's message when `patch()` is refused by admission, None when it is accepted."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        patch()
+    except ApiException as exc:
+        assert exc.status in (403, 422), exc.body
+        return exc.body
+    return None
+
+
+def test_only_the_operator_may_write_status_and_a_forged_stable_version_never_serves(
+        cluster, k8s, namespace, operator, tmp_path):
+    """The chart's status policy refuses everyone but the operator's ServiceAccount, even an account
+    RBAC allows and the cluster admin; and a stableVersion written with the operator's own rights
+    is checked by the operator: nothing vouches for it, so it is ignored and v1 keeps serving."""
+    from kubernetes import client, config
+
+    from rankops.devcluster.operator_process import service_account_kubeconfig
+
+    models.create(k8s, namespace, models.model_manifest("guarded", version="1", versions=("1", "2"),
+                                                        rollout=_rollout()))
+    models.wait_ready(k8s, namespace, "guarded")   # the operator's own status writes are accepted
+    stable_generation = _stable(k8s, namespace, "guarded").metadata.generation
+    # A ServiceAccount that RBAC allows to patch RankingModel status.
+    k8s.core.create_namespaced_service_account(namespace, {"metadata": {"name": "ci-bot"}})
+    rbac = client.RbacAuthorizationV1Api(k8s.api_client)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "status-writer"}, "rules": [
+        {"apiGroups": ["rankops.io"], "resources": ["rankingmodels", "rankingmodels/status"],
+         "verbs": ["get", "patch"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "status-writer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ci-bot", "namespace": namespace}]})
+    bot = config.new_client_from_config(str(service_account_kubeconfig(
+        cluster.kubeconfig, tmp_path / "bot", namespace=namespace, name="ci-bot")))
+    as_operator = config.new_client_from_config(operator.kubeconfig)
+    forged = {"stableVersion": "2"}
+    try:
+        # RBAC lets ci-bot in (a new binding takes a moment), the policy then says no. Until both
+        # are in force a forged write may land: the operator's check below covers that too.
+        def policy_refuses(api) -> str | None:
+            message = _refused(lambda: _patch_status(api, namespace, "guarded", forged))
+            return message if message and "written only by the rankops operator" in message else None
+
+        message = wait_for(lambda: policy_refuses(bot), 30, "the status policy refusing ci-bot")
+        assert f"system:serviceaccount:{namespace}:ci-bot" in message, message
+        assert policy_refuses(k8s.api_client), "the cluster admin is refused too"
+        # The operator's ServiceAccount passes the policy, even with a forged version...
+        assert _refused(lambda: _patch_status(as_operator, namespace, "guarded", forged)) is None
+    finally:
+        bot.close()
+        as_operator.close()
+    # ...which the operator does not take: no Promoted rollout of 2, and v1 is what runs.
+    wait_for(lambda: "StatusRejected" in {e.reason for e in models.events_for(k8s, namespace, "guarded")}, 30,
+             "the operator rejecting the forged stableVersion")
+    models.wait_status(k8s, namespace, "guarded", lambda rm: rm["status"].get("stableVersion") == "1"
+                       and rm["status"].get("phase") == "Ready", "v1 stable and Ready again")
+    stable = _stable(k8s, namespace, "guarded")
+    assert stable.metadata.generation == stable_generation
+    assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "1"

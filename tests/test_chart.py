@@ -294,6 +294,25 @@ def test_own_node_admission_policy_targets_the_validator_only():
         {o["metadata"]["name"] for o in render(("validator.restrictToOwnNode=false",))}
 
 
+@pytest.mark.parametrize("sets, account", [
+    ((), "system:serviceaccount:rankops-system:rankops-operator"),
+    (("serviceAccount.create=false", "serviceAccount.name=ops-sa"), "system:serviceaccount:rankops-system:ops-sa"),
+])
+def test_status_admission_policy_lets_only_the_operators_service_account_write_status(sets, account):
+    objs = render(sets)
+    policy = one(objs, "ValidatingAdmissionPolicy", "rankops-operator-status-by-operator")
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == ["rankops.io"] and rule["resources"] == ["rankingmodels/status"]
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"} and policy["spec"]["failurePolicy"] == "Fail"
+    assert "matchConditions" not in policy["spec"], "every writer is judged, the cluster admin too"
+    [validation] = policy["spec"]["validations"]
+    assert validation["expression"] == f'request.userInfo.username == "{account}"'
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "rankops-operator-status-by-operator")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    for off in ("admissionPolicies.statusByOperatorOnly=false", "admissionPolicies.enabled=false"):
+        assert "rankops-operator-status-by-operator" not in {o["metadata"]["name"] for o in render(sets + (off,))}
+
+
 def test_openshift_scc_allows_host_reads_and_nothing_privileged():
     objs = render(ALL_OPTIONS)
     scc = one(objs, "SecurityContextConstraints")

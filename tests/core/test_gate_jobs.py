@@ -42,3 +42,32 @@ def test_a_samples_config_map_replaces_generation():
     assert "--generate-samples" not in command
     assert arg(command, "--samples") == f"{jobs.SAMPLES_DIR}/g.jsonl"
     assert volumes == [{"name": "samples", "configMap": {"name": "golden"}}] and mounts[0]["readOnly"]
+
+
+def test_gate_job_names_keep_model_version_and_attempt_apart_at_any_length():
+    """Issue 12: with a 39-character model and 19-character versions the name was cut at 63
+    characters, dropping the attempt id, so a retry and a sibling version read old verdicts."""
+    from rankops.render import names
+
+    model_name = "ranker-for-the-home-feed-europe-west-01"
+    assert len(model_name) == 39
+    siblings = ("release-2026-11-01a", "release-2026-11-01b")
+    found = {(gate, version, attempt): names.gate_job_name(model_name, gate, version, attempt)
+             for gate in ("warmup", "equivalence") for version in siblings for attempt in ("3fa9c1", "77b0e2")}
+    assert len(set(found.values())) == len(found), found
+    for (_, _, attempt), name in found.items():
+        assert len(name) <= 63 and name.endswith(f"-{attempt}") and name[0].isalnum(), name
+    assert names.gate_job_name("ctr", "warmup", "2", "3fa9c1") == "ctr-warmup-2-3fa9c1", "short names stay readable"
+
+
+def test_a_gate_job_names_its_model_version_and_attempt_and_only_that_job_counts():
+    rm = model()
+    rm.metadata["uid"] = "rm-uid"
+    job = jobs.gate_job(rm, "warmup", "3", "3fa9c1", "2")
+    job["metadata"]["ownerReferences"] = [{"kind": "RankingModel", "uid": "rm-uid", "controller": True}]
+    name = rm.metadata["name"]
+    assert jobs.is_gate_job_of(job, name, "rm-uid", "warmup", "3", "3fa9c1")
+    for other in ((name, "rm-uid", "equivalence", "3", "3fa9c1"), (name, "rm-uid", "warmup", "4", "3fa9c1"),
+                  (name, "rm-uid", "warmup", "3", "77b0e2"), ("other", "rm-uid", "warmup", "3", "3fa9c1"),
+                  (name, "another-uid", "warmup", "3", "3fa9c1")):
+        assert not jobs.is_gate_job_of(job, *other), other

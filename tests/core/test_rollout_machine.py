@@ -8,6 +8,8 @@ import pytest
 from rankops.api.rankingmodel import RankingModel
 from rankops.rollout.machine import (ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION, GateObservation,
                                      Observed, attempt_id, step)
+from rankops.render.desired import ServingState
+from rankops.rollout.readiness import PodObservation
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -36,6 +38,16 @@ def failed(gate, summary):
                             "metrics": {"rankCorrelation": 0.41}})
 
 
+def pod(version="2", ready=True, node_ready=True, deleting=False, name="ctr-canary-0"):
+    return PodObservation(name, version, ready, deleting, "gpu-1", node_ready)
+
+
+def up(count=1, version="2", **kwargs):
+    """Observations of a canary Deployment of `count` pods, all of `version`, Ready on live nodes."""
+    return {"canary_pods": tuple(pod(version, name=f"ctr-canary-{i}", **kwargs) for i in range(count)),
+            "canary_desired": count}
+
+
 def drive(rm, status, seconds=0, **observed):
     decision = step(rm.spec, status, Observed(now=T0 + dt.timedelta(seconds=seconds), **observed))
     new_status = {"stableVersion": decision.stable_version, "rollout": decision.rollout, "gates": decision.gates}
@@ -56,22 +68,25 @@ def test_a_version_change_walks_every_gate_then_promotes():
     assert d.serving.canary_version == "2" and d.serving.canary_replicas == 1 and not d.serving.canary_traffic
     assert [e.reason for e in d.events] == ["CanaryStarting"]
 
-    d, s = drive(rm, s, 10, canary_ready=0, canary_desired=1)
+    d, s = drive(rm, s, 10, canary_desired=1)
     assert s["rollout"]["phase"] == "CanaryStarting"
-    d, s = drive(rm, s, 20, canary_ready=1, canary_desired=1)
+    d, s = drive(rm, s, 20, **up())
     assert s["rollout"]["phase"] == "Warming" and d.gate_jobs == ("warmup",)
-    d, s = drive(rm, s, 30, canary_ready=1, canary_desired=1, gates={"warmup": GateObservation(job_exists=True)})
+    d, s = drive(rm, s, 30, **up(), gates={"warmup": GateObservation(job_exists=True)})
     assert s["rollout"]["phase"] == "Warming" and d.gate_jobs == ("warmup",)
-    d, s = drive(rm, s, 40, canary_ready=1, canary_desired=1, gates={"warmup": passed("warmup", p99Ms=9.5)})
+    d, s = drive(rm, s, 40, **up(), gates={"warmup": passed("warmup", p99Ms=9.5)})
     assert s["rollout"]["phase"] == "Verifying" and d.gate_jobs == ("equivalence",)
     assert s["gates"][0]["outcome"] == "pass" and s["gates"][0]["metrics"] == {"p99Ms": 9.5}
     assert not d.serving.canary_traffic, "no traffic before the equivalence gate"
-    d, s = drive(rm, s, 50, canary_ready=1, canary_desired=1, gates={"equivalence": passed("equivalence")})
-    assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic and d.gate_jobs == ()
+    d, s = drive(rm, s, 50, **up(), gates={"equivalence": passed("equivalence")})
+    assert s["rollout"]["phase"] == "Canary" and d.gate_jobs == ()
+    assert not d.serving.canary_traffic, "traffic follows the record: status says Canary first"
     assert [g["gate"] for g in s["gates"]] == ["warmup", "equivalence"]
-    d, s = drive(rm, s, 50 + 299, canary_ready=1, canary_desired=1)
+    d, s = drive(rm, s, 51, **up())
+    assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic
+    d, s = drive(rm, s, 50 + 299, **up())
     assert s["rollout"]["phase"] == "Canary"
-    d, s = drive(rm, s, 50 + 300, canary_ready=1, canary_desired=1)
+    d, s = drive(rm, s, 50 + 300, **up())
     assert s["rollout"]["phase"] == "Promoting"
     assert d.serving.stable_version == "2" and d.serving.canary_version == "2" and d.serving.canary_traffic
     assert s["stableVersion"] == "1", "stable is recorded as promoted only once its pods run the new version"
@@ -86,8 +101,8 @@ def test_a_version_change_walks_every_gate_then_promotes():
 
 def _to_verifying(rm):
     _, s = drive(rm, {"stableVersion": "1"})
-    _, s = drive(rm, s, 1, canary_ready=1, canary_desired=1)
-    _, s = drive(rm, s, 2, canary_ready=1, canary_desired=1, gates={"warmup": passed("warmup")})
+    _, s = drive(rm, s, 1, **up())
+    _, s = drive(rm, s, 2, **up(), gates={"warmup": passed("warmup")})
     assert s["rollout"]["phase"] == "Verifying"
     return s
 
@@ -121,7 +136,7 @@ def test_job_deadline_is_a_rollback_with_a_clear_reason():
 def test_gate_job_without_verdict_fails_safe():
     rm = model("2")
     _, s = drive(rm, {"stableVersion": "1"})
-    _, s = drive(rm, s, 1, canary_ready=1, canary_desired=1)
+    _, s = drive(rm, s, 1, **up())
     _, s = drive(rm, s, 2, gates={"warmup": GateObservation(True, True, True, None, None)})
     assert s["rollout"]["phase"] == "RolledBack" and s["gates"][0]["outcome"] == "error"
 
@@ -129,7 +144,7 @@ def test_gate_job_without_verdict_fails_safe():
 def test_canary_that_never_becomes_ready_rolls_back():
     rm = model("2")
     _, s = drive(rm, {"stableVersion": "1"})
-    _, s = drive(rm, s, 901, canary_ready=0, canary_desired=1)
+    _, s = drive(rm, s, 901, canary_desired=1)
     assert s["rollout"]["phase"] == "RolledBack" and s["rollout"]["failedGate"] == "canary"
 
 
@@ -156,12 +171,226 @@ def test_paused_freezes_and_annotations_promote_or_abort():
     rm = model("2")
     _, s = drive(rm, s, 3, gates={"equivalence": passed("equivalence")})
     assert s["rollout"]["phase"] == "Canary"
-    _, s_promote = drive(rm, s, 4, annotations={PROMOTE_ANNOTATION: "2"})
+    _, s_promote = drive(rm, s, 4, annotations={PROMOTE_ANNOTATION: "2"}, **up())
     assert s_promote["rollout"]["phase"] == "Promoting"
-    _, s_other = drive(rm, s, 4, annotations={PROMOTE_ANNOTATION: "7"})
+    _, s_other = drive(rm, s, 4, annotations={PROMOTE_ANNOTATION: "7"}, **up())
     assert s_other["rollout"]["phase"] == "Canary", "an annotation for another version does nothing"
     d, s_abort = drive(rm, s, 4, annotations={ABORT_ANNOTATION: "2"})
     assert s_abort["rollout"]["phase"] == "RolledBack" and s_abort["rollout"]["failedGate"] == "manual"
+
+
+def _to_canary(rm, seconds=3):
+    s = _to_verifying(rm)
+    _, s = drive(rm, s, seconds, gates={"equivalence": passed("equivalence")}, **up())
+    assert s["rollout"]["phase"] == "Canary"
+    return s
+
+
+def _promoted(rm):
+    s = _to_canary(rm)
+    _, s = drive(rm, s, 400, **up())
+    _, s = drive(rm, s, 410, stable_template_version="2", stable_updated_ready=4, stable_desired=4)
+    assert s["rollout"]["phase"] == "Promoted" and s["stableVersion"] == "2"
+    return s
+
+
+# --- status is a record, not a licence (issue 12, finding 2) ---
+
+def test_a_phase_set_by_hand_without_its_verdicts_goes_back_to_its_gate():
+    rm = model("2")
+    _, s = drive(rm, {"stableVersion": "1"})
+    _, s = drive(rm, s, 1, **up())
+    assert s["rollout"]["phase"] == "Warming"
+    forged = {**s, "rollout": {**s["rollout"], "phase": "Promoting"}}
+    d, s2 = drive(rm, forged, 2, stable_template_version="1", stable_updated_ready=4, stable_desired=4, **up())
+    assert s2["rollout"]["phase"] == "Warming" and d.gate_jobs == ("warmup",)
+    assert d.serving.stable_version == "1" and not d.serving.canary_traffic, "nothing promoted, no traffic"
+    assert s2["stableVersion"] == "1" and d.outcome is None
+    assert [e.reason for e in d.events] == ["GateVerdictMissing"] and d.events[0].type == "Warning"
+    # Only the warmup verdict recorded: a forged Canary goes back to the equivalence gate.
+    s = _to_verifying(rm)
+    d, s2 = drive(rm, {**s, "rollout": {**s["rollout"], "phase": "Canary"}}, 3, **up())
+    assert s2["rollout"]["phase"] == "Verifying" and d.gate_jobs == ("equivalence",)
+
+
+def test_verdicts_of_another_attempt_or_version_do_not_count():
+    rm = model("2")
+    s = _to_canary(rm)
+    other_attempt = [{**g, "attempt": "abcdef"} for g in s["gates"]]
+    d, s2 = drive(rm, {**s, "gates": other_attempt}, 400, **up())
+    assert s2["rollout"]["phase"] == "Warming" and not d.serving.canary_traffic
+    other_version = [{**g, "version": "3"} for g in s["gates"]]
+    _, s3 = drive(rm, {**s, "gates": other_version}, 400, **up())
+    assert s3["rollout"]["phase"] == "Warming"
+    failing = [{**g, "outcome": "fail"} if g["gate"] == "equivalence" else g for g in s["gates"]]
+    _, s4 = drive(rm, {**s, "gates": failing}, 400, **up())
+    assert s4["rollout"]["phase"] == "Verifying"
+
+
+def test_a_stable_version_set_by_hand_does_not_switch_serving():
+    rm = model("1")
+    # v1 serves, never rolled out; someone writes stableVersion 2.
+    d, s = drive(rm, {"stableVersion": "2"}, stable_template_version="1")
+    assert d.serving == ServingState("1") and s["stableVersion"] == "1"
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "StatusRejected")]
+    assert "status.stableVersion 2" in d.events[0].message
+    d, s = drive(rm, s, 1, stable_template_version="1")
+    assert d.events == (), "said once: the status is corrected"
+
+
+def test_a_stable_version_set_by_hand_mid_rollout_keeps_the_gates():
+    rm = model("2")
+    _, s = drive(rm, {"stableVersion": "1"})
+    _, s = drive(rm, s, 1, **up())
+    assert s["rollout"]["phase"] == "Warming"
+    d, s2 = drive(rm, {**s, "stableVersion": "2"}, 2, stable_template_version="1", **up())
+    assert s2["rollout"]["phase"] == "Warming" and s2["stableVersion"] == "1"
+    assert d.serving.stable_version == "1" and d.gate_jobs == ("warmup",), "no cancel into an ungated v2"
+
+
+def test_after_a_promotion_a_hand_set_stable_version_is_a_new_rollout_with_gates():
+    s = _promoted(model("2"))
+    d, s2 = drive(model("2"), {**s, "stableVersion": "3"}, 500, stable_template_version="2")
+    assert d.serving == ServingState("2") and s2["stableVersion"] == "2"
+    # spec.version 3 too: version 3 is rolled out, gates and all, from the promoted version 2.
+    d, s3 = drive(model("3"), {**s, "stableVersion": "3"}, 500, stable_template_version="2")
+    assert s3["rollout"]["phase"] == "CanaryStarting" and s3["rollout"]["fromVersion"] == "2"
+    assert d.serving.stable_version == "2" and d.serving.canary_version == "3"
+
+
+def test_records_written_before_attempts_were_stored_keep_serving():
+    """An operator upgrade: the Promoted record's verdicts carry no attempt; what serves vouches."""
+    s = _promoted(model("2"))
+    legacy = {"stableVersion": "2", "rollout": {k: v for k, v in s["rollout"].items() if k != "attempt"},
+              "gates": [{k: v for k, v in g.items() if k != "attempt"} for g in s["gates"]]}
+    d, s2 = drive(model("2"), legacy, 500, stable_template_version="2")
+    assert d.serving == ServingState("2") and d.events == ()
+
+
+# --- canary readiness from live pods on live nodes (finding 9) ---
+
+def test_a_canary_pod_on_a_gone_or_not_ready_node_is_not_ready():
+    rm = model("2")
+    _, s = drive(rm, {"stableVersion": "1"})
+    for dead in (up(node_ready=False), up(ready=False), up(deleting=True)):
+        _, s2 = drive(rm, s, 10, **dead)
+        assert s2["rollout"]["phase"] == "CanaryStarting"
+
+
+def test_the_canary_is_never_promoted_on_a_pod_whose_node_is_gone():
+    rm = model("2")
+    s = _to_canary(rm)
+    d, s2 = drive(rm, s, 400, **up(node_ready=False))
+    assert s2["rollout"]["phase"] == "Canary" and d.serving.stable_version == "1"
+    d, s2 = drive(rm, s, 400, annotations={PROMOTE_ANNOTATION: "2"}, **up(node_ready=False))
+    assert s2["rollout"]["phase"] == "Canary", "the promote annotation does not skip readiness"
+    # The hold (300 s) plus the deadline (900 s) pass without a live canary: roll back.
+    d, s3 = drive(rm, s, 3 + 300 + 901, **up(node_ready=False))
+    assert s3["rollout"]["phase"] == "RolledBack" and s3["rollout"]["failedGate"] == "canary"
+    assert d.serving == ServingState("1") and "0/1" in s3["rollout"]["message"]
+    # The pod comes back on a live node in time: promoted.
+    _, s4 = drive(rm, s2, 500, **up())
+    assert s4["rollout"]["phase"] == "Promoting"
+
+
+def test_after_a_supersede_only_the_new_versions_pods_count():
+    s = _to_verifying(model("2"))
+    rm3 = model("3")
+    _, s = drive(rm3, s, 5, **up(version="2"))
+    assert s["rollout"]["version"] == "3"
+    _, s2 = drive(rm3, s, 6, **up(version="2"))
+    assert s2["rollout"]["phase"] == "CanaryStarting", "v2's Ready pods are not v3's canary"
+    _, s3 = drive(rm3, s, 7, **up(version="3"))
+    assert s3["rollout"]["phase"] == "Warming"
+
+
+# --- the machine is total ---
+
+@pytest.mark.parametrize("phase", ["Promoted", "Superseded", "Canceled", "Unheard-of"])
+def test_a_record_the_machine_would_not_keep_for_the_target_restarts_the_rollout(phase):
+    rm = model("2")
+    s = _to_canary(rm)
+    d, s2 = drive(rm, {**s, "rollout": {**s["rollout"], "phase": phase}}, 10, stable_template_version="1")
+    assert s2["rollout"]["phase"] == "CanaryStarting" and s2["gates"] == [] and s2["stableVersion"] == "1"
+    assert s2["rollout"]["attempt"] != s["rollout"]["attempt"], "fresh gate Jobs"
+    assert d.serving.stable_version == "1" and not d.serving.canary_traffic
+    if phase in ("Promoted", "Unheard-of"):
+        assert d.events[0].type == "Warning" and d.events[0].reason == "RolloutRestarted"
+
+
+def test_promoted_with_stable_version_lagging_converges_to_the_promoted_version():
+    s = _promoted(model("2"))
+    d, s2 = drive(model("2"), {**s, "stableVersion": "1"}, 500, stable_template_version="2")
+    assert d.serving == ServingState("2") and s2["stableVersion"] == "2" and s2["rollout"] == s["rollout"]
+
+
+def test_promoting_has_a_deadline_and_rolls_back():
+    rm = model("2")
+    s = _to_canary(rm)
+    _, s = drive(rm, s, 400, **up())
+    assert s["rollout"]["phase"] == "Promoting"
+    d, s2 = drive(rm, s, 400 + 900, stable_template_version="2", stable_updated_ready=2, stable_desired=4, **up())
+    assert s2["rollout"]["phase"] == "Promoting"
+    d, s2 = drive(rm, s, 400 + 901, stable_template_version="2", stable_updated_ready=2, stable_desired=4, **up())
+    assert s2["rollout"]["phase"] == "RolledBack" and s2["rollout"]["failedGate"] == "promotion"
+    assert d.serving == ServingState("1") and s2["stableVersion"] == "1" and "2 updated and Ready" in s2["rollout"]["message"]
+
+
+@pytest.mark.parametrize("phase", ["CanaryStarting", "Warming", "Verifying", "Canary", "Promoting"])
+@pytest.mark.parametrize("paused", [False, True])
+def test_abort_is_honoured_in_every_active_phase_paused_or_not(phase, paused):
+    rm = model("2", paused=paused)
+    s = _to_canary(model("2"))
+    _, s = drive(model("2"), s, 400, **up())
+    assert s["rollout"]["phase"] == "Promoting"
+    d, s2 = drive(rm, {**s, "rollout": {**s["rollout"], "phase": phase}}, 401,
+                  annotations={ABORT_ANNOTATION: "2"}, **up())
+    assert s2["rollout"]["phase"] == "RolledBack" and s2["rollout"]["failedGate"] == "manual"
+    assert d.serving == ServingState("1") and s2["stableVersion"] == "1"
+
+
+def test_a_version_can_be_retried_again_and_again_each_with_a_fresh_attempt():
+    rm = model("2")
+    s = _to_verifying(rm)
+    attempts = [s["rollout"]["attempt"]]
+    t = 3
+    for value in ("2", "2/again", "2/3"):
+        _, s = drive(rm, s, t, gates={"equivalence": failed("equivalence", "no")})
+        assert s["rollout"]["phase"] == "RolledBack"
+        _, s = drive(rm, s, t + 1, annotations={RETRY_ANNOTATION: value})
+        assert s["rollout"]["phase"] == "CanaryStarting" and s["rollout"]["retried"] == value
+        attempts.append(s["rollout"]["attempt"])
+        _, s = drive(rm, s, t + 2, annotations={RETRY_ANNOTATION: value}, **up())
+        _, s = drive(rm, s, t + 3, gates={"warmup": passed("warmup")}, annotations={RETRY_ANNOTATION: value})
+        assert s["rollout"]["phase"] == "Verifying"
+        t += 10
+    assert len(set(attempts)) == 4, attempts
+    # Failing once more with the last value still set: it does not retry by itself.
+    _, s = drive(rm, s, t, gates={"equivalence": failed("equivalence", "no")}, annotations={RETRY_ANNOTATION: "2/3"})
+    _, s2 = drive(rm, s, t + 100, annotations={RETRY_ANNOTATION: "2/3"})
+    assert s2["rollout"]["phase"] == "RolledBack" and s2["rollout"]["startedAt"] == s["rollout"]["startedAt"]
+
+
+def test_a_leftover_abort_does_not_abort_the_retry():
+    rm = model("2")
+    s = _to_verifying(rm)
+    _, s = drive(rm, s, 3, annotations={ABORT_ANNOTATION: "2"})
+    assert s["rollout"]["phase"] == "RolledBack" and s["rollout"]["aborted"] == "2"
+    _, s = drive(rm, s, 4, annotations={ABORT_ANNOTATION: "2", RETRY_ANNOTATION: "2"})
+    assert s["rollout"]["phase"] == "CanaryStarting"
+    _, s = drive(rm, s, 5, annotations={ABORT_ANNOTATION: "2", RETRY_ANNOTATION: "2"}, **up())
+    assert s["rollout"]["phase"] == "Warming"
+    _, s = drive(rm, s, 6, annotations={ABORT_ANNOTATION: "2/again"})
+    assert s["rollout"]["phase"] == "RolledBack", "a new value aborts again"
+
+
+def test_attempts_started_in_the_same_second_differ():
+    """v2, superseded by v3, then v2 again, all within one second: v2's first Jobs are not reused."""
+    _, s = drive(model("2"), {"stableVersion": "1"})
+    _, s3 = drive(model("3"), s)
+    _, s2 = drive(model("2"), s3)
+    assert s2["rollout"]["startedAt"] == s["rollout"]["startedAt"]
+    assert len({s["rollout"]["attempt"], s3["rollout"]["attempt"], s2["rollout"]["attempt"]}) == 3
 
 
 @pytest.mark.parametrize("weight,replicas,expected", [(10, 2, 1), (50, 4, 4), (20, 4, 1), (25, 9, 3)])

@@ -297,6 +297,8 @@ class RankingModelSpec(ApiModel):
 class GateResult(ApiModel):
     gate: Annotated[str, Field(description="warmup or equivalence.")]
     version: Annotated[str, Field(description="Version the gate judged.")]
+    attempt: Annotated[str | None, Field(description=(
+        "The rollout attempt the verdict belongs to (status.rollout.attempt); promotion counts only its own."))] = None
     outcome: Annotated[str, Field(description="pass, fail or error.")]
     reason: str | None = None
     summary: Annotated[str | None, Field(description="The numbers behind the outcome, in one line.")] = None
@@ -310,13 +312,18 @@ class RolloutStatus(ApiModel):
     version: Annotated[str, Field(description="The version being rolled out.")]
     from_version: str | None = None
     phase: Annotated[str, Field(description=(
-        "CanaryStarting, Warming, Verifying, Canary, Promoting, Promoted, RolledBack or Superseded."))]
+        "CanaryStarting, Warming, Verifying, Canary, Promoting, Promoted, RolledBack, Superseded or Canceled."))]
+    attempt: Annotated[str | None, Field(description=(
+        "Id of this attempt, new for every start and retry; its gate Jobs carry it in name and labels."))] = None
     started_at: str | None = None
     phase_since: str | None = None
     canary_since: Annotated[str | None, Field(description="When the canary started taking traffic.")] = None
     message: str | None = None
-    failed_gate: Annotated[str | None, Field(description="warmup, equivalence, canary or manual.")] = None
-    retried: Annotated[str | None, Field(description="Set when this attempt was a retry asked by annotation.")] = None
+    failed_gate: Annotated[str | None, Field(description="warmup, equivalence, canary, promotion or manual.")] = None
+    retried: Annotated[str | None, Field(description=(
+        "The rankops.io/retry value acted on last, kept from rollout to rollout: a value acts once."))] = None
+    aborted: Annotated[str | None, Field(description=(
+        "The rankops.io/abort value acted on last, kept from rollout to rollout: a value acts once."))] = None
 
 
 class RankingModelStatus(ApiModel):

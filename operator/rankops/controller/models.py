@@ -25,8 +25,9 @@ from rankops.render.desired import (RenderError, ResolvedShape, desired_objects,
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
-from rankops.rollout.machine import (ACTIVE, ROLLED_BACK, Decision, Event, GateObservation, Observed,
-                                     attempt_id, step)
+from rankops.rollout.machine import (ACTIVE, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
+                                     GateObservation, Observed, attempt_id, step)
+from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
 
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
@@ -83,7 +84,9 @@ def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObserv
     if not failed and not complete:
         return GateObservation(job_exists=True)
     gate = job["metadata"]["labels"].get(names.LABEL_GATE, "unknown")
-    pods = kube.list("Pod", namespace, label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+    # This Job's own pods (by uid), not those of an earlier Job that had the same name.
+    pods = kube.list("Pod", namespace,
+                     label_selector=f"batch.kubernetes.io/controller-uid={job['metadata'].get('uid')}")
     message = None
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -111,13 +114,39 @@ def _deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
     return desired, ready, (min(ready, desired) if settled else 0), version
 
 
-def _set_canary_traffic(kube: Kube, namespace: str, model: str, on: bool) -> None:
-    """Put Ready canary pods behind the serving Service (or take them out) without restarting them."""
-    selector = f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.CANARY}"
-    for pod in kube.list("Pod", namespace, label_selector=selector):
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        want = "on" if on and ready else "off"
+def _gate_observations(kube: Kube, rm_meta: dict, rollout: dict) -> dict[str, GateObservation]:
+    """What the gate Jobs of this rollout attempt show; a Job that merely has the name is not read."""
+    name, namespace, version = rm_meta["name"], rm_meta["namespace"], rollout["version"]
+    attempt = attempt_id(rollout)
+    seen: dict[str, GateObservation] = {}
+    for gate in GATES:
+        job_name = names.gate_job_name(name, gate, version, attempt)
+        job = kube.get("Job", namespace, job_name)
+        if job is not None and not gate_jobs.is_gate_job_of(job, name, rm_meta.get("uid"), gate, version, attempt):
+            seen[gate] = GateObservation(
+                job_exists=True, finished=True, failure_reason="ForeignJob",
+                detail=f"Job {job_name} is not the {gate} gate of version {version} attempt {attempt} of this "
+                       f"RankingModel (its labels or owner say otherwise): its result was not read; delete "
+                       f"that Job, then retry the version (annotation {RETRY_ANNOTATION})")
+        else:
+            seen[gate] = _job_observation(kube, namespace, job)
+    return seen
+
+
+def _canary_pods(kube: Kube, namespace: str, model: str) -> list[tuple[dict, PodObservation]]:
+    """The canary pods, each with what its node shows (gathered here; rollout.readiness decides)."""
+    pods = kube.list("Pod", namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.CANARY}")
+    bound = {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}
+    nodes = {node: kube.get("Node", None, node) for node in sorted(bound)}
+    return [(p, observe_pod(p, nodes.get((p.get("spec") or {}).get("nodeName")))) for p in pods]
+
+
+def _set_canary_traffic(kube: Kube, namespace: str, pods: list[tuple[dict, PodObservation]], version: str,
+                        on: bool) -> None:
+    """Put live, Ready canary pods of `version` behind the serving Service (or take them out) without
+    restarting them."""
+    for pod, seen in pods:
+        want = "on" if on and counts_ready(seen, version) else "off"
         if pod["metadata"].get("labels", {}).get(names.LABEL_TRAFFIC) != want:
             kube.merge_patch("Pod", namespace, pod["metadata"]["name"],
                              {"metadata": {"labels": {names.LABEL_TRAFFIC: want}}})
@@ -219,26 +248,25 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
     canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
     s_desired, s_ready, s_settled, s_version = _deployment_view(stable_dep)
-    c_desired, c_ready, _, _ = _deployment_view(canary_dep)
+    c_desired = _deployment_view(canary_dep)[0]
 
     rollout = status.get("rollout")
-    gates_seen: dict[str, GateObservation] = {}
-    if rollout and rollout.get("phase") in ACTIVE:
-        attempt = attempt_id(rollout)
-        for gate in ("warmup", "equivalence"):
-            job = kube.get("Job", namespace, names.gate_job_name(name, gate, f"{rollout['version']}-{attempt}"))
-            gates_seen[gate] = _job_observation(kube, namespace, job)
+    gates_seen = _gate_observations(kube, meta, rollout) if rollout and rollout.get("phase") in ACTIVE else {}
+    canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
 
     decision = step(rm.spec, status, Observed(
-        now=now, canary_ready=c_ready, canary_desired=c_desired, stable_updated_ready=s_settled,
-        stable_desired=s_desired, stable_template_version=s_version, gates=gates_seen,
-        annotations=meta.get("annotations") or {}))
+        now=now, canary_pods=tuple(seen for _, seen in canary_pods), canary_desired=c_desired,
+        stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
+        gates=gates_seen, annotations=meta.get("annotations") or {}))
     unapplied_events = list(events)   # the decision's own events only count once it is applied
     events += decision.events
+    canary = decision.serving.canary_version
+    c_ready = ready_count((seen for _, seen in canary_pods), canary) if canary else 0
 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
-                        (service_monitor_labels or {}) if service_monitors else None, policy=policy)
+                        (service_monitor_labels or {}) if service_monitors else None, canary_pods,
+                        policy=policy)
     except RenderError as exc:
         return _degraded_only(body, "RenderFailed", str(exc), unapplied_events)
     except writes.ChildRefused as exc:
@@ -254,6 +282,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 
 def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
                     pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None,
+                    canary_pods: list[tuple[dict, PodObservation]] = (),
                     policy: TenantPolicy = TenantPolicy()) -> None:
     """`service_monitor_labels`: None leaves ServiceMonitors alone; a dict (may be empty) applies one."""
     name, namespace = rm.metadata["name"], rm.metadata["namespace"]
@@ -290,7 +319,7 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
         if job["metadata"]["name"] not in job_names and active:
             kube.delete("Job", namespace, job["metadata"]["name"])   # superseded or rolled back: stop its load
     if serving.canary_version and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
-        _set_canary_traffic(kube, namespace, name, serving.canary_traffic)
+        _set_canary_traffic(kube, namespace, list(canary_pods), serving.canary_version, serving.canary_traffic)
     if service_monitor_labels is not None:
         _apply_monitoring(kube, rm, service_monitor_labels)
 

@@ -5,6 +5,8 @@ object it made before instead of making another.
 """
 from __future__ import annotations
 
+import hashlib
+
 STABLE, CANARY = "stable", "canary"
 TRACKS = (STABLE, CANARY)
 
@@ -12,6 +14,7 @@ LABEL_MODEL = "rankops.io/model"
 LABEL_TRACK = "rankops.io/track"
 LABEL_VERSION = "rankops.io/version"
 LABEL_GATE = "rankops.io/gate"
+LABEL_ATTEMPT = "rankops.io/attempt"
 # Pods carrying traffic=on are behind the model's serving Service. Canary pods start "off" and
 # are switched on in place (no restart) once their gates pass.
 LABEL_TRAFFIC = "rankops.io/traffic"
@@ -39,8 +42,16 @@ def service_monitor_name(model: str) -> str:
     return model
 
 
-def gate_job_name(model: str, gate: str, version: str) -> str:
-    return f"{model}-{gate}-{version}"[:63].rstrip("-.")
+def gate_job_name(model: str, gate: str, version: str, attempt: str) -> str:
+    """`<model>-<gate>-<version>-<attempt>`, at most 63 characters (the Job's pods carry it as a
+    label value). A longer one keeps a cut prefix, a hash of the whole name and the attempt id, so
+    no two attempts or versions share a Job, whatever the length of the names."""
+    full = f"{model}-{gate}-{version}-{attempt}"
+    if len(full) <= 63:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    head = full[:63 - len(digest) - len(attempt) - 2].rstrip("-.")
+    return f"{head}-{digest}-{attempt}"
 
 
 def common_labels(model: str) -> dict[str, str]:

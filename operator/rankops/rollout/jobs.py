@@ -82,14 +82,14 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
     command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served)
     gate_spec = rm.spec.rollout.warmup if gate == "warmup" else rm.spec.rollout.equivalence
     labels = {**names.common_labels(model), "app.kubernetes.io/name": "rankops-gate",
-              names.LABEL_GATE: gate, names.LABEL_VERSION: version, "rankops.io/attempt": attempt}
+              names.LABEL_GATE: gate, names.LABEL_VERSION: version, names.LABEL_ATTEMPT: attempt}
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                   "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     for c in init:
         c["securityContext"] = restricted
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": names.gate_job_name(model, gate, f"{version}-{attempt}"), "namespace": ns,
+        "metadata": {"name": names.gate_job_name(model, gate, version, attempt), "namespace": ns,
                      "labels": labels},
         "spec": {
             "backoffLimit": 0,                      # a failing verdict is an answer, not a flake
@@ -114,3 +114,17 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
             },
         },
     }
+
+
+def is_gate_job_of(job: dict[str, Any], model: str, uid: str | None, gate: str, version: str, attempt: str) -> bool:
+    """True when `job` is this attempt's gate Job: its labels name the model, gate, version and
+    attempt, and (given the model's uid) the RankingModel is its controller. Only such a Job's
+    verdict may move a rollout; a name is not proof (another Job may hold it)."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    want = {names.LABEL_MODEL: model, names.LABEL_GATE: gate, names.LABEL_VERSION: version,
+            names.LABEL_ATTEMPT: attempt}
+    if any(labels.get(key) != value for key, value in want.items()):
+        return False
+    return uid is None or any(ref.get("uid") == uid and ref.get("controller")
+                              for ref in meta.get("ownerReferences") or [])

@@ -6,8 +6,12 @@ results) and the clock, and returns the next record, the serving state to render
 that must exist and the Events to emit. It never branches on what woke it.
 
     CanaryStarting -> Warming -> Verifying -> Canary -> Promoting -> Promoted
-          \\______________\\___________\\__________\\-> RolledBack      (a gate failed, timed out or aborted)
-    any active phase -> Superseded                   (spec.version changed again)
+          \\______________\\___________\\__________\\___________\\-> RolledBack   (a gate failed, a deadline
+    any active phase -> Superseded                   (spec.version changed again)    passed, or aborted)
+
+Status is a record, not a licence: a phase counts only with the passing verdicts of this attempt
+it stands on, and status.stableVersion only when what serves or a verified promotion vouches for
+it (`trusted_stable`). Anything else goes back through the gates; nothing is promoted on a word.
 """
 from __future__ import annotations
 
@@ -18,18 +22,25 @@ from typing import Any
 
 from rankops.api.rankingmodel import RankingModelSpec, TorchscriptReference, TrafficMode
 from rankops.render.desired import ServingState, canary_replicas_for
+from rankops.rollout.readiness import PodObservation, ready_count
 
 CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING = "CanaryStarting", "Warming", "Verifying", "Canary", "Promoting"
 PROMOTED, ROLLED_BACK, SUPERSEDED, CANCELED = "Promoted", "RolledBack", "Superseded", "Canceled"
 ACTIVE = (CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING)
 GATE_OF_PHASE = {WARMING: "warmup", VERIFYING: "equivalence"}
 NEXT_PHASE = {WARMING: VERIFYING, VERIFYING: CANARY}
+GATES = ("warmup", "equivalence")
+# The passing verdicts (of this version and attempt) each phase stands on.
+EVIDENCE = {VERIFYING: ("warmup",), CANARY: GATES, PROMOTING: GATES}
 
-# Level-based manual controls: the annotation's value names the version it applies to, so a
-# leftover annotation cannot act on a later rollout.
+# Manual controls: the annotation's value names the version it applies to ("<version>", or
+# "<version>/<anything>" to give a new value), so a leftover annotation cannot act on another
+# version. Abort and retry act once per value: the value acted on is kept in the rollout record
+# (aborted, retried) and carried to the next record, so one left in place never acts again.
 PROMOTE_ANNOTATION = "rankops.io/promote"     # skip the rest of the canary hold (gates still apply)
-ABORT_ANNOTATION = "rankops.io/abort"         # roll back now
-RETRY_ANNOTATION = "rankops.io/retry"         # try a rolled-back version again
+ABORT_ANNOTATION = "rankops.io/abort"         # roll back now, in any active phase, paused or not
+RETRY_ANNOTATION = "rankops.io/retry"         # try a rolled-back version again, with a fresh attempt
+CONSUMED = {ABORT_ANNOTATION: "aborted", RETRY_ANNOTATION: "retried"}
 
 
 @dataclass(frozen=True)
@@ -39,16 +50,17 @@ class GateObservation:
     succeeded: bool = False
     failure_reason: str | None = None        # e.g. DeadlineExceeded, BackoffLimitExceeded
     verdict: dict[str, Any] | None = None     # parsed verdict (Verdict.to_dict()) when finished
+    detail: str | None = None                 # why a Job cannot be judged, said in the gate's summary
 
 
 @dataclass(frozen=True)
 class Observed:
     now: dt.datetime
-    canary_ready: int = 0
+    canary_pods: tuple[PodObservation, ...] = ()   # the canary Deployment's pods and their nodes
     canary_desired: int = 0
     stable_updated_ready: int = 0            # ready stable pods already running the stable template
     stable_desired: int = 0
-    stable_template_version: str | None = None
+    stable_template_version: str | None = None     # the version the stable Deployment runs (None: none)
     gates: dict[str, GateObservation] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -83,8 +95,46 @@ def parse_time(value: str | None) -> dt.datetime | None:
 
 
 def attempt_id(rollout: dict[str, Any]) -> str:
-    """Short id of one rollout attempt: gate Job names carry it, so a retry never reads old verdicts."""
-    return hashlib.sha256(f"{rollout['version']}@{rollout.get('startedAt')}".encode()).hexdigest()[:6]
+    """Short id of one rollout attempt: gate Job names and verdicts carry it, so a retry never reads
+    old verdicts. Records made before `attempt` was stored derive it as they did then."""
+    return rollout.get("attempt") or \
+        hashlib.sha256(f"{rollout['version']}@{rollout.get('startedAt')}".encode()).hexdigest()[:6]
+
+
+def _new_attempt_id(version: str, started: str, previous: dict[str, Any] | None) -> str:
+    # Chained to the attempt it replaces: two attempts of a version started in the same second differ.
+    prev = attempt_id(previous) if previous else ""
+    return hashlib.sha256(f"{version}@{started}@{prev}".encode()).hexdigest()[:6]
+
+
+def passed_gates(gates: list[dict[str, Any]], rollout: dict[str, Any]) -> set[str]:
+    """Gates with a passing verdict recorded for this rollout's version and attempt."""
+    attempt = attempt_id(rollout)
+    return {g.get("gate") for g in gates if g.get("outcome") == "pass" and g.get("version") == rollout["version"]
+            and g.get("attempt") == attempt}
+
+
+def trusted_stable(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> tuple[str, str | None]:
+    """The stable version, and why status.stableVersion was not taken when it was not.
+
+    status.stableVersion is accepted when it is what the stable Deployment runs, or what the rollout
+    record vouches for: a Promoted rollout of it with both gates passed for its attempt, or the
+    version any other rollout started from. A claim nothing vouches for (a hand edit) is ignored;
+    the vouched version stays stable, and a version change goes through its gates.
+    """
+    claimed, rollout = status.get("stableVersion"), status.get("rollout")
+    serving = observed.stable_template_version
+    if rollout and rollout.get("phase") == PROMOTED and set(GATES) <= passed_gates(status.get("gates") or [], rollout):
+        vouched = rollout["version"]
+    elif rollout and rollout.get("fromVersion"):
+        vouched = rollout["fromVersion"]
+    else:
+        vouched = serving or claimed or spec.version
+    if claimed is None or claimed in (vouched, serving):
+        return claimed or vouched, None
+    return vouched, (f"status.stableVersion {claimed} is neither what the stable Deployment runs "
+                     f"({serving or 'none yet'}) nor a version a rollout with passing gates promoted: ignored, "
+                     f"stable stays {vouched}; change spec.version to roll out {claimed} through its gates")
 
 
 def reference_version_of(spec: RankingModelSpec, stable: str) -> str | None:
@@ -96,45 +146,64 @@ def reference_version_of(spec: RankingModelSpec, stable: str) -> str | None:
 
 def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> Decision:
     now = observed.now
-    stable = status.get("stableVersion") or spec.version
+    stable, rejected = trusted_stable(spec, status, observed)
     rollout = status.get("rollout")
     gates = list(status.get("gates") or [])
     target = spec.version
     events: list[Event] = []
+    if rejected:
+        events.append(Event("Warning", "StatusRejected", rejected))
 
     def idle(record, *, outcome=None) -> Decision:
         return Decision(stable, ServingState(stable), record, gates, events=tuple(events), outcome=outcome)
 
     if target == stable:
-        if rollout and rollout["phase"] in ACTIVE:
+        if rollout and rollout.get("phase") in ACTIVE:
             record = {**rollout, "phase": CANCELED, "phaseSince": iso(now),
                       "message": f"spec.version is back to the stable version {stable}; canary {rollout['version']} removed"}
             events.append(Event("Normal", "RolloutCanceled", record["message"]))
             return idle(record, outcome=CANCELED)
         return idle(rollout)
 
-    retry = observed.annotations.get(RETRY_ANNOTATION) == target
-    fresh = rollout is None or rollout["version"] != target or rollout["phase"] in (SUPERSEDED, CANCELED) or (
-        rollout["phase"] == ROLLED_BACK and retry and rollout.get("retried") != target)
-    if rollout and rollout["phase"] == ROLLED_BACK and rollout["version"] == target and not fresh:
+    def asked(annotation: str, record: dict[str, Any] | None) -> str | None:
+        """The annotation's value when it names the target and has not acted yet."""
+        value = observed.annotations.get(annotation)
+        if value is None or value.split("/", 1)[0] != target or value == (record or {}).get(CONSUMED[annotation]):
+            return None
+        return value
+
+    retry = asked(RETRY_ANNOTATION, rollout)
+    phase = (rollout or {}).get("phase")
+    if rollout and rollout["version"] == target and phase == ROLLED_BACK and not retry:
         return idle(rollout)  # stays rolled back until spec.version changes or a retry is asked
-    if fresh:
-        if rollout and rollout["phase"] in ACTIVE:
+    if rollout is None or rollout["version"] != target or phase not in ACTIVE:
+        if rollout and phase in ACTIVE:
             events.append(Event("Normal", "RolloutSuperseded",
                                 f"rollout of version {rollout['version']} superseded by version {target}"))
-        rollout = {"version": target, "fromVersion": stable, "phase": CANARY_STARTING,
-                   "startedAt": iso(now), "phaseSince": iso(now),
-                   "message": f"starting canary of version {target} beside stable {stable}"}
+        elif rollout and rollout["version"] == target and phase not in (ROLLED_BACK, SUPERSEDED, CANCELED):
+            # Promoted while stable is not the target, or a phase this machine never writes.
+            events.append(Event("Warning", "RolloutRestarted",
+                                f"status.rollout says {phase} for version {target} but stable is {stable}: "
+                                f"running version {target}'s gates again"))
+        started = iso(now)
+        record = {"version": target, "fromVersion": stable, "phase": CANARY_STARTING,
+                  "attempt": _new_attempt_id(target, started, rollout), "startedAt": started, "phaseSince": started,
+                  "message": f"starting canary of version {target} beside stable {stable}"}
+        record.update({key: (rollout or {}).get(key) for key in CONSUMED.values() if (rollout or {}).get(key)})
         if retry:
-            rollout["retried"] = target
+            record["retried"] = retry
+        rollout = record
         gates = []
         events.append(Event("Normal", "CanaryStarting", rollout["message"]))
 
     rollout = dict(rollout)
     paused = spec.rollout.paused
     phase = rollout["phase"]
+    attempt = attempt_id(rollout)
     phase_age = (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
     timeout = spec.rollout.gate_jobs.timeout_seconds
+    canary_ready = ready_count(observed.canary_pods, target)
+    canary_up = observed.canary_desired > 0 and canary_ready >= observed.canary_desired
 
     def move(to: str, message: str, reason: str | None = None, warning: bool = False) -> None:
         nonlocal phase
@@ -146,18 +215,27 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         rollout["failedGate"] = gate
         move(ROLLED_BACK, message, "RolledBack", warning=True)
 
-    abort = observed.annotations.get(ABORT_ANNOTATION) == target
-    if not paused and abort and phase in ACTIVE and phase != PROMOTING:
+    # A phase counts only with the verdicts it stands on (status may have been written by hand).
+    missing = [g for g in EVIDENCE.get(phase, ()) if g not in passed_gates(gates, rollout)]
+    if missing:
+        back = WARMING if "warmup" in missing else VERIFYING
+        move(back, f"status.rollout.phase said {phase}, but no passing {missing[0]} verdict of attempt {attempt} "
+                   f"is recorded for {target}: running the {GATE_OF_PHASE[back]} gate", "GateVerdictMissing",
+             warning=True)
+
+    abort = asked(ABORT_ANNOTATION, rollout)
+    if abort:   # honoured in every active phase, paused or not
+        rollout["aborted"] = abort
         roll_back("manual", f"rollout of version {target} aborted by annotation {ABORT_ANNOTATION}; "
                             f"stable {stable} untouched")
 
     if not paused and phase == CANARY_STARTING:
-        if observed.canary_desired and observed.canary_ready >= observed.canary_desired:
-            move(WARMING, f"canary {target} Ready ({observed.canary_ready}/{observed.canary_desired} pods); "
+        if canary_up:
+            move(WARMING, f"canary {target} Ready ({canary_ready}/{observed.canary_desired} pods); "
                           "running the warmup gate")
         elif phase_age > timeout:
             roll_back("canary", f"canary {target} not Ready after {timeout}s "
-                                f"({observed.canary_ready}/{observed.canary_desired} pods Ready)")
+                                f"({canary_ready}/{observed.canary_desired} pods Ready on live nodes)")
 
     if not paused and phase in GATE_OF_PHASE:
         gate = GATE_OF_PHASE[phase]
@@ -165,11 +243,11 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         if seen.finished:
             verdict = seen.verdict or {}
             outcome = verdict.get("outcome") or "error"   # no verdict: cannot judge, fail safe
-            summary = verdict.get("summary") or (
+            summary = verdict.get("summary") or seen.detail or (
                 f"{gate} Job failed ({seen.failure_reason or 'no verdict in its termination message'})")
             if seen.failure_reason == "DeadlineExceeded":
                 outcome, summary = "error", f"{gate} Job did not finish within {timeout}s (Job deadline exceeded)"
-            result = {"gate": gate, "version": target, "outcome": outcome,
+            result = {"gate": gate, "version": target, "attempt": attempt, "outcome": outcome,
                       "reason": verdict.get("reason") or seen.failure_reason or "NoVerdict",
                       "summary": summary, "metrics": verdict.get("metrics") or {}, "finishedAt": iso(now)}
             gates = [g for g in gates if g.get("gate") != gate] + [result]
@@ -189,11 +267,16 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             roll_back(gate, f"{gate} gate for {target} did not report within {timeout}s")
 
     if not paused and phase == CANARY:
-        held = (now - (parse_time(rollout.get("canarySince")) or now)).total_seconds()
-        if held >= spec.rollout.canary.duration_seconds or observed.annotations.get(PROMOTE_ANNOTATION) == target:
-            why = "promoted by annotation" if held < spec.rollout.canary.duration_seconds else \
-                f"canary held {int(held)}s"
+        duration = spec.rollout.canary.duration_seconds
+        held = (now - (parse_time(rollout.get("canarySince")) or parse_time(rollout.get("phaseSince")) or now)
+                ).total_seconds()
+        asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
+        if (held >= duration or asked) and canary_up:
+            why = "promoted by annotation" if held < duration else f"canary held {int(held)}s"
             move(PROMOTING, f"{why}; updating stable to {target}")
+        elif phase_age > duration + timeout:
+            roll_back("canary", f"canary {target} not Ready on live nodes {timeout}s after its {duration}s hold "
+                                f"({canary_ready}/{observed.canary_desired} pods); stable {stable} untouched")
 
     if phase == PROMOTING:
         rolled = (observed.stable_template_version == target
@@ -201,6 +284,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         if rolled:
             move(PROMOTED, f"version {target} promoted: stable updated, canary removed", "Promoted")
             return Decision(target, ServingState(target), rollout, gates, events=tuple(events), outcome=PROMOTED)
+        if phase_age > timeout:
+            roll_back("promotion", f"stable did not run version {target} on all {observed.stable_desired} replicas "
+                                   f"within {timeout}s ({observed.stable_updated_ready} updated and Ready); "
+                                   f"stable {stable} restored")
 
     if phase == ROLLED_BACK:
         return Decision(stable, ServingState(stable), rollout, gates, events=tuple(events), outcome=ROLLED_BACK)
@@ -209,7 +296,11 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     weight = spec.rollout.canary.weight
     canary_replicas = canary_replicas_for(spec.replicas, weight) \
         if spec.rollout.canary.traffic is TrafficMode.replicas else 1
-    taking_traffic = phase in (CANARY, PROMOTING)
+    # Traffic follows the record: it reaches the canary only from the step after status says Canary,
+    # so no request is served by a version whose status does not yet show both verdicts.
+    recorded = status.get("rollout") or {}
+    taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) \
+        and recorded.get("version") == target and attempt_id(recorded) == attempt
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
         canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas)

@@ -1,0 +1,230 @@
+"""The rollout through controller.models.reconcile against an in-memory cluster: what it reads.
+
+The machine decides on observations; these tests check the observations are the right ones: a
+gate verdict only from this attempt's own Job (issue 12, finding 1), canary readiness only from
+live pods on live nodes of the rolled-out version (finding 9).
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+
+from rankops.controller import models
+from rankops.gates.verdict import Verdict
+from rankops.render import names
+from rankops.rollout.jobs import is_gate_job_of
+from rankops.rollout.machine import attempt_id
+
+T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+MODEL = "ranker-for-the-home-feed-europe-west-01"             # 39 characters
+SIBLINGS = ("release-2026-11-01a", "release-2026-11-01b")      # 19 characters, differ only at the end
+_uids = itertools.count(1)
+
+
+class FakeCluster:
+    """Enough of controller.kube.Kube: objects by (kind, namespace, name), label-selected lists."""
+
+    def __init__(self):
+        self.objects: dict[tuple[str, str | None, str], dict] = {}
+        self.put({"kind": "Node", "metadata": {"name": "gpu-1"},
+                  "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+    def put(self, obj: dict) -> dict:
+        obj = copy.deepcopy(obj)
+        meta = obj["metadata"]
+        old = self.objects.get((obj["kind"], meta.get("namespace"), meta["name"]))
+        meta.setdefault("uid", (old or {}).get("metadata", {}).get("uid") or f"uid-{next(_uids)}")
+        if old and "status" not in obj and "status" in old:
+            obj["status"] = old["status"]
+        self.objects[(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+        return obj
+
+    def get(self, kind, namespace, name):
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def list(self, kind, namespace=None, labels=None, label_selector=None):
+        wanted = dict(labels or {})
+        for term in filter(None, (label_selector or "").split(",")):
+            key, value = term.split("=", 1)
+            wanted[key] = value
+        return [copy.deepcopy(o) for (k, ns, _), o in sorted(self.objects.items())
+                if k == kind and ns == namespace
+                and all((o["metadata"].get("labels") or {}).get(key) == value for key, value in wanted.items())]
+
+    def apply(self, obj, dry_run=False):
+        return copy.deepcopy(obj) if dry_run else self.put(obj)
+
+    def delete(self, kind, namespace, name, propagation="Background"):
+        return self.objects.pop((kind, namespace, name), None) is not None
+
+    def merge_patch(self, kind, namespace, name, patch, subresource=None):
+        obj = self.objects[(kind, namespace, name)]
+        obj["metadata"].setdefault("labels", {}).update(patch.get("metadata", {}).get("labels", {}))
+        return obj
+
+    # -- what the cluster's controllers and kubelets would do --
+
+    def run_deployment(self, track: str, node: str = "gpu-1") -> None:
+        """The Deployment's pods are up and Ready on `node`; its status says so."""
+        dep = self.objects[("Deployment", "reco", names.deployment_name(MODEL, track))]
+        replicas = dep["spec"].get("replicas", 1)
+        dep["status"] = {"observedGeneration": 1, "replicas": replicas, "readyReplicas": replicas,
+                         "updatedReplicas": replicas}
+        template = dep["spec"]["template"]["metadata"]["labels"]
+        for i in range(replicas):
+            self.put({"kind": "Pod", "metadata": {"name": f"{dep['metadata']['name']}-{template[names.LABEL_VERSION]}-{i}",
+                                                  "namespace": "reco", "labels": dict(template)},
+                      "spec": {"nodeName": node},
+                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+    def finish_job(self, name: str, verdict: Verdict) -> None:
+        """The gate Job ran: its pod's termination message is the verdict."""
+        job = self.objects[("Job", "reco", name)]
+        job["status"] = {"conditions": [{"type": "Complete" if verdict.passed else "Failed", "status": "True"}]}
+        self.put({"kind": "Pod", "metadata": {"name": f"{name}-x", "namespace": "reco",
+                                              "labels": {"batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+                                                         "batch.kubernetes.io/job-name": name}},
+                  "status": {"containerStatuses": [{"name": "gate", "state": {"terminated": {
+                      "exitCode": verdict.exit_code, "message": verdict.to_json()}}}]}})
+
+
+def passing(gate: str) -> Verdict:
+    return Verdict(gate, "pass", "Passed", f"{gate} ok", {})
+
+
+def failing(gate: str) -> Verdict:
+    return Verdict(gate, "fail", "RankingDisagrees", f"{gate} disagrees", {})
+
+
+class Model:
+    """One RankingModel object, reconciled the way the handlers do (status written back)."""
+
+    def __init__(self, cluster: FakeCluster, version: str = SIBLINGS[0], versions=("1", *SIBLINGS)):
+        self.cluster = cluster
+        self.body = {
+            "apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
+            "metadata": {"name": MODEL, "namespace": "reco", "uid": "rm-uid", "generation": 1, "annotations": {}},
+            "spec": {"replicas": 1, "version": version,
+                     "versions": [{"name": v, "modelUri": f"s3://m/{v}", "format": "onnx"} for v in versions],
+                     "inputs": [{"name": "x", "dataType": "FP32", "dims": [4]}],
+                     "outputs": [{"name": "s", "dataType": "FP32", "dims": [1]}],
+                     "batching": {"maxBatchSize": 8},
+                     "rollout": {"canary": {"weight": 50, "durationSeconds": 60}}},
+        }
+        self.t = 0
+
+    def reconcile(self, seconds: int = 10) -> dict:
+        self.t += seconds
+        result = models.reconcile(self.cluster, copy.deepcopy(self.body), now=T0 + dt.timedelta(seconds=self.t))
+        self.body["status"] = result.status
+        return result.status
+
+    @property
+    def rollout(self) -> dict:
+        return self.body["status"]["rollout"]
+
+    def job(self, gate: str) -> str:
+        return names.gate_job_name(MODEL, gate, self.rollout["version"], attempt_id(self.rollout))
+
+    def to_canary(self) -> None:
+        self.cluster.run_deployment(names.CANARY)
+        assert self.reconcile()["rollout"]["phase"] == "Warming"
+        self.cluster.finish_job(self.job("warmup"), passing("warmup"))
+        assert self.reconcile()["rollout"]["phase"] == "Verifying"
+        self.cluster.finish_job(self.job("equivalence"), passing("equivalence"))
+        assert self.reconcile()["rollout"]["phase"] == "Canary"
+
+
+def serving_v1(cluster: FakeCluster) -> Model:
+    rm = Model(cluster, version="1")
+    rm.reconcile()
+    cluster.run_deployment(names.STABLE)
+    assert rm.reconcile()["phase"] == "Ready"
+    return rm
+
+
+def test_a_sibling_version_is_not_promoted_on_another_versions_jobs():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    rm.to_canary()
+    first_jobs = {j["metadata"]["name"] for j in cluster.list("Job", "reco")}
+    # The sibling version replaces it mid-canary: it must run its own gates, not read these.
+    rm.body["spec"]["version"] = SIBLINGS[1]
+    rm.reconcile()
+    cluster.run_deployment(names.CANARY)
+    assert rm.reconcile()["rollout"]["phase"] == "Warming"
+    assert rm.reconcile()["rollout"]["phase"] == "Warming", "no verdict of its own yet"
+    jobs = {j["metadata"]["name"] for j in cluster.list("Job", "reco")}
+    assert len(jobs - first_jobs) == 1 and all(len(n) <= 63 for n in jobs), jobs
+
+
+def test_a_retry_does_not_read_the_failed_attempts_verdict():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    cluster.run_deployment(names.CANARY)
+    rm.reconcile()
+    cluster.finish_job(rm.job("warmup"), failing("warmup"))
+    assert rm.reconcile()["rollout"]["phase"] == "RolledBack"
+    rm.body["metadata"]["annotations"]["rankops.io/retry"] = SIBLINGS[0]
+    assert rm.reconcile()["rollout"]["phase"] == "CanaryStarting"
+    cluster.run_deployment(names.CANARY)
+    assert rm.reconcile()["rollout"]["phase"] == "Warming"
+    assert rm.reconcile()["rollout"]["phase"] == "Warming", "the new attempt waits for its own Job"
+    cluster.finish_job(rm.job("warmup"), passing("warmup"))
+    assert rm.reconcile()["rollout"]["phase"] == "Verifying"
+
+
+def test_a_job_that_only_has_the_name_is_not_read():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    cluster.run_deployment(names.CANARY)
+    rm.reconcile()
+    name = rm.job("warmup")
+    ours = cluster.get("Job", "reco", name)
+    assert is_gate_job_of(ours, MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(rm.rollout))
+    # Someone else's Job under that name, with a passing pod: labels of another version.
+    cluster.delete("Job", "reco", name)
+    cluster.put({**ours, "metadata": {**ours["metadata"], "uid": None,
+                                      "labels": {**ours["metadata"]["labels"], names.LABEL_VERSION: SIBLINGS[1]}}})
+    cluster.finish_job(name, passing("warmup"))
+    status = rm.reconcile()
+    assert status["rollout"]["phase"] == "RolledBack" and status["stableVersion"] == "1"
+    warmup = status["gates"][-1]
+    assert warmup["outcome"] == "error" and warmup["reason"] == "ForeignJob" and name in warmup["summary"]
+    # Right labels but not owned by this RankingModel: not read either.
+    assert not is_gate_job_of({**ours, "metadata": {**ours["metadata"], "ownerReferences": []}},
+                              MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(rm.rollout))
+
+
+def test_the_canary_is_not_promoted_when_its_pods_node_is_gone():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    rm.to_canary()
+    rm.reconcile(1)    # traffic follows the recorded Canary phase
+    canary = cluster.list("Pod", "reco", {names.LABEL_TRACK: names.CANARY})
+    assert [p["metadata"]["labels"][names.LABEL_TRAFFIC] for p in canary] == ["on"]
+    cluster.delete("Node", None, "gpu-1")       # the pod stays, Ready as last reported
+    status = rm.reconcile(120)                  # past the 60 s hold
+    assert status["rollout"]["phase"] == "Canary" and status["stableVersion"] == "1"
+    stable = cluster.get("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))
+    assert stable["spec"]["template"]["metadata"]["labels"][names.LABEL_VERSION] == "1"
+    canary = cluster.list("Pod", "reco", {names.LABEL_TRACK: names.CANARY})
+    assert [p["metadata"]["labels"][names.LABEL_TRAFFIC] for p in canary] == ["off"], "no traffic to it"
+    assert status["canaryWeight"] == 0
+    # A replacement pod on a live node: now it may be promoted.
+    cluster.put({"kind": "Node", "metadata": {"name": "gpu-2"},
+                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    for pod in canary:
+        cluster.delete("Pod", "reco", pod["metadata"]["name"])
+    cluster.run_deployment(names.CANARY, node="gpu-2")
+    assert rm.reconcile()["rollout"]["phase"] == "Promoting"
