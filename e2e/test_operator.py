@@ -100,12 +100,12 @@ def test_spec_edit_is_rolled_out(k8s, namespace, operator):
     before = _deployment(k8s, namespace, "edit").spec.template.metadata.annotations or {}
 
     models.patch_spec(k8s, namespace, "edit", {"replicas": 2, "batching": {
-        "maxBatchSize": 32, "preferredBatchSizes": [8, 16], "maxQueueDelayMicroseconds": 2000}})
+        "maxBatchSize": 1024, "preferredBatchSizes": [256, 512], "maxQueueDelayMicroseconds": 2000}})
     rm = models.wait_status(k8s, namespace, "edit", lambda rm: rm["status"].get("observedGeneration") == 2
                             and rm["status"].get("ready") == "2/2" and rm["status"].get("phase") == "Ready",
                             "edit rolled out: generation 2, 2/2 Ready")
     config = k8s.core.read_namespaced_config_map(names.config_map_name("edit", names.STABLE), namespace)
-    assert "max_batch_size: 32" in config.data["config.pbtxt"]
+    assert "max_batch_size: 1024" in config.data["config.pbtxt"]
     assert "max_queue_delay_microseconds: 2000" in config.data["config.pbtxt"]
     dep = _deployment(k8s, namespace, "edit")
     assert dep.spec.replicas == 2

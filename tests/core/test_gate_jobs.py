@@ -71,3 +71,29 @@ def test_a_gate_job_names_its_model_version_and_attempt_and_only_that_job_counts
                   (name, "rm-uid", "warmup", "3", "77b0e2"), ("other", "rm-uid", "warmup", "3", "3fa9c1"),
                   (name, "another-uid", "warmup", "3", "3fa9c1")):
         assert not jobs.is_gate_job_of(job, *other), other
+
+
+def test_candidates_as_batch_spread_the_candidate_counts_production_sends():
+    doc = yaml.safe_load((CASE.parent / "onnx-candidates-batch.yaml").read_text())
+    rm = RankingModel.model_validate(doc)
+    warmup, *_ = jobs.gate_command(rm, "warmup", "3", False)
+    sizes = [int(b) for b in arg(warmup, "--batch-sizes").split(",")]
+    assert sizes[0] == 100 and sizes[-1] == 500 and len(sizes) == jobs.CANDIDATE_COUNTS
+    spec = json_inputs(warmup)
+    assert [t["dims"] for t in spec] == [[64], [32]], "per-candidate dims: the batch carries the candidates"
+
+
+def test_warmup_reads_the_canary_metrics_and_defeats_the_response_cache():
+    command, *_ = jobs.gate_command(model(), "warmup", "3", False)
+    assert arg(command, "--metrics-url") == "ctr-ranker-canary.reco.svc:8002"
+    assert "--unique-requests" not in command
+    doc = yaml.safe_load(CASE.read_text())
+    doc["spec"]["responseCache"] = True
+    cached, *_ = jobs.gate_command(RankingModel.model_validate(doc), "warmup", "3", False)
+    assert "--unique-requests" in cached
+
+
+def json_inputs(command: list[str]) -> list[dict]:
+    import json
+
+    return json.loads(arg(command, "--inputs-spec"))

@@ -21,7 +21,7 @@ from rankops.render.policy import TenantPolicy
 from rankops.yamlio import dump_all
 
 HERE = pathlib.Path(__file__).parent
-CASE = HERE / "cases" / "onnx-fp16-pooled.yaml"
+CASE = HERE / "cases" / "onnx-candidates-batch.yaml"
 POOLS = HERE / "cases" / "pools.yaml"
 UPDATE = os.environ.get("RANKOPS_UPDATE_GOLDEN") == "1"
 

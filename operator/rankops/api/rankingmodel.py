@@ -112,6 +112,35 @@ class Batching(ApiModel):
         return self
 
 
+class CandidateLayout(str, Enum):
+    batch = "batch"
+    padded = "padded"
+
+
+class Candidates(ApiModel):
+    """Where a request's candidates are, so that requests with different candidate counts batch."""
+    layout: Annotated[CandidateLayout, Field(description=(
+        "`batch`: each candidate is one batch item (per-user inputs repeated per candidate), so a "
+        "request of N candidates is a batch of N and Triton's dynamic batcher joins requests of any N "
+        "up to maxBatchSize candidates (recommended). `padded`: the model takes a fixed candidate count "
+        "(dims without -1) and clients pad every request to it, so all requests share one shape."))]
+    min_per_request: Annotated[int, Field(ge=1, le=4096, description=(
+        "Fewest candidates a request carries; gate samples span minPerRequest..maxPerRequest."))] = 1
+    max_per_request: Annotated[int | None, Field(ge=1, le=4096, description=(
+        "Most candidates a request carries; required with layout `batch`, where it must be <= "
+        "batching.maxBatchSize (Triton refuses a request larger than max_batch_size)."))] = None
+
+    @model_validator(mode="after")
+    def _range(self) -> "Candidates":
+        if self.layout is CandidateLayout.batch and self.max_per_request is None:
+            raise ValueError("candidates.maxPerRequest is required with layout batch (the most candidates "
+                             "one request carries)")
+        if self.max_per_request is not None and self.min_per_request > self.max_per_request:
+            raise ValueError(f"candidates.minPerRequest {self.min_per_request} exceeds maxPerRequest "
+                             f"{self.max_per_request}")
+        return self
+
+
 class ModelWarmup(ApiModel):
     batch_sizes: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(
         default_factory=list, max_length=16,
@@ -229,6 +258,10 @@ class RankingModelSpec(ApiModel):
     batching: Annotated[Union[Literal["auto"], Batching], Field(description=(
         "Dynamic batching: explicit values, or `auto` to derive them from slo + planning."),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+    candidates: Annotated[Candidates | None, Field(description=(
+        "Where the candidates of a request are (see docs: what batches). Without it, an input with a "
+        "variable first dim (-1) carries the candidates inside each request, and Triton batches only "
+        "requests with the same candidate count: rankops reports that as a problem."))] = None
     model_warmup: ModelWarmup = Field(default_factory=ModelWarmup)
     response_cache: Annotated[bool, Field(description="Triton response cache for this model.")] = False
     slo: Annotated[Slo | None, Field(description="Latency budget and target load.")] = None
@@ -271,6 +304,7 @@ class RankingModelSpec(ApiModel):
                 self.planning.latency_profile_config_map is None:
             raise ValueError("batching: auto needs slo and planning.latencyProfile (or "
                              "planning.latencyProfileConfigMap) to plan from")
+        self._check_candidates()
         ref = self.rollout.equivalence.reference
         if isinstance(ref, str) and ref != "stable" and ref not in names:
             raise ValueError(f"rollout.equivalence.reference {ref!r} must be `stable`, a versions[] name "
@@ -278,6 +312,25 @@ class RankingModelSpec(ApiModel):
         if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
             raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
         return self
+
+    def _check_candidates(self) -> None:
+        if self.candidates is None:
+            return
+        varying = [f"inputs[{i}] ({t.name}) dims {t.dims}" for i, t in enumerate(self.inputs) if -1 in t.dims]
+        if varying:
+            fix = ("declare the per-candidate dims only (e.g. [32] for [-1, 32]): the batch dimension carries the "
+                   "candidates" if self.candidates.layout is CandidateLayout.batch else
+                   "fix the candidate dim at its maximum (e.g. [500, 32]) and pad requests to it")
+            raise ValueError(f"candidates.layout {self.candidates.layout.value}: {varying[0]} has -1; {fix}")
+        if self.candidates.layout is CandidateLayout.batch:
+            if not isinstance(self.batching, Batching):
+                raise ValueError("candidates.layout batch needs explicit batching (maxBatchSize counted in "
+                                 "candidates): batching: auto does not plan multi-candidate requests yet")
+            if self.candidates.max_per_request > self.batching.max_batch_size:
+                raise ValueError(f"candidates.maxPerRequest {self.candidates.max_per_request} exceeds "
+                                 f"batching.maxBatchSize {self.batching.max_batch_size}: with layout batch a "
+                                 "request of N candidates is a batch of N, and Triton refuses one larger than "
+                                 "max_batch_size; raise maxBatchSize (e.g. 4 x maxPerRequest) or lower maxPerRequest")
 
     def tensor_size_problems(self, max_batch_size: int | None = None,
                              batch_field: str = "batching.maxBatchSize") -> list[str]:
@@ -380,6 +433,13 @@ class RankingModel(ApiModel):
                            "object.spec.batching.maxQueueDelayMicroseconds >= 0 && "
                            "object.spec.batching.maxQueueDelayMicroseconds <= 1000000)",
              "message": "spec.batching.maxQueueDelayMicroseconds must be an integer in 0..1000000"},
+            {"expression": "!has(object.spec.candidates) || object.spec.candidates.layout != 'batch' || "
+                           "!has(object.spec.candidates.maxPerRequest) || (has(object.spec.batching) && "
+                           "type(object.spec.batching) == map && has(object.spec.batching.maxBatchSize) && "
+                           "type(object.spec.batching.maxBatchSize) == int && "
+                           "object.spec.candidates.maxPerRequest <= object.spec.batching.maxBatchSize)",
+             "message": "spec.candidates.layout batch: each request is a batch of its candidates, so "
+                        "spec.batching must be explicit with maxBatchSize >= spec.candidates.maxPerRequest"},
             # The unions are preserve-unknown in the CRD: bound what they may store here.
             {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
                            "(object.spec.batching.all(k, k in ['maxBatchSize', 'preferredBatchSizes', "
@@ -416,6 +476,17 @@ class RankingModel(ApiModel):
                          "!self.outputs.exists(o, o.name == t.name)) && "
                          "self.outputs.all(t, self.outputs.filter(u, u.name == t.name).size() == 1)",
                  "message": "tensor names must be unique across spec.inputs and spec.outputs"},
+                {"rule": "!has(self.candidates) || !self.inputs.exists(t, t.dims.exists(d, d == -1))",
+                 "message": "with spec.candidates no input dim may be -1: layout batch declares per-candidate dims "
+                            "(e.g. [32]), layout padded the fixed padded count (e.g. [500, 32])",
+                 "fieldPath": ".inputs"},
+            ],
+            "spec.candidates": [
+                {"rule": "self.layout != 'batch' || has(self.maxPerRequest)",
+                 "message": "candidates.layout batch needs maxPerRequest (the most candidates one request carries)",
+                 "fieldPath": ".maxPerRequest"},
+                {"rule": "!has(self.maxPerRequest) || self.minPerRequest <= self.maxPerRequest",
+                 "message": "candidates.minPerRequest must not exceed maxPerRequest", "fieldPath": ".minPerRequest"},
             ],
             "spec.versions": [
                 {"rule": "self.all(v, self.filter(w, w.name == v.name).size() == 1)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 
@@ -63,21 +63,28 @@ def run_serve(args: argparse.Namespace) -> int:
     for problem in resolved.unbatched + resolved.problems:
         print(f"warning: {problem}", file=sys.stderr)
     print(f"CPU edits: {', '.join(server.cpu_edits) or 'none'}", file=sys.stderr)
+
+    def stop_now(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # The server runs in its own session: whatever ends this command must stop it too.
+    signal.signal(signal.SIGTERM, stop_now)
     try:
         server.start()
     except triton.TritonError as exc:
         print(f"rankops dev triton serve: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        server.stop()
+        return 130
     print(f"serving {rm.metadata['name']} version {args.model_version or rm.spec.version}: "
           f"http://{server.http_url} grpc {server.grpc_url} metrics http://{server.metrics_url}/metrics "
           f"(log {server.log_path}); Ctrl-C stops it")
     for finding in server.findings():
         print(f"triton: {finding}", file=sys.stderr)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0) and server.process.poll() is None:
-            pass
+        while server.process.poll() is None:
+            time.sleep(1.0)
     except KeyboardInterrupt:
         pass
     finally:

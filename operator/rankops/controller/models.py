@@ -381,6 +381,8 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
         reason, message = "RolledBack", rollout.get("message", "")
     elif pool_note:
         reason, message = "NoReadyNodes", pool_note
+    elif resolved.unbatched:
+        reason, message = "RequestsNotBatched", "; ".join(resolved.unbatched)
     elif problems:
         reason, message = "PlanPredictsProblem", "; ".join(problems)
     else:

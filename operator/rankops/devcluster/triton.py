@@ -41,6 +41,8 @@ TRITON_VERSION = "2.51.0"
 STUB_REQUIREMENTS = ("numpy==1.26.4", "onnxruntime==1.19.2")
 STANDIN_BACKENDS = ("onnxruntime", "pytorch", "tensorrt")
 STUB_PYTHON = "3.11"                 # the stub embeds this libpython (Debian's libpython3.11)
+# NVIDIA's perf_analyzer ships inside the tritonclient wheels up to 2.43.0.
+PERF_ANALYZER_WHEEL = "tritonclient==2.43.0"
 
 # Lines Triton logs on every CPU-only start; anything else at W or E level is a finding.
 HARMLESS_WARNINGS = (
@@ -103,8 +105,19 @@ class TritonInstall:
     def stub_site(self) -> Path:
         return self.stub_venv / "lib" / f"python{STUB_PYTHON}" / "site-packages"
 
+    @property
+    def perf_analyzer(self) -> Path:
+        return self.root / "perf_analyzer" / "bin" / "perf_analyzer"
+
+    def perf_analyzer_environment(self) -> dict[str, str]:
+        """perf_analyzer needs libb64 and libcudart under their plain names (linked into lib/)."""
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.perf_analyzer.parent.parent / "lib"),
+                                                               str(self.lib_dir), env.get("LD_LIBRARY_PATH")]))
+        return env
+
     def missing(self) -> list[str]:
-        wanted = [self.server_bin, self.backend_dir / "python" / "triton_python_backend_stub",
+        wanted = [self.server_bin, self.perf_analyzer, self.backend_dir / "python" / "triton_python_backend_stub",
                   self.stub_site / "numpy", self.stub_site / "onnxruntime",
                   *(self.backend_dir / b / "model.py" for b in STANDIN_BACKENDS)]
         return [str(p) for p in wanted if not p.exists()]
@@ -167,13 +180,33 @@ def ensure_installed(install: bool = True, say: Callable[[str], None] | None = N
         _run([base, "-m", "venv", str(found.stub_venv)], "python -m venv")
         _run([str(found.stub_venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *STUB_REQUIREMENTS],
              "pip install")
+    if not found.perf_analyzer.exists():
+        say(f"triton: unpacking perf_analyzer from {PERF_ANALYZER_WHEEL}")
+        downloads = root / "downloads"
+        _pip("download", "--no-deps", "--only-binary=:all:", PERF_ANALYZER_WHEEL, "-d", str(downloads))
+        wheel = next(downloads.glob("tritonclient-2.43.0-*manylinux*.whl"))
+        target = found.perf_analyzer
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as archive:
+            member = next(n for n in archive.namelist() if n.endswith("/bin/perf_analyzer"))
+            target.with_suffix(".partial").write_bytes(archive.read(member))
+        lib = target.parent.parent / "lib"
+        lib.mkdir(exist_ok=True)
+        for plain, pattern in (("libb64.so.0d", "libb64-*.so.0d"), ("libcudart.so.12", "libcudart-*.so.12*")):
+            link = lib / plain
+            link.unlink(missing_ok=True)
+            link.symlink_to(next(found.lib_dir.glob(pattern)))
+        target.with_suffix(".partial").chmod(0o755)
+        target.with_suffix(".partial").rename(target)
     python_backend = found.backend_dir / "python"
     python_backend.mkdir(parents=True, exist_ok=True)
     shipped = found.package / "backends" / "python"
-    for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        shutil.copy2(shipped / item, python_backend / item)
     stub = found.package / "python_backend_stubs" / STUB_PYTHON / "triton_python_backend_stub"
-    shutil.copy2(stub, python_backend / "triton_python_backend_stub")
+    for source in (shipped / "libtriton_python.so", shipped / "triton_python_backend_utils.py", stub):
+        # Copy then rename: a running server may be executing the old file.
+        partial = python_backend / f"{source.name}.partial"
+        shutil.copy2(source, partial)
+        os.replace(partial, python_backend / source.name)
     _link_standins(found)
     still = found.missing()
     if still:

@@ -32,6 +32,8 @@ class ResolvedShape:
     replicas: int
     plan: Any = None                 # rankops.planner.PlanResult when a plan was made or evaluated
     problems: tuple[str, ...] = field(default_factory=tuple)
+    # Shapes that keep Triton from batching requests (reported as Degraded RequestsNotBatched).
+    unbatched: tuple[str, ...] = field(default_factory=tuple)
 
 
 def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = None) -> ResolvedShape:
@@ -44,11 +46,12 @@ def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = Non
 
     if isinstance(spec.batching, Batching):
         shape = ServingShape.explicit(spec.batching, spec.instances_per_gpu)
+        unbatched = tuple(unbatched_problems(spec, shape))
         has_profile = profile or (spec.planning and spec.planning.latency_profile)
         if spec.slo is None or not has_profile:
-            return ResolvedShape(shape, spec.replicas)
+            return ResolvedShape(shape, spec.replicas, unbatched=unbatched)
         result = planner.evaluate(planner.inputs_from_spec(spec, profile=profile))
-        return ResolvedShape(shape, spec.replicas, result, tuple(result.problems))
+        return ResolvedShape(shape, spec.replicas, result, tuple(result.problems), unbatched)
     try:
         result = planner.plan(planner.inputs_from_spec(spec, profile=profile))
     except planner.PlanError as exc:
@@ -58,7 +61,24 @@ def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = Non
         raise RenderError("; ".join(too_big))
     shape = ServingShape(result.max_batch_size, tuple(result.preferred_batch_sizes),
                          result.max_queue_delay_microseconds, result.instances_per_gpu)
-    return ResolvedShape(shape, result.replicas, result, tuple(result.problems))
+    return ResolvedShape(shape, result.replicas, result, tuple(result.problems),
+                         tuple(unbatched_problems(spec, shape)))
+
+
+def unbatched_problems(spec: RankingModelSpec, shape: ServingShape) -> list[str]:
+    """Inputs whose variable dims keep Triton's dynamic batcher from joining requests.
+
+    Triton batches only requests whose inputs have identical shapes beyond the batch dimension,
+    so a candidate count that varies per request (dims [-1, ...]) leaves every batch at one
+    request unless all requests happen to carry the same count.
+    """
+    if spec.candidates is not None or shape.max_batch_size <= 1:
+        return []
+    return [f"inputs {t.name} dims {t.dims} vary per request, and Triton batches only "
+            f"requests of identical shapes, so requests with different candidate counts run one at a time; "
+            f"declare candidates.layout: batch with {t.name} dims {t.dims[1:] or [1]} (one candidate per batch "
+            f"item), or fix the dim at {t.max_dims or t.dims} and set candidates.layout: padded"
+            for t in spec.inputs if -1 in t.dims][:1]
 
 
 def canary_replicas_for(stable_replicas: int, weight_percent: int) -> int:

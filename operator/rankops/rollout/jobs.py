@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
+from rankops.api.rankingmodel import CandidateLayout, RankingModel, SamplesSource, TorchscriptReference
 from rankops.render import names
-from rankops.render.serving import HTTP_PORT
+from rankops.render.serving import HTTP_PORT, METRICS_PORT
 
 SAMPLES_DIR = "/samples"
 REFERENCE_DIR = "/reference"
@@ -19,13 +19,26 @@ WARMUP_SAMPLES_PER_BATCH_SIZE = 2
 EQUIVALENCE_SAMPLES = 64
 
 
-def _service_url(model: str, namespace: str, track: str) -> str:
-    return f"{names.track_service_name(model, track)}.{namespace}.svc:{HTTP_PORT}"
+# With candidates as the batch dimension, generated requests spread their candidate counts over
+# this many evenly spaced values of candidates.minPerRequest..maxPerRequest.
+CANDIDATE_COUNTS = 8
+
+
+def _service_url(model: str, namespace: str, track: str, port: int = HTTP_PORT) -> str:
+    return f"{names.track_service_name(model, track)}.{namespace}.svc:{port}"
 
 
 def _batch_sizes(rm: RankingModel) -> list[int]:
-    """Batch sizes generated requests cycle through: 1, the warmup sizes and the preferred ones."""
+    """Batch sizes of the generated requests: the shapes production sends.
+
+    Candidates as the batch dimension: one request per user, its batch the candidate count, so
+    counts spread over minPerRequest..maxPerRequest. Otherwise a batch is of requests: 1, the
+    warmup sizes and the preferred ones.
+    """
     spec = rm.spec
+    if spec.candidates is not None and spec.candidates.layout is CandidateLayout.batch:
+        low, high = spec.candidates.min_per_request, spec.candidates.max_per_request
+        return sorted({round(low + (high - low) * i / (CANDIDATE_COUNTS - 1)) for i in range(CANDIDATE_COUNTS)})
     return sorted({1, *spec.model_warmup.batch_sizes,
                    *(spec.batching.preferred_batch_sizes if not isinstance(spec.batching, str) else [])})
 
@@ -49,9 +62,13 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
         w = spec.rollout.warmup
         count = min(w.requests, WARMUP_SAMPLES_PER_BATCH_SIZE * len(_batch_sizes(rm)))
         args, volumes, mounts = _samples_args(rm, w.samples, count)
+        # Judged on Triton's own P99 (its metrics port); with the response cache on, every request
+        # differs, so the gate measures the model and not the cache.
+        unique = ["--unique-requests"] if spec.response_cache else []
         return (["rankops", "gate", "warmup", "--url", canary, "--model", model,
+                 "--metrics-url", _service_url(model, ns, names.CANARY, METRICS_PORT),
                  "--requests", str(w.requests), "--concurrency", str(w.concurrency),
-                 "--max-p99-ms", str(w.max_p99_ms), *args], volumes, mounts, [])
+                 "--max-p99-ms", str(w.max_p99_ms), *unique, *args], volumes, mounts, [])
     e = spec.rollout.equivalence
     args, volumes, mounts = _samples_args(rm, e.samples, EQUIVALENCE_SAMPLES)
     init: list = []

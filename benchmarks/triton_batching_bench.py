@@ -1,0 +1,152 @@
+"""Does Triton batch ranking traffic, and how close is the warmup gate's P99 to Triton's own?
+
+On the real-Triton fixture (tritonserver 2.51, CPU stand-ins), the README's example model
+(manifests/examples/rankingmodel-ctr-ranker.yaml) is served in three candidate layouts, each
+rendered as the operator renders it:
+
+  variable   today's default: item_features [-1, 32], one user per request, maxBatchSize 16
+  padded     item_features [500, 32]: every request padded to 500 candidates
+  batch      candidates as the batch dimension (the example): item_features [32], maxBatchSize 2048
+
+and loaded with requests of 100-500 candidates (uniform, different in every request) at a fixed
+concurrency through the warmup gate's own replay. Printed per layout, from Triton's metrics:
+requests per execution (how many requests each batch joined), batch items per execution, the
+server-side P99 (its latency summary, once its 60 s window holds only this run), and the client's.
+
+Then the warmup gate itself against the batch layout at concurrency 8: its client P99 next to
+Triton's P99 for the same requests, with the replay in one process (the old gate) and in one
+process per core (the gate now). Every run is bounded in requests; the servers stop at the end.
+
+    .venv/bin/python benchmarks/triton_batching_bench.py [--requests 1500] [--concurrency 16]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rankops.devcluster import triton
+from rankops.gates import server_metrics
+from rankops.gates.client import Endpoint
+from rankops.gates.samples import Sample, generate_samples, parse_input_spec
+from rankops.gates.warmup import WarmupConfig, latency_stats, replay, run_warmup
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = yaml.safe_load((ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml").read_text())
+MODEL = EXAMPLE["metadata"]["name"]
+LOW, HIGH = 100, 500
+
+
+def layouts() -> dict[str, dict]:
+    batch = copy.deepcopy(EXAMPLE)
+    variable = copy.deepcopy(EXAMPLE)
+    spec = variable["spec"]
+    del spec["candidates"]
+    spec["inputs"] = [{"name": "user_features", "dataType": "FP32", "dims": [64]},
+                      {"name": "item_features", "dataType": "FP32", "dims": [-1, 32], "maxDims": [HIGH, 32]}]
+    spec["outputs"] = [{"name": "scores", "dataType": "FP32", "dims": [-1], "maxDims": [HIGH]}]
+    spec["batching"] = {"maxBatchSize": 16, "preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 1000}
+    spec["modelWarmup"] = {"batchSizes": [1, 8, 16]}
+    padded = copy.deepcopy(variable)
+    padded["spec"]["candidates"] = {"layout": "padded"}
+    padded["spec"]["inputs"][1] = {"name": "item_features", "dataType": "FP32", "dims": [HIGH, 32]}
+    padded["spec"]["outputs"] = [{"name": "scores", "dataType": "FP32", "dims": [HIGH]}]
+    return {"variable": variable, "padded": padded, "batch": batch}
+
+
+def ranking_requests(layout: str, doc: dict, count: int, seed: int = 0) -> list[Sample]:
+    """`count` requests of one user each, with LOW..HIGH candidates, as the layout sends them."""
+    rng = np.random.default_rng(seed)
+    spec = doc["spec"]
+    user_dim = spec["inputs"][0]["dims"][0]
+    samples = []
+    for index in range(count):
+        n = int(rng.integers(LOW, HIGH + 1))
+        user = rng.standard_normal(user_dim).astype(np.float32)
+        items = rng.standard_normal((n, 32)).astype(np.float32)
+        if layout == "batch":        # one row per candidate, the user's features repeated on each
+            inputs = {"user_features": np.repeat(user[None, :], n, axis=0), "item_features": items}
+        elif layout == "padded":     # one row per user, candidates padded to HIGH
+            padded = np.zeros((HIGH, 32), dtype=np.float32)
+            padded[:n] = items
+            inputs = {"user_features": user[None, :], "item_features": padded[None]}
+        else:
+            inputs = {"user_features": user[None, :], "item_features": items[None]}
+        samples.append(Sample(line=index + 1, inputs=inputs))
+    return samples
+
+
+def wait_window(server: triton.TritonServer, limit_s: float = 75) -> None:
+    start = time.monotonic()
+    while server_metrics.scrape(server.metrics_url, MODEL).quantiles_us and time.monotonic() - start < limit_s:
+        time.sleep(1)
+
+
+def load(layout: str, doc: dict, args: argparse.Namespace, workdir: Path) -> None:
+    rm, server = triton.server_for_model(doc, workdir / layout)
+    with server:
+        endpoint = Endpoint(server.http_url, MODEL)
+        connection = endpoint.connect()
+        info = connection.model_info()
+        requests = [connection.build_request(s, info) for s in ranking_requests(layout, doc, 64)]
+        for request in requests[:16]:
+            connection.infer(request)
+        connection.close()
+        wait_window(server)
+        before = server_metrics.scrape(server.metrics_url, MODEL)
+        seen = replay(endpoint, requests, WarmupConfig(requests=args.requests, concurrency=args.concurrency,
+                                                       max_p99_ms=1e9), info)
+        report = server_metrics.run_report(before, server_metrics.scrape(server.metrics_url, MODEL))
+    client = latency_stats([v for vs in seen.latencies_ms.values() for v in vs])
+    print(f"{layout:>9}: {report['requestsPerExecution']:5.2f} requests/execution  "
+          f"{report['avgBatchSize']:7.1f} items/execution  Triton P99 {report['p99Ms']:7.2f} ms  "
+          f"client P99 {client['p99Ms']:7.2f} ms  {args.requests / seen.elapsed_s:6.0f} req/s  "
+          f"errors {seen.error_count}")
+
+
+def gate_client(doc: dict, args: argparse.Namespace, workdir: Path) -> None:
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.rollout import jobs
+
+    rm = RankingModel.model_validate(doc)
+    command, *_ = jobs.gate_command(rm, "warmup", rm.spec.version, False)
+    sizes = [int(b) for b in command[command.index("--batch-sizes") + 1].split(",")]
+    specs = parse_input_spec([t.to_wire() for t in rm.spec.inputs])
+    samples = generate_samples(specs, 2 * len(sizes), sizes)
+    _, server = triton.server_for_model(doc, workdir / "gate")
+    with server:
+        for processes, label in ((1, "one process (before)"), (0, "a process per core (now)")):
+            verdict = run_warmup(Endpoint(server.http_url, MODEL), samples, WarmupConfig(
+                requests=args.gate_requests, concurrency=8, max_p99_ms=1e9, processes=processes,
+                metrics_url=server.metrics_url))
+            client, seen = verdict.metrics["p99Ms"], verdict.metrics["server"]
+            print(f"  {label:>26}: client P99 {client:6.2f} ms, Triton P99 {seen['p99Ms']:6.2f} ms, "
+                  f"ratio {client / seen['p99Ms']:4.2f}  ({verdict.metrics['requests']} requests, "
+                  f"{seen['requestsPerExecution']:.1f} requests/execution)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1500, help="requests per layout (default 1500)")
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    parser.add_argument("--gate-requests", type=int, default=2000, help="warmup gate requests (default 2000)")
+    parser.add_argument("--layouts", default="variable,padded,batch")
+    args = parser.parse_args()
+    workdir = triton.scratch_dir("rankops-batching-bench-")
+    print(f"tritonserver {triton.TRITON_VERSION} (CPU stand-in for onnxruntime), {MODEL}, {LOW}-{HIGH} candidates "
+          f"per request, concurrency {args.concurrency}, {args.requests} requests per layout")
+    docs = layouts()
+    for layout in args.layouts.split(","):
+        load(layout, docs[layout], args, workdir)
+    print(f"warmup gate at concurrency 8, {args.gate_requests} requests, batch layout:")
+    gate_client(docs["batch"], args, workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
