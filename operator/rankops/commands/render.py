@@ -121,6 +121,10 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
         pool = pools.get(obj.spec.node_pool)
         try:
             resolved = resolve_shape(obj.spec)
+            for problem in resolved.unbatched:
+                # Served as asked, but the operator will report it: say so here too.
+                print(f"rankops render: warning: {where} RankingModel {obj.metadata.get('name')}: "
+                      f"RequestsNotBatched: {problem}", file=sys.stderr)
             out += desired_objects(obj, initial_state(obj), resolved,
                                    pool.spec.requirements if pool else None, policy)
             if service_monitor_labels is not None:
