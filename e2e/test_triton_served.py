@@ -52,23 +52,12 @@ def test_the_applied_config_and_command_line_serve_on_real_triton(k8s, namespace
     with server:
         kept = [a for a in server.arguments() if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
         assert kept == [a for a in container["args"] if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
-        connection_inputs = _request(rm, candidates=23)
+        connection_inputs = spec_models.request_arrays(rm.spec, candidates=23)
         outputs = _infer(server, "served", connection_inputs)
         findings = server.findings()
     rows = next(iter(connection_inputs.values())).shape[0]
     assert outputs["scores"].shape[0] == rows and np.isfinite(outputs["scores"]).all()
     assert not findings, "Triton warned or refused:\n" + "\n".join(findings)
-
-
-def _request(rm: RankingModel, candidates: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    rows = candidates if rm.spec.candidates else 2
-    arrays = {}
-    for t in rm.spec.inputs:
-        shape = [rows] + [candidates if d == -1 else d for d in t.dims]
-        arrays[t.name] = (rng.integers(0, 10, size=shape).astype(np.int64) if t.data_type.value == "INT64"
-                          else rng.standard_normal(shape).astype(np.float32))
-    return arrays
 
 
 def _infer(server: triton.TritonServer, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

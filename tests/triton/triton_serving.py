@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from rankops.api.rankingmodel import CandidateLayout, RankingModel
-from rankops.devcluster import triton
+from rankops.api.rankingmodel import RankingModel
+from rankops.devcluster import spec_models, triton
 from rankops.devcluster.triton import rendered_serving as rendered  # noqa: F401  (tests import it from here)
 
 
@@ -24,24 +24,7 @@ def serve(install: triton.TritonInstall, doc: dict[str, Any], workdir: Path, ver
 
 
 def request_inputs(rm: RankingModel, candidates: int = 7, batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
-    """One request as production sends it: `candidates` candidates for `batch` users (layout batch:
-    one user, each candidate a batch row)."""
-    from tritonclient.utils import triton_to_np_dtype
-
-    rng = np.random.default_rng(seed)
-    layout = rm.spec.candidates.layout if rm.spec.candidates else None
-    rows = candidates if layout is CandidateLayout.batch else batch
-    arrays = {}
-    for t in rm.spec.inputs:
-        shape = [rows] + [candidates if d == -1 else d for d in t.dims]
-        dtype = triton_to_np_dtype(t.data_type.value)
-        if t.data_type.value == "BOOL":
-            arrays[t.name] = rng.random(shape) < 0.5
-        elif np.issubdtype(dtype, np.integer):
-            arrays[t.name] = rng.integers(0, 10, size=shape).astype(dtype)
-        else:
-            arrays[t.name] = rng.standard_normal(shape).astype(dtype)
-    return arrays
+    return spec_models.request_arrays(rm.spec, candidates, batch, seed)
 
 
 def infer(server: triton.TritonServer, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -156,3 +156,27 @@ def version_artifacts(spec: RankingModelSpec, root: Path, versions: Sequence[str
         export(spec, version.format, directory, seed=i)
         out[str(triton_version(version.name))] = directory
     return out
+
+
+def request_arrays(spec: RankingModelSpec, candidates: int = 7, users: int = 2, seed: int = 0) -> dict:
+    """One request as production sends it (numpy, by input name): `candidates` candidates for
+    `users` users; with candidates as the batch dimension, one user and a batch row per candidate."""
+    import numpy as np
+    from tritonclient.utils import triton_to_np_dtype
+
+    from rankops.api.rankingmodel import CandidateLayout
+
+    rng = np.random.default_rng(seed)
+    layout = spec.candidates.layout if spec.candidates else None
+    rows = candidates if layout is CandidateLayout.batch else users
+    arrays = {}
+    for t in spec.inputs:
+        shape = [rows] + [candidates if d == -1 else d for d in t.dims]
+        dtype = triton_to_np_dtype(t.data_type.value)
+        if t.data_type.value == "BOOL":
+            arrays[t.name] = rng.random(shape) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            arrays[t.name] = rng.integers(0, 10, size=shape).astype(dtype)
+        else:
+            arrays[t.name] = rng.standard_normal(shape).astype(dtype)
+    return arrays
