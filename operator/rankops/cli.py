@@ -23,8 +23,20 @@ COMMAND_MODULES = [
 ]
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml's), as the images and the chart's appVersion carry it."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("rankops")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankops", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"rankops {version()}",
+                        help="print the rankops version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -194,3 +194,24 @@ def test_unloadable_torchscript_reference_cannot_be_judged(capsys, tmp_path, mls
 def test_conflicting_model_versions_are_a_bad_argument(capsys, tmp_path, mlserver, golden_samples):
     code, verdict = _warmup(capsys, tmp_path, mlserver, "reference:1", golden_samples, "--model-version", "2")
     assert (code, verdict["reason"]) == (2, "BadArguments") and "give the version once" in verdict["summary"]
+
+
+def test_gates_report_progress_on_a_terminal_and_stay_quiet_otherwise(capsys, monkeypatch, tmp_path, mlserver,
+                                                                       golden_samples):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    code, _ = _warmup(capsys, tmp_path, mlserver, "reference", golden_samples)
+    assert code == 0 and capsys.readouterr().err == ""  # not a TTY: the verdict alone
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    _warmup(capsys, tmp_path, mlserver, "reference", golden_samples)
+    _equivalence(capsys, tmp_path, mlserver, "fp16", golden_samples)
+    lines = terminal.getvalue()
+    for step in ("cold pass(es) over", "warmup: replaying 120 warm requests, 4 in flight", "warmup: 120 sent, 0 failed",
+                 "equivalence: sending", "equivalence: running the same samples on the reference",
+                 "equivalence: comparing"):
+        assert step in lines, lines

@@ -20,6 +20,7 @@ from typing import Any
 from rankops.devcluster.binaries import BinariesMissing
 from rankops.devcluster.controlplane import ControlPlaneError
 from rankops.devcluster.nodes import E2E_NODES, SHAPES, dev_node_set
+from rankops.progress import Progress
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -198,6 +199,7 @@ class _Demo:
         self.timeout = timeout
         self.started = time.monotonic()
         self.env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
+        self.progress = Progress("rankops dev demo")
 
     def say(self, message: str) -> None:
         print(f"[{time.monotonic() - self.started:6.1f}s] {message}", flush=True)
@@ -217,7 +219,12 @@ class _Demo:
         whenever their status changes."""
         deadline = time.monotonic() + self.timeout
         last = None
+        self.progress.step(f"waiting until {what} (at most {self.timeout:.0f}s)")
+        next_note = time.monotonic() + 10.0
         while True:
+            if time.monotonic() >= next_note:
+                next_note += 10.0
+                self.progress.step(f"still waiting until {what}, {deadline - time.monotonic():.0f}s left")
             pool, model = read()
             key = demo_progress(pool, model)
             if key != last:

@@ -92,7 +92,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fetch-model", help="copy a model artifact into the model repository (init container)")
-    p.add_argument("--uri", required=True)
-    p.add_argument("--dest", required=True)
+    p.add_argument("--uri", required=True,
+                   help="where the artifact is: file://, https://, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX")
+    p.add_argument("--dest", required=True,
+                   help="the directory (or, with a file suffix, the file) to copy it to, e.g. /models/NAME/1")
     p.add_argument("--expect", help="file that must exist in DEST afterwards, e.g. model.onnx")
     p.set_defaults(func=cmd_fetch)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from rankops.api import crdgen
 from rankops.api.errors import describe
-from rankops.yamlio import dump_all
+from rankops.commands.output import add_output_flag, format_objects
 
 
 class InputError(Exception):
@@ -143,18 +143,25 @@ def cmd_render(args: argparse.Namespace) -> int:
     except (InputError, OSError, ValueError) as exc:
         print(f"rankops render: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(dump_all(objects))
+    sys.stdout.write(format_objects(objects, args.output))
     return 0
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
     files = crdgen.crd_files()
     if args.write:
+        if args.output != "yaml":
+            print("rankops crds: --write writes YAML files; drop -o json", file=sys.stderr)
+            return 2
         target = pathlib.Path(args.write)
         target.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (target / name).write_text(text)
             print(f"wrote {target / name}", file=sys.stderr)
+        return 0
+    if args.output == "json":
+        docs = [d for text in files.values() for d in yaml.safe_load_all(text) if d]
+        sys.stdout.write(format_objects(docs, "json"))
         return 0
     sys.stdout.write("---\n".join(files.values()))
     return 0
@@ -166,7 +173,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
     add_service_monitor_flags(p)
     add_tenant_policy_flags(p)
+    add_output_flag(p, ("yaml", "json"), "yaml")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")
     p.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR instead")
+    add_output_flag(p, ("yaml", "json"), "yaml")
     p.set_defaults(func=cmd_crds)

@@ -65,12 +65,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--operator-namespace", default=os.environ.get("POD_NAMESPACE", "rankops-system"),
                    help="namespace of the operator, where validator DaemonSets run")
     p.add_argument("--validator-service-account",
-                   default=os.environ.get("RANKOPS_VALIDATOR_SERVICE_ACCOUNT", "rankops-validator"))
+                   default=os.environ.get("RANKOPS_VALIDATOR_SERVICE_ACCOUNT", "rankops-validator"),
+                   help="ServiceAccount the validator DaemonSets run as, in --operator-namespace "
+                        "(env RANKOPS_VALIDATOR_SERVICE_ACCOUNT; default rankops-validator)")
     p.add_argument("--validator-image", default=os.environ.get("RANKOPS_VALIDATOR_IMAGE"),
                    help="override every pool's validator image")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
                    help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
     add_service_monitor_flags(p, env=True)
     add_tenant_policy_flags(p)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="kopf's debug logging")
     p.set_defaults(func=cmd_run)

@@ -85,9 +85,12 @@ def add_commands(subparsers) -> None:
     equivalence.add_argument("--candidate-model", required=True, help="candidate model NAME or NAME:VERSION")
     _add_samples_args(equivalence)
     equivalence.add_argument("--output", help="the score output whose entries are ranked (default the first)")
-    equivalence.add_argument("--abs-tolerance", type=float, required=True)
-    equivalence.add_argument("--rel-tolerance", type=float, required=True)
-    equivalence.add_argument("--top-k", type=int, required=True)
+    equivalence.add_argument("--abs-tolerance", type=float, required=True,
+                             help="absolute score tolerance: a score passes when |c - r| <= abs + rel*|r|")
+    equivalence.add_argument("--rel-tolerance", type=float, required=True,
+                             help="relative score tolerance, times |r| (see --abs-tolerance)")
+    equivalence.add_argument("--top-k", type=int, required=True,
+                             help="K of the top-K overlap: how many of the best-ranked entries must agree")
     equivalence.add_argument("--min-topk-overlap", type=float, required=True, help="average over lists, 0..1")
     equivalence.add_argument("--min-rank-correlation", type=float, required=True, help="average over lists, -1..1")
     equivalence.add_argument("--rank-correlation-method", choices=METHODS, default="kendall",

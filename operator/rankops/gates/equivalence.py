@@ -24,6 +24,7 @@ from rankops.gates.client import (BINARY_HINT, Endpoint, InferenceFailed, Inputs
                                   ServerUnreachable, rejects_binary_data)
 from rankops.gates.samples import Sample, SamplesError
 from rankops.gates.verdict import Verdict, error_verdict
+from rankops.progress import Progress
 
 GATE = "equivalence"
 WORST_KEPT = 3
@@ -365,7 +366,8 @@ def _verdict(samples, output, criteria: Criteria, errors: dict[str, _ErrorStats]
 
 def run_equivalence(samples: Sequence[Sample], candidate: Endpoint, criteria: Criteria, *,
                     reference: Endpoint | None = None, reference_torchscript: str | None = None,
-                    output: str | None = None) -> Verdict:
+                    output: str | None = None, progress: Progress | None = None) -> Verdict:
+    progress = progress or Progress("equivalence")
     problem = criteria.problem()
     if problem:
         return error_verdict(GATE, "BadArguments", problem)
@@ -376,6 +378,7 @@ def run_equivalence(samples: Sequence[Sample], candidate: Endpoint, criteria: Cr
                              "give exactly one reference: --reference-url with --reference-model, "
                              "or --reference-torchscript")
     try:
+        progress.step(f"sending {len(samples)} samples to the candidate {candidate.describe()}")
         cand_results, cand_order = server_outputs(candidate, samples, "candidate")
     except SideFailed as exc:
         # The candidate's own faults fail the gate; an unreachable server means we could not judge.
@@ -384,6 +387,8 @@ def run_equivalence(samples: Sequence[Sample], candidate: Endpoint, criteria: Cr
     except SamplesError as exc:
         return error_verdict(GATE, "BadSamples", str(exc))
     output = output or (cand_order[0] if cand_order else "")
+    progress.step(f"running the same samples on the reference "
+                  f"{reference.describe() if reference is not None else reference_torchscript}")
     try:
         if reference is not None:
             ref_results, _ = server_outputs(reference, samples, "reference")
@@ -395,6 +400,7 @@ def run_equivalence(samples: Sequence[Sample], candidate: Endpoint, criteria: Cr
         return error_verdict(GATE, exc.reason, f"could not run the reference: {exc}")
     except SamplesError as exc:
         return error_verdict(GATE, "BadSamples", str(exc))
+    progress.step("comparing scores and rankings")
     return compare(samples, ref_results, cand_results, output, criteria, reference_label=label)
 
 

@@ -23,6 +23,7 @@ from rankops.gates.client import (BINARY_HINT, Connection, Endpoint, GateClientE
 from rankops.gates import server_metrics
 from rankops.gates.samples import Sample, SamplesError
 from rankops.gates.verdict import Verdict, error_verdict
+from rankops.progress import Progress
 
 GATE = "warmup"
 ERROR_EXAMPLES = 3
@@ -74,13 +75,16 @@ class Observations:
         self.sent += other.sent
 
 
-def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConfig) -> Verdict:
+def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConfig,
+               progress: Progress | None = None) -> Verdict:
+    progress = progress or Progress("warmup")
     problem = _check_config(config)
     if problem:
         return error_verdict(GATE, "BadArguments", problem)
     if not samples:
         return error_verdict(GATE, "BadSamples", "no samples to replay; record some or use --generate-samples")
     try:
+        progress.step(f"connecting to {endpoint.describe()}")
         connection = endpoint.connect()
         info = connection.model_info()
         requests = [connection.build_request(s, info) for s in samples]
@@ -94,6 +98,7 @@ def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConf
         return error_verdict(GATE, "BadSamples", str(exc))
 
     cold = Observations()
+    progress.step(f"{config.cold_passes} cold pass(es) over {len(requests)} samples")
     try:
         for _ in range(config.cold_passes):
             for request in requests:
@@ -105,8 +110,12 @@ def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConf
             return error_verdict(GATE, "BinaryDataUnsupported", f"{endpoint.describe()}: {BINARY_HINT}")
         return _verdict(cold, Observations(), config, len(samples))
     server = ServerView(config, endpoint)
+    if config.metrics_url:
+        progress.step(f"waiting up to {config.window_wait_s:.0f}s for Triton's latency window to hold no cold requests")
     server.before_run()
+    progress.step(f"replaying {config.requests} warm requests, {config.concurrency} in flight")
     warm = replay(endpoint, requests, config, info)
+    progress.step(f"{warm.sent} sent, {warm.error_count} failed; judging")
     return _verdict(cold, warm, config, len(samples), server.after_run())
 
 

@@ -1,4 +1,4 @@
-"""`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--plot PNG] [-o json|text]`.
+"""`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--plot PNG] [-o text|json|yaml]`.
 
 Exit codes: 0 a plan without problems; 1 no plan, or a plan/explicit config with problems (SLO
 miss, capacity shortfall, OOM); 2 unusable input.
@@ -6,7 +6,6 @@ miss, capacity shortfall, OOM); 2 unusable input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from rankops.commands.output import add_output_flag, format_report
 from rankops.planner.inputs import PlanError, inputs_from_spec
 from rankops.planner.profile import ProfileError, load_profiles
 from rankops.planner.result import PlanResult
@@ -32,7 +32,7 @@ def add_commands(subparsers: Any) -> None:
                         "or perf_analyzer -f CSV with the -b it ran with (perf.csv:8); repeatable; "
                         "overrides spec.planning.latencyProfile")
     p.add_argument("--plot", metavar="PNG", help="write latency vs offered load for the top configs")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_flag(p, ("text", "json", "yaml"), "text")
     p.set_defaults(func=run)
 
 
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         print(f"rankops plan: no plan: {exc}", file=sys.stderr)
         return 1
-    if args.output == "json":
-        print(json.dumps(result.to_json(), indent=2))
+    if args.output != "text":
+        sys.stdout.write(format_report(result.to_json(), args.output))
     else:
         print(render_text(result))
     if args.plot:

@@ -1,0 +1,110 @@
+"""The command line as a platform engineer meets it: --version, help on every flag, -o yaml|json
+wherever a command prints an object or a report, and progress that only a terminal sees."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rankops.cli import build_parser, main
+from rankops.progress import Progress
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml"
+PLANNED = ROOT / "manifests" / "examples" / "rankingmodel-planned-rollout.yaml"  # has a latency profile
+POOL = ROOT / "manifests" / "examples" / "gpunodepool-t4.yaml"
+
+
+def _flags(parser: argparse.ArgumentParser, path: str):
+    """(command path, action) for every option of every (sub-)command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _flags(sub, f"{path} {name}")
+        elif action.option_strings:
+            yield path, action
+
+
+def test_every_flag_of_every_subcommand_has_help():
+    found = list(_flags(build_parser(), "rankops"))
+    assert len({path for path, _ in found}) > 10  # the walk reached the sub-commands
+    missing = [f"{path} {'/'.join(a.option_strings)}" for path, a in found
+               if not a.help or a.help == argparse.SUPPRESS]
+    assert not missing, f"flags without help: {missing}"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rankops {version('rankops')}"
+
+
+def test_render_prints_yaml_or_a_json_list(capsys):
+    assert main(["render", "-f", str(POOL), "-f", str(MODEL)]) == 0
+    as_yaml = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert main(["render", "-f", str(POOL), "-f", str(MODEL), "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["kind"] == "List" and as_json["items"] == as_yaml
+    assert {"Deployment", "DaemonSet"} <= {o["kind"] for o in as_json["items"]}
+
+
+def test_crds_print_as_json_too(capsys):
+    assert main(["crds"]) == 0
+    as_yaml = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert main(["crds", "-o", "json"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert items == as_yaml
+    assert sum(o["kind"] == "CustomResourceDefinition" for o in items) == 2
+
+
+def test_plan_prints_its_report_as_json_or_yaml(capsys):
+    code = main(["plan", "-f", str(PLANNED), "-o", "json"])
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["plan", "-f", str(PLANNED), "-o", "yaml"]) == code
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+    assert as_json["maxBatchSize"] >= 1
+
+
+@pytest.mark.parametrize("argv", [["render", "-f", str(MODEL)], ["crds"], ["plan", "-f", str(MODEL)]])
+def test_unknown_output_formats_are_refused_naming_the_formats(capsys, argv):
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "-o", "xml"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'xml'" in err and "json" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_goes_to_a_terminal_only():
+    tty, pipe = _Terminal(), io.StringIO()
+    Progress("warmup", tty).step("replaying 10 warm requests")
+    Progress("warmup", pipe).step("replaying 10 warm requests")
+    assert "warmup: replaying 10 warm requests" in tty.getvalue()
+    assert pipe.getvalue() == ""
+
+
+def test_dev_demo_says_what_it_waits_for_on_a_terminal(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from rankops.commands import dev
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    demo = dev._Demo(SimpleNamespace(kubeconfig="/nonexistent"), timeout=5)
+    monkeypatch.setattr(demo, "kubectl", lambda *a, **k: "")
+    states = iter([({"status": {"nodes": 0}}, None), ({"status": {"nodes": 3}}, None)])
+    monkeypatch.setattr(dev.time, "sleep", lambda s: None)
+    demo.wait("the operator sees the pool's nodes", lambda: next(states),
+              lambda pool, _: pool["status"]["nodes"] > 0)
+    assert "rankops dev demo: waiting until the operator sees the pool's nodes (at most 5s)" in terminal.getvalue()
