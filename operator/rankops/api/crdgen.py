@@ -102,9 +102,9 @@ def openapi_schema(model: type) -> dict[str, Any]:
     for path, rules in crd.get("validations", {}).items():
         _place_rules(schema, path, rules)
     props = schema["properties"]
-    props["metadata"] = {"type": "object"}
-    for name in ("apiVersion", "kind"):
-        props[name] = {"type": "string"}
+    props["metadata"] = {"type": "object", "description": "Standard object metadata (name, namespace, labels, ...)."}
+    props["apiVersion"] = {"type": "string", "description": f"{GROUP}/{VERSION}."}
+    props["kind"] = {"type": "string", "description": f"{crd['kind']}."}
     schema["required"] = ["spec"]
     return schema
 

@@ -144,7 +144,7 @@ class FailingCheck(ApiModel):
 
 
 class GpuNodePoolStatus(ApiModel):
-    observed_generation: int | None = None
+    observed_generation: Annotated[int | None, Field(description="The metadata.generation this status was computed from.")] = None
     nodes: Annotated[int, Field(ge=0, description=(
         "Nodes matched by the selector that this pool validates (ready + failing + pending)."))] = 0
     ready: Annotated[int, Field(ge=0, description="Nodes whose latest validation passed.")] = 0
@@ -156,7 +156,7 @@ class GpuNodePoolStatus(ApiModel):
         "older pool selects them too (see the NodesWithoutGpus and Overlapping conditions)."))] = 0
     failing_by_check: Annotated[list[FailingCheck], Field(
         default_factory=list, description="For each failing check: how many nodes and which.")]
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, description="Standard Kubernetes conditions (Ready, Degraded, ...), one per type.")
 
 
 class GpuNodePool(ApiModel):
@@ -181,8 +181,9 @@ class GpuNodePool(ApiModel):
     api_version: Literal["rankops.io/v1alpha1"] = Field(default="rankops.io/v1alpha1", alias="apiVersion")
     kind: Literal["GpuNodePool"] = "GpuNodePool"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: GpuNodePoolSpec
-    status: GpuNodePoolStatus | None = None
+    spec: GpuNodePoolSpec = Field(description=(
+        "The GPU nodes of this pool (a node selector) and what each must meet before models schedule there."))
+    status: GpuNodePoolStatus | None = Field(default=None, description="Written by the operator only.")
 
     @property
     def name(self) -> str:

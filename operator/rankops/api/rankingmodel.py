@@ -159,7 +159,8 @@ class WarmupGate(ApiModel):
     requests: Annotated[int, Field(ge=1, le=1_000_000, description="Requests replayed against the canary.")] = 2000
     concurrency: Annotated[int, Field(ge=1, le=256, description="Requests in flight.")] = 8
     max_p99_ms: Annotated[float, Field(gt=0, description="Warm P99 bound (ms) the canary must meet.")] = 15.0
-    samples: SamplesSource = Field(default_factory=SamplesSource)
+    samples: SamplesSource = Field(default_factory=SamplesSource, description=(
+        "Requests the warmup gate replays: recorded ones from a ConfigMap, or random ones from the input spec."))
     pod_annotations: bounds.pod_annotations(
         "Annotations added to this gate's Job pods, over rollout.gateJobs.podAnnotations.")
 
@@ -175,7 +176,9 @@ class EquivalenceGate(ApiModel):
         "What the candidate is compared with: `stable` (the serving version), the name of an "
         "entry of versions[], or {torchscriptUri: ...} for the original model."),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = "stable"
-    samples: SamplesSource = Field(default_factory=SamplesSource)
+    samples: SamplesSource = Field(default_factory=SamplesSource, description=(
+        "Requests sent to both the reference and the candidate: recorded ones from a ConfigMap, or random "
+        "ones from the input spec."))
     output: Annotated[str | None, Field(pattern=TENSOR_NAME, max_length=128, description=(
         "Score output to compare; default the first output."))] = None
     abs_tolerance: Annotated[float, Field(ge=0, description="Max absolute score error.")] = 1e-3
@@ -214,10 +217,15 @@ class GateJobs(ApiModel):
 
 
 class Rollout(ApiModel):
-    warmup: WarmupGate = Field(default_factory=WarmupGate)
-    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate)
-    canary: Canary = Field(default_factory=Canary)
-    gate_jobs: GateJobs = Field(default_factory=GateJobs)
+    warmup: WarmupGate = Field(default_factory=WarmupGate, description=(
+        "First gate: replay requests against the canary until warm; it passes when none fails and the warm "
+        "P99 is within maxP99Ms."))
+    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate, description=(
+        "Second gate: the canary's scores and rankings against the reference's, within the tolerances."))
+    canary: Canary = Field(default_factory=Canary, description=(
+        "After both gates pass: the share of traffic the new version gets, how, and for how long before promotion."))
+    gate_jobs: GateJobs = Field(default_factory=GateJobs, description=(
+        "The Jobs that run the gates: image, deadline and pod annotations."))
     paused: Annotated[bool, Field(description="Freeze the rollout where it is (no phase changes).")] = False
 
 
@@ -262,12 +270,16 @@ class RankingModelSpec(ApiModel):
         "Where the candidates of a request are (see docs: what batches). Without it, an input with a "
         "variable first dim (-1) carries the candidates inside each request, and Triton batches only "
         "requests with the same candidate count: rankops reports that as a problem."))] = None
-    model_warmup: ModelWarmup = Field(default_factory=ModelWarmup)
+    model_warmup: ModelWarmup = Field(default_factory=ModelWarmup, description=(
+        "Triton's own model_warmup at load, so the first real requests do not pay for lazy initialisation."))
     response_cache: Annotated[bool, Field(description="Triton response cache for this model.")] = False
     slo: Annotated[Slo | None, Field(description="Latency budget and target load.")] = None
     planning: Annotated[Planning | None, Field(description="Inputs for batching: auto and the capacity plan.")] = None
-    rollout: Rollout = Field(default_factory=Rollout)
-    resources: Resources = Field(default_factory=Resources)
+    rollout: Rollout = Field(default_factory=Rollout, description=(
+        "How a new spec.version is rolled out: warmup and equivalence gates, then a canary, then promotion; "
+        "a failed step rolls back."))
+    resources: Resources = Field(default_factory=Resources, description=(
+        "CPU and memory per serving replica (GPUs come from gpusPerReplica)."))
     pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
 
     @field_validator("batching", mode="before")
@@ -353,25 +365,25 @@ class GateResult(ApiModel):
     attempt: Annotated[str | None, Field(description=(
         "The rollout attempt the verdict belongs to (status.rollout.attempt); promotion counts only its own."))] = None
     outcome: Annotated[str, Field(description="pass, fail or error.")]
-    reason: str | None = None
+    reason: Annotated[str | None, Field(description="Why the gate decided as it did, in CamelCase, e.g. WarmP99WithinBound.")] = None
     summary: Annotated[str | None, Field(description="The numbers behind the outcome, in one line.")] = None
     metrics: Annotated[dict[str, Any] | None, Field(
         description="The gate's verdict metrics.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
-    finished_at: str | None = None
+    finished_at: Annotated[str | None, Field(description="When the gate's Job finished (RFC 3339).")] = None
 
 
 class RolloutStatus(ApiModel):
     version: Annotated[str, Field(description="The version being rolled out.")]
-    from_version: str | None = None
+    from_version: Annotated[str | None, Field(description="The stable version when this rollout started.")] = None
     phase: Annotated[str, Field(description=(
         "CanaryStarting, Warming, Verifying, Canary, Promoting, Promoted, RolledBack, Superseded or Canceled."))]
     attempt: Annotated[str | None, Field(description=(
         "Id of this attempt, new for every start and retry; its gate Jobs carry it in name and labels."))] = None
-    started_at: str | None = None
-    phase_since: str | None = None
+    started_at: Annotated[str | None, Field(description="When this rollout attempt started (RFC 3339).")] = None
+    phase_since: Annotated[str | None, Field(description="When the rollout entered its current phase (RFC 3339).")] = None
     canary_since: Annotated[str | None, Field(description="When the canary started taking traffic.")] = None
-    message: str | None = None
+    message: Annotated[str | None, Field(description="What the rollout is doing or why it stopped, for people.")] = None
     failed_gate: Annotated[str | None, Field(description="warmup, equivalence, canary, promotion or manual.")] = None
     retried: Annotated[str | None, Field(description=(
         "The rankops.io/retry value acted on last, kept from rollout to rollout: a value acts once."))] = None
@@ -380,18 +392,18 @@ class RolloutStatus(ApiModel):
 
 
 class RankingModelStatus(ApiModel):
-    observed_generation: int | None = None
+    observed_generation: Annotated[int | None, Field(description="The metadata.generation this status was computed from.")] = None
     phase: Annotated[str | None, Field(description="Pending, Ready, Degraded, or a rollout phase.")] = None
     stable_version: Annotated[str | None, Field(description="The version serving traffic.")] = None
     canary_version: Annotated[str | None, Field(description="The version in canary, if any.")] = None
     canary_weight: Annotated[int | None, Field(description="Percent of traffic the canary gets now.")] = None
-    replicas: int | None = None
-    ready_replicas: int | None = None
+    replicas: Annotated[int | None, Field(description="Pods of the stable version's Deployment.")] = None
+    ready_replicas: Annotated[int | None, Field(description="Ready pods of the stable version's Deployment.")] = None
     ready: Annotated[str | None, Field(description="Ready/desired replicas of the stable version, e.g. 2/2.")] = None
-    rollout: RolloutStatus | None = None
+    rollout: Annotated[RolloutStatus | None, Field(description="The latest rollout: version, phase, attempt, timing.")] = None
     gates: Annotated[list[GateResult], Field(default_factory=list, description="Gate verdicts of the latest rollout.")]
     plan: PlanStatus | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, description="Standard Kubernetes conditions (Ready, Degraded, ...), one per type.")
 
 
 class RankingModel(ApiModel):
@@ -509,8 +521,9 @@ class RankingModel(ApiModel):
     api_version: Literal["rankops.io/v1alpha1"] = Field(default="rankops.io/v1alpha1", alias="apiVersion")
     kind: Literal["RankingModel"] = "RankingModel"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: RankingModelSpec
-    status: RankingModelStatus | None = None
+    spec: RankingModelSpec = Field(description=(
+        "The model to serve on Triton: its versions, tensors, batching, SLO, the GPU pool and how new versions roll out."))
+    status: RankingModelStatus | None = Field(default=None, description="Written by the operator only.")
 
     @field_validator("metadata")
     @classmethod
