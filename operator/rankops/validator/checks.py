@@ -20,7 +20,9 @@ from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator.gpu import GpuFacts
 from rankops.validator.host import HostView, Read
 
-RHEL_FAMILY_IDS = {"rhel": "Red Hat Enterprise Linux", "rocky": "Rocky Linux", "almalinux": "AlmaLinux"}
+# os-release IDs of RHEL and its rebuilds (Oracle Linux 8 says ID="ol", PLATFORM_ID="platform:el8").
+RHEL_FAMILY_IDS = {"rhel": "Red Hat Enterprise Linux", "rocky": "Rocky Linux", "almalinux": "AlmaLinux",
+                   "ol": "Oracle Linux"}
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 # Where the dynamic loader looks without configuration on x86_64 RHEL, then where driver
 # packages put libraries on other layouts.
@@ -173,7 +175,7 @@ def normalise_product(name: str) -> str:
 # ---------------------------------------------------------------- the checks
 
 def check_os(host: HostView, req: NodeRequirements) -> CheckResult:
-    expected = f"RHEL, Rocky Linux or AlmaLinux {req.os.major}.x"
+    expected = f"RHEL, Rocky Linux, AlmaLinux or Oracle Linux {req.os.major}.x"
     remedy = (f"This node does not run RHEL {req.os.major} or a rebuild; take it out of the pool "
               f"(change the labels the pool selects) or reinstall it with RHEL {req.os.major}.")
     facts = os_facts(host)
@@ -204,7 +206,8 @@ def os_facts(host: HostView) -> Read[tuple[str, str, str]]:
         if match:
             name = match.group(1).lower()
             os_id = ("rhel" if name.startswith("red hat enterprise linux") else
-                     "rocky" if name.startswith("rocky") else "almalinux" if name.startswith("alma") else name)
+                     "rocky" if name.startswith("rocky") else "almalinux" if name.startswith("alma") else
+                     "ol" if name.startswith("oracle linux") else name)
             return Read((os_id, match.group(2), release.value.strip()))
         reasons.append("/etc/redhat-release: no 'release <version>'")
     else:
@@ -228,8 +231,10 @@ def nouveau_blacklisted(host: HostView) -> tuple[bool, list[str]]:
 
 def check_nouveau(host: HostView, req: NodeRequirements) -> CheckResult:
     expected = "nouveau not loaded and blacklisted"
+    # Only the blacklist file and rd.driver.blacklist: NVIDIA's nvidia-kmod-common strips
+    # nouveau.modeset=0 from the kernel command line on EL8 (its %post --remove-args).
     remedy = ("printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf && "
-              "grubby --update-kernel=ALL --args=\"rd.driver.blacklist=nouveau nouveau.modeset=0\" && "
+              "grubby --update-kernel=ALL --args=rd.driver.blacklist=nouveau && "
               "dracut --force && systemctl reboot")
     modules = host.read_text("/proc/modules")
     if not modules.ok:
@@ -243,6 +248,24 @@ def check_nouveau(host: HostView, req: NodeRequirements) -> CheckResult:
         return CheckResult("nouveau", Status.WARN, "nouveau not loaded, but not blacklisted either: it may take "
                            "the GPU on a boot where nvidia loads late", expected, remedy, True)
     return CheckResult("nouveau", Status.PASS, f"not loaded; blacklisted in {', '.join(where)}", expected, "", True)
+
+
+def secure_boot_remedy(req: NodeRequirements) -> str:
+    # dkms >= 3 signs what it builds with /var/lib/dkms/mok.key; NVIDIA's precompiled kmods are
+    # signed with NVIDIA's key (NVIDIA/yum-packaging-precompiled-kmod, UEFI.md).
+    return ("Under Secure Boot RHEL loads only modules signed by an enrolled key. DKMS module: "
+            "mokutil --import /var/lib/dkms/mok.pub (choose a one-time password), systemctl reboot, "
+            "enroll the key in MokManager at the console, then modprobe nvidia. "
+            "Or use NVIDIA's precompiled kmod, signed by NVIDIA, after enrolling NVIDIA's key: "
+            "curl -fLO https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/NVIDIA2019-public_key.der && "
+            "mokutil --import NVIDIA2019-public_key.der && dnf module reset -y nvidia-driver && "
+            f"dnf module install -y nvidia-driver:{driver_branch(req)} && systemctl reboot (enroll the key in MokManager)")
+
+
+def installed_module(host: HostView) -> str | None:
+    """The nvidia module modprobe would load for the running kernel (precompiled kmod or DKMS-installed)."""
+    running = running_kernel(host)
+    return _find_module_file(host, f"/lib/modules/{running.value[0]}") if running.ok else None
 
 
 def check_nvidia_module(host: HostView, req: NodeRequirements) -> CheckResult:
@@ -260,8 +283,27 @@ def check_nvidia_module(host: HostView, req: NodeRequirements) -> CheckResult:
         return _unknown("nvidia-module", f"{version.reason}; {modules.reason}", expected, True)
     if "nvidia" in parse_proc_modules(modules.value):
         return _unknown("nvidia-module", f"nvidia is in /proc/modules but {version.reason}", expected, True)
-    return CheckResult("nvidia-module", Status.FAIL, "nvidia not loaded (/proc/driver/nvidia/version absent)",
-                       expected, remedy, True)
+    observed = "nvidia not loaded (/proc/driver/nvidia/version absent)"
+    present = installed_module(host)
+    secure_boot = secure_boot_state(host)
+    if present and secure_boot.ok and secure_boot.value:
+        return CheckResult("nvidia-module", Status.FAIL, f"{observed}; Secure Boot is on and {present} is installed: "
+                           "the module is probably unsigned, or its signing key is not enrolled (RHEL refuses to "
+                           "load it: 'Key was rejected by service')", expected, secure_boot_remedy(req), True)
+    if present:
+        return CheckResult("nvidia-module", Status.FAIL, f"{observed}, though {present} is installed", expected,
+                           "modprobe nvidia; if that fails, its reason is in: journalctl -k -b | grep -iE 'nvidia|nvrm'",
+                           True)
+    running = running_kernel(host)
+    if running.ok:
+        kernel, arch = running.value
+        built = [b for b in dkms_builds(host, kernel, arch)[0] if b.built and not b.installed]
+        if built:
+            return CheckResult("nvidia-module", Status.FAIL, f"{observed}; DKMS built {built[0].package} "
+                               f"{built[0].version} for {kernel} but never installed it", expected,
+                               f"dkms install {built[0].package}/{built[0].version} -k $(uname -r) && modprobe nvidia",
+                               True)
+    return CheckResult("nvidia-module", Status.FAIL, observed, expected, remedy, True)
 
 
 def check_driver_version(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
@@ -318,57 +360,129 @@ def _find_module_file(host: HostView, top: str, depth: int = 6) -> str | None:
     return None
 
 
-def check_dkms(host: HostView, req: NodeRequirements) -> CheckResult:
-    expected = "nvidia module built for the running kernel"
+# DKMS package names of NVIDIA's proprietary and open kernel modules (kmod-nvidia-latest-dkms
+# and kmod-nvidia-open-dkms): /var/lib/dkms/<package>/<version>/<kernel>/<arch>/module/nvidia.ko*.
+DKMS_PACKAGES = ("nvidia", "nvidia-open")
+
+
+@dataclass(frozen=True)
+class DkmsBuild:
+    package: str
+    version: str
+    kernels: tuple[str, ...]     # kernels it was built for
+    built: bool                  # a module was built for the running kernel
+    installed: bool              # ... and `dkms install` put it under /lib/modules (dkms status: installed)
+    failed_log: str | None       # build/make.log a failed build left behind
+
+
+def running_kernel(host: HostView) -> Read[tuple[str, str]]:
+    """(release, arch) of the running kernel."""
     release = host.read_text("/proc/sys/kernel/osrelease")
     if not release.ok:
-        return _unknown("dkms", release.reason, expected, True)
+        return release  # type: ignore[return-value]
     kernel = release.value.strip()
     arch = kernel.rsplit(".", 1)[-1] if kernel.endswith((".x86_64", ".aarch64")) else "x86_64"
+    return Read((kernel, arch))
+
+
+def dkms_builds(host: HostView, kernel: str, arch: str) -> tuple[list[DkmsBuild], bool]:
+    """What DKMS holds for NVIDIA's modules, and whether any of its trees was readable.
+    `dkms install` records an install as the link /var/lib/dkms/<package>/kernel-<kernel>-<arch>
+    -> <version>/<kernel>/<arch>; a build alone (dkms status: built) leaves the module in the tree
+    where modprobe never looks."""
+    builds: list[DkmsBuild] = []
+    readable = False
+    for package in DKMS_PACKAGES:
+        top = f"/var/lib/dkms/{package}"
+        listing = host.list_dir(top)
+        if not listing.ok:
+            continue
+        readable = True
+        link = host.link_target(f"{top}/kernel-{kernel}-{arch}")
+        for version in listing.value:
+            if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
+                continue  # kernel-<release>-<arch> links and 'original_module'
+            entries = host.list_dir(f"{top}/{version}")
+            # build/ is where DKMS compiles (a failed build stays there); source links the sources.
+            kernels = tuple(k for k in entries.value if k not in ("source", "build")) if entries.ok else ()
+            built = kernel in kernels and _find_module_file(host, f"{top}/{version}/{kernel}/{arch}/module", 0) is not None
+            installed = built and link.ok and link.value.rstrip("/") == f"{version}/{kernel}/{arch}"
+            log = f"{top}/{version}/build/make.log"
+            builds.append(DkmsBuild(package, version, kernels, built, installed,
+                                    log if entries.ok and "build" in entries.value and host.exists(log) else None))
+    return builds, readable
+
+
+def check_dkms(host: HostView, req: NodeRequirements) -> CheckResult:
+    expected = "nvidia module built and installed for the running kernel"
+    running = running_kernel(host)
+    if not running.ok:
+        return _unknown("dkms", running.reason, expected, True)
+    kernel, arch = running.value
     remedy = (f"dnf install -y kernel-devel-{kernel} kernel-headers-{kernel} && dkms autoinstall -k {kernel}; "
               "then hold the kernel until the driver follows: dnf install -y python3-dnf-plugin-versionlock && "
               "dnf versionlock add kernel kernel-core kernel-modules kernel-devel")
     module_version = kernel_module_version(host)
-    dkms_versions = host.list_dir("/var/lib/dkms/nvidia")
-    built_for: dict[str, list[str]] = {}
-    if dkms_versions.ok:
-        for version in dkms_versions.value:
-            if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
-                continue  # kernel-<release>-<arch> links and 'original_module'
-            kernels = host.list_dir(f"/var/lib/dkms/nvidia/{version}")
-            built_for[version] = [k for k in kernels.value if k != "source"] if kernels.ok else []
-            if kernel in built_for[version] and _find_module_file(
-                    host, f"/var/lib/dkms/nvidia/{version}/{kernel}/{arch}/module", 0):
-                if not module_version.ok or module_version.value == version:
-                    return CheckResult("dkms", Status.PASS, f"DKMS built nvidia {version} for {kernel}",
-                                       expected, "", True)
+    builds, readable = dkms_builds(host, kernel, arch)
+    for build in builds:
+        if build.installed and (not module_version.ok or module_version.value == build.version):
+            return CheckResult("dkms", Status.PASS, f"DKMS installed {build.package} {build.version} for {kernel}",
+                               expected, "", True)
     packaged = _find_module_file(host, f"/lib/modules/{kernel}")
     if packaged:
         return CheckResult("dkms", Status.PASS, f"nvidia module for {kernel} at {packaged}", expected, "", True)
-    if not dkms_versions.ok and not host.is_dir(f"/lib/modules/{kernel}") and not host.is_dir("/lib/modules"):
-        return _unknown("dkms", f"neither /var/lib/dkms nor /lib/modules visible ({dkms_versions.reason})",
-                        expected, True)
-    if built_for:
-        others = "; ".join(f"{v} for {', '.join(k) or 'no kernel'}" for v, k in sorted(built_for.items()))
-        observed = f"running {kernel}; DKMS built nvidia {others}"
+    if not readable and not host.is_dir(f"/lib/modules/{kernel}") and not host.is_dir("/lib/modules"):
+        return _unknown("dkms", "neither /var/lib/dkms nor /lib/modules visible", expected, True)
+    built = [b for b in builds if b.built]
+    if built:
+        b = built[0]
+        return CheckResult("dkms", Status.FAIL,
+                           f"running {kernel}; DKMS built {b.package} {b.version} for it but did not install it "
+                           f"(dkms status: built; no nvidia module under /lib/modules/{kernel}), so modprobe cannot load it",
+                           expected, f"dkms install {b.package}/{b.version} -k $(uname -r) && modprobe nvidia", True)
+    if builds:
+        others = "; ".join(f"{b.package} {b.version} for {', '.join(b.kernels) or 'no kernel'}" for b in builds)
+        observed = f"running {kernel}; DKMS built {others}"
+        logs = [b.failed_log for b in builds if b.failed_log]
+        if logs:
+            observed += f" (a failed build left {logs[0]})"
+            remedy = f"Read {logs[0]} for why the build failed; then {remedy}"
     else:
         observed = f"running {kernel}; no nvidia module for it (no DKMS build, none under /lib/modules/{kernel})"
     return CheckResult("dkms", Status.FAIL, observed, expected, remedy, True)
 
 
-def check_cuda(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
-    required = req.cuda_version is not None
-    expected = f"driver supports CUDA >= {req.cuda_version}" if required else "any"
+def driver_cuda(host: HostView, gpu: Read[GpuFacts]) -> Read[tuple[str | None, str, bool]]:
+    """(newest CUDA the loaded driver supports, where that comes from, driver newer than the table).
+    What NVML / nvidia-smi report is taken only when it agrees with the loaded module
+    (/proc/driver/nvidia/version): an XML file from another driver, or a CUDA version the loaded
+    driver cannot have, is judged by NVIDIA's table for the loaded driver instead."""
     kernel = kernel_module_version(host)
     driver = kernel.value if kernel.ok else (gpu.value.driver_version if gpu.ok else None)
     reported = gpu.value.cuda_version if gpu.ok else None
-    if reported:
-        max_cuda, source, beyond = reported, f"driver {driver or '?'} reports CUDA {reported} ({gpu.value.source})", False
-    elif driver:
-        max_cuda, beyond = driver_max_cuda(driver)
-        source = f"driver {driver} supports CUDA up to {max_cuda or 'none known'} (NVIDIA's table)"
-    else:
-        return _unknown("cuda", f"driver version unknown: {kernel.reason}", expected, required)
+    if not driver:
+        return Read.missing(f"driver version unknown: {kernel.reason}")
+    table, beyond = driver_max_cuda(driver)
+    if not reported:
+        return Read((table, f"driver {driver} supports CUDA up to {table or 'none known'} (NVIDIA's table)", beyond))
+    said = f"{gpu.value.source} says driver {gpu.value.driver_version or '?'}, CUDA {reported}"
+    if kernel.ok and gpu.value.driver_version and gpu.value.driver_version != kernel.value:
+        return Read((table, f"{said}, but the loaded module is {kernel.value} (stale output?); judged by "
+                     f"NVIDIA's table: up to {table or 'none known'}", beyond))
+    if kernel.ok and not beyond and (table is None or version_tuple(reported) > version_tuple(table)):
+        return Read((table, f"{said}, more than driver {kernel.value} supports; judged by NVIDIA's table: "
+                     f"up to {table or 'none known'}", beyond))
+    return Read((reported, f"driver {driver} reports CUDA {reported} ({gpu.value.source})", False))
+
+
+def check_cuda(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
+    required = req.cuda_version is not None
+    expected = f"driver supports CUDA >= {req.cuda_version}" if required else "any"
+    facts = driver_cuda(host, gpu)
+    if not facts.ok:
+        return _unknown("cuda", facts.reason, expected, required)
+    max_cuda, source, beyond = facts.value
+    driver = kernel_module_version(host).value or (gpu.value.driver_version if gpu.ok else None)
     if not required:
         return CheckResult("cuda", Status.PASS, source, expected, "", False)
     if max_cuda and version_tuple(max_cuda) >= version_tuple(req.cuda_version):
@@ -401,15 +515,20 @@ def secure_boot_state(host: HostView) -> Read[bool]:
 def check_secure_boot(host: HostView, req: NodeRequirements) -> CheckResult:
     required = req.secure_boot_signed_modules
     expected = "Secure Boot off, or the nvidia module signed"
-    remedy = ("Use NVIDIA's precompiled, signed kmod (dnf module install -y nvidia-driver:latest) or sign the DKMS "
-              "module with a Machine Owner Key: mokutil --import /var/lib/dkms/mok.pub (reboot and enroll), then "
-              "dkms autoinstall; otherwise turn Secure Boot off in the firmware")
+    remedy = secure_boot_remedy(req)
     state = secure_boot_state(host)
     if not state.ok:
         return _unknown("secure-boot", state.reason, expected, required)
     if not state.value:
         return CheckResult("secure-boot", Status.PASS, "Secure Boot off", expected, "", required)
     taint = host.read_text("/sys/module/nvidia/taint", allow_empty=True)
+    present = installed_module(host) if not taint.ok and not host.exists("/proc/driver/nvidia/version") else None
+    if present:
+        # RHEL never loads an unsigned module under Secure Boot, so there is no taint to read:
+        # an installed module that is not loaded is the signature failing.
+        return CheckResult("secure-boot", Status.FAIL if required else Status.WARN,
+                           f"Secure Boot on; {present} installed but not loaded: probably unsigned, or its signing "
+                           "key not enrolled", expected, remedy, required)
     if not taint.ok:
         return _unknown("secure-boot", f"Secure Boot on; cannot tell whether nvidia is signed ({taint.reason})",
                         expected, required, remedy)
@@ -452,12 +571,24 @@ def check_selinux(host: HostView, req: NodeRequirements) -> CheckResult:
                        "enforcing; container_use_devices off", expected, remedy, required)
 
 
+# RKE2 runs its own containerd and writes its config here on every start; admins and the GPU
+# Operator put changes in config.toml.tmpl (containerd 2.0 releases: config-v3.toml.tmpl).
+RKE2_CONTAINERD = "/var/lib/rancher/rke2/agent/etc/containerd"
+# CRI-O's hooks_dir defaults; the GPU Operator writes its hook under /run (lost at reboot, rewritten).
+OCI_HOOK_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d", "/run/containers/oci/hooks.d")
+
+
 def _toml(host: HostView, path: str) -> Read[dict]:
     text = host.read_text(path, allow_empty=True)
     if not text.ok:
         return text  # type: ignore[return-value]
+    source = text.value
+    if path.endswith(".tmpl"):
+        # A Go template: RKE2's documented form starts with {{ template "base" . }}; the
+        # directive lines are not TOML, the rest is.
+        source = re.sub(r"^\s*\{\{.*\}\}\s*$", "", source, flags=re.MULTILINE)
     try:
-        return Read(tomllib.loads(text.value))
+        return Read(tomllib.loads(source))
     except tomllib.TOMLDecodeError as exc:
         return Read.missing(f"{path}: not valid TOML ({exc})")
 
@@ -501,13 +632,15 @@ def check_container_toolkit(host: HostView, req: NodeRequirements) -> CheckResul
             evidence.append(f"CRI-O runtime in {path}")
         elif not parsed.ok and not parsed.reason.endswith("not found"):
             problems.append(parsed.reason)
-    for path in ["/etc/containerd/config.toml"] + host.glob("/etc/containerd/conf.d", "*.toml"):
+    containerd_files = (["/etc/containerd/config.toml"] + host.glob("/etc/containerd/conf.d", "*.toml") +
+                        [f"{RKE2_CONTAINERD}/{name}" for name in ("config.toml", "config.toml.tmpl", "config-v3.toml.tmpl")])
+    for path in containerd_files:
         parsed = _toml(host, path)
         if parsed.ok and _nvidia_runtime_in(parsed.value.get("plugins", {})):
             evidence.append(f"containerd runtime in {path}")
         elif not parsed.ok and not parsed.reason.endswith("not found"):
             problems.append(parsed.reason)
-    for directory in ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"):
+    for directory in OCI_HOOK_DIRS:
         for path in host.glob(directory, "*.json"):
             text = host.read_text(path)
             if text.ok and "nvidia-container" in text.value:
@@ -525,11 +658,17 @@ def check_container_toolkit(host: HostView, req: NodeRequirements) -> CheckResul
             elif not spec.ok:
                 problems.append(spec.reason)
     installed = host.exists("/etc/nvidia-container-runtime/config.toml")
-    runtime = "containerd" if host.is_dir("/etc/containerd") and not host.is_dir("/etc/crio") else "crio"
-    remedy = ("dnf config-manager --add-repo https://nvidia.github.io/libnvidia-container/stable/rpm/"
-              "nvidia-container-toolkit.repo && dnf install -y nvidia-container-toolkit && "
-              f"nvidia-ctk runtime configure --runtime={runtime} && systemctl restart {runtime}; "
-              "for podman/CDI: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
+    install = ("dnf config-manager --add-repo https://nvidia.github.io/libnvidia-container/stable/rpm/"
+               "nvidia-container-toolkit.repo && dnf install -y nvidia-container-toolkit && ")
+    if host.is_dir(RKE2_CONTAINERD):
+        # RKE2 finds /usr/bin/nvidia-container-runtime when it starts and adds the nvidia runtime to
+        # the config.toml it regenerates; nvidia-ctk's edits to that file would be overwritten.
+        remedy = (install + "systemctl restart rke2-agent (rke2-server on a server node); then check "
+                  f"grep -A3 nvidia {RKE2_CONTAINERD}/config.toml, and use runtimeClassName: nvidia")
+    else:
+        runtime = "containerd" if host.is_dir("/etc/containerd") and not host.is_dir("/etc/crio") else "crio"
+        remedy = (install + f"nvidia-ctk runtime configure --runtime={runtime} && systemctl restart {runtime}; "
+                  "for podman/CDI: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
     if evidence:
         observed = "; ".join(evidence) + ("" if installed else " (no /etc/nvidia-container-runtime/config.toml)")
         return CheckResult("container-toolkit", Status.PASS, observed, expected, "", required)

@@ -91,10 +91,8 @@ def _label_facts(host: HostView, gpu: Read[GpuFacts]) -> tuple[str | None, str |
     os_name = f"{os_facts.value[0]}-{os_facts.value[1]}" if os_facts.ok else None
     kernel = c.kernel_module_version(host)
     driver = kernel.value if kernel.ok else (gpu.value.driver_version if gpu.ok else None)
-    cuda = gpu.value.cuda_version if gpu.ok and gpu.value.cuda_version else None
-    if cuda is None and driver:
-        cuda = c.driver_max_cuda(driver)[0]
-    return os_name, driver, cuda
+    cuda = c.driver_cuda(host, gpu)  # the same cross-checked value the cuda check judges
+    return os_name, driver, cuda.value[0] if cuda.ok else None
 
 
 def validate_host(host: HostView, requirements: NodeRequirements, gpu: Read[GpuFacts], *,
