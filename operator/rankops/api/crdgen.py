@@ -102,7 +102,7 @@ def openapi_schema(model: type) -> dict[str, Any]:
     for path, rules in crd.get("validations", {}).items():
         _place_rules(schema, path, rules)
     props = schema["properties"]
-    props["metadata"] = {"type": "object", "description": "Standard object metadata (name, namespace, labels, ...)."}
+    props["metadata"] = {"type": "object"}  # the API server refuses anything more (even a description)
     props["apiVersion"] = {"type": "string", "description": f"{GROUP}/{VERSION}."}
     props["kind"] = {"type": "string", "description": f"{crd['kind']}."}
     schema["required"] = ["spec"]
