@@ -14,7 +14,7 @@ BIN=${RANKOPS_K8S_BIN:-$HOME/.cache/rankops/k8s/v1.34.4/bin}
 HELM=${HELM:-$BIN/helm}
 RELEASE=rankops
 NAMESPACE=rankops-system
-# helm built from source defaults .Capabilities to Kubernetes v1.20; the chart needs >= 1.27.
+# Pinned, so the checked-in renders do not depend on the Kubernetes version a helm binary assumes.
 KUBE_VERSION=1.34.0
 
 if [ ! -x "$HELM" ]; then

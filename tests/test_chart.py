@@ -21,7 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "rankops-operator"
 NAMESPACE = "rankops-system"
-KUBE_VERSION = "1.34.0"  # helm built from source assumes v1.20 otherwise; the chart needs >= 1.27
+KUBE_VERSION = "1.34.0"  # pinned, so renders do not follow the helm binary's default (build.sh: its Kubernetes)
 BIN_DIR = Path(os.environ.get("RANKOPS_K8S_BIN", Path.home() / ".cache/rankops/k8s/v1.34.4/bin"))
 
 ALL_OPTIONS = (
@@ -544,3 +544,70 @@ def test_a_real_api_server_accepts_the_chart_and_enforces_the_own_node_policy(tm
         done = kubectl("auth", "can-i", "list", "secrets", "-A", "--as",
                        "system:serviceaccount:rankops-system:rankops-operator")
         assert done.stdout.strip() == "no"
+
+
+def _template(*args: str) -> list[dict]:
+    done = run_helm("template", "rankops", str(CHART), "--namespace", NAMESPACE, *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_helm_template_works_as_docs_install_md_writes_it():
+    """No --kube-version: build.sh links helm with the Kubernetes version it builds, not v1.20."""
+    objs = _template()
+    assert one(objs, "Deployment")
+    assert "helm template rankops charts/rankops-operator -n" in (ROOT / "docs" / "install.md").read_text()
+
+
+@pytest.mark.parametrize("kube, rendered", [("1.27.0", False), ("1.29.9", False), ("1.30.0", True),
+                                            (KUBE_VERSION, True)])
+def test_admission_policies_render_only_where_their_api_is_ga(kube, rendered):
+    objs = _template("--kube-version", kube, "--set", "validator.restrictToOwnNode=true")
+    policies = {o["metadata"]["name"] for o in objs if o["kind"].startswith("ValidatingAdmissionPolicy")}
+    assert bool(policies) == rendered, policies
+    if rendered:  # the own-node, status and generated CRD policies, each with its binding
+        assert len(policies) == 3 and len(by_kind(objs, "ValidatingAdmissionPolicyBinding")) == 3
+    # A cluster that serves the v1 kind (helm install reads discovery) gets them at any version.
+    served = _template("--kube-version", "1.29.0", "--api-versions",
+                       "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+    assert len(by_kind(served, "ValidatingAdmissionPolicy")) == 3
+
+
+def test_image_pull_secrets_become_the_operators_flags_for_every_operand():
+    from rankops.cli import build_parser
+
+    objs = render(("imagePullSecrets[0].name=regcred", "imagePullSecrets[1].name=mirror"))
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    args = build_parser().parse_args(["run", *operator_container(objs)["args"]])
+    assert args.image_pull_secret == ["regcred", "mirror"]
+    assert build_parser().parse_args(["run", *operator_container(render(()))["args"]]).image_pull_secret == []
+
+
+def _notes(tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` skips it, so a copy of the chart
+    renders it through `tpl` as an ordinary template."""
+    chart = tmp_path / "chart"
+    import shutil
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "NOTES.txt").rename(chart / "notes-under-test.txt")
+    (chart / "templates" / "notes.yaml").write_text(
+        'kind: Notes\ntext: {{ tpl (.Files.Get "notes-under-test.txt") . | toJson }}\n')
+    done = run_helm("template", "rankops", str(chart), "--namespace", NAMESPACE,
+                    "--show-only", "templates/notes.yaml", *args)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)["text"]
+
+
+def test_notes_say_what_was_installed_what_to_type_next_and_what_is_missing(tmp_path):
+    plain = _notes(tmp_path / "a", "--kube-version", KUBE_VERSION)
+    assert "Deployment rankops-operator " in plain and "watching every namespace" in plain
+    assert "kubectl get rankingmodels -A" in plain and "kubectl explain rankingmodel.spec" in plain
+    assert "ValidatingAdmissionPolicies" in plain and "WARNING" not in plain and "OpenShift" not in plain
+    old = _notes(tmp_path / "b", "--kube-version", "1.29.0", "--set", "imagePullSecrets[0].name=regcred",
+                 "--set", "watch.namespaces={reco}")
+    assert "WARNING" in old and "Kubernetes 1.30+" in old and "watching namespaces reco" in old
+    assert "image pull secrets regcred" in old
+    detected = _notes(tmp_path / "c", "--api-versions", "security.openshift.io/v1")
+    assert "--set openshift.enabled=true" in detected
+    assert "SecurityContextConstraints are installed" in _notes(tmp_path / "d", "--set", "openshift.enabled=true")

@@ -195,6 +195,8 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     monkeypatch.setattr(handlers.OPERATOR, "service_monitor_labels", {"release": "kps"})
     policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
     monkeypatch.setattr(handlers.OPERATOR, "tenant_policy", policy)
+    monkeypatch.setattr(handlers.OPERATOR, "image_pull_secrets", ["regcred"])
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
     handlers._model(body, {}, logging.getLogger("test"))
-    assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy}
+    assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
+                    "pull_secrets": ("regcred",)}

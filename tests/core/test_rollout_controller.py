@@ -114,10 +114,12 @@ class Model:
                      "rollout": {"canary": {"weight": 50, "durationSeconds": 60}}},
         }
         self.t = 0
+        self.pull_secrets: tuple[str, ...] = ()   # rankops run --image-pull-secret
 
     def reconcile(self, seconds: int = 10) -> dict:
         self.t += seconds
-        result = models.reconcile(self.cluster, copy.deepcopy(self.body), now=T0 + dt.timedelta(seconds=self.t))
+        result = models.reconcile(self.cluster, copy.deepcopy(self.body), now=T0 + dt.timedelta(seconds=self.t),
+                                  pull_secrets=self.pull_secrets)
         self.body["status"] = result.status
         return result.status
 
@@ -228,3 +230,21 @@ def test_the_canary_is_not_promoted_when_its_pods_node_is_gone():
         cluster.delete("Pod", "reco", pod["metadata"]["name"])
     cluster.run_deployment(names.CANARY, node="gpu-2")
     assert rm.reconcile()["rollout"]["phase"] == "Promoting"
+
+
+def test_image_pull_secrets_reach_the_model_pods_and_the_gate_jobs():
+    cluster = FakeCluster()
+    rm = Model(cluster, version="1")
+    rm.pull_secrets = ("regcred", "mirror")
+    rm.reconcile()
+    cluster.run_deployment(names.STABLE)
+    rm.reconcile()
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    cluster.run_deployment(names.CANARY)
+    assert rm.reconcile()["rollout"]["phase"] == "Warming"
+    pods = {(o["kind"], o["metadata"]["name"]): o["spec"]["template"]["spec"]
+            for o in cluster.list("Deployment", "reco") + cluster.list("Job", "reco")}
+    assert {kind for kind, _ in pods} == {"Deployment", "Job"} and len(pods) >= 3, pods.keys()
+    for key, pod in pods.items():
+        assert pod.get("imagePullSecrets") == [{"name": "regcred"}, {"name": "mirror"}], key

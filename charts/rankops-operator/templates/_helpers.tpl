@@ -71,6 +71,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/*
+"true" where ValidatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1, Kubernetes 1.30+):
+on 1.27-1.29 the policies are not rendered. `helm install` and `helm upgrade` read the cluster's
+APIs, kinds included; `helm template` knows group/versions only (admissionregistration.k8s.io/v1
+is there on 1.27 too, for webhooks), so there the Kubernetes version (--kube-version) decides.
+*/}}
+{{- define "rankops.admissionPolicyApi" -}}
+{{- if or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+          (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "rankops.clusterWide" -}}
 {{- if not .Values.watch.namespaces }}true{{ end }}
 {{- end }}

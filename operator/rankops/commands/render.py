@@ -66,6 +66,15 @@ def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
                         "nvcr.io/nvidia/ (repeatable; none: any image)")
 
 
+def add_pull_secret_flag(p: argparse.ArgumentParser, env: bool = False) -> None:
+    """The image pull secrets every operand pod gets (the chart's imagePullSecrets)."""
+    default = [n for n in os.environ.get("RANKOPS_IMAGE_PULL_SECRETS", "").split(",") if n.strip()] if env else []
+    p.add_argument("--image-pull-secret", action="append", default=default, metavar="NAME",
+                   help="a Secret every validator, model and gate pod pulls images with (repeatable; model "
+                        "namespaces need a Secret of that name)"
+                        + (" (env RANKOPS_IMAGE_PULL_SECRETS=a,b)" if env else ""))
+
+
 def tenant_policy(args: argparse.Namespace):
     """The TenantPolicy of the flags above; PolicyError (a ValueError) names a bad one."""
     from rankops.render.policy import TenantPolicy
@@ -74,18 +83,21 @@ def tenant_policy(args: argparse.Namespace):
 
 
 def render_documents(docs: list[tuple[str, dict[str, Any]]],
-                     service_monitor_labels: dict[str, str] | None = None, policy: Any = None) -> list[dict[str, Any]]:
+                     service_monitor_labels: dict[str, str] | None = None, policy: Any = None,
+                     pull_secrets: list[str] | None = None) -> list[dict[str, Any]]:
     """Everything the operator would apply for these resources, with no cluster.
 
     `service_monitor_labels`: not None adds each RankingModel's ServiceMonitor, with these labels
     (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
     `policy`: the TenantPolicy the operator would run with (default: no file://, any image).
+    `pull_secrets`: the operator's --image-pull-secret names, on every pod template.
     """
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
     from rankops.render.desired import (RenderError, desired_objects, initial_state, monitoring_objects,
                                         resolve_shape)
     from rankops.render.policy import TenantPolicy, spec_problems
+    from rankops.render.pullsecrets import with_pull_secrets
 
     policy = policy or TenantPolicy()
 
@@ -108,10 +120,12 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
         if kind == "GpuNodePool":
             pools[obj.metadata.get("name")] = obj
     out: list[dict[str, Any]] = []
+    pull_secrets = pull_secrets or []
     for where, obj in parsed:
         if obj.kind == "GpuNodePool":
             from rankops.validator.daemonset import render_validator
-            out += render_validator(obj, namespace="rankops-system", service_account="rankops-validator")
+            out += with_pull_secrets(render_validator(obj, namespace="rankops-system",
+                                                      service_account="rankops-validator"), pull_secrets)
             continue
         obj.metadata.setdefault("namespace", "default")
         refused = spec_problems(obj.spec, policy)
@@ -125,8 +139,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
                 # Served as asked, but the operator will report it: say so here too.
                 print(f"rankops render: warning: {where} RankingModel {obj.metadata.get('name')}: "
                       f"RequestsNotBatched: {problem}", file=sys.stderr)
-            out += desired_objects(obj, initial_state(obj), resolved,
-                                   pool.spec.requirements if pool else None, policy)
+            out += with_pull_secrets(desired_objects(obj, initial_state(obj), resolved,
+                                                     pool.spec.requirements if pool else None, policy), pull_secrets)
             if service_monitor_labels is not None:
                 out += monitoring_objects(obj, service_monitor_labels)
         except RenderError as exc:
@@ -139,7 +153,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
 def cmd_render(args: argparse.Namespace) -> int:
     try:
         labels = dict(args.service_monitor_label) if args.service_monitors else None
-        objects = render_documents(load_documents(args.filename), labels, tenant_policy(args))
+        objects = render_documents(load_documents(args.filename), labels, tenant_policy(args),
+                                   args.image_pull_secret)
     except (InputError, OSError, ValueError) as exc:
         print(f"rankops render: {exc}", file=sys.stderr)
         return 1
@@ -173,6 +188,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
     add_service_monitor_flags(p)
     add_tenant_policy_flags(p)
+    add_pull_secret_flag(p)
     add_output_flag(p, ("yaml", "json"), "yaml")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")

@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from rankops.commands.render import add_service_monitor_flags, add_tenant_policy_flags, tenant_policy
+from rankops.commands.render import (add_pull_secret_flag, add_service_monitor_flags, add_tenant_policy_flags,
+                                     tenant_policy)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -36,6 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     OPERATOR.service_monitors = args.service_monitors
     OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
     OPERATOR.tenant_policy = policy
+    OPERATOR.image_pull_secrets = list(args.image_pull_secret)
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
@@ -74,5 +76,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
     add_service_monitor_flags(p, env=True)
     add_tenant_policy_flags(p)
+    add_pull_secret_flag(p, env=True)
     p.add_argument("-v", "--verbose", action="store_true", help="kopf's debug logging")
     p.set_defaults(func=cmd_run)

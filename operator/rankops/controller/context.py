@@ -17,6 +17,7 @@ class OperatorContext:
     service_monitors: bool = False                  # a ServiceMonitor per RankingModel, where served
     service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by
     tenant_policy: TenantPolicy = field(default_factory=TenantPolicy)   # file:// dirs, image prefixes allowed
+    image_pull_secrets: list[str] = field(default_factory=list)  # on every operand pod (validators, models, gates)
 
 
 OPERATOR = OperatorContext()

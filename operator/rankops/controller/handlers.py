@@ -84,7 +84,8 @@ def _namespace_going(name: str) -> bool:
 def _model(body, patch, logger):
     _run("RankingModel", lambda b: models.reconcile(
         OPERATOR.kube, b, service_monitors=OPERATOR.service_monitors,
-        service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy), body, patch, logger)
+        service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
+        pull_secrets=tuple(OPERATOR.image_pull_secrets)), body, patch, logger)
 
 
 def _pool(body, patch, logger):

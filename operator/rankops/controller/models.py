@@ -23,6 +23,7 @@ from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
                                     monitoring_objects, resolve_shape, track_objects, with_owner)
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
+from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout.machine import (ACTIVE, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
@@ -196,7 +197,7 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
 
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
-              policy: TenantPolicy = TenantPolicy()) -> Result:
+              policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = ()) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`)."""
@@ -266,7 +267,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
                         (service_monitor_labels or {}) if service_monitors else None, canary_pods,
-                        policy=policy)
+                        policy=policy, pull_secrets=pull_secrets)
     except RenderError as exc:
         return _degraded_only(body, "RenderFailed", str(exc), unapplied_events)
     except writes.ChildRefused as exc:
@@ -283,7 +284,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
                     pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None,
                     canary_pods: list[tuple[dict, PodObservation]] = (),
-                    policy: TenantPolicy = TenantPolicy()) -> None:
+                    policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = ()) -> None:
     """`service_monitor_labels`: None leaves ServiceMonitors alone; a dict (may be empty) applies one."""
     name, namespace = rm.metadata["name"], rm.metadata["namespace"]
     serving = decision.serving
@@ -304,7 +305,7 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
     foreign = pod_volume_problems(wanted, policy)   # never expected: rendering refuses them first
     if foreign:
         raise RenderError("; ".join(foreign))
-    writes.apply_all(kube, rm.metadata, wanted)
+    writes.apply_all(kube, rm.metadata, with_pull_secrets(wanted, pull_secrets))
 
     # Remove what the decision no longer wants.
     unwanted_tracks = [t for t, v in ((names.CANARY, serving.canary_version),

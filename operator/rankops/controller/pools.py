@@ -14,6 +14,7 @@ from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.controller.kube import Kube
 from rankops.rollout.machine import Event
+from rankops.render.pullsecrets import with_pull_secrets
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.node import LABEL_POOL, clear_marks_patch, label_value
 from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
@@ -52,7 +53,7 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
     children = [] if meta.get("deletionTimestamp") else render_validator(
         pool, namespace=operator.namespace, service_account=operator.validator_service_account,
         **({"image": operator.validator_image} if operator.validator_image else {}))
-    for obj in children:
+    for obj in with_pull_secrets(children, getattr(operator, "image_pull_secrets", ())):
         kube.apply(_owned(obj, body))
 
     selector = ",".join(f"{k}={v}" for k, v in pool.spec.node_selector.items())

@@ -70,7 +70,7 @@ GO
 
 build_module_tool() {  # name module version package [ldflags]
   local name=$1 module=$2 version=$3 pkg=$4 ld=${5:-}
-  have "$name" && { say "$name $version: cached"; return; }
+  have "$name" && [ "${RELINK:-}" != "$name" ] && { say "$name $version: cached"; return; }
   say "$name $version: building"
   local dir=$WORK/$name
   mkdir -p "$dir"
@@ -85,8 +85,14 @@ build_module_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd
   "-X go.etcd.io/etcd/api/v3/version.GitSHA=release"
 build_module_tool kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+# helm's Makefile links in the Kubernetes version `helm template` and `helm lint` assume; without it
+# they assume v1.20 and refuse the chart (kubeVersion >= 1.27). A helm linked before this: relinked.
+helm_kube="helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+helm_kube="$helm_kube -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
+[ -f "$BIN/.helm-kube-1.$minor" ] || RELINK=helm
 build_module_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X $helm_kube"
+touch "$BIN/.helm-kube-1.$minor"
 build_kubernetes
 say "ready in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"
