@@ -53,20 +53,8 @@ def test_the_applied_config_and_command_line_serve_on_real_triton(k8s, namespace
         kept = [a for a in server.arguments() if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
         assert kept == [a for a in container["args"] if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
         connection_inputs = spec_models.request_arrays(rm.spec, candidates=23)
-        outputs = _infer(server, "served", connection_inputs)
+        outputs = server.infer("served", connection_inputs)
         findings = server.findings()
     rows = next(iter(connection_inputs.values())).shape[0]
     assert outputs["scores"].shape[0] == rows and np.isfinite(outputs["scores"]).all()
     assert not findings, "Triton warned or refused:\n" + "\n".join(findings)
-
-
-def _infer(server: triton.TritonServer, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from rankops.gates.client import Endpoint
-    from rankops.gates.samples import Sample
-
-    connection = Endpoint(server.http_url, model).connect()
-    try:
-        info = connection.model_info()
-        return connection.infer(connection.build_request(Sample(line=1, inputs=inputs), info))
-    finally:
-        connection.close()

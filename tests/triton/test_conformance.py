@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from triton_serving import expected_output_shapes, infer, request_inputs, serve
+from rankops.devcluster import spec_models, triton
+from triton_serving import expected_output_shapes, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("rankingmodel-*.yaml"))
@@ -48,8 +49,8 @@ def _versions(path: Path) -> list[tuple[dict, str]]:
 
 def _check(install, doc: dict, tmp_path: Path, version: str | None = None, candidates: int = 7) -> None:
     with serve(install, doc, tmp_path, version) as (rm, server):
-        inputs = request_inputs(rm, candidates=candidates)
-        outputs = infer(server, rm.metadata["name"], inputs)
+        inputs = spec_models.request_arrays(rm.spec, candidates=candidates)
+        outputs = server.infer(rm.metadata["name"], inputs)
         shapes = {name: list(value.shape) for name, value in outputs.items()}
         assert shapes == expected_output_shapes(rm, inputs, candidates)
         findings = server.findings()
@@ -110,15 +111,26 @@ def test_two_instances_per_gpu(triton_install, tmp_path):
 
 def test_a_tensorrt_engine_is_refused_by_the_cpu_standin(triton_install, tmp_path):
     """The tensorrt stand-in runs only ONNX stored as model.plan; an engine fails to load, saying why."""
-    from rankops.devcluster import triton
-    from triton_serving import rendered
-
     doc = _doc(versions=[{"name": "1", "modelUri": "s3://models/ranker/1", "format": "tensorrt_plan",
                           "precision": "int8"}])
-    _, deployment, config_map = rendered(doc)
+    _, deployment, config_map = triton.rendered_serving(doc)
     engine = tmp_path / "engine"
     engine.mkdir()
     (engine / "model.plan").write_bytes(b"ftrt\x00not an onnx graph")
     server = triton.TritonServer.for_rendered(deployment, config_map, {"1": engine}, tmp_path, install=triton_install)
     with pytest.raises(triton.TritonError, match="cannot run without a GPU"):
         server.start(timeout_s=60)
+
+
+def test_findings_see_glog_and_plain_warnings_but_not_the_cpu_only_start(tmp_path, triton_install):
+    from rankops.devcluster import triton
+
+    log = tmp_path / "tritonserver.log"
+    log.write_text(
+        "Error: Failed to initialize NVML\n"
+        'W1201 08:49:35.055377 11264 metrics.cc:798] "DCGM unable to start: DCGM initialization error"\n'
+        "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.\n"
+        'E1201 09:03:09.395285 31719 model_lifecycle.cc:642] "failed to load \'ranker\' version 1"\n'
+        'I1201 08:49:35.055588 11264 metrics.cc:770] "Collecting CPU metrics"\n')
+    server = triton.TritonServer(install=triton_install, container_args=[], repository=tmp_path, log_path=log)
+    assert [f.split()[0] for f in server.findings()] == ["Warning:", "E1201"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
-from typing import Sequence
 
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec, TensorSpec
 from rankops.render.tritonconfig import MODEL_FILENAMES
@@ -138,24 +137,6 @@ def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int 
         torch.onnx.export(module, example, str(path), input_names=[t.name for t in spec.inputs],
                           output_names=[t.name for t in spec.outputs], dynamic_axes=dynamic, dynamo=False)
     return path
-
-
-def output_shape(tensor: TensorSpec, batch: int, candidates: int) -> list[int]:
-    return [batch] + ([candidates] if _carries_candidates(tensor) else []) + _trailing(tensor)
-
-
-def version_artifacts(spec: RankingModelSpec, root: Path, versions: Sequence[str] | None = None) -> dict[str, Path]:
-    """One exported artifact directory per version of the spec, keyed by Triton version directory."""
-    from rankops.render.tritonconfig import triton_version
-
-    out = {}
-    for i, version in enumerate(spec.versions):
-        if versions is not None and version.name not in versions:
-            continue
-        directory = root / f"v{version.name}"
-        export(spec, version.format, directory, seed=i)
-        out[str(triton_version(version.name))] = directory
-    return out
 
 
 def request_arrays(spec: RankingModelSpec, candidates: int = 7, users: int = 2, seed: int = 0) -> dict:
