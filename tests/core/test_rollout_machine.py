@@ -84,9 +84,10 @@ def test_a_version_change_walks_every_gate_then_promotes():
     assert [g["gate"] for g in s["gates"]] == ["warmup", "equivalence"]
     d, s = drive(rm, s, 51, **up())
     assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic
-    d, s = drive(rm, s, 50 + 299, **up())
+    # The hold counts from the step traffic was switched on (51), not from the record (50).
+    d, s = drive(rm, s, 51 + 299, **up())
     assert s["rollout"]["phase"] == "Canary"
-    d, s = drive(rm, s, 50 + 300, **up())
+    d, s = drive(rm, s, 51 + 300, **up())
     assert s["rollout"]["phase"] == "Promoting"
     assert d.serving.stable_version == "2" and d.serving.canary_version == "2" and d.serving.canary_traffic
     assert s["stableVersion"] == "1", "stable is recorded as promoted only once its pods run the new version"
@@ -183,6 +184,8 @@ def _to_canary(rm, seconds=3):
     s = _to_verifying(rm)
     _, s = drive(rm, s, seconds, gates={"equivalence": passed("equivalence")}, **up())
     assert s["rollout"]["phase"] == "Canary"
+    _, s = drive(rm, s, seconds, **up())     # the next step switches traffic on: the hold starts
+    assert s["rollout"]["phase"] == "Canary" and s["rollout"]["canarySince"]
     return s
 
 
@@ -397,3 +400,19 @@ def test_attempts_started_in_the_same_second_differ():
 def test_canary_replicas_follow_the_weight(weight, replicas, expected):
     from rankops.render.desired import canary_replicas_for
     assert canary_replicas_for(replicas, weight) == expected
+
+
+def test_the_canary_hold_starts_when_traffic_does_even_if_the_next_step_comes_late():
+    """The step after status says Canary switches traffic on. Counting the hold from the record,
+    a hold shorter than the reconcile interval ended before any request reached the canary: the
+    e2e saw the canary serve only while Promoting."""
+    rm = model("2", canary={"weight": 20, "durationSeconds": 3})
+    _, s = drive(rm, {"stableVersion": "1"})
+    _, s = drive(rm, s, 10, **up())
+    _, s = drive(rm, s, 20, **up(), gates={"warmup": passed("warmup")})
+    _, s = drive(rm, s, 30, **up(), gates={"equivalence": passed("equivalence")})
+    assert s["rollout"]["phase"] == "Canary"
+    d, s = drive(rm, s, 45, **up())            # 15 s later: traffic goes on now, the hold starts
+    assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic
+    d, s = drive(rm, s, 48, **up())
+    assert s["rollout"]["phase"] == "Promoting"

@@ -255,7 +255,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
                 nxt = NEXT_PHASE[phase]
                 events.append(Event("Normal", "GatePassed", f"{gate} gate passed for {target}: {summary}"))
                 if nxt == CANARY:
-                    rollout["canarySince"] = iso(now)
+                    rollout.pop("canarySince", None)   # set when traffic really starts (below)
                     move(CANARY, f"gates passed; canary {target} takes {spec.rollout.canary.weight}% of traffic "
                                  f"for {spec.rollout.canary.duration_seconds}s")
                 else:
@@ -266,10 +266,16 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             # The Job should have hit its own deadline; this catches a Job that never started.
             roll_back(gate, f"{gate} gate for {target} did not report within {timeout}s")
 
+    # Traffic follows the record: it reaches the canary only from the step after status says Canary,
+    # so no request is served by a version whose status does not yet show both verdicts.
+    recorded = status.get("rollout") or {}
+    recorded_here = recorded.get("version") == target and attempt_id(recorded) == attempt
+    if phase == CANARY and recorded_here and recorded.get("phase") == CANARY and not rollout.get("canarySince"):
+        rollout["canarySince"] = iso(now)   # the hold counts from the step traffic is switched on
     if not paused and phase == CANARY:
         duration = spec.rollout.canary.duration_seconds
-        held = (now - (parse_time(rollout.get("canarySince")) or parse_time(rollout.get("phaseSince")) or now)
-                ).total_seconds()
+        since = parse_time(rollout.get("canarySince"))
+        held = (now - since).total_seconds() if since else 0.0
         asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
         if (held >= duration or asked) and canary_up:
             why = "promoted by annotation" if held < duration else f"canary held {int(held)}s"
@@ -296,11 +302,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     weight = spec.rollout.canary.weight
     canary_replicas = canary_replicas_for(spec.replicas, weight) \
         if spec.rollout.canary.traffic is TrafficMode.replicas else 1
-    # Traffic follows the record: it reaches the canary only from the step after status says Canary,
-    # so no request is served by a version whose status does not yet show both verdicts.
-    recorded = status.get("rollout") or {}
-    taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) \
-        and recorded.get("version") == target and attempt_id(recorded) == attempt
+    taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) and recorded_here
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
         canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas)
