@@ -93,3 +93,10 @@ def printer_columns(cluster: Cluster, namespace: str, name: str) -> dict[str, st
 def events_for(k8s: Any, namespace: str, name: str) -> list[Any]:
     return [e for e in k8s.core.list_namespaced_event(namespace).items
             if e.involved_object.kind == "RankingModel" and e.involved_object.name == name]
+
+
+def wait_event(k8s: Any, namespace: str, name: str, reason: str, timeout: float = 30) -> list[Any]:
+    """The model's events with `reason`, waited for: kopf posts events from a background queue,
+    so one can land after the status that it explains."""
+    return wait_for(lambda: [e for e in events_for(k8s, namespace, name) if e.reason == reason], timeout,
+                    f"a {reason} event for {name}")

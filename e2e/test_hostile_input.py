@@ -123,7 +123,7 @@ def test_a_child_write_the_api_server_refuses_is_degraded_at_the_new_generation(
     assert after.metadata.resource_version == before.metadata.resource_version, "generation 2 not half-applied"
     assert k8s.core.read_namespaced_config_map(names.config_map_name("gw", names.STABLE), namespace) \
         .metadata.resource_version == config.metadata.resource_version
-    assert "ChildRefused" in {e.reason for e in models.events_for(k8s, namespace, "gw")}
+    models.wait_event(k8s, namespace, "gw", "ChildRefused")
 
     models.patch_spec(k8s, namespace, "gw", {"rollout": {"canary": {"traffic": "replicas"}}})
     rm = models.wait_ready(k8s, namespace, "gw")

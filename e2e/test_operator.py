@@ -88,9 +88,8 @@ def test_model_without_pool_serves_with_owned_children_and_true_columns(cluster,
     columns = models.printer_columns(cluster, namespace, "ctr")
     assert {k: columns[k] for k in ("STABLE", "PHASE", "READY", "VERSION")} == \
         {"STABLE": "1", "PHASE": "Ready", "READY": "2/2", "VERSION": "1"}
-    # Events are posted asynchronously, so wait for the one of the NotReady -> Ready flip.
-    ready_events = wait_for(lambda: [e for e in models.events_for(k8s, namespace, "ctr") if e.reason == "Ready"],
-                            15, "a Ready Event on the RankingModel")
+    # The one event of the NotReady -> Ready flip.
+    ready_events = models.wait_event(k8s, namespace, "ctr", "Ready")
     assert len(ready_events) == 1 and ready_events[0].count in (None, 1), ready_events
 
 
@@ -173,7 +172,7 @@ def test_missing_pool_is_degraded_and_a_bad_edit_leaves_the_serving_model_alone(
     message = models.condition(rm, "Degraded")["message"]
     assert "no-such-pool" in message and "spec.nodePool" in message
     assert gone(lambda: _deployment(k8s, namespace, "orphan"))
-    assert "NodePoolNotFound" in {e.reason for e in models.events_for(k8s, namespace, "orphan")}
+    models.wait_event(k8s, namespace, "orphan", "NodePoolNotFound")
 
     models.create(k8s, namespace, models.model_manifest("serving"))
     models.wait_ready(k8s, namespace, "serving")
@@ -220,8 +219,7 @@ def test_a_file_uri_to_the_hosts_etc_is_degraded_and_nothing_mounts_it(k8s, name
     assert _deployment(k8s, namespace, "serving").metadata.resource_version == before.metadata.resource_version
     assert gone(lambda: _deployment(k8s, namespace, "serving", names.CANARY))
     assert models.condition(rm, "Ready")["status"] == "True" and rm["status"]["stableVersion"] == "1"
-    wait_for(lambda: "NotAllowedOnThisCluster" in {e.reason for e in models.events_for(k8s, namespace, "serving")},
-             15, "a NotAllowedOnThisCluster Event on the RankingModel")
+    models.wait_event(k8s, namespace, "serving", "NotAllowedOnThisCluster")
     host_paths = [(p.metadata.name, v.host_path.path) for p in k8s.core.list_namespaced_pod(namespace).items
                   for v in p.spec.volumes or [] if v.host_path]
     assert host_paths == []

@@ -123,8 +123,7 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
     assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
     jobs = _gate_jobs(k8s, namespace, "ranker")
     assert sorted(j.metadata.labels[names.LABEL_GATE] for j in jobs) == ["equivalence", "warmup"]
-    reasons = {e.reason for e in models.events_for(k8s, namespace, "ranker")}
-    assert "Promoted" in reasons, reasons
+    models.wait_event(k8s, namespace, "ranker", "Promoted")
 
     # v2 -> v3: equivalence fails; v2 keeps serving, untouched, and the status says why.
     generation_before = stable.metadata.generation
@@ -145,8 +144,7 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
     assert stable.metadata.generation == generation_before
     assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
     assert stable.status.ready_replicas == 2
-    reasons = {e.reason for e in models.events_for(k8s, namespace, "ranker")}
-    assert "RolledBack" in reasons, reasons
+    models.wait_event(k8s, namespace, "ranker", "RolledBack")
 
 
 def test_operator_killed_while_verifying_resumes_without_duplicate_jobs(k8s, namespace, operator):
@@ -189,7 +187,7 @@ def test_a_new_version_mid_rollout_supersedes_it_cleanly(k8s, namespace, operato
     assert v2_equivalence and not set(v2_equivalence) & set(jobs), sorted(jobs)
     v3_gates = {g["gate"]: g["outcome"] for g in rm["status"]["gates"] if g.get("version") == "3"}
     assert v3_gates == {"warmup": "pass", "equivalence": "pass"}, rm["status"]["gates"]
-    assert "RolloutSuperseded" in {e.reason for e in models.events_for(k8s, namespace, "switch")}
+    models.wait_event(k8s, namespace, "switch", "RolloutSuperseded")
     models.wait_status(k8s, namespace, "switch", lambda rm: rm["status"].get("stableVersion") == "3"
                        and rm["status"].get("phase") == "Ready", "v3 stable after superseding v2")
 
@@ -273,8 +271,7 @@ def test_only_the_operator_may_write_status_and_a_forged_stable_version_never_se
         bot.close()
         as_operator.close()
     # ...which the operator does not take: no Promoted rollout of 2, and v1 is what runs.
-    wait_for(lambda: "StatusRejected" in {e.reason for e in models.events_for(k8s, namespace, "guarded")}, 30,
-             "the operator rejecting the forged stableVersion")
+    models.wait_event(k8s, namespace, "guarded", "StatusRejected")  # the forged stableVersion refused
     models.wait_status(k8s, namespace, "guarded", lambda rm: rm["status"].get("stableVersion") == "1"
                        and rm["status"].get("phase") == "Ready", "v1 stable and Ready again")
     stable = _stable(k8s, namespace, "guarded")
