@@ -177,3 +177,17 @@ def test_render_cli_exit_codes(tmp_path, capsys):
     assert main(["render", "-f", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "spec.replicas" in err and "spec.version" in err
+
+
+def test_render_refuses_a_tensorrt_plan_built_for_another_tensorrt(tmp_path):
+    # Issue 16: the operator says TensorRTVersionMismatch before any pod; render refuses it too.
+    doc = yaml.safe_load((HERE / "cases" / "tensorrt-int8.yaml").read_text())
+    doc["spec"]["tritonImage"] = "nvcr.io/nvidia/tritonserver:24.05-py3"
+    doc["spec"]["versions"][1]["tensorrtVersion"] = "8.6.1.6"
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match=r"spec\.versions\[1\] \(v2-int8\).*TensorRT 8\.6\.1\.6.*TensorRT 10\.0\.1\.6"):
+        render_documents(load_documents([str(path)]))
+    doc["spec"]["versions"][1]["tensorrtVersion"] = "10.0.1.6"
+    path.write_text(yaml.safe_dump(doc))
+    assert render_documents(load_documents([str(path)]))

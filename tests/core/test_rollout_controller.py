@@ -248,3 +248,55 @@ def test_image_pull_secrets_reach_the_model_pods_and_the_gate_jobs():
     assert {kind for kind, _ in pods} == {"Deployment", "Job"} and len(pods) >= 3, pods.keys()
     for key, pod in pods.items():
         assert pod.get("imagePullSecrets") == [{"name": "regcred"}, {"name": "mirror"}], key
+
+
+def _degraded(status: dict) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == "Degraded")
+
+
+def test_pool_whose_ready_nodes_cannot_run_the_triton_image_is_degraded_driver_too_old():
+    # Issue 16: 24.05 needs R545, or 525.85+ on R525; the pool's only ready node has 525.60.13.
+    cluster = FakeCluster()
+    cluster.put({"kind": "GpuNodePool", "metadata": {"name": "t4"}, "spec": {"nodeSelector": {"pool": "t4"}},
+                 "status": {"nodes": 1, "ready": 1}})
+    cluster.put({"kind": "Node", "metadata": {"name": "gpu-old", "labels": {
+        "rankops.io/pool": "t4", "rankops.io/gpu-ready": "true", "rankops.io/driver-version": "525.60.13",
+        "rankops.io/driver-branch": "525", "rankops.io/driver-minor": "60"}}})
+    rm = Model(cluster, version="1")
+    rm.body["spec"].update(nodePool="t4", tritonImage="nvcr.io/nvidia/tritonserver:24.05-py3")
+    degraded = _degraded(rm.reconcile())
+    assert (degraded["status"], degraded["reason"]) == ("True", "DriverTooOld")
+    for words in ("nvcr.io/nvidia/tritonserver:24.05-py3", "gpu-old has 525.60.13", "R545 or later",
+                  "older Triton image", "upgrade the nodes' driver"):
+        assert words in degraded["message"], words
+    # Placement keeps the pods off that node: its driver matches no nodeSelectorTerm.
+    dep = cluster.get("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))
+    terms = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert any(e["key"] == "rankops.io/driver-branch" for t in terms for e in t["matchExpressions"])
+    # The driver upgraded to R550 (validator relabels): nothing wrong any more.
+    cluster.objects[("Node", None, "gpu-old")]["metadata"]["labels"].update({
+        "rankops.io/driver-version": "550.54.15", "rankops.io/driver-branch": "550", "rankops.io/driver-minor": "54"})
+    assert _degraded(rm.reconcile())["reason"] == "AsExpected"
+
+
+def test_an_image_rankops_does_not_know_is_said_in_degraded_not_guessed():
+    cluster = FakeCluster()
+    cluster.put({"kind": "GpuNodePool", "metadata": {"name": "t4"}, "spec": {"nodeSelector": {"pool": "t4"}},
+                 "status": {"nodes": 1, "ready": 1}})
+    rm = Model(cluster, version="1")
+    rm.body["spec"].update(nodePool="t4", tritonImage="registry.example.com/ml/tritonserver:custom")
+    degraded = _degraded(rm.reconcile())
+    assert degraded["status"] == "False" and "not an NGC tritonserver" in degraded["message"]
+
+
+def test_tensorrt_plan_built_for_another_tensorrt_is_degraded_before_any_pod_starts():
+    cluster = FakeCluster()
+    rm = Model(cluster, version="1")
+    rm.body["spec"]["tritonImage"] = "nvcr.io/nvidia/tritonserver:24.05-py3"
+    rm.body["spec"]["versions"][0].update(format="tensorrt_plan", tensorrtVersion="8.6.1.6")
+    status = rm.reconcile()
+    degraded = _degraded(status)
+    assert (degraded["status"], degraded["reason"]) == ("True", "TensorRTVersionMismatch")
+    assert "TensorRT 8.6.1.6" in degraded["message"] and "TensorRT 10.0.1.6" in degraded["message"]
+    assert cluster.list("Deployment", "reco") == [], "no pod may start with an engine Triton refuses"

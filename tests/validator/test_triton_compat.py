@@ -64,3 +64,12 @@ def test_table_is_well_formed():
     for release, entry in releases().items():
         assert entry["release"] == release and isinstance(entry["minDriverBranch"], int)
         assert all(int(m.split(".")[0]) <= entry["minDriverBranch"] for m in entry["dataCenterForwardCompatible"])
+        # A TensorRT version is only ever filled from an NVIDIA page for that release, named beside it.
+        assert (entry["tensorrt"] is None) == ("tensorrtSource" not in entry), release
+        assert entry["tensorrt"] is None or entry["tensorrtSource"].startswith("https://docs.nvidia.com/")
+
+
+def test_tensorrt_of_a_release_comes_with_the_check():
+    # 24.05: TensorRT 10.0.1.6 (Triton's Release Compatibility Matrix; the 24.05 framework containers).
+    assert check("nvcr.io/nvidia/tritonserver:24.05-py3", "550.54.15").tensorrt == "10.0.1.6"
+    assert check("nvcr.io/nvidia/tritonserver:24.10-py3", "560.35.03").tensorrt is None

@@ -13,7 +13,8 @@ from rankops.validator import gpu
 from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.host import HostView
-from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_OS, LABEL_POOL,
+from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
+                                    LABEL_DRIVER_MINOR, LABEL_OS, LABEL_POOL,
                                     LABEL_READY, TAINT_KEY, clear_marks_patch, label_value, node_patch,
                                     run_on_node)
 from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
@@ -39,7 +40,8 @@ def _node(name="gpu-1", taints=(), labels=None, annotations=None, gpus=1):
 def test_labels_and_annotation_of_a_ready_node(build_host):
     patch = node_patch(_report(build_host), "t4-pool", True, _node(taints=[OTHER_TAINT]))
     assert patch["metadata"]["labels"] == {LABEL_READY: "true", LABEL_POOL: "t4-pool", LABEL_DRIVER: "535.104.05",
-                                           LABEL_CUDA: "12.2", LABEL_OS: "rhel-8.9"}
+                                           LABEL_CUDA: "12.2", LABEL_OS: "rhel-8.9",
+                                           LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104"}
     report = json.loads(patch["metadata"]["annotations"][ANNOTATION_REPORT])
     assert report["ready"] is True and report["node"] == "gpu-1" and "remedy" not in report["checks"][0]
     assert "spec" not in patch  # taints untouched
@@ -64,6 +66,16 @@ def test_taint_removed_when_the_node_passes_or_tainting_is_turned_off(build_host
 def test_unknown_facts_remove_their_labels(build_host):
     labels = node_patch(_report(build_host, "empty", NodeRequirements()), "p", False, _node())["metadata"]["labels"]
     assert labels[LABEL_OS] is None and labels[LABEL_DRIVER] is None and labels[LABEL_READY] == "false"
+    assert labels[LABEL_DRIVER_BRANCH] is None and labels[LABEL_DRIVER_MINOR] is None
+
+
+@pytest.mark.parametrize("driver, branch, minor", [
+    ("535.104.05", "535", "104"), ("570.26", "570", "26"), ("560.35.03", "560", "35"),
+    ("535", None, None), ("garbage", None, None), (None, None, None),
+])
+def test_driver_branch_and_minor_labels_are_integers_affinity_can_compare(driver, branch, minor):
+    from rankops.validator.node import driver_number_labels
+    assert driver_number_labels(driver) == {LABEL_DRIVER_BRANCH: branch, LABEL_DRIVER_MINOR: minor}
 
 
 @pytest.mark.parametrize("text, value", [
@@ -202,6 +214,24 @@ def test_pool_status_is_a_valid_status_object(build_host):
     GpuNodePoolStatus.model_validate({**summary, "observedGeneration": 3, "conditions": conditions})
     assert [(c["type"], c["status"], c["reason"]) for c in conditions] == \
         [("Ready", "False", "NoReadyNodes"), ("Degraded", "True", "NodesFailing")]
+
+
+def test_pool_status_shows_the_ready_nodes_drivers_and_the_newest_triton_they_run(build_host):
+    # Issue 16: `kubectl get gnp` shows which Triton releases the pool's drivers run.
+    from rankops.api.gpunodepool import GpuNodePool
+    ready = _labelled(build_host, "a", "healthy-rhel89")            # 535.104.05
+    failing = _labelled(build_host, "b", "selinux-boolean-off")     # not ready: its driver is not counted
+    failing["metadata"]["labels"][LABEL_DRIVER] = "470.42.01"
+    summary = aggregate_pool_status(_pool(), [ready, failing])
+    # 535.104.05 runs 25.10 only through forward compatibility (535.86 or later R535).
+    assert (summary["driverVersions"], summary["newestTriton"]) == ("535.104.05", "25.10")
+    older = _labelled(build_host, "c", "healthy-rhel89")
+    older["metadata"]["labels"][LABEL_DRIVER] = "535.54.03"
+    summary = aggregate_pool_status(_pool(), [ready, older])
+    assert (summary["driverVersions"], summary["newestTriton"]) == ("535.54.03, 535.104.05", "23.08")
+    assert aggregate_pool_status(_pool(), [failing])["driverVersions"] is None
+    columns = {c["name"]: c["jsonPath"] for c in GpuNodePool.__crd__["printerColumns"]}
+    assert columns["Drivers"] == ".status.driverVersions" and columns["Newest-Triton"] == ".status.newestTriton"
 
 
 def test_condition_transition_time_moves_only_on_flips():

@@ -156,6 +156,12 @@ class GpuNodePoolStatus(ApiModel):
         "older pool selects them too (see the NodesWithoutGpus and Overlapping conditions)."))] = 0
     failing_by_check: Annotated[list[FailingCheck], Field(
         default_factory=list, description="For each failing check: how many nodes and which.")]
+    driver_versions: Annotated[str | None, Field(description=(
+        "The NVIDIA driver versions of the ready nodes, oldest first, comma-separated."))] = None
+    newest_triton: Annotated[str | None, Field(description=(
+        "The newest Triton release (YY.MM) in rankops' table from NVIDIA's release notes that every ready "
+        "node's driver runs (on data-center GPUs, through forward compatibility); a RankingModel whose "
+        "tritonImage is newer lands only on the nodes whose driver runs it."))] = None
     conditions: list[Condition] = Field(default_factory=list, description="Standard Kubernetes conditions (Ready, Degraded, ...), one per type.")
 
 
@@ -171,6 +177,8 @@ class GpuNodePool(ApiModel):
             {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
             {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},
             {"name": "Failing", "type": "integer", "jsonPath": ".status.failing"},
+            {"name": "Drivers", "type": "string", "jsonPath": ".status.driverVersions"},
+            {"name": "Newest-Triton", "type": "string", "jsonPath": ".status.newestTriton"},
             {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "priority": 1},
             {"name": "Excluded", "type": "integer", "jsonPath": ".status.excluded", "priority": 1},
             {"name": "Taint", "type": "boolean", "jsonPath": ".spec.taintFailingNodes", "priority": 1},

@@ -23,6 +23,8 @@ DEFAULT_RANKOPS_IMAGE = "quay.io/rankops/rankops:0.1.0"
 VERSION_NAME = r"^[a-z0-9]([a-z0-9.-]{0,18}[a-z0-9])?$"
 TENSOR_NAME = r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$"
 MODEL_URI = r"^(s3|gs|pvc|file|https?)://.+"
+TENSORRT_VERSION = r"^[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{1,2}(\.[0-9]{1,3})?$"
+TRITON_RELEASE = r"^[0-9]{2}\.[0-9]{2}$"
 
 
 class ModelFormat(str, Enum):
@@ -62,6 +64,29 @@ class ModelVersion(ApiModel):
     format: Annotated[ModelFormat, Field(description="Artifact format.")]
     precision: Annotated[Precision, Field(description=(
         "Numeric precision. For onnx, fp16/int8 turn on Triton's TensorRT execution accelerator."))] = Precision.fp32
+    tensorrt_version: Annotated[str | None, Field(pattern=TENSORRT_VERSION, max_length=20, description=(
+        'For tensorrt_plan: the TensorRT version that built the engine, e.g. "10.0.1.6" (an engine loads only '
+        "on that TensorRT). rankops compares it with the TensorRT of spec.tritonImage's release and reports a "
+        "mismatch as Degraded before any pod starts; unset, the engine cannot be checked."))] = None
+    built_with_triton: Annotated[str | None, Field(pattern=TRITON_RELEASE, max_length=5, description=(
+        'For tensorrt_plan: the Triton release (YY.MM, e.g. "24.05") whose container built the engine, when '
+        "tensorrtVersion is not known; the engine is checked against spec.tritonImage's release."))] = None
+
+    @field_validator("tensorrt_version", "built_with_triton", mode="before")
+    @classmethod
+    def _versions_are_quoted(cls, value: Any, info) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            name = "tensorrtVersion" if info.field_name == "tensorrt_version" else "builtWithTriton"
+            raise ValueError(f"{name} must be a quoted string such as \"24.10\": unquoted, YAML reads it as "
+                             f"the number {value!r} (24.10 would become 24.1)")
+        return value
+
+    @model_validator(mode="after")
+    def _engine_fields_only_for_plans(self) -> "ModelVersion":
+        if (self.tensorrt_version or self.built_with_triton) and self.format is not ModelFormat.tensorrt_plan:
+            raise ValueError(f"version {self.name!r}: tensorrtVersion and builtWithTriton describe a TensorRT "
+                             f"engine; they apply only to format tensorrt_plan, not {self.format.value}")
+        return self
 
 
 class TensorSpec(ApiModel):
@@ -259,7 +284,11 @@ class RankingModelSpec(ApiModel):
             "AWS_ACCESS_KEY_ID). The operator checks it exists before serving a version that needs it."))] = None
     version: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "The version that should serve; must name an entry of versions. Changing it starts a gated rollout."))]
-    versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.")]
+    versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.",
+        json_schema_extra={"x-kubernetes-validations": [{
+            "rule": "self.all(v, v.format == 'tensorrt_plan' || (!has(v.tensorrtVersion) && !has(v.builtWithTriton)))",
+            "message": "tensorrtVersion and builtWithTriton describe a TensorRT engine: set them only on "
+                       "versions with format tensorrt_plan"}]})]
     inputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=32, description=(
         "Input tensors (user and candidate features as separate inputs)."))]
     outputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=32, description="Output tensors.")]

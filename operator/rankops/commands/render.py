@@ -128,7 +128,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
                                                       service_account="rankops-validator"), pull_secrets)
             continue
         obj.metadata.setdefault("namespace", "default")
-        refused = spec_problems(obj.spec, policy)
+        from rankops.validator.image_fit import engine_mismatches
+        refused = spec_problems(obj.spec, policy) + engine_mismatches(obj.spec)[0]  # as the operator refuses them
         if refused:
             errors += [f"{where} RankingModel {obj.metadata.get('name')}: {line}" for line in refused]
             continue

@@ -29,6 +29,8 @@ from rankops.rollout import jobs as gate_jobs
 from rankops.rollout.machine import (ACTIVE, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
                                      GateObservation, Observed, attempt_id, step)
 from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
+from rankops.validator import image_fit
+from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
@@ -217,11 +219,16 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         return _degraded_only(body, POLICY_REASON, "; ".join(refused) +
                               " (the serving version is left untouched)", events)
 
+    engines_off, notes = image_fit.engine_mismatches(rm.spec)
+    if engines_off:   # Triton would refuse the engine: say so before any pod starts
+        return _degraded_only(body, "TensorRTVersionMismatch", "; ".join(engines_off) +
+                              " (the serving version is left untouched)", events)
+
     missing = _credentials_missing(kube, rm)
     if missing:
         return _degraded_only(body, "CredentialsSecretNotFound", missing, events)
 
-    pool_requirements, pool_note = None, None
+    pool_requirements, pool_note, placement = None, None, None
     if rm.spec.node_pool:
         pool = kube.get("GpuNodePool", None, rm.spec.node_pool)
         if pool is None:
@@ -240,6 +247,11 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
             pool_note = (f"GpuNodePool {rm.spec.node_pool} has no validated ready node "
                          f"({pool_status.get('nodes', 0)} matched" + (f"; failing {failing}" if failing else "") +
                          "); pods stay Pending until a node passes validation")
+        else:
+            ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(rm.spec.node_pool), LABEL_READY: "true"})
+            placement = image_fit.pool_driver_problem(rm.spec.triton_image, rm.spec.node_pool, ready_nodes)
+        unknown = image_fit.unknown_note(rm.spec.triton_image)
+        notes += [unknown] if unknown else []
 
     try:
         resolved = resolve_shape(rm.spec, _read_profile(kube, rm))
@@ -276,7 +288,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         return _degraded_only(body, "InvalidSpec", f"{exc}; the serving version is left untouched",
                               unapplied_events)
 
-    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events),
+    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events,
+                          placement, notes),
                   events, decision.outcome,
                   [g for g in decision.gates if g not in (status.get("gates") or [])])
 
@@ -356,7 +369,10 @@ def _note(key: str, level: int, message: str) -> None:
 
 
 def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape, stable_dep: dict | None,
-            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event]) -> dict[str, Any]:
+            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event],
+            placement: tuple[str, str] | None = None, notes: list[str] = ()) -> dict[str, Any]:
+    """`placement`: (reason, message) when no ready node can run the image (image_fit);
+    `notes`: what rankops could not check, said in Degraded's message when nothing is wrong."""
     desired, ready, settled, version = _deployment_view(stable_dep)
     want = resolved.replicas
     conditions = old.get("conditions") or []
@@ -382,12 +398,14 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
         reason, message = "RolledBack", rollout.get("message", "")
     elif pool_note:
         reason, message = "NoReadyNodes", pool_note
+    elif placement:
+        reason, message = placement
     elif resolved.unbatched:
         reason, message = "RequestsNotBatched", "; ".join(resolved.unbatched)
     elif problems:
         reason, message = "PlanPredictsProblem", "; ".join(problems)
     else:
-        reason, message = "AsExpected", "no problem seen"
+        reason, message = "AsExpected", "; ".join(["no problem seen", *notes])
     was = get_condition(conditions, DEGRADED)
     degraded = reason != "AsExpected"
     conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen)

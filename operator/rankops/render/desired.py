@@ -103,7 +103,7 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
         raise RenderError(f"version {version_name!r} is not in spec.versions any more; add it back "
                           "to keep serving it")
     config_text = render_config_pbtxt(name, namespace, spec, version, shape)
-    placement = serving.pool_placement(spec.node_pool, pool_requirements)
+    placement = serving.pool_placement(spec.node_pool, pool_requirements, spec.triton_image)
     try:
         deployment = serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on,
                                         placement, covered_by, policy)

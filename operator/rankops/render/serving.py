@@ -1,6 +1,7 @@
 """Pure builders of the Kubernetes objects that serve one track (stable or canary) of a model."""
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 from urllib.parse import urlparse
@@ -9,6 +10,7 @@ from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
 from rankops.render import names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
+from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -69,8 +71,11 @@ def _restricted_container() -> dict[str, Any]:
             "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def pool_placement(pool_name: str | None, pool_requirements: Any | None) -> dict[str, Any]:
-    """nodeSelector, affinity and tolerations that keep pods on the pool's validated GPU nodes."""
+def pool_placement(pool_name: str | None, pool_requirements: Any | None,
+                   triton_image: str | None = None) -> dict[str, Any]:
+    """nodeSelector, affinity and tolerations that keep pods on the pool's validated GPU nodes,
+    and with `triton_image` on those whose validated driver runs that Triton release (nodes
+    outside a pool carry no validated driver label, so there is nothing to select on)."""
     placement: dict[str, Any] = {"tolerations": [
         # The common taint of GPU node groups; never the rankops unvalidated taint.
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -86,9 +91,14 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None) -> dict
     min_mem = getattr(pool_requirements, "min_gpu_memory_mib", None) if pool_requirements else None
     if min_mem:
         terms.append({"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(int(min_mem) - 1)]})
-    if terms:
+    # nodeSelectorTerms are ORed and their expressions ANDed: each way the driver may run the image
+    # becomes one term that also carries the pool's own expressions.
+    ways = image_fit.driver_affinity(triton_image) if triton_image else None
+    selector_terms = [{"matchExpressions": copy.deepcopy(terms) + way} for way in ways] if ways else \
+        ([{"matchExpressions": terms}] if terms else [])
+    if selector_terms:
         placement["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+            "nodeSelectorTerms": selector_terms}}}
     return placement
 
 

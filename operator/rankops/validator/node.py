@@ -24,11 +24,16 @@ LABEL_POOL = "rankops.io/pool"
 LABEL_DRIVER = "rankops.io/driver-version"
 LABEL_CUDA = "rankops.io/cuda-version"
 LABEL_OS = "rankops.io/os"
+# The driver version as two integers: node affinity compares only integers (Gt/Lt), and placement
+# needs "branch >= 560" or "branch 535 and minor >= 86" (validator.image_fit).
+LABEL_DRIVER_BRANCH = "rankops.io/driver-branch"
+LABEL_DRIVER_MINOR = "rankops.io/driver-minor"
 ANNOTATION_REPORT = "rankops.io/validation-report"
 TAINT_KEY = "rankops.io/gpu-unvalidated"
 TAINT_EFFECT = "NoSchedule"
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
-VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS)
+VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH,
+                     LABEL_DRIVER_MINOR)
 NOT_OWNED = 3   # run_on_node's exit status on a node its pool does not own
 
 log = logging.getLogger("rankops.validator")
@@ -42,6 +47,13 @@ def label_value(text: str | None) -> str | None:
     value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
     value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
     return value or None
+
+
+def driver_number_labels(driver_version: str | None) -> dict[str, str | None]:
+    """'535.104.05' -> branch '535', minor '104'; both None (removed) for anything else."""
+    match = re.fullmatch(r"(\d{3,4})\.(\d{1,3})(?:\.\d{1,3})?", driver_version or "")
+    branch, minor = (str(int(match.group(1))), str(int(match.group(2)))) if match else (None, None)
+    return {LABEL_DRIVER_BRANCH: branch, LABEL_DRIVER_MINOR: minor}
 
 
 def _annotation(report: Report) -> str:
@@ -65,6 +77,7 @@ def node_patch(report: Report, pool_name: str, taint_failing: bool, node: dict[s
         LABEL_DRIVER: label_value(report.driver_version),
         LABEL_CUDA: label_value(report.cuda_version),
         LABEL_OS: label_value(report.os),
+        **driver_number_labels(report.driver_version),
     }
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": {ANNOTATION_REPORT: _annotation(report)}}}
     current = list((node.get("spec") or {}).get("taints") or [])

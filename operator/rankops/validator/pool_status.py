@@ -13,7 +13,8 @@ import json
 from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
-from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, label_value
+from rankops.validator.image_fit import newest_release
+from rankops.validator.node import ANNOTATION_REPORT, LABEL_DRIVER, LABEL_POOL, LABEL_READY, label_value
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import requirements_digest
 
@@ -62,11 +63,15 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
     as dicts; `claims` (node_claims) leaves out those the pool does not own."""
     digest = requirements_digest(pool.spec.requirements)
     counts = {"ready": 0, "failing": 0, "pending": 0}
+    drivers: set[str] = set()
     by_check: dict[str, list[str]] = {}
     owned = [n for n in nodes if claims is None or claims[_name(n)].owned]
     for node in owned:
         verdict, blocking = _node_verdict(node, pool.name, digest)
         counts[verdict] += 1
+        driver = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_DRIVER)
+        if verdict == "ready" and driver:
+            drivers.add(driver)
         name = str((node.get("metadata") or {}).get("name", "?"))
         for check in blocking:
             by_check.setdefault(check, []).append(name)
@@ -74,7 +79,11 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
         {"check": check, "count": len(names), "nodes": sorted(names)[:MAX_LISTED_NODES]}
         for check, names in sorted(by_check.items(), key=lambda item: (-len(item[1]), item[0]))
     ]
-    return {"nodes": len(owned), **counts, "excluded": len(nodes) - len(owned), "failingByCheck": failing_by_check}
+    # What `kubectl get gnp` shows of the drivers: a model whose Triton release is newer than
+    # newestTriton cannot land on every ready node (validator.image_fit).
+    ordered = sorted(drivers, key=lambda d: [int(p) if p.isdigit() else 0 for p in d.split(".")])
+    return {"nodes": len(owned), **counts, "excluded": len(nodes) - len(owned), "failingByCheck": failing_by_check,
+            "driverVersions": ", ".join(ordered) or None, "newestTriton": newest_release(ordered)}
 
 
 def _listed(names: list[str]) -> str:

@@ -2,8 +2,8 @@
 notes, source named in the file). Only NGC's tritonserver images have a known release; any other
 image, or a release not in the table, is `unknown`, never a guess.
 
-Not wired into placement yet: node affinity cannot compare dotted versions (Gt/Lt take one
-integer), so placement needs a driver-branch label from the validator first.
+Placement and the RankingModel's status use it through validator.image_fit (node affinity on
+the validator's integer driver-branch/-minor labels, since Gt/Lt take one integer).
 """
 from __future__ import annotations
 
