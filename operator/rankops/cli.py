@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "rankops.commands.run",         # run (the operator)
     "rankops.commands.fetch",       # fetch-model (init containers)
     "rankops.planner.cli",          # plan
+    "rankops.planner.profile_cli",  # profile (measures a live Triton)
     "rankops.gates.cli",            # gate warmup | equivalence
     "rankops.validator.cli",        # validate-node
     "rankops.commands.dev",         # dev up
