@@ -227,6 +227,67 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 OPERATOR_LOG: dict[str, Any] = {}
 
 
+PROCESS_NODE = "process-0"
+
+
+@pytest.fixture(scope="session")
+def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A node whose pods really run, as local processes (devcluster/pod_runner.py), beside kwok's.
+
+    Tainted, so only the pods of `real_namespace` namespaces land there. Its container logs are
+    printed when a test fails.
+    """
+    if not cluster.local:
+        pytest.skip("pods run as local processes only on the local control plane; on kind they would "
+                    "need the real images")
+    from rankops.devcluster.process_nodes import ProcessNode
+
+    node = ProcessNode(cluster.kubeconfig, PROCESS_NODE, tmp_path_factory.mktemp("process-node"))
+    try:
+        node.start()
+    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
+        node.stop()
+        pytest.fail(f"the process node did not start: {exc}", pytrace=False)
+    OPERATOR_LOG["process_node"] = node
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def real_namespace(request: pytest.FixtureRequest, k8s: Clients, process_node: Any) -> Iterator[str]:
+    """A fresh namespace whose pods all run on the process node, deleted afterwards."""
+    from kubernetes.client.exceptions import ApiException
+    from rankops.devcluster.process_nodes import pinned_namespace
+
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
+    name = f"e2e-real-{slug}-{secrets.token_hex(3)}"
+    k8s.core.create_namespace(pinned_namespace(name, {NAMESPACE_LABEL: "true"}))
+    wait_for(lambda: k8s.core.read_namespaced_service_account("default", name), 30,
+             f"ServiceAccount default in namespace {name}")
+    OPERATOR_LOG["real_namespace"] = name
+    yield name
+    try:
+        k8s.core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real S3-compatible server process (devcluster/objectstore.py), on loopback."""
+    from rankops.devcluster.objectstore import ObjectStore
+
+    store = ObjectStore(tmp_path_factory.mktemp("object-store"))
+    try:
+        store.start()
+    except Exception as exc:  # noqa: BLE001
+        store.stop()
+        pytest.fail(f"the S3 server did not start: {exc}", pytrace=False)
+    yield store
+    store.stop()
+
+
 EXPECTED_ERRORS_MARK = "operator_errors"
 
 
@@ -254,3 +315,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     process = OPERATOR_LOG.get("process")
     if report.failed and process is not None:
         report.sections.append(("operator log (tail)", process.log_tail(120)))
+    node = OPERATOR_LOG.get("process_node")
+    if report.failed and node is not None and "real_namespace" in getattr(item, "fixturenames", ()):
+        report.sections.append(("process node: container logs (tails)",
+                                node.all_logs(OPERATOR_LOG.get("real_namespace"))))

@@ -33,7 +33,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 PYTRITON_VERSION = "0.7.0"          # ships tritonserver 2.51.0
 TRITON_VERSION = "2.51.0"
@@ -112,9 +112,10 @@ class TritonInstall:
                   *(self.backend_dir / b / "model.py" for b in STANDIN_BACKENDS)]
         return [str(p) for p in wanted if not p.exists()]
 
-    def environment(self) -> dict[str, str]:
-        """The server's environment: its libraries, and the stand-ins' virtualenv first on PATH."""
-        env = dict(os.environ)
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The server's environment (on `base`, default ours): its libraries, and the stand-ins'
+        virtualenv first on PATH."""
+        env = dict(os.environ if base is None else base)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.lib_dir), env.get("LD_LIBRARY_PATH")]))
         others = [p for p in env.get("PATH", "").split(os.pathsep)
                   if p and not (env.get("VIRTUAL_ENV") and p.startswith(env["VIRTUAL_ENV"]))]
@@ -260,19 +261,25 @@ def cpu_config(config_text: str) -> tuple[str, list[str]]:
 
 # --- The server ---------------------------------------------------------------------------
 
+# Every flag local_arguments may replace; the rest of the container's arguments stay as rendered.
 LOCAL_FLAGS = ("--model-repository", "--http-port", "--grpc-port", "--metrics-port", "--http-address",
                "--grpc-address", "--metrics-address", "--backend-directory", "--cache-directory")
 
 
-def local_arguments(container_args: Sequence[str], repository: Path, host: str, ports: dict[str, int],
-                    install: TritonInstall) -> list[str]:
-    """The container's arguments with only the local paths and ports changed."""
-    kept = [a for a in container_args if a.split("=", 1)[0] not in LOCAL_FLAGS]
-    args = [*kept, f"--model-repository={repository}",
-            f"--http-address={host}", f"--http-port={ports['http']}",
-            f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
-            f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
+def local_arguments(container_args: Sequence[str], host: str, install: TritonInstall,
+                    repository: Path | None = None, ports: dict[str, int] | None = None) -> list[str]:
+    """The container's arguments with only the local addresses and paths changed: listen on
+    `host`, load the stand-in backends; a new model repository and ports when given (a pod in
+    its own mount namespace keeps the container's /models and ports)."""
+    replaced = {"--http-address", "--grpc-address", "--metrics-address", "--backend-directory", "--cache-directory"}
+    replaced |= {"--model-repository"} if repository is not None else set()
+    replaced |= {"--http-port", "--grpc-port", "--metrics-port"} if ports is not None else set()
+    kept = [a for a in container_args if a.split("=", 1)[0] not in replaced]
+    args = [*kept, *([f"--model-repository={repository}"] if repository is not None else []),
+            f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
             f"--backend-directory={install.backend_dir}"]
+    if ports is not None:
+        args += [f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}"]
     if any(a.startswith("--cache-config") for a in kept):
         args.append(f"--cache-directory={install.cache_dir}")
     return args
@@ -337,7 +344,7 @@ class TritonServer:
         return f"{self.host}:{self.ports['metrics']}"
 
     def arguments(self) -> list[str]:
-        return local_arguments(self.container_args, self.repository, self.host, self.ports, self.install)
+        return local_arguments(self.container_args, self.host, self.install, self.repository, self.ports)
 
     def start(self, timeout_s: float = 120.0) -> "TritonServer":
         if not self.ports:
