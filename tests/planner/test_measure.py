@@ -40,3 +40,14 @@ def test_config_map_holds_what_the_planner_reads():
     assert cm["metadata"]["annotations"]["rankops.io/shared-gpu-slowdown"] == "0.3"
     assert parse_profile_text(cm["data"]["profile.yaml"]).as_dict() == {1: 2.0, 16: 4.6}
     assert m.planning() == {"latencyProfile": {1: 2.0, 16: 4.6}, "sharedGpuSlowdown": 0.3}
+
+
+def test_plan_reads_the_printed_config_map_as_a_profile_file(tmp_path):
+    from rankops.planner.profile import load_profiles
+    from rankops.yamlio import dump_all
+
+    m = Measurement("h:8000", "ranker", "", 16, 1, [BatchTiming(1, 20, 2.0, 2.1, 2.0, 2.5),
+                                                   BatchTiming(16, 20, 4.6, 4.8, 4.7, 5.0)])
+    path = tmp_path / "cm.yaml"
+    path.write_text(dump_all([m.config_map("ranker-latency-profile", None, "profile.yaml")]))
+    assert load_profiles([str(path)]).as_dict() == {1: 2.0, 16: 4.6}

@@ -196,6 +196,13 @@ def parse_profile_text(text: str, source: str = "profile", batch_size: int | Non
         raise ProfileError(f"{source}: neither a {{batchSize: ms}} map nor a known CSV ({exc})") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: expected a map {{batchSize: ms}}, got {type(data).__name__}")
+    if data.get("kind") == "ConfigMap":   # what `rankops profile` prints: the profile is its one key
+        keys = sorted((data.get("data") or {}).items())
+        if len(keys) != 1:
+            raise ProfileError(f"{source}: a ConfigMap with {len(keys)} data keys; give one holding the profile "
+                               "(as `rankops profile` prints it)")
+        key, value = keys[0]
+        return parse_profile_text(str(value), f"{source} key {key}", batch_size)
     return LatencyProfile.from_mapping(data, source)
 
 
