@@ -44,11 +44,18 @@ def test_no_problem_without_dynamic_batching_or_with_a_layout():
     ({"candidates": {"layout": "batch", "maxPerRequest": 4000}}, ["maxPerRequest 4000", "maxBatchSize 2048"]),
     ({"candidates": {"layout": "batch"}}, ["maxPerRequest is required"]),
     ({"candidates": {"layout": "batch", "minPerRequest": 600, "maxPerRequest": 500}}, ["minPerRequest 600"]),
-    ({"batching": "auto", "slo": {"p99LatencyMs": 10, "targetQps": 100},
-      "planning": {"latencyProfile": {1: 1.0}}}, ["explicit batching"]),
 ])
 def test_layouts_that_cannot_serve_are_refused_naming_the_field(changes, words):
     with pytest.raises(ValidationError) as raised:
         spec(BATCH, **changes)
     message = str(raised.value)
     assert all(word in message for word in words), message
+
+
+def test_batching_auto_plans_a_max_batch_that_holds_the_largest_request():
+    auto = spec(BATCH, batching="auto", slo={"p99LatencyMs": 20, "targetQps": 3000},
+                planning={"latencyProfile": {1: 1.5, 512: 3.5, 1024: 5.6, 2048: 9.7}})
+    shape = resolve_shape(auto)
+    assert shape.shape.max_batch_size >= auto.candidates.max_per_request
+    assert shape.plan.inputs.items_per_request == (auto.candidates.min_per_request, auto.candidates.max_per_request)
+    assert shape.unbatched == ()

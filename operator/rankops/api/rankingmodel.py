@@ -363,10 +363,8 @@ class RankingModelSpec(ApiModel):
                    "candidates" if self.candidates.layout is CandidateLayout.batch else
                    "fix the candidate dim at its maximum (e.g. [500, 32]) and pad requests to it")
             raise ValueError(f"candidates.layout {self.candidates.layout.value}: {varying[0]} has -1; {fix}")
-        if self.candidates.layout is CandidateLayout.batch:
-            if not isinstance(self.batching, Batching):
-                raise ValueError("candidates.layout batch needs explicit batching (maxBatchSize counted in "
-                                 "candidates): batching: auto does not plan multi-candidate requests yet")
+        # batching: auto plans a maxBatchSize (counted in candidates) that holds the largest request
+        if self.candidates.layout is CandidateLayout.batch and isinstance(self.batching, Batching):
             if self.candidates.max_per_request > self.batching.max_batch_size:
                 raise ValueError(f"candidates.maxPerRequest {self.candidates.max_per_request} exceeds "
                                  f"batching.maxBatchSize {self.batching.max_batch_size}: with layout batch a "
@@ -475,12 +473,12 @@ class RankingModel(ApiModel):
                            "object.spec.batching.maxQueueDelayMicroseconds <= 1000000)",
              "message": "spec.batching.maxQueueDelayMicroseconds must be an integer in 0..1000000"},
             {"expression": "!has(object.spec.candidates) || object.spec.candidates.layout != 'batch' || "
-                           "!has(object.spec.candidates.maxPerRequest) || (has(object.spec.batching) && "
-                           "type(object.spec.batching) == map && has(object.spec.batching.maxBatchSize) && "
+                           "!has(object.spec.candidates.maxPerRequest) || !has(object.spec.batching) || "
+                           "type(object.spec.batching) == string || (has(object.spec.batching.maxBatchSize) && "
                            "type(object.spec.batching.maxBatchSize) == int && "
                            "object.spec.candidates.maxPerRequest <= object.spec.batching.maxBatchSize)",
-             "message": "spec.candidates.layout batch: each request is a batch of its candidates, so "
-                        "spec.batching must be explicit with maxBatchSize >= spec.candidates.maxPerRequest"},
+             "message": "spec.candidates.layout batch: each request is a batch of its candidates, so an explicit "
+                        "spec.batching.maxBatchSize must be >= spec.candidates.maxPerRequest (batching: auto plans one)"},
             # The unions are preserve-unknown in the CRD: bound what they may store here.
             {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
                            "(object.spec.batching.all(k, k in ['maxBatchSize', 'preferredBatchSizes', "

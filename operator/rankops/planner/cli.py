@@ -112,6 +112,13 @@ def _planning_view(raw: dict) -> SimpleNamespace:
         except ValidationError as exc:
             raise InputError(_first_error(exc, f"spec.{key}")) from None
     slo, planning = parsed["slo"], parsed["planning"]
+    candidates = None
+    if raw.get("candidates") is not None:
+        from rankops.api.rankingmodel import Candidates
+        try:
+            candidates = Candidates.model_validate(raw["candidates"])
+        except ValidationError as exc:
+            raise InputError(_first_error(exc, "spec.candidates")) from None
     batching = raw.get("batching", "auto")
     if batching != "auto":
         if not isinstance(batching, dict) or "maxBatchSize" not in batching:
@@ -123,7 +130,7 @@ def _planning_view(raw: dict) -> SimpleNamespace:
             max_queue_delay_microseconds=_int(batching, "maxQueueDelayMicroseconds", 0, default=1000),
         )
     return SimpleNamespace(
-        slo=slo, planning=planning, batching=batching,
+        slo=slo, planning=planning, batching=batching, candidates=candidates,
         gpus_per_replica=_int(raw, "gpusPerReplica", 1, default=1),
         instances_per_gpu=_int(raw, "instancesPerGpu", 1, default=None),
         replicas=_int(raw, "replicas", 0, default=None),

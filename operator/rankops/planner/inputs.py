@@ -30,6 +30,9 @@ class PlanInputs:
     shared_gpu_slowdown: float = 0.75
     max_instances_per_gpu: int = 4
     seed: int = 0
+    # (fewest, most) items one request brings to a batch: spec.candidates layout batch, where a
+    # request of N candidates is a batch of N. None: one item per request. Rates stay requests/s.
+    items_per_request: tuple[int, int] | None = None
 
     @property
     def auto(self) -> bool:
@@ -101,7 +104,22 @@ def inputs_from_spec(spec: Any, *, profile: LatencyProfile | dict | str | None =
         max_instances_per_gpu=int(getattr(planning, "max_instances_per_gpu", 4) or 4)
         if planning is not None else 4,
         seed=seed,
+        items_per_request=_items_per_request(spec),
     )
+
+
+def _items_per_request(spec: Any) -> tuple[int, int] | None:
+    """spec.candidates with layout batch: each request is a batch of its candidates."""
+    candidates = getattr(spec, "candidates", None)
+    layout = getattr(getattr(candidates, "layout", None), "value", getattr(candidates, "layout", None))
+    if candidates is None or layout != "batch":
+        return None   # padded: the candidates are inside one batch item
+    lo = int(getattr(candidates, "min_per_request", 1) or 1)
+    hi = getattr(candidates, "max_per_request", None)
+    if hi is None:
+        raise PlanError("spec.candidates.layout batch needs maxPerRequest (the most candidates one request "
+                        "carries) to plan batches of candidates")
+    return (lo, int(hi)) if int(hi) > 1 else None
 
 
 def _profile(planning: Any, override: LatencyProfile | dict | str | None) -> LatencyProfile:

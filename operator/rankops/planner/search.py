@@ -16,7 +16,7 @@ from functools import lru_cache
 from rankops.planner.inputs import PlanError, PlanInputs
 from rankops.planner.memory import max_instances, oom_problem
 from rankops.planner.result import LoadPoint, PlanResult
-from rankops.planner.simulator import BatcherConfig, SimResult, saturation_qps, simulate
+from rankops.planner.simulator import BatcherConfig, SimResult, mean_items, saturation_qps, simulate
 
 SEARCH_REQUESTS = 4000     # per simulation while searching: ~40 samples above the P99
 REPORT_REQUESTS = 20000    # for the numbers that are reported
@@ -37,15 +37,18 @@ _MEMO_LIMIT = 50_000
 
 
 def _sim(inputs: PlanInputs, config: BatcherConfig, rate: float, requests: int = SEARCH_REQUESTS) -> SimResult:
+    items = inputs.items_per_request
     key = (inputs.profile, inputs.shared_gpu_slowdown, inputs.overhead_ms, inputs.seed, config.preferred_batch_sizes,
-           config.max_queue_delay_us, config.instances, rate, requests)
+           config.max_queue_delay_us, config.instances, rate, requests, items)
+    # a batch can only have been cut by max_batch_size if one more request would not have fitted
+    slack = items[1] if items else 1
     runs = _MEMO.get(key, [])
     for size, result in runs:
         if size == config.max_batch_size or (
-                not config.preferred_batch_sizes and result.largest_batch < min(size, config.max_batch_size)):
+                not config.preferred_batch_sizes and result.largest_batch + slack <= min(size, config.max_batch_size)):
             return result
     result = simulate(inputs.profile, config, rate_qps=rate, requests=requests, seed=inputs.seed,
-                      slowdown=inputs.shared_gpu_slowdown, overhead_ms=inputs.overhead_ms)
+                      slowdown=inputs.shared_gpu_slowdown, overhead_ms=inputs.overhead_ms, items=items)
     if len(_MEMO) > _MEMO_LIMIT:
         _MEMO.clear()
     _MEMO.setdefault(key, []).append((config.max_batch_size, result))
@@ -60,7 +63,8 @@ def clear_caches() -> None:
 
 
 def _bound(inputs: PlanInputs, config: BatcherConfig) -> float:
-    return SATURATION_MARGIN * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown)
+    return SATURATION_MARGIN * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown,
+                                              inputs.items_per_request)
 
 
 def sustainable_qps(inputs: PlanInputs, config: BatcherConfig, known_ok: float = 0.0) -> float:
@@ -105,13 +109,17 @@ def sustainable_qps(inputs: PlanInputs, config: BatcherConfig, known_ok: float =
 def candidates(inputs: PlanInputs) -> list[BatcherConfig]:
     """Configs worth simulating: batch sizes from the profile (and powers of two between), delays
     from 0 to 2 ms, preferred sizes none or {max/2, max}, instance counts that fit in memory.
-    A config whose full batch plus its delay already exceeds the budget is left out."""
+    A config whose full batch plus its delay already exceeds the budget is left out. With several
+    candidates per request, max_batch_size must hold the largest request (Triton refuses a larger
+    one): sizes below it are left out, and it is tried itself."""
     profile, budget = inputs.profile, inputs.p99_budget_ms
     sizes = set(profile.batch_sizes)
     b = 1
     while b <= profile.max_batch:
         sizes.add(b)
         b *= 2
+    largest_request = inputs.items_per_request[1] if inputs.items_per_request else 1
+    sizes = {s for s in sizes if s >= largest_request} | {largest_request}
     if inputs.instances_per_gpu is not None:
         counts = [inputs.instances_per_gpu]
     else:
@@ -138,12 +146,15 @@ def candidates(inputs: PlanInputs) -> list[BatcherConfig]:
 def _no_candidates(inputs: PlanInputs) -> PlanError:
     profile, budget = inputs.profile, inputs.p99_budget_ms
     smallest = profile.points[0][0]
-    one = profile.compute_ms(1) + inputs.overhead_ms
+    largest_request = inputs.items_per_request[1] if inputs.items_per_request else 1
+    one = profile.compute_ms(largest_request) + inputs.overhead_ms
     if one >= budget:
+        what = (f"the largest request ({largest_request} candidates, spec.candidates.maxPerRequest)"
+                if largest_request > 1 else "one request")
         return PlanError(
-            f"no config can meet slo.p99LatencyMs {budget:g}: one request alone takes {profile.compute_ms(1):g} ms "
-            f"compute + {inputs.overhead_ms:g} ms overhead = {one:g} ms; raise the budget or speed up the model "
-            "(FP16/INT8, TensorRT)")
+            f"no config can meet slo.p99LatencyMs {budget:g}: {what} alone takes "
+            f"{profile.compute_ms(largest_request):g} ms compute + {inputs.overhead_ms:g} ms overhead = {one:g} ms; "
+            "raise the budget or speed up the model (FP16/INT8, TensorRT)")
     n = inputs.instances_per_gpu or 1
     problem = oom_problem(inputs.memory, inputs.gpu_memory_mib, smallest, n)
     if problem:
@@ -188,6 +199,20 @@ def _memory(inputs: PlanInputs, config: BatcherConfig) -> tuple[float | None, st
     used = inputs.memory.per_gpu_mib(config.max_batch_size, config.instances)
     of = f" of {inputs.gpu_memory_mib:.0f} MiB" if inputs.gpu_memory_mib is not None else " (GPU size unknown)"
     return used, f"memory: {inputs.memory.arithmetic(config.max_batch_size, config.instances)}{of}"
+
+
+def _items_lines(inputs: PlanInputs, config: BatcherConfig) -> list[str]:
+    if not inputs.items_per_request:
+        return []
+    lo, hi = inputs.items_per_request
+    lines = [f"requests carry {lo}..{hi} candidates (spec.candidates layout batch, simulated uniform, mean "
+             f"{mean_items(inputs.items_per_request):g}): rates are requests/s, batch sizes count candidates; "
+             f"a batch of {config.max_batch_size} holds {config.max_batch_size // hi}..{config.max_batch_size // lo} "
+             "requests, and a request that does not fit waits for the next"]
+    if config.max_batch_size > inputs.profile.max_batch:
+        lines.append(f"note: maxBatchSize {config.max_batch_size} is beyond the profile's largest batch "
+                     f"{inputs.profile.max_batch}; its compute time is extrapolated: profile up to it")
+    return lines
 
 
 def _profile_line(inputs: PlanInputs) -> str:
@@ -263,7 +288,7 @@ def plan(inputs: PlanInputs) -> PlanResult:
         problems.append(f"SLO: predicted P99 {op.p99_ms:.2f} ms at {op.offered_qps:.0f} req/s per GPU exceeds "
                         f"slo.p99LatencyMs {budget:g}")
     mem, mem_line = _memory(inputs, config)
-    sat = saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown)
+    sat = saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown, inputs.items_per_request)
     runners = _runners_up(config, near)
     explanation = [
         f"{config.describe()}: sustains {per_gpu:.0f} req/s per GPU within P99 {budget:g} ms; "
@@ -271,9 +296,12 @@ def plan(inputs: PlanInputs) -> PlanResult:
         _profile_line(inputs),
         f"searched {len(pool)} configs (max batch x queue delay x preferred sizes x instances), "
         f"simulated {simulated} of them; the rest cannot beat the best (saturation bound below it)",
-        f"saturation bound: {config.instances} x {config.max_batch_size} / ({inputs.profile.compute_ms(config.max_batch_size):g} ms"
+        f"saturation bound: {config.instances} x {config.max_batch_size}"
+        + (f" / {mean_items(inputs.items_per_request):g} candidates" if inputs.items_per_request else "")
+        + f" / ({inputs.profile.compute_ms(config.max_batch_size):g} ms"
         f" x (1 + {inputs.shared_gpu_slowdown:g} x {config.instances - 1})) = {sat:.0f} req/s per GPU; "
         f"planned at most {SATURATION_MARGIN:.0%} of it",
+        *_items_lines(inputs, config),
         *fleet_why,
         f"at {op.offered_qps:.0f} req/s per GPU: P50 {op.p50_ms:.2f} ms, P99 {op.p99_ms:.2f} ms, "
         f"avg batch {op.avg_batch_size:.1f}, GPU busy {op.gpu_busy_fraction:.0%}"
@@ -329,12 +357,14 @@ def evaluate(inputs: PlanInputs) -> PlanResult:
         per_gpu = 0.0
         replicas = inputs.replicas or 1
         gpus = replicas * inputs.gpus_per_replica
-        op = _sim(inputs, config, 0.5 * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown),
+        op = _sim(inputs, config, 0.5 * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown,
+                                                       inputs.items_per_request),
                   REPORT_REQUESTS)
         explanation[:0] = [f"{config.describe()} (explicit, no spec.slo): shown at half its saturation throughput"]
     mem, mem_line = _memory(inputs, config)
     explanation += [
         _profile_line(inputs),
+        *_items_lines(inputs, config)[:1],
         f"at {op.offered_qps:.0f} req/s per GPU: P50 {op.p50_ms:.2f} ms, P99 {op.p99_ms:.2f} ms, "
         f"avg batch {op.avg_batch_size:.1f}, GPU busy {op.gpu_busy_fraction:.0%}",
         mem_line,

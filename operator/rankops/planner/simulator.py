@@ -12,6 +12,12 @@ Model (one GPU, one model, one request = one batch item):
   execution): cheap, and close on average. Real overlap depends on the model; measure it with
   perf_analyzer at instance counts 1 and 2 and set planning.sharedGpuSlowdown.
 * Latency = completion - arrival + overhead_ms (network, serialisation: outside the GPU).
+* Requests that carry several candidates (spec.candidates layout batch: a request of N candidates
+  is a batch of N) are simulated with `items=(lo, hi)`: each request brings a number of items
+  drawn uniformly from lo..hi, max_batch_size and preferred sizes count items, and the batcher
+  follows Triton's rules for them (`run_batcher_items`): a request that would overflow
+  max_batch_size waits for the next batch, a preferred size is an exact item count, and with
+  preferred sizes the batch is also cut before the request that would pass the largest one.
 
 The event loop steps per batch, not per request, with bisect on a plain list: a few µs per batch.
 Arrivals for a rate are one fixed unit-rate Poisson trace scaled by 1/rate (common random
@@ -68,6 +74,16 @@ def poisson_arrivals_ms(rate_qps: float, requests: int, seed: int = 0) -> np.nda
     return _unit_poisson(requests, seed) * (1000.0 / rate_qps)
 
 
+@lru_cache(maxsize=16)
+def request_items(requests: int, seed: int, lo: int, hi: int) -> tuple[int, ...]:
+    """Items (candidates) per request, uniform on lo..hi: fixed per seed, like the arrivals."""
+    return tuple(np.random.default_rng(seed + 7919).integers(lo, hi + 1, requests).tolist())
+
+
+def mean_items(items: tuple[int, int] | None) -> float:
+    return 1.0 if items is None else (items[0] + items[1]) / 2.0
+
+
 def simulate(
     profile: LatencyProfile,
     config: BatcherConfig,
@@ -79,8 +95,10 @@ def simulate(
     slowdown: float = 0.75,
     overhead_ms: float = 0.0,
     warmup_fraction: float = 0.1,
+    items: tuple[int, int] | None = None,
 ) -> SimResult:
-    """Simulate Poisson arrivals at rate_qps, or the recorded arrival times arrivals_ms."""
+    """Simulate Poisson arrivals at rate_qps, or the recorded arrival times arrivals_ms; `items`:
+    (fewest, most) items per request, None for one. Rates count requests; batch sizes items."""
     if arrivals_ms is None:
         if not rate_qps or rate_qps <= 0:
             raise ValueError("simulate needs rate_qps > 0 or arrivals_ms")
@@ -91,11 +109,18 @@ def simulate(
             raise ValueError("arrivals_ms is empty")
     max_b = config.max_batch_size
     cost = profile.table(max_b)
-    starts, ends, sizes = run_batcher(arrivals.tolist(), cost, config, slowdown)
+    if items is None or items == (1, 1):
+        starts, ends, sizes = run_batcher(arrivals.tolist(), cost, config, slowdown)
+        counts = sizes
+    else:
+        weights = request_items(len(arrivals), seed, *items)
+        if items[1] > max_b:
+            raise ValueError(f"a request of {items[1]} items cannot fit max_batch_size {max_b}")
+        starts, ends, counts, sizes = run_batcher_items(arrivals.tolist(), weights, cost, config, slowdown)
 
     sizes_a = np.asarray(sizes)
     ends_a = np.asarray(ends)
-    done = np.repeat(ends_a, sizes_a)
+    done = np.repeat(ends_a, np.asarray(counts))
     latency = done - arrivals + overhead_ms
     skip = int(len(latency) * warmup_fraction)
     measured = latency[skip:] if len(latency) - skip >= 10 else latency
@@ -111,7 +136,7 @@ def simulate(
         p50_ms=float(p50),
         p99_ms=float(p99),
         mean_ms=float(measured.mean()),
-        avg_batch_size=float(len(arrivals) / len(sizes)),
+        avg_batch_size=float(sizes_a.sum() / len(sizes)),
         gpu_busy_fraction=float(min(1.0, busy / span)),
         requests=len(arrivals),
         largest_batch=int(sizes_a.max()),
@@ -167,13 +192,70 @@ def run_batcher(t: list[float], cost: list[float], config: BatcherConfig, slowdo
     return starts, ends, sizes
 
 
+def run_batcher_items(t: list[float], w: tuple[int, ...], cost: list[float], config: BatcherConfig,
+                      slowdown: float):
+    """run_batcher for requests of w[i] items each, with the rules of Triton's dynamic batcher
+    (dynamic_batch_scheduler.cc GetDynamicBatch), re-evaluated at each arrival while it waits.
+    Returns per-batch (starts, ends, requests, items)."""
+    n = len(t)
+    big = config.max_batch_size
+    preferred = set(p for p in config.preferred_batch_sizes if 1 <= p <= big)
+    top = max(preferred) if preferred else big
+    delay = config.max_queue_delay_us / 1000.0
+    free = [t[0]] * config.instances
+    starts: list[float] = []
+    ends: list[float] = []
+    counts: list[int] = []
+    items: list[int] = []
+    head = 0
+    while head < n:
+        k = free.index(min(free))
+        oldest = t[head]
+        s = free[k] if free[k] > oldest else oldest
+        deadline = oldest + delay
+        j, pending, full = head, 0, False
+        best_j = best_items = 0          # the preferred cut: requests up to best_j, best_items items
+        while True:
+            while j < n and t[j] <= s and not full:
+                wj = w[j]
+                if pending and preferred and pending + wj > top and not best_j:
+                    best_j, best_items = j, pending
+                if pending + wj > big:
+                    full = True
+                    break
+                pending += wj
+                j += 1
+                if pending in preferred:
+                    best_j, best_items = j, pending
+            exceeded = s >= deadline
+            if best_j and not exceeded:
+                take_j, take = best_j, best_items
+                break
+            if full or pending >= big or exceeded:
+                take_j, take = j, pending
+                break
+            # wait for the next arrival or the deadline, whichever comes first
+            s = t[j] if j < n and t[j] < deadline else deadline
+        running = sum(1 for f in free if f > s)
+        end = s + cost[take] * (1.0 + slowdown * running)
+        free[k] = end
+        starts.append(s)
+        ends.append(end)
+        counts.append(take_j - head)
+        items.append(take)
+        head = take_j
+    return starts, ends, counts, items
+
+
 # --- closed forms the simulation must agree with ------------------------------------------------
 
-def saturation_qps(profile: LatencyProfile, config: BatcherConfig, slowdown: float = 0.75) -> float:
-    """Throughput when every instance always runs full batches: an upper bound for any load."""
+def saturation_qps(profile: LatencyProfile, config: BatcherConfig, slowdown: float = 0.75,
+                   items: tuple[int, int] | None = None) -> float:
+    """Requests/s when every instance always runs full batches: an upper bound for any load (with
+    several items per request, a full batch holds max_batch_size / mean items requests at most)."""
     n = config.instances
     per_batch_ms = profile.compute_ms(config.max_batch_size) * (1.0 + slowdown * (n - 1))
-    return n * config.max_batch_size / per_batch_ms * 1000.0
+    return n * config.max_batch_size / mean_items(items) / per_batch_ms * 1000.0
 
 
 def md1_mean_latency_ms(service_ms: float, rate_qps: float) -> float:
