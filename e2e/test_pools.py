@@ -26,8 +26,9 @@ from rankops.devcluster.node_validators import HEALTHY, run_validators
 from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
 from rankops.render import names
 from rankops.validator.daemonset import HOST_ROOT, validator_name
-from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_OS, LABEL_POOL,
-                                    LABEL_READY, TAINT_EFFECT, TAINT_KEY)
+from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
+                                    LABEL_DRIVER_MINOR, LABEL_OS, LABEL_POOL, LABEL_READY, TAINT_EFFECT,
+                                    TAINT_KEY)
 from rankops.validator.report import requirements_digest
 from rankops.validator.sample_hosts import DRIVER, T4_REQUIREMENTS
 
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
 GROUP, VERSION, PLURAL = "rankops.io", "v1alpha1", "gpunodepools"
 T4 = "Tesla-T4"
 SELECTOR = {"nvidia.com/gpu.product": T4}
-RANKOPS_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS)
+RANKOPS_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR)
 TIMEOUT = 60  # the operator re-reads pools every 2 s
 
 
@@ -214,7 +215,7 @@ def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(clust
 
     labels, report, taints = _node_marks(k8s, good)
     assert labels == {LABEL_READY: "true", LABEL_POOL: name, LABEL_DRIVER: DRIVER, LABEL_CUDA: "12.2",
-                      LABEL_OS: "rhel-8.9"}
+                      LABEL_OS: "rhel-8.9", LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104"}
     assert report["ready"] is True and report["node"] == good and report["pool"] == name
     assert (TAINT_KEY, TAINT_EFFECT) not in taints
     labels, report, taints = _node_marks(k8s, bad)
@@ -235,8 +236,9 @@ def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(clust
     degraded = _condition(status, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "NodesFailing") and "nouveau" in degraded["message"]
     columns = _columns(cluster, name)
-    assert {k: columns[k] for k in ("NODES", "READY", "FAILING", "PENDING", "TAINT")} == \
-        {"NODES": "2", "READY": "1", "FAILING": "1", "PENDING": "0", "TAINT": "true"}
+    assert {k: columns[k] for k in ("NODES", "READY", "FAILING", "PENDING", "TAINT", "DRIVERS", "NEWEST-TRITON")} == \
+        {"NODES": "2", "READY": "1", "FAILING": "1", "PENDING": "0", "TAINT": "true", "DRIVERS": DRIVER,
+         "NEWEST-TRITON": "25.10"}
     warnings = wait_for(lambda: [e for e in _pool_events(k8s, name) if e.reason == "NodesFailing"],
                         15, "a NodesFailing Event on the pool")
     assert warnings[0].type == "Warning"
@@ -272,6 +274,50 @@ def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(clust
     models.wait_ready(k8s, namespace, "pooled")
     pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
     assert sorted(p.spec.node_name for p in pods) == sorted(t4_nodes)
+
+
+def _relabel_driver(k8s, node: str, driver: str) -> None:
+    """What the validator writes on a node whose loaded driver is `driver` (the sample hosts all
+    have 535.104.05, which runs every release in rankops' table)."""
+    branch, minor, _ = driver.split(".")
+    k8s.core.patch_node(node, {"metadata": {"labels": {LABEL_DRIVER: driver, LABEL_DRIVER_BRANCH: branch,
+                                                       LABEL_DRIVER_MINOR: minor}}})
+
+
+def test_a_driver_too_old_for_the_triton_image_keeps_pods_off_and_says_so(cluster, k8s, namespace, make_pool,
+                                                                          t4_nodes):
+    # Issue 16: Triton 24.05 (CUDA 12.4) needs R545, or 525.85+ on R525 on data-center GPUs.
+    old, new = t4_nodes
+    name = make_pool()["metadata"]["name"]
+    assert _validate(cluster, name, {}) == {old: 0, new: 0}
+    for node in t4_nodes:
+        _relabel_driver(k8s, node, "525.60.13")
+    _wait_gpus_free(k8s, t4_nodes)
+    image = "nvcr.io/nvidia/tritonserver:24.05-py3"
+    models.create(k8s, namespace, models.model_manifest("old-driver", nodePool=name, tritonImage=image))
+    rm = models.wait_status(k8s, namespace, "old-driver",
+                            lambda r: models.condition(r, "Degraded").get("reason") == "DriverTooOld", "DriverTooOld")
+    message = models.condition(rm, "Degraded")["message"]
+    assert image in message and f"{old} has 525.60.13" in message and "upgrade the nodes' driver" in message
+    selector = f"{names.LABEL_MODEL}=old-driver"
+
+    def unschedulable():
+        pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return pods if pods and all(not p.spec.node_name and any(
+            c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or [])
+            for p in pods) else None
+    wait_for(unschedulable, TIMEOUT, "the pod refused by every node (driver too old)")
+    # No release in the table runs 525.60.13 (below every listed R525 minimum, 525.85).
+    status = _wait_pool(k8s, name, lambda s: s.get("driverVersions") == "525.60.13", "drivers shown")["status"]
+    assert status.get("newestTriton") is None
+
+    # One node's driver is upgraded (R550): the pod lands there, and the model is no longer Degraded for it.
+    _relabel_driver(k8s, new, "550.54.15")
+    pod = wait_for(lambda: next((p for p in k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
+                                 if p.spec.node_name), None), TIMEOUT, f"the pod scheduled on {new}")
+    assert pod.spec.node_name == new
+    models.wait_status(k8s, namespace, "old-driver",
+                       lambda r: models.condition(r, "Degraded").get("reason") != "DriverTooOld", "DriverTooOld cleared")
 
 
 def test_without_taint_a_failing_node_is_only_labelled(cluster, k8s, make_pool, t4_nodes):
