@@ -142,3 +142,13 @@ def test_the_console_script_is_declared():
     import tomllib
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["rankops"] == "rankops.cli:main"
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_installs_the_package_with_its_dependencies(image):
+    """`rankops fetch-model` (init containers, from any of these images) needs boto3 for s3:// and gs://."""
+    import tomllib
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"boto3\b", d) for d in dependencies)
+    final_runs = " ".join(a for w, a in final_stage(instructions(ROOT / "images" / image / "Dockerfile")) if w == "RUN")
+    assert "--no-deps" not in final_runs, "the final install must bring the package's dependencies"
