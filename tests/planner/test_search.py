@@ -36,9 +36,34 @@ def test_seeds_blanket_factor_would_need_three_gpus_at_exactly_half_headroom():
 def test_loose_budget_sustains_the_saturation_margin_and_sizes_the_fleet_by_hand(make_inputs):
     # one batch size, 1 ms: saturation 1000 req/s; a 1 s budget never binds
     for headroom, gpus in ((0.0, 2), (0.5, 4)):
-        result = plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=headroom, instances_per_gpu=1))
+        result = plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=headroom, instances_per_gpu=1,
+                                  failure_tolerance=0))
         assert result.qps_per_gpu == pytest.approx(950)
         assert result.gpus == gpus == math.ceil(1900 / (950 * (1 - headroom)))
+    # by default one replica may be lost: ceil(1900 / 950) = 2 must survive it
+    assert plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=0.0, instances_per_gpu=1)).gpus == 3
+
+
+def test_seeds_example_survives_a_single_card_failure_by_default(make_inputs):
+    """Seeds: 2,000 QPS peak, P99 50 ms, batch 8 in ~3 ms; headroom for "spikes and a single-card
+    failure": 2 GPUs, not 1, even where one GPU alone could carry the peak."""
+    inputs = make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000, headroom=0.0)
+    result = plan(inputs)
+    assert result.qps_per_gpu >= 2000, "one GPU could carry the peak"
+    assert result.gpus == 2
+    assert any("failure tolerance 1" in line and "at least 2 replica(s)" in line for line in result.explanation)
+    assert plan(make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000, headroom=0.0, failure_tolerance=0)).gpus == 1
+    assert plan(make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000, headroom=0.0, failure_tolerance=2)).gpus == 3
+    # the default headroom already gives 2 here; tolerance does not add a third
+    assert plan(make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000)).gpus == 2
+
+
+def test_explicit_replicas_that_cannot_survive_a_loss_are_a_problem(make_inputs):
+    result = plan(make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000, headroom=0.0, replicas=1))
+    assert any("failure tolerance: with 1 of 1 replica(s) lost" in p and "set replicas to 2" in p
+               for p in result.problems)
+    assert not plan(make_inputs({1: 2.0, 8: 3.0}, p99=50, qps=2000, headroom=0.0, replicas=1,
+                                failure_tolerance=0)).problems
 
 
 def test_gpus_per_replica_rounds_replicas_up(make_inputs):

@@ -91,6 +91,11 @@ class Planning(ApiModel):
                     "(no gain), 0 = perfect overlap.")]
     max_instances_per_gpu: Annotated[int, Field(
         default=4, ge=1, le=16, description="Largest instance count per GPU the search tries.")]
+    failure_tolerance: Annotated[int, Field(
+        default=1, ge=0, le=100,
+        description="Replicas the fleet may lose (a GPU or node failure) and still carry slo.targetQps "
+                    "within the P99 budget, each surviving GPU at most at its sustainable rate. 1 (default) "
+                    "survives a single card failure; 0 sizes for headroom alone.")]
 
     @field_validator("latency_profile")
     @classmethod
@@ -117,6 +122,11 @@ class PlanInputsStatus(ApiModel):
     p99_latency_ms: Annotated[float | SkipJsonSchema[None], Field(default=None, description="SLO P99 budget, ms.")]
     target_qps: Annotated[float | SkipJsonSchema[None], Field(default=None, description="SLO target QPS.")]
     headroom: Annotated[float, Field(description="Spare capacity fraction kept at target QPS.")]
+    failure_tolerance: Annotated[int, Field(
+        default=1, description="Replicas that may be lost with targetQps still served within the P99 budget.")]
+    candidates_per_request: Annotated[list[int] | SkipJsonSchema[None], Field(
+        default=None, description="[fewest, most] candidates per request when spec.candidates has layout batch "
+                                  "(rates count requests, batch sizes candidates).")]
     gpu_memory_mib: Annotated[int | SkipJsonSchema[None], Field(default=None, alias="gpuMemoryMiB", description="GPU memory, MiB.")]
     profile: Annotated[dict[str, float], Field(description="Compute ms per batch size used.")]
 

@@ -33,6 +33,7 @@ class PlanInputs:
     # (fewest, most) items one request brings to a batch: spec.candidates layout batch, where a
     # request of N candidates is a batch of N. None: one item per request. Rates stay requests/s.
     items_per_request: tuple[int, int] | None = None
+    failure_tolerance: int = 1               # replicas that may be lost with the SLO still met
 
     @property
     def auto(self) -> bool:
@@ -105,6 +106,8 @@ def inputs_from_spec(spec: Any, *, profile: LatencyProfile | dict | str | None =
         if planning is not None else 4,
         seed=seed,
         items_per_request=_items_per_request(spec),
+        failure_tolerance=int(getattr(planning, "failure_tolerance", 1))
+        if planning is not None and getattr(planning, "failure_tolerance", None) is not None else 1,
     )
 
 

@@ -66,6 +66,7 @@ class PlanResult:
             "summary": self.explanation[0] if self.explanation else "",
             "inputs": {
                 "headroom": self.inputs.headroom,
+                "failureTolerance": self.inputs.failure_tolerance,
                 "profile": {str(b): ms for b, ms in self.inputs.profile.points},
             },
         }
@@ -76,6 +77,8 @@ class PlanResult:
                 status["inputs"][key] = value
         if self.inputs.gpu_memory_mib is not None:
             status["inputs"]["gpuMemoryMiB"] = int(self.inputs.gpu_memory_mib)
+        if self.inputs.items_per_request is not None:
+            status["inputs"]["candidatesPerRequest"] = list(self.inputs.items_per_request)
         return status
 
     def to_json(self) -> dict:

@@ -171,6 +171,14 @@ def _size_fleet(inputs: PlanInputs, per_gpu: float) -> tuple[int, int, list[str]
     if needed is not None:
         why.append(f"GPUs: ceil({target:g} req/s / ({per_gpu:.0f} req/s/GPU x (1 - headroom {headroom:g}))) "
                    f"= ceil({target / usable:.2f}) = {needed}")
+    # After losing `lost` replicas, the rest must carry the target at no more than sustainable.
+    lost = inputs.failure_tolerance
+    survivors = max(1, math.ceil(target / per_gpu - 1e-9)) if per_gpu > 0 else None
+    tolerant = math.ceil(survivors / per_replica) + lost if survivors is not None else None
+    if tolerant is not None and lost:
+        why.append(f"failure tolerance {lost}: with {lost} replica(s) lost, ceil({target:g} req/s / {per_gpu:.0f} "
+                   f"req/s/GPU) = {survivors} GPU(s) must remain: at least {tolerant} replica(s) of {per_replica} "
+                   "GPU (planning.failureTolerance)")
     if inputs.replicas is not None:
         replicas = inputs.replicas
         if needed is not None and replicas * per_replica < needed:
@@ -178,8 +186,13 @@ def _size_fleet(inputs: PlanInputs, per_gpu: float) -> tuple[int, int, list[str]
                 f"capacity: {replicas} replica(s) x {per_replica} GPU = {replicas * per_replica} GPU(s), but "
                 f"{target:g} req/s with {headroom:.0%} headroom needs {needed} at {per_gpu:.0f} req/s/GPU "
                 f"sustainable; set replicas to {math.ceil(needed / per_replica)}")
+        elif tolerant is not None and lost and replicas < tolerant:
+            problems.append(
+                f"failure tolerance: with {lost} of {replicas} replica(s) lost, {(replicas - lost) * per_replica} "
+                f"GPU(s) remain for {target:g} req/s, which needs {survivors} at {per_gpu:.0f} req/s/GPU "
+                f"sustainable; set replicas to {tolerant}, or planning.failureTolerance: 0 to accept it")
     else:
-        replicas = math.ceil((needed or 1) / per_replica)
+        replicas = max(math.ceil((needed or 1) / per_replica), tolerant or 0)
     return replicas, replicas * per_replica, why, problems
 
 
