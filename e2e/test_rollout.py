@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from e2e import models
-from e2e.support import gone, wait_for
+from e2e import models, rollouts
+from e2e.support import wait_for
 from rankops.gates.verdict import Verdict
 from rankops.render import names
 
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
 
-ROLLOUT_TIMEOUT = 120
 
 
 def _sim(verdict: Verdict, duration: str | None = None) -> dict[str, str]:
@@ -47,57 +46,6 @@ def _rollout(equivalence: Verdict = EQUIVALENCE_PASS, equivalence_duration: str 
     }
 
 
-def _phase(rm: dict) -> str | None:
-    return ((rm.get("status") or {}).get("rollout") or {}).get("phase")
-
-
-def _watch_phases(k8s, namespace: str, name: str, version: str, until: set[str],
-                  timeout: float = ROLLOUT_TIMEOUT) -> tuple[list[str], dict, set[str]]:
-    """Poll the phase of the rollout to `version` until it is in `until`; returns the phases seen,
-    in order, the object, and the phases in which a canary pod was behind the serving Service."""
-    seen: list[str] = []
-    serving: set[str] = set()
-
-    def check():
-        # Pods before status: the operator records a phase before it moves traffic, so the phase
-        # read after seeing a serving canary pod is the one traffic was switched on in, or later.
-        on = _canary_serving(k8s, namespace, name)
-        rm = models.get(k8s, namespace, name)
-        if ((rm.get("status") or {}).get("rollout") or {}).get("version") != version:
-            return None
-        phase = _phase(rm)
-        if phase and (not seen or seen[-1] != phase):
-            seen.append(phase)
-        if phase and on:
-            serving.add(phase)
-        return rm if phase in until else None
-
-    try:
-        rm = wait_for(check, timeout, f"rollout of {name} reaching {sorted(until)}", interval=0.2)
-    except AssertionError as exc:  # wait_for's timeout
-        raise AssertionError(f"{exc}; phases seen {seen}; status {models.get(k8s, namespace, name).get('status')}") from None
-    return seen, rm, serving
-
-
-def _canary_serving(k8s, namespace: str, model: str) -> bool:
-    pods = k8s.core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_MODEL}={model},"
-                                                                  f"{names.LABEL_TRACK}={names.CANARY}").items
-    return any((p.metadata.labels or {}).get(names.LABEL_TRAFFIC) == "on" for p in pods)
-
-
-def _gate_jobs(k8s, namespace: str, model: str) -> list:
-    return k8s.batch.list_namespaced_job(namespace, label_selector=f"{names.LABEL_MODEL}={model},"
-                                                                    "app.kubernetes.io/name=rankops-gate").items
-
-
-def _stable(k8s, namespace: str, model: str):
-    return k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.STABLE), namespace)
-
-
-def _canary_gone(k8s, namespace: str, model: str) -> bool:
-    return gone(lambda: k8s.apps.read_namespaced_deployment(names.deployment_name(model, names.CANARY), namespace))
-
-
 def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespace, operator):
     versions = ("1", "2", "3")
     models.create(k8s, namespace, models.model_manifest("ranker", version="1", versions=versions, replicas=2,
@@ -106,7 +54,7 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
 
     # v1 -> v2: both gates pass, the canary holds its weight, then it is promoted.
     models.patch_spec(k8s, namespace, "ranker", {"version": "2"})
-    seen, rm, serving = _watch_phases(k8s, namespace, "ranker", "2", {"Promoted", "RolledBack"})
+    seen, rm, serving = rollouts.watch_phases(k8s, namespace, "ranker", "2", {"Promoted", "RolledBack"})
     assert seen[-1] == "Promoted", (seen, rm["status"])
     # Traffic reached the canary only once both gates had passed.
     assert "Canary" in serving and not serving & {"CanaryStarting", "Warming", "Verifying"}, serving
@@ -118,10 +66,10 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
     rm = models.wait_status(k8s, namespace, "ranker", lambda rm: rm["status"].get("phase") == "Ready"
                             and rm["status"].get("stableVersion") == "2" and rm["status"].get("ready") == "2/2",
                             "v2 stable and Ready")
-    wait_for(lambda: _canary_gone(k8s, namespace, "ranker"), 30, "canary Deployment removed after promotion")
-    stable = _stable(k8s, namespace, "ranker")
+    wait_for(lambda: rollouts.canary_gone(k8s, namespace, "ranker"), 30, "canary Deployment removed after promotion")
+    stable = rollouts.stable(k8s, namespace, "ranker")
     assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
-    jobs = _gate_jobs(k8s, namespace, "ranker")
+    jobs = rollouts.gate_jobs(k8s, namespace, "ranker")
     assert sorted(j.metadata.labels[names.LABEL_GATE] for j in jobs) == ["equivalence", "warmup"]
     models.wait_event(k8s, namespace, "ranker", "Promoted")
 
@@ -129,7 +77,7 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
     generation_before = stable.metadata.generation
     patch = _rollout(equivalence=EQUIVALENCE_FAIL)
     models.patch_spec(k8s, namespace, "ranker", {"version": "3", "rollout": patch})
-    seen, rm, serving = _watch_phases(k8s, namespace, "ranker", "3", {"Promoted", "RolledBack"})
+    seen, rm, serving = rollouts.watch_phases(k8s, namespace, "ranker", "3", {"Promoted", "RolledBack"})
     assert seen[-1] == "RolledBack", (seen, rm["status"])
     assert "Canary" not in seen and not serving, (seen, serving)  # no traffic to an unverified version
     status = rm["status"]
@@ -139,8 +87,8 @@ def test_passing_gates_promote_and_a_failing_equivalence_rolls_back(k8s, namespa
     assert "0.479" in status["rollout"]["message"] or "0.479" in degraded["message"], status
     failed = [g for g in status["gates"] if g["gate"] == "equivalence" and g["outcome"] == "fail"]
     assert failed and failed[-1]["metrics"]["topKOverlap"] == 0.479, status["gates"]
-    wait_for(lambda: _canary_gone(k8s, namespace, "ranker"), 30, "canary removed after rollback")
-    stable = _stable(k8s, namespace, "ranker")
+    wait_for(lambda: rollouts.canary_gone(k8s, namespace, "ranker"), 30, "canary removed after rollback")
+    stable = rollouts.stable(k8s, namespace, "ranker")
     assert stable.metadata.generation == generation_before
     assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
     assert stable.status.ready_replicas == 2
@@ -152,16 +100,16 @@ def test_operator_killed_while_verifying_resumes_without_duplicate_jobs(k8s, nam
                                                         rollout=_rollout(equivalence_duration="8s")))
     models.wait_ready(k8s, namespace, "resume")
     models.patch_spec(k8s, namespace, "resume", {"version": "2"})
-    seen, _, _ = _watch_phases(k8s, namespace, "resume", "2", {"Verifying"}, timeout=60)
+    seen, _, _ = rollouts.watch_phases(k8s, namespace, "resume", "2", {"Verifying"}, timeout=60)
     operator.kill()
     try:
-        jobs_before = {j.metadata.name: j.metadata.uid for j in _gate_jobs(k8s, namespace, "resume")}
+        jobs_before = {j.metadata.name: j.metadata.uid for j in rollouts.gate_jobs(k8s, namespace, "resume")}
         assert len(jobs_before) == 2, jobs_before
     finally:
         operator.start()
-    seen_after, rm, _ = _watch_phases(k8s, namespace, "resume", "2", {"Promoted", "RolledBack"})
+    seen_after, rm, _ = rollouts.watch_phases(k8s, namespace, "resume", "2", {"Promoted", "RolledBack"})
     assert seen_after[-1] == "Promoted", (seen_after, rm["status"])
-    jobs_after = {j.metadata.name: j.metadata.uid for j in _gate_jobs(k8s, namespace, "resume")}
+    jobs_after = {j.metadata.name: j.metadata.uid for j in rollouts.gate_jobs(k8s, namespace, "resume")}
     assert jobs_after == jobs_before  # the same two Jobs, not re-created
     models.wait_status(k8s, namespace, "resume", lambda rm: rm["status"].get("stableVersion") == "2"
                        and rm["status"].get("phase") == "Ready", "v2 stable after the resumed rollout")
@@ -173,16 +121,16 @@ def test_a_new_version_mid_rollout_supersedes_it_cleanly(k8s, namespace, operato
                                                         rollout=rollout))
     models.wait_ready(k8s, namespace, "switch")
     models.patch_spec(k8s, namespace, "switch", {"version": "2"})
-    _watch_phases(k8s, namespace, "switch", "2", {"Verifying"}, timeout=60)
-    v2_jobs = {j.metadata.name for j in _gate_jobs(k8s, namespace, "switch")}
+    rollouts.watch_phases(k8s, namespace, "switch", "2", {"Verifying"}, timeout=60)
+    v2_jobs = {j.metadata.name for j in rollouts.gate_jobs(k8s, namespace, "switch")}
 
     fast = _rollout()
     fast["equivalence"]["podAnnotations"]["sim.rankops.io/duration"] = None   # a merge patch keeps absent keys
     models.patch_spec(k8s, namespace, "switch", {"version": "3", "rollout": fast})
-    seen, rm, _ = _watch_phases(k8s, namespace, "switch", "3", {"Promoted", "RolledBack"})
+    seen, rm, _ = rollouts.watch_phases(k8s, namespace, "switch", "3", {"Promoted", "RolledBack"})
     assert seen[-1] == "Promoted", (seen, rm["status"])
     # v2's unfinished gate Job was stopped, not left loading the cluster; v3 ran its own.
-    jobs = {j.metadata.name: j for j in _gate_jobs(k8s, namespace, "switch")}
+    jobs = {j.metadata.name: j for j in rollouts.gate_jobs(k8s, namespace, "switch")}
     v2_equivalence = [n for n in v2_jobs if "equivalence" in n]
     assert v2_equivalence and not set(v2_equivalence) & set(jobs), sorted(jobs)
     v3_gates = {g["gate"]: g["outcome"] for g in rm["status"]["gates"] if g.get("version") == "3"}
@@ -198,14 +146,14 @@ def test_a_gate_job_that_never_finishes_times_out_into_a_rollback(k8s, namespace
     rollout["gateJobs"] = {"timeoutSeconds": 30}
     models.create(k8s, namespace, models.model_manifest("hung", version="1", versions=("1", "2"), rollout=rollout))
     models.wait_ready(k8s, namespace, "hung")
-    stable_generation = _stable(k8s, namespace, "hung").metadata.generation
+    stable_generation = rollouts.stable(k8s, namespace, "hung").metadata.generation
     models.patch_spec(k8s, namespace, "hung", {"version": "2"})
-    seen, rm, serving = _watch_phases(k8s, namespace, "hung", "2", {"Promoted", "RolledBack"}, timeout=90)
+    seen, rm, serving = rollouts.watch_phases(k8s, namespace, "hung", "2", {"Promoted", "RolledBack"}, timeout=90)
     assert seen[-1] == "RolledBack" and not serving, (seen, serving)
     warmup = [g for g in rm["status"]["gates"] if g["gate"] == "warmup"][-1]
     assert warmup["outcome"] == "error" and "30s" in warmup["summary"], warmup
     assert "30s" in models.condition(rm, "Degraded")["message"]
-    assert _stable(k8s, namespace, "hung").metadata.generation == stable_generation
+    assert rollouts.stable(k8s, namespace, "hung").metadata.generation == stable_generation
 
 
 def _patch_status(api_client, namespace: str, name: str, status: dict) -> None:
@@ -240,7 +188,7 @@ def test_only_the_operator_may_write_status_and_a_forged_stable_version_never_se
     models.create(k8s, namespace, models.model_manifest("guarded", version="1", versions=("1", "2"),
                                                         rollout=_rollout()))
     models.wait_ready(k8s, namespace, "guarded")   # the operator's own status writes are accepted
-    stable_generation = _stable(k8s, namespace, "guarded").metadata.generation
+    stable_generation = rollouts.stable(k8s, namespace, "guarded").metadata.generation
     # A ServiceAccount that RBAC allows to patch RankingModel status.
     k8s.core.create_namespaced_service_account(namespace, {"metadata": {"name": "ci-bot"}})
     rbac = client.RbacAuthorizationV1Api(k8s.api_client)
@@ -274,6 +222,6 @@ def test_only_the_operator_may_write_status_and_a_forged_stable_version_never_se
     models.wait_event(k8s, namespace, "guarded", "StatusRejected")  # the forged stableVersion refused
     models.wait_status(k8s, namespace, "guarded", lambda rm: rm["status"].get("stableVersion") == "1"
                        and rm["status"].get("phase") == "Ready", "v1 stable and Ready again")
-    stable = _stable(k8s, namespace, "guarded")
+    stable = rollouts.stable(k8s, namespace, "guarded")
     assert stable.metadata.generation == stable_generation
     assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "1"

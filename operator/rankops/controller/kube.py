@@ -80,20 +80,17 @@ class Kube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json", accept: str = "application/json") -> dict | None:
-        headers = {"Content-Type": content_type, "Accept": accept}
-        method, url, headers, _, _ = self.api.param_serialize(
-            method=method, resource_path=path, query_params=query or [], header_params=headers,
-            auth_settings=["BearerToken"])
-        # The REST layer serialises dict bodies as JSON, which is also valid apply-patch YAML.
-        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
-        response.read()
-        if response.status == 404:
-            if _is_missing_api(response.data):
+        answer = send(self.api, method, path, body=body, query=query,
+                      headers={"Content-Type": content_type, "Accept": accept})
+        if answer.status == 404:
+            if _is_missing_api(answer.data):
                 raise ApiMissing(path)
             return None
-        if response.status >= 400:
-            raise ApiException(http_resp=response)
-        return json.loads(response.data) if response.data else None
+        if answer.status >= 400:
+            exc = ApiException(status=answer.status, reason=answer.reason)
+            exc.body = answer.data
+            raise exc
+        return json.loads(answer.data) if answer.data else None
 
     def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict:
         """Server-side apply under rankops' field manager, forcing ownership of the fields it sets.
@@ -127,6 +124,55 @@ class Kube:
                     subresource: str | None = None) -> dict | None:
         return self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
                           content_type="application/merge-patch+json")
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    reason: str
+    data: bytes
+
+
+def send(api: client.ApiClient, method: str, path: str, *, body: Any = None, query: list | None = None,
+         headers: dict[str, str] | None = None, timeout: float = 30) -> Answer:
+    """One request on the kubernetes client's transport (its auth and TLS), any status answered.
+
+    Works with both generations of the generated client: kubernetes >= 37 (param_serialize) and
+    the older one (call_api with a resource path), which fetch-model's botocore keeps us on.
+    """
+    headers = dict(headers or {})
+    if hasattr(api, "param_serialize"):
+        method, url, headers, _, _ = api.param_serialize(method=method, resource_path=path, query_params=query or [],
+                                                         header_params=headers, auth_settings=["BearerToken"])
+        # The REST layer serialises dict bodies as JSON, which is also valid apply-patch YAML.
+        response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
+        response.read()
+        return Answer(response.status, response.reason or "", response.data or b"")
+    try:
+        response = api.call_api(path, method, query_params=query or [], header_params=headers, body=body,
+                                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+                                _return_http_data_only=True)
+    except ApiException as exc:
+        raw = exc.body if isinstance(exc.body, bytes) else (exc.body or "").encode()
+        return Answer(exc.status or 0, exc.reason or "", raw)
+    return Answer(response.status, response.reason or "", response.data or b"")
+
+
+def open_stream(api: client.ApiClient, path: str, query: list, timeout: float = 90) -> Any:
+    """A GET whose body is read as it comes (a watch): the urllib3 response; ApiException if refused."""
+    headers = {"Accept": "application/json"}
+    if hasattr(api, "param_serialize"):
+        method, url, headers, _, _ = api.param_serialize(method="GET", resource_path=path, query_params=query,
+                                                         header_params=headers, auth_settings=["BearerToken"])
+        response = api.call_api(method, url, header_params=headers, _request_timeout=timeout).response
+    else:
+        response = api.call_api(path, "GET", query_params=query, header_params=headers, auth_settings=["BearerToken"],
+                                _preload_content=False, _request_timeout=timeout, _return_http_data_only=True)
+    if response.status >= 400:
+        exc = ApiException(status=response.status, reason=response.reason)
+        exc.body = response.data
+        raise exc
+    return response
 
 
 def _is_missing_api(raw: bytes | None) -> bool:

@@ -82,7 +82,7 @@ def node_status(address: str, capacity: dict[str, str], kubelet_version: str) ->
 
 
 class Api:
-    """The few REST calls the runner makes, on dicts (the kubernetes client's transport)."""
+    """The few REST calls the runner makes, on dicts (the operator's own transport, controller/kube.py)."""
 
     def __init__(self, kubeconfig: str) -> None:
         from kubernetes import config
@@ -91,25 +91,23 @@ class Api:
         self.server = self.client.configuration.host
 
     def call(self, method: str, path: str, body: Any = None, query: list | None = None,
-             content_type: str = "application/json", timeout: float | None = 30) -> Any:
+             content_type: str = "application/json", timeout: float = 30) -> Any:
         from kubernetes.client.exceptions import ApiException
 
-        try:
-            response = self.client.call_api(path, method, query_params=query or [], body=body,
-                                            header_params={"Content-Type": content_type, "Accept": "application/json"},
-                                            auth_settings=["BearerToken"], _preload_content=False,
-                                            _request_timeout=timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        data = response[0].data if isinstance(response, tuple) else response.data
-        return json.loads(data) if data else {}
+        from rankops.controller.kube import send
+
+        answer = send(self.client, method, path, body=body, query=query, timeout=timeout,
+                      headers={"Content-Type": content_type, "Accept": "application/json"})
+        if answer.status == 404:
+            return None
+        if answer.status >= 400:
+            raise ApiException(status=answer.status, reason=f"{answer.reason}: {answer.data[:300]!r}")
+        return json.loads(answer.data) if answer.data else {}
 
     def stream(self, path: str, query: list) -> Any:
-        response = self.client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                                        auth_settings=["BearerToken"], _preload_content=False, _request_timeout=90)
-        return response[0] if isinstance(response, tuple) else response
+        from rankops.controller.kube import open_stream
+
+        return open_stream(self.client, path, query)
 
 
 # --- one container --------------------------------------------------------------------------------
