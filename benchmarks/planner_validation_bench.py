@@ -1,0 +1,187 @@
+"""Does the planner's predicted P99 match a real Triton's? (issue 14, part 2)
+
+A stand-in model whose execution is known (tests/triton/timed_model.py: a Python-backend model
+that spends a + b·items ms per batch, and stretches by 1 + slowdown while another instance of it
+runs) is served by the real-Triton fixture (tritonserver 2.51) under several dynamic-batching
+configs (max batch size, queue delay, preferred sizes, instances). The loop a user follows:
+
+1. `rankops profile`'s measurement (planner.measure) on the live server: compute ms per batch
+   size, the shared-instance slowdown, and the client/server overhead at light load;
+2. for each config and each rate (fractions of the config's saturation bound), the simulator's
+   P99 (`planner.simulator.simulate`, as `rankops plan` runs it) from that profile;
+3. open-loop Poisson load at that rate against the server (requests are sent at their arrival
+   times whatever the responses, from a pool of client threads), P99 measured from each request's
+   scheduled arrival to its response.
+
+Printed: predicted and measured P99 per (config, rate), the relative error, its median and
+maximum, and the client's lateness (P99 of how late requests left: when it is not small, the
+client, not the server, limited the run, and the row says so).
+
+    .venv/bin/python benchmarks/planner_validation_bench.py                 # small: 2 configs x 3 rates
+    .venv/bin/python benchmarks/planner_validation_bench.py --full          # 6 configs x 5 rates
+    .venv/bin/python benchmarks/planner_validation_bench.py --candidates 2,6  # requests of 2..6 items
+
+On a 2-core shared machine run it small: the client's threads and Triton share the cores, and
+the stand-in sleeps (rather than computes) so that its cost stays what it says.
+"""
+from __future__ import annotations
+
+import argparse
+import queue
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "triton"))
+
+from rankops.devcluster import triton  # noqa: E402
+from rankops.gates.client import Endpoint  # noqa: E402
+from rankops.gates.samples import Sample  # noqa: E402
+from rankops.planner.measure import measure  # noqa: E402
+from rankops.planner.profile import LatencyProfile  # noqa: E402
+from rankops.planner.simulator import (BatcherConfig, poisson_arrivals_ms, request_items,  # noqa: E402
+                                       saturation_qps, simulate)
+import timed_model  # noqa: E402
+
+A_MS, B_MS, SLOWDOWN = 20.0, 2.0, 0.5
+MODEL = "timed"
+
+SMALL = [BatcherConfig(8, (), 0, 1), BatcherConfig(8, (), 2000, 2)]
+FULL = [BatcherConfig(8, (), 0, 1), BatcherConfig(8, (), 2000, 1), BatcherConfig(16, (), 1000, 1),
+        BatcherConfig(8, (4, 8), 1000, 1), BatcherConfig(8, (), 0, 2), BatcherConfig(16, (8, 16), 2000, 2)]
+SMALL_RATES = (0.3, 0.6, 0.85)
+FULL_RATES = (0.2, 0.4, 0.6, 0.75, 0.9)
+
+
+@dataclass
+class Run:
+    p99_ms: float
+    p50_ms: float
+    late_p99_ms: float
+    errors: int
+
+
+def serve(install: triton.TritonInstall, work: Path, config: BatcherConfig, max_batch: int | None = None):
+    root = work / f"mb{config.max_batch_size}-d{config.max_queue_delay_us}-p{'_'.join(map(str, config.preferred_batch_sizes))}-i{config.instances}"
+    timed_model.write_repository(root, MODEL, a_ms=A_MS, b_ms=B_MS, slowdown=SLOWDOWN,
+                                 max_batch=max_batch or config.max_batch_size, instances=config.instances,
+                                 preferred=config.preferred_batch_sizes, delay_us=config.max_queue_delay_us)
+    return timed_model.server(install, root, [MODEL])
+
+
+def open_loop(url: str, rate: float, requests: int, items: tuple[int, int] | None, seed: int,
+              threads: int) -> Run:
+    """Poisson arrivals at `rate` req/s, each request sent at its arrival time by a free thread."""
+    arrivals = poisson_arrivals_ms(rate, requests, seed) / 1000.0
+    sizes = request_items(requests, seed, *items) if items else (1,) * requests
+    endpoint = Endpoint(url, MODEL)
+    probe = endpoint.connect()
+    info = probe.model_info()
+    bodies = {n: probe.build_request(Sample(1, {"x": np.zeros((n, 4), np.float32)}), info) for n in set(sizes)}
+    probe.close()
+    latency = [0.0] * requests
+    late = [0.0] * requests
+    errors = [0]
+    work: queue.Queue = queue.Queue()
+    start_at = time.perf_counter() + 0.3
+
+    def worker() -> None:
+        connection = endpoint.connect()
+        while True:
+            i = work.get()
+            if i is None:
+                break
+            due = start_at + arrivals[i]
+            sent = time.perf_counter()
+            try:
+                connection.infer(bodies[sizes[i]])
+            except Exception:
+                errors[0] += 1
+            latency[i] = (time.perf_counter() - due) * 1000
+            late[i] = (sent - due) * 1000
+        connection.close()
+
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for i in range(requests):
+        delay = start_at + arrivals[i] - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        work.put(i)
+    for _ in pool:
+        work.put(None)
+    for t in pool:
+        t.join()
+    skip = requests // 10        # as the simulator: the first 10% warm the queue up
+    kept = latency[skip:]
+    return Run(float(np.percentile(kept, 99)), float(np.percentile(kept, 50)),
+               float(np.percentile(late[skip:], 99)), errors[0])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="6 configs x 5 rates (default: 2 x 3)")
+    parser.add_argument("--requests", type=int, default=400, help="requests per (config, rate)")
+    parser.add_argument("--threads", type=int, default=48, help="client threads (open loop)")
+    parser.add_argument("--candidates", metavar="LO,HI", help="items per request, uniform (layout batch)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    items = tuple(int(x) for x in args.candidates.split(",")) if args.candidates else None
+    configs, fractions = (FULL, FULL_RATES) if args.full else (SMALL, SMALL_RATES)
+    if items:   # max batch sizes count items: hold the largest request
+        configs = [BatcherConfig(max(c.max_batch_size, 2 * items[1]),
+                                 tuple(p * items[1] // 2 for p in c.preferred_batch_sizes), c.max_queue_delay_us,
+                                 c.instances) for c in configs]
+    install = triton.ensure_installed()
+    work = triton.scratch_dir("rankops-validate-")
+    largest = max(c.max_batch_size for c in configs)
+    began = time.perf_counter()
+
+    # 1. the profile, measured as `rankops profile` measures it (two instances: the slowdown too)
+    with serve(install, work / "profile", BatcherConfig(largest, (), 0, 2)) as server:
+        measured = measure(server.http_url, MODEL, requests=15, warmup=3)
+    profile = LatencyProfile.from_mapping(measured.profile())
+    slowdown = measured.slowdown if measured.slowdown is not None else SLOWDOWN
+    first = measured.timings[0]
+    overhead = max(0.0, first.client_median_ms - first.median_ms)
+    print(f"profile measured (truth {A_MS:g} + {B_MS:g}·items ms): "
+          + ", ".join(f"{b}: {ms:.2f}" for b, ms in profile.points)
+          + f"; sharedGpuSlowdown {slowdown:g} (truth {SLOWDOWN:g}); client/server overhead {overhead:.2f} ms")
+    print(f"load: open-loop Poisson, {args.requests} requests per row, {args.threads} client threads"
+          + (f", {items[0]}..{items[1]} items per request" if items else ", 1 item per request"))
+    print(f"{'config':44} {'req/s':>6} {'pred P99':>9} {'meas P99':>9} {'error':>7} {'late P99':>9}")
+
+    errors = []
+    for config in configs:
+        bound = saturation_qps(profile, config, slowdown, items)
+        with serve(install, work, config) as server:
+            open_loop(server.http_url, bound * 0.3, 50, items, args.seed + 99, args.threads)   # warm the stubs
+            for fraction in fractions:
+                rate = bound * fraction
+                predicted = simulate(profile, config, rate_qps=rate, requests=20_000, seed=args.seed,
+                                     slowdown=slowdown, overhead_ms=overhead, items=items)
+                run = open_loop(server.http_url, rate, args.requests, items, args.seed, args.threads)
+                error = (predicted.p99_ms - run.p99_ms) / run.p99_ms
+                client_bound = run.late_p99_ms > 0.1 * run.p99_ms
+                if not client_bound and not run.errors:
+                    errors.append(abs(error))
+                flag = " client-bound (not counted)" if client_bound else ""
+                flag += f" {run.errors} errors (not counted)" if run.errors else ""
+                print(f"{config.describe():44} {rate:6.0f} {predicted.p99_ms:9.2f} {run.p99_ms:9.2f} "
+                      f"{error:+7.0%} {run.late_p99_ms:9.2f}{flag}")
+    if errors:
+        print(f"relative P99 error over {len(errors)} rows: median {statistics.median(errors):.0%}, "
+              f"max {max(errors):.0%} (goal: median <= 15%, max <= 30%)")
+    print(f"wall time {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
