@@ -14,8 +14,10 @@ configs (max batch size, queue delay, preferred sizes, instances). The loop a us
    scheduled arrival to its response.
 
 Printed: predicted and measured P99 per (config, rate), the relative error, its median and
-maximum, and the client's lateness (P99 of how late requests left: when it is not small, the
-client, not the server, limited the run, and the row says so).
+maximum, the client's lateness (P99 of how late requests left: when it is not small, the client,
+not the server, limited the run, and the row says so), the average batch predicted and formed by
+Triton, and how much slower the executions ran than the profile said (a busy machine slows the
+stand-in itself: then the prediction was made for another server than the one measured).
 
     .venv/bin/python benchmarks/planner_validation_bench.py                 # small: 2 configs x 3 rates
     .venv/bin/python benchmarks/planner_validation_bench.py --full          # 6 configs x 5 rates
@@ -65,6 +67,19 @@ class Run:
     p50_ms: float
     late_p99_ms: float
     errors: int
+    avg_batch: float          # Triton's own: batch items per execution during the run
+    compute_ms: float         # Triton's own: mean compute (input+infer+output) per execution
+
+
+def _counts(url: str) -> tuple[float, float]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{url}/v2/models/{MODEL}/stats") as resp:
+        stats = json.load(resp)["model_stats"][0]
+    ns = sum(float(b[p]["ns"]) for b in stats["batch_stats"]
+             for p in ("compute_input", "compute_infer", "compute_output"))
+    return float(stats["inference_count"]), float(stats["execution_count"]), ns / 1e6
 
 
 def serve(install: triton.TritonInstall, work: Path, config: BatcherConfig, max_batch: int | None = None):
@@ -89,6 +104,7 @@ def open_loop(url: str, rate: float, requests: int, items: tuple[int, int] | Non
     late = [0.0] * requests
     errors = [0]
     work: queue.Queue = queue.Queue()
+    inferences, executions, compute = _counts(url)
     start_at = time.perf_counter() + 0.3
 
     def worker() -> None:
@@ -121,8 +137,11 @@ def open_loop(url: str, rate: float, requests: int, items: tuple[int, int] | Non
         t.join()
     skip = requests // 10        # as the simulator: the first 10% warm the queue up
     kept = latency[skip:]
+    inferences2, executions2, compute2 = _counts(url)
+    ran = max(1.0, executions2 - executions)
     return Run(float(np.percentile(kept, 99)), float(np.percentile(kept, 50)),
-               float(np.percentile(late[skip:], 99)), errors[0])
+               float(np.percentile(late[skip:], 99)), errors[0],
+               (inferences2 - inferences) / ran, (compute2 - compute) / ran)
 
 
 def main() -> int:
@@ -132,9 +151,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=48, help="client threads (open loop)")
     parser.add_argument("--candidates", metavar="LO,HI", help="items per request, uniform (layout batch)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", metavar="I,J", help="run only these configs of the grid (0-based)")
     args = parser.parse_args()
     items = tuple(int(x) for x in args.candidates.split(",")) if args.candidates else None
     configs, fractions = (FULL, FULL_RATES) if args.full else (SMALL, SMALL_RATES)
+    if args.only:
+        configs = [configs[int(i)] for i in args.only.split(",")]
     if items:   # max batch sizes count items: hold the largest request
         configs = [BatcherConfig(max(c.max_batch_size, 2 * items[1]),
                                  tuple(p * items[1] // 2 for p in c.preferred_batch_sizes), c.max_queue_delay_us,
@@ -156,7 +178,8 @@ def main() -> int:
           + f"; sharedGpuSlowdown {slowdown:g} (truth {SLOWDOWN:g}); client/server overhead {overhead:.2f} ms")
     print(f"load: open-loop Poisson, {args.requests} requests per row, {args.threads} client threads"
           + (f", {items[0]}..{items[1]} items per request" if items else ", 1 item per request"))
-    print(f"{'config':44} {'req/s':>6} {'pred P99':>9} {'meas P99':>9} {'error':>7} {'late P99':>9}")
+    print(f"{'config':44} {'req/s':>6} {'pred P99':>9} {'meas P99':>9} {'error':>7} {'late P99':>9} "
+          f"{'batch pred/meas':>15} {'exec vs profile':>15}")
 
     errors = []
     for config in configs:
@@ -169,13 +192,16 @@ def main() -> int:
                                      slowdown=slowdown, overhead_ms=overhead, items=items)
                 run = open_loop(server.http_url, rate, args.requests, items, args.seed, args.threads)
                 error = (predicted.p99_ms - run.p99_ms) / run.p99_ms
+                # the executions' own speed against the profile at the batch Triton formed (the
+                # instances' sharing stretches it when several run: not a drift then)
+                drift = run.compute_ms / profile.compute_ms(max(1, round(run.avg_batch))) - 1
                 client_bound = run.late_p99_ms > 0.1 * run.p99_ms
                 if not client_bound and not run.errors:
                     errors.append(abs(error))
                 flag = " client-bound (not counted)" if client_bound else ""
                 flag += f" {run.errors} errors (not counted)" if run.errors else ""
                 print(f"{config.describe():44} {rate:6.0f} {predicted.p99_ms:9.2f} {run.p99_ms:9.2f} "
-                      f"{error:+7.0%} {run.late_p99_ms:9.2f}{flag}")
+                      f"{error:+7.0%} {run.late_p99_ms:9.2f} {predicted.avg_batch_size:7.2f}/{run.avg_batch:<7.2f} {drift:+15.0%}{flag}")
     if errors:
         print(f"relative P99 error over {len(errors)} rows: median {statistics.median(errors):.0%}, "
               f"max {max(errors):.0%} (goal: median <= 15%, max <= 30%)")

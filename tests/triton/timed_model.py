@@ -4,7 +4,7 @@ Test and benchmark harness. `write_repository()` lays out a Python-backend model
 "python"`, `1/model.py` = this file's MODEL_PY) that sleeps instead of computing, so the
 measured profile can be checked against the truth and the 2 shared cores stay free. Instances
 emulate sharing one device: while k other instances of the model execute, each progresses at
-1 / (1 + slowdown·k) of its solo speed (processor sharing in 0.5 ms slices, seen through marker
+1 / (1 + slowdown·k) of its solo speed (processor sharing in 2 ms slices, seen through marker
 files), which is the contention model the planner assumes. `fail: true` answers every request
 with an error (a model that loads but fails requests).
 """
@@ -44,10 +44,13 @@ class TritonPythonModel:
         work = (self.a_ms + self.b_ms * items) / 1000.0    # solo seconds
         open(self.marker, "w").close()
         try:
-            while work > 1e-6:   # progress by the time actually slept: oversleeping does not add up
-                stretch = 1.0 + self.slowdown * self._others()
+            # progress by the time actually slept (oversleeping does not add up), in slices that
+            # see the other instances come and go; one sleep when there is no contention to model
+            slice_s = 0.002 if self.slowdown else work
+            while work > 1e-6:
+                stretch = 1.0 + self.slowdown * self._others() if self.slowdown else 1.0
                 start = time.perf_counter()
-                time.sleep(min(0.0005, work * stretch))
+                time.sleep(min(slice_s, work * stretch))
                 work -= (time.perf_counter() - start) / stretch
         finally:
             os.unlink(self.marker)
