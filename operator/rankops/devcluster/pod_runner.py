@@ -466,7 +466,7 @@ class PodWorker(threading.Thread):
         inits = [c.status() for c in self.inits]
         status = {"phase": self._phase(), "hostIP": self.runner.address, "hostIPs": [{"ip": self.runner.address}],
                   "podIP": self.pod_ip, "podIPs": [{"ip": self.pod_ip}], "startTime": self.started,
-                  "conditions": conditions, "containerStatuses": statuses, "qosClass": "BestEffort"}
+                  "conditions": conditions, "containerStatuses": statuses}
         if inits:
             status["initContainerStatuses"] = inits
         # Only a change is written (the transition times would make every report new).

@@ -1,0 +1,92 @@
+"""Gated rollout judged by real inference: every pod runs (process node), nothing is injected.
+
+The model's versions are real artifacts in a real S3 server; each Triton pod's `fetch-model`
+init container fetches its version with the model's credentials Secret, Triton (the real-Triton
+fixture) serves it with the rendered arguments and config, and the gate Jobs run `rankops gate`
+against the canary's and the stable's Services. v2 is v1's weights rounded to FP16: the same
+ranking, so it promotes; v3 is another model (other weights): it reorders the candidates and
+the equivalence gate's real top-K overlap and rank correlation roll it back.
+"""
+from __future__ import annotations
+
+import pytest
+
+from e2e import models, rollouts
+from e2e.support import wait_for
+from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
+from rankops.devcluster import spec_models
+from rankops.render import names
+
+pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+
+BUCKET = "models"
+# A 2-core CI machine runs the control plane, the operator, two Tritons and a gate at once: the
+# bound is loose, the point is that the number is the canary's own P99.
+WARMUP = {"requests": 300, "concurrency": 4, "maxP99Ms": 3000}
+REAL_TIMEOUT = 420  # a warmup gate waits out Triton's 60 s latency window after the canary loads
+
+
+def _upload_versions(object_store, model: str, spec: RankingModelSpec, tmp_path) -> None:
+    for version, seed, fp16 in (("1", 0, False), ("2", 0, True), ("3", 7, False)):
+        directory = tmp_path / f"v{version}"
+        spec_models.export(spec, ModelFormat.onnx, directory, seed=seed, fp16_weights=fp16)
+        object_store.upload_tree(BUCKET, f"{model}/{version}", directory)
+
+
+def test_real_gates_promote_an_fp16_version_and_roll_back_a_reordering_one(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    ns, name = real_namespace, "ranker"
+    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
+    body = models.model_manifest(
+        name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
+        rollout={"warmup": WARMUP, "equivalence": {"topK": 10},
+                 "canary": {"weight": 50, "durationSeconds": 3}, "gateJobs": {"timeoutSeconds": 300}})
+    for version in body["spec"]["versions"]:
+        version["precision"] = "fp32" if version["name"] == "1" else "fp16"
+    _upload_versions(object_store, name, RankingModelSpec.model_validate(body["spec"]), tmp_path)
+    models.create(k8s, ns, body)
+    models.wait_ready(k8s, ns, name, timeout=180)
+    stable_pod = k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_MODEL}={name}").items[0]
+    assert stable_pod.spec.node_name == process_node.name and stable_pod.status.pod_ip.startswith("127.")
+    fetch = stable_pod.status.init_container_statuses[0]
+    assert (fetch.name, fetch.state.terminated.exit_code) == ("fetch-model", 0)
+    triton_log = process_node.pod_logs(ns, stable_pod.metadata.name)["triton"]
+    assert "successfully loaded 'ranker'" in triton_log, triton_log[-3000:]
+
+    # v1 -> v2: the same weights in FP16. Both gates pass on real numbers, and it is promoted.
+    models.patch_spec(k8s, ns, name, {"version": "2"})
+    seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "2", {"Promoted", "RolledBack"}, timeout=REAL_TIMEOUT)
+    assert seen[-1] == "Promoted", (seen, rm["status"])
+    assert "Canary" in serving and not serving & {"CanaryStarting", "Warming", "Verifying"}, serving
+    gates = {g["gate"]: g for g in rm["status"]["gates"] if g.get("version") == "2"}
+    warmup, equivalence = gates["warmup"], gates["equivalence"]
+    assert warmup["outcome"] == "pass" and equivalence["outcome"] == "pass", rm["status"]["gates"]
+    # The P99 is Triton's own (its metrics port, through the canary Service), measured on real requests.
+    assert warmup["metrics"]["judgedOn"] == "server", warmup
+    assert 0 < warmup["metrics"]["judgedP99Ms"] <= WARMUP["maxP99Ms"], warmup
+    assert warmup["metrics"]["requests"] == WARMUP["requests"] and warmup["metrics"]["errors"] == 0, warmup
+    # FP16 weights move the scores a little and keep the ranking.
+    assert equivalence["metrics"]["topKOverlap"] >= 0.95 and equivalence["metrics"]["rankCorrelation"] >= 0.9
+    assert 0 < equivalence["metrics"]["maxAbsError"], equivalence  # two different models answered
+    models.wait_status(k8s, ns, name, lambda rm: rm["status"].get("stableVersion") == "2"
+                       and rm["status"].get("phase") == "Ready", "v2 stable and Ready", timeout=180)
+
+    # v2 -> v3: other weights reorder the candidates; the real overlap rolls it back, v2 serves on.
+    generation = rollouts.stable(k8s, ns, name).metadata.generation
+    models.patch_spec(k8s, ns, name, {"version": "3"})
+    seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "3", {"Promoted", "RolledBack"}, timeout=REAL_TIMEOUT)
+    assert seen[-1] == "RolledBack", (seen, rm["status"])
+    assert "Canary" not in seen and not serving, (seen, serving)
+    failed = [g for g in rm["status"]["gates"] if g["gate"] == "equivalence" and g.get("version") == "3"]
+    assert failed and failed[-1]["outcome"] == "fail", rm["status"]["gates"]
+    metrics = failed[-1]["metrics"]
+    assert metrics["topKOverlap"] < 0.95 or metrics["rankCorrelation"] < 0.9, metrics
+    degraded = models.condition(rm, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "RolledBack"
+    assert f"{metrics['topKOverlap']:.3f}"[:4] in degraded["message"] + rm["status"]["rollout"]["message"], rm
+    assert rm["status"]["stableVersion"] == "2"
+    stable = rollouts.stable(k8s, ns, name)
+    assert stable.metadata.generation == generation
+    assert stable.spec.template.metadata.labels[names.LABEL_VERSION] == "2"
+    wait_for(lambda: rollouts.canary_gone(k8s, ns, name), 60, "canary removed after rollback")
+    models.wait_event(k8s, ns, name, "RolledBack")
