@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane once per machine from the Go module proxy:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm; and makes
+# sure bubblewrap is there (Debian's package), which the process nodes run their pods under.
 # Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
 # ~/.cache/rankops/k8s/<version>/bin); what is already there is reused.
 # Prints the bin directory on its last line.
@@ -80,7 +81,18 @@ build_module_tool() {  # name module version package [ldflags]
   mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
+ensure_bubblewrap() {
+  command -v bwrap >/dev/null && { say "bubblewrap: $(bwrap --version)"; return; }
+  command -v apt-get >/dev/null || { say "bubblewrap (bwrap) is missing: install it with your package manager"; exit 1; }
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "bubblewrap: installing the Debian package (process nodes run their pods under it)"
+  $sudo apt-get install -y --no-install-recommends bubblewrap >/dev/null \
+    || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends bubblewrap >/dev/null; }
+}
+
 start=$(date +%s)
+ensure_bubblewrap
 build_module_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 \
   "-X go.etcd.io/etcd/api/v3/version.GitSHA=release"
 build_module_tool kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok \
