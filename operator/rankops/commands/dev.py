@@ -2,18 +2,21 @@
 
 `rankops dev nodes` adds the same simulated GPU nodes to an existing cluster that runs kwok
 (the kind workflow uses it). `rankops dev demo` tells the whole story on the local control plane:
-the operator, a GpuNodePool whose validators fail one node, and a RankingModel that becomes Ready
-on the others. `rankops dev validate` runs a pool's validators on simulated nodes by hand.
+the operator, a GpuNodePool whose validators pass a node whose pods really run (a process node)
+and fail a simulated one, and a RankingModel whose Triton pods fetch their model from a real S3
+server, serve it, and answer a request through the model's Service name. `rankops dev validate`
+runs a pool's validators on simulated nodes by hand.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,11 +165,15 @@ def run_validate(args: argparse.Namespace) -> int:
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 DEMO_POOL = EXAMPLES / "gpunodepool-t4.yaml"
 DEMO_MODEL = EXAMPLES / "rankingmodel-ctr-ranker.yaml"
-# Three g4dn (T4) nodes for the example pool, one of them fresh from install with nouveau bound
-# to the GPU; the example model wants 2 replicas, so it is Ready on the two healthy ones. The L4
-# and CPU nodes are outside the pool's selector.
-DEMO_NODES = [("kwok-t4-0", "t4"), ("kwok-t4-1", "t4"), ("kwok-t4-2", "t4"), ("kwok-l4-0", "l4"),
-              ("kwok-cpu-0", "cpu")]
+DEMO_ARTIFACTS = EXAMPLES / "artifacts"   # the example model's versions, uploaded to the S3 server
+DEMO_BUCKET = "models"
+# Two g4dn (T4) machines for the example pool: one whose pods really run (a process node, 2 GPUs,
+# its host a healthy RHEL 8.9 tree that its validator pod really checks) and a simulated one fresh
+# from install with nouveau bound to the GPU. The example model's 2 replicas land on the first.
+# The L4 and CPU nodes are outside the pool's selector.
+DEMO_PROCESS_NODE = "t4-process-0"
+DEMO_PROCESS_HOST = "healthy-rhel89"
+DEMO_NODES = [("kwok-t4-2", "t4"), ("kwok-l4-0", "l4"), ("kwok-cpu-0", "cpu")]
 DEMO_FAILING_NODE = "kwok-t4-2"
 DEMO_HOSTS = {DEMO_FAILING_NODE: "nouveau-loaded"}
 GET_ALL = ["get", "gpunodepools,rankingmodels", "-A"]
@@ -242,11 +249,15 @@ def run_demo(args: argparse.Namespace) -> int:
     from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
                                                      service_account_kubeconfig)
 
+    from rankops.devcluster import triton
+
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it like Ctrl-C
     try:
-        with local_cluster(DEMO_NODES, keep=args.keep) as plane:
+        triton.ensure_installed(say=lambda message: print(f"[triton] {message}", flush=True))
+        with local_cluster(DEMO_NODES, keep=args.keep) as plane, _serving_parts(plane) as serving:
             demo = _Demo(plane, args.timeout)
-            demo.say(f"control plane up with nodes {', '.join(name for name, _ in DEMO_NODES)}")
+            demo.say(f"control plane up with simulated nodes {', '.join(name for name, _ in DEMO_NODES)} and "
+                     f"{DEMO_PROCESS_NODE}, whose pods run as local processes; S3 server at {serving.store.endpoint}")
             # The admission policy that limits each validator to its own node is on, as it should be
             # in production: the simulated validators below patch with their pods' bound tokens.
             install_chart(str(plane.kubeconfig), bin_dir=plane.bin_dir,
@@ -260,11 +271,11 @@ def run_demo(args: argparse.Namespace) -> int:
             try:
                 demo.say(f"chart installed; operator running as ServiceAccount "
                          f"rankops-system/rankops-operator (log {operator.log_path})")
-                code = _story(demo, operator)
+                code = _story(demo, operator, serving)
                 demo.say("done" if code == 0 else "failed")
                 plane.failed = code != 0  # a failed demo keeps its directory: logs, kubeconfig
                 if args.keep:
-                    _serve(demo, plane, operator)
+                    _serve(demo, plane, operator, serving)
                 return code
             except KeyboardInterrupt:  # --keep ends here: the demo's own outcome stands
                 print("stopped", file=sys.stderr)
@@ -274,12 +285,37 @@ def run_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
-    except (BinariesMissing, ControlPlaneError, RuntimeError, TimeoutError) as exc:
+    except (BinariesMissing, ControlPlaneError, RuntimeError, TimeoutError, triton.TritonError) as exc:
         print(f"rankops dev demo: {exc}", file=sys.stderr)
         return 1
 
 
-def _story(demo: _Demo, operator: Any) -> int:
+class _Serving:
+    """What the demo serves with: the process node and the S3 server holding the model."""
+
+    def __init__(self, node: Any, store: Any) -> None:
+        self.node, self.store = node, store
+
+
+@contextlib.contextmanager
+def _serving_parts(plane: Any) -> Iterator[_Serving]:
+    from rankops.devcluster.nodes import SHAPES, SIM_LABEL, gpu_node
+    from rankops.devcluster.objectstore import ObjectStore
+    from rankops.devcluster.process_nodes import ProcessNode
+    from rankops.validator import sample_hosts
+
+    labels = {k: v for k, v in gpu_node(DEMO_PROCESS_NODE, SHAPES["t4"])["metadata"]["labels"].items()
+              if k not in ("type", SIM_LABEL, "kubernetes.io/hostname")}
+    host = sample_hosts.build(DEMO_PROCESS_HOST, plane.work_dir / "hosts" / DEMO_PROCESS_NODE)
+    node = ProcessNode(plane.kubeconfig, DEMO_PROCESS_NODE, plane.work_dir / "process-node", host_root=host,
+                       # GPU node groups' usual taint: serving and validator pods tolerate it, nothing else lands.
+                       taints=["nvidia.com/gpu=present:NoSchedule"], labels={**labels, "nvidia.com/gpu.count": "2"},
+                       gpus=2)
+    with node, ObjectStore(plane.work_dir / "object-store") as store:
+        yield _Serving(node, store)
+
+
+def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
     from kubernetes import client
 
     from rankops.devcluster.cluster import api_client
@@ -306,9 +342,11 @@ def _story(demo: _Demo, operator: Any) -> int:
         demo.say(f"apply the example pool: {DEMO_POOL.relative_to(EXAMPLES.parents[1])}")
         demo.kubectl("apply", "-f", str(DEMO_POOL))
         demo.wait("the operator sees the pool's nodes", state, lambda pool, _: pool_status(pool).get("nodes", 0) > 0)
-        demo.say(f"validator pods run on the pool's nodes; kwok runs no containers, so run each pod's "
-                 f"validate-node on a sample host ({DEMO_FAILING_NODE}: nouveau loaded, others healthy)")
-        for verdict in run_validators(demo.plane.kubeconfig, pool_name, DEMO_HOSTS, timeout=demo.timeout):
+        demo.say(f"validator pods run on the pool's nodes: on {DEMO_PROCESS_NODE} for real (its host: a "
+                 f"{DEMO_PROCESS_HOST} tree); kwok runs no containers, so {DEMO_FAILING_NODE}'s pod's "
+                 "validate-node runs here on a sample host with nouveau loaded")
+        for verdict in run_validators(demo.plane.kubeconfig, pool_name, DEMO_HOSTS, timeout=demo.timeout,
+                                      real_nodes={DEMO_PROCESS_NODE}):
             print(f"  {verdict.summary}")
             if verdict.exit_code == 2:
                 raise RuntimeError(f"the validator could not patch {verdict.node} (see the messages above)")
@@ -317,12 +355,14 @@ def _story(demo: _Demo, operator: Any) -> int:
         demo.wait("the pool's status counts the verdicts", state, lambda pool, _: pool_status(pool).get("pending") == 0)
         demo.kubectl("get", "nodes", "-o", NODE_COLUMNS)
 
+        _model_store(demo, api, serving, model_ns)
         demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}")
-        demo.kubectl("create", "namespace", model_ns, show=False, check=False)
         demo.kubectl("apply", "-f", str(DEMO_MODEL))
         demo.wait(f"RankingModel {model_ns}/{model_name} Ready", state, lambda _, model: model_ready(model))
         demo.kubectl("get", "pods", "-n", model_ns, "-o", "wide")
-        demo.say(f"RankingModel {model_ns}/{model_name} is Ready, on validated nodes only")
+        demo.say(f"RankingModel {model_ns}/{model_name} is Ready, on validated nodes only; its pods fetched "
+                 "the model from S3 and run Triton")
+        _infer_in_cluster(demo, api, serving, model_ns, model_name)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure ends in the same diagnostics
         print(f"\nrankops dev demo: FAILED: {exc!r}\n", file=sys.stderr, flush=True)
@@ -330,6 +370,64 @@ def _story(demo: _Demo, operator: Any) -> int:
         return 1
     finally:
         api.close()
+
+
+def _model_store(demo: _Demo, api: Any, serving: _Serving, namespace: str) -> None:
+    """The example's namespace (its pods pinned to the process node), its artifacts in the S3
+    server, and the credentials Secret the example names."""
+    import yaml
+    from kubernetes import client
+
+    spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
+    core = client.CoreV1Api(api)
+    # PodNodeSelector: the namespace's pods (Triton's, the request Job's) go to the process node only.
+    core.create_namespace({"metadata": {"name": namespace, "annotations": {
+        "scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={DEMO_PROCESS_NODE}"}}})
+    for version in spec["versions"]:
+        uri = version["modelUri"]
+        prefix = uri.split("/", 3)[3]
+        serving.store.upload_tree(DEMO_BUCKET, prefix, DEMO_ARTIFACTS / prefix)
+        demo.say(f"uploaded {uri} to the S3 server")
+    core.create_namespaced_secret(namespace, serving.store.secret_manifest(spec["modelCredentialsSecret"], namespace))
+    demo.say(f"Secret {namespace}/{spec['modelCredentialsSecret']}: the S3 server's endpoint and keys")
+
+
+def _infer_in_cluster(demo: _Demo, api: Any, serving: _Serving, namespace: str, model: str) -> None:
+    """A Job that sends one request through the model's Service name and prints the scores."""
+    import json
+
+    import yaml
+    from kubernetes import client
+
+    from rankops.api.rankingmodel import DEFAULT_RANKOPS_IMAGE
+    from rankops.render.names import serving_service_name
+
+    spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
+    url = f"{serving_service_name(model)}.{namespace}.svc:8000"
+    command = ["rankops", "infer", "--url", url, "--model", model, "--candidates",
+               str((spec.get("candidates") or {}).get("minPerRequest", 10)),
+               "--inputs-spec", json.dumps(spec["inputs"], separators=(",", ":"))]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "infer"}, "spec": {
+        "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "infer", "image": DEFAULT_RANKOPS_IMAGE, "command": command,
+            "terminationMessagePolicy": "FallbackToLogsOnError"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}}
+    demo.say(f"send one request through the Service: a Job running `{' '.join(command[:5])} ...`")
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(namespace, job)
+    deadline = time.monotonic() + demo.timeout
+    while True:
+        status = batch.read_namespaced_job("infer", namespace).status
+        if status.succeeded or status.failed:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError("the infer Job did not finish")
+        time.sleep(0.5)
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="job-name=infer").items
+    output = serving.node.pod_logs(namespace, pods[0].metadata.name).get("infer", "") if pods else ""
+    print("\n".join(line for line in output.splitlines() if not line.startswith("--- ")), flush=True)
+    if not status.succeeded:
+        raise RuntimeError("the request through the Service failed (its output is above)")
 
 
 def _names() -> tuple[str, str, str]:
@@ -353,17 +451,42 @@ def _diagnose(demo: _Demo, operator: Any, namespace: str, model: str) -> None:
         print(f"--- kubectl {' '.join(args)} ---\n{out.rstrip()[-6000:]}", file=sys.stderr, flush=True)
 
 
-def _serve(demo: _Demo, plane: Any, operator: Any) -> None:
+def _serve(demo: _Demo, plane: Any, operator: Any, serving: _Serving) -> None:
     """--keep: leave it all running for the user until Ctrl-C."""
-    pool_name = _names()[0]
+    from rankops.render.names import serving_service_name
+
+    pool_name, namespace, model = _names()
+    address = _serving_address(plane, namespace, model)
     print(f"\nexport KUBECONFIG={plane.kubeconfig}\n"
           f"export PATH={plane.bin_dir}:$PATH   # kubectl, helm, kwok of this release\n"
-          f"operator log: {operator.log_path}\n"
+          f"operator log: {operator.log_path}; container logs: {serving.node.work_dir / 'pods'}\n"
           f"try: kubectl get gnp,rm -A -o wide; kubectl get nodes --show-labels\n"
           f"     rankops dev validate {pool_name} {DEMO_FAILING_NODE}=healthy-rhel89   # fix the node\n"
+          f"send a request yourself (pods resolve {serving_service_name(model)}.{namespace}.svc; this machine "
+          f"does not, so use a serving pod's address):\n"
+          f"     rankops infer --url {address}:8000 -f {DEMO_MODEL}\n"
           "running; Ctrl-C to stop", flush=True)
     while True:
         time.sleep(1.0)
         plane.check_alive()
         if not operator.running:
             raise RuntimeError(f"the operator exited:\n{operator.log_tail()}")
+        serving.node.check_alive()
+
+
+def _serving_address(plane: Any, namespace: str, model: str) -> str:
+    """The pod IP of a Ready pod behind the model's serving Service (a loopback address)."""
+    from kubernetes import client
+
+    from rankops.devcluster.cluster import api_client
+    from rankops.render import names
+
+    api = api_client(plane.kubeconfig)
+    try:
+        pods = client.CoreV1Api(api).list_namespaced_pod(
+            namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRAFFIC}=on").items
+        ready = [p.status.pod_ip for p in pods if p.status.pod_ip and any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        return ready[0] if ready else "POD_IP"
+    finally:
+        api.close()

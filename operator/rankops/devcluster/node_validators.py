@@ -19,7 +19,7 @@ import copy
 import json
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,10 +66,11 @@ class NodeVerdict:
 
 
 def plan_runs(pods: list[dict[str, Any]], scenarios: Mapping[str, str],
-              default: str = HEALTHY) -> list[ValidatorRun]:
+              default: str = HEALTHY, real_nodes: Collection[str] = ()) -> list[ValidatorRun]:
     """One run per live, scheduled validator pod, in node order. `scenarios` maps node names to
-    sample host scenarios; other nodes get `default`. Naming a node that has no validator pod, or
-    an unknown scenario, is a ValueError: the caller meant a node the pool does not cover."""
+    sample host scenarios; other nodes get `default`; `real_nodes` (process nodes, whose
+    validator pods really run) are left out. Naming a node that has no validator pod, or an
+    unknown scenario, is a ValueError: the caller meant a node the pool does not cover."""
     unknown = sorted({default, *scenarios.values()} - set(sample_hosts.SCENARIOS))
     if unknown:
         raise ValueError(f"unknown host scenario(s) {', '.join(unknown)}; "
@@ -78,7 +79,7 @@ def plan_runs(pods: list[dict[str, Any]], scenarios: Mapping[str, str],
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node = spec.get("nodeName")
-        if not node or meta.get("deletionTimestamp"):
+        if not node or meta.get("deletionTimestamp") or node in real_nodes:
             continue
         container = next((c for c in spec.get("containers") or [] if c.get("name") == CONTAINER), None)
         if container is None:
@@ -174,7 +175,8 @@ def wait_for_pods(admin: Any, name: str, namespace: str, timeout: float) -> list
 
 def run_validators(kubeconfig: str | Path, pool: str, scenarios: Mapping[str, str] | None = None, *,
                    default: str = HEALTHY, namespace: str = RELEASE_NAMESPACE,
-                   work_dir: str | Path | None = None, timeout: float = 60.0) -> list[NodeVerdict]:
+                   work_dir: str | Path | None = None, timeout: float = 60.0,
+                   real_nodes: Collection[str] = ()) -> list[NodeVerdict]:
     """Run GpuNodePool `pool`'s validator once on every node its DaemonSet covers, each node's host
     being the sample tree `scenarios[node]` (else `default`). Waits for the DaemonSet's rollout
     first. `kubeconfig` needs to read the DaemonSet and pods and to mint tokens for the
@@ -192,7 +194,7 @@ def run_validators(kubeconfig: str | Path, pool: str, scenarios: Mapping[str, st
     try:
         pods = wait_for_pods(admin, validator_name(pool), namespace, timeout)
         verdicts = []
-        for run in plan_runs(pods, scenarios or {}, default):
+        for run in plan_runs(pods, scenarios or {}, default, real_nodes):
             args = validator_arguments(run.args)
             requirements = (NodeRequirements.model_validate(json.loads(args.requirements))
                             if args.requirements else NodeRequirements())

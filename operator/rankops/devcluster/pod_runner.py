@@ -482,14 +482,15 @@ class PodWorker(threading.Thread):
 
 class PodRunner:
     def __init__(self, kubeconfig: str, node: str, work_dir: Path, *, host_root: Path | None = None,
-                 labels: dict[str, str] | None = None, taint: bool = True, capacity: dict[str, str] | None = None,
+                 labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
+                 capacity: dict[str, str] | None = None,
                  address_block: str = "127.77.0.0/16", kubelet_version: str = "v1.34.4") -> None:
         self.api = Api(kubeconfig)
         self.node = node
         self.work_dir = Path(work_dir)
         self.host_root = host_root
         self.labels = labels or {}
-        self.taints = [PROCESS_NODE_TAINT] if taint else []
+        self.taints = [PROCESS_NODE_TAINT] if taints is None else taints
         self.capacity = capacity or {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi",
                                      "nvidia.com/gpu": "4"}
         hosts = ipaddress.ip_network(address_block).hosts()
@@ -808,6 +809,16 @@ class PodRunner:
             worker.join(timeout=20)
 
 
+def parse_taint(text: str) -> dict[str, str]:
+    """'nvidia.com/gpu=present:NoSchedule' -> a taint (the value may be empty: 'key:NoSchedule')."""
+    key_value, _, effect = text.rpartition(":")
+    key, _, value = key_value.partition("=")
+    if not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise SystemExit(f"--taint {text!r}: expected KEY=VALUE:EFFECT with EFFECT NoSchedule, PreferNoSchedule "
+                         "or NoExecute")
+    return {"key": key, **({"value": value} if value else {}), "effect": effect}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rankops.devcluster.pod_runner",
                                      description="run the pods bound to one node as local processes (test harness)")
@@ -816,8 +827,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", required=True, type=Path, help="pod directories and container logs go here")
     parser.add_argument("--host-root", type=Path, help="the node's filesystem for hostPath volumes (default: /)")
     parser.add_argument("--label", action="append", default=[], metavar="K=V", help="an extra node label")
-    parser.add_argument("--no-taint", action="store_true",
-                        help=f"do not taint the node {PROCESS_NODE_LABEL}=true:NoSchedule (any pod may land)")
+    parser.add_argument("--taint", action="append", metavar="KEY=VALUE:EFFECT",
+                        help=f"a taint of the node, instead of {PROCESS_NODE_LABEL}=true:NoSchedule (repeatable)")
     parser.add_argument("--gpus", type=int, default=4, help="nvidia.com/gpu capacity to advertise (scheduling only)")
     parser.add_argument("--address-block", default="127.77.0.0/16", help="loopback block for the node and pod IPs")
     args = parser.parse_args(argv)
@@ -828,10 +839,11 @@ def main(argv: list[str] | None = None) -> int:
     from rankops.devcluster.binaries import k8s_version
 
     labels = dict(item.split("=", 1) for item in args.label)
+    taints = None if args.taint is None else [parse_taint(text) for text in args.taint]
     capacity = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi",
                 "nvidia.com/gpu": str(args.gpus)}
     runner = PodRunner(args.kubeconfig, args.node, args.work_dir, host_root=args.host_root, labels=labels,
-                       taint=not args.no_taint, capacity=capacity, address_block=args.address_block,
+                       taints=taints, capacity=capacity, address_block=args.address_block,
                        kubelet_version=k8s_version())
     signal.signal(signal.SIGTERM, lambda *_: runner.stopping.set())
     thread = threading.Thread(target=runner.run, daemon=True, name="watch")

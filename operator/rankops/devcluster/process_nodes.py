@@ -30,10 +30,11 @@ def pinned_namespace(name: str, labels: dict[str, str] | None = None) -> dict[st
 
 class ProcessNode:
     def __init__(self, kubeconfig: str | Path, name: str, work_dir: Path, *, host_root: Path | None = None,
-                 taint: bool = True, labels: dict[str, str] | None = None, gpus: int = 4,
+                 taints: list[str] | None = None, labels: dict[str, str] | None = None, gpus: int = 4,
                  address_block: str = "127.77.0.0/16") -> None:
         self.kubeconfig, self.name, self.work_dir = str(kubeconfig), name, Path(work_dir)
-        self.host_root, self.taint, self.labels, self.gpus = host_root, taint, labels or {}, gpus
+        # KEY=VALUE:EFFECT; None: the process-node taint that only pinned namespaces tolerate.
+        self.host_root, self.taints, self.labels, self.gpus = host_root, taints, labels or {}, gpus
         self.address_block = address_block
         self.process: subprocess.Popen | None = None
         self.log_path = self.work_dir / "pod-runner.log"
@@ -44,7 +45,7 @@ class ProcessNode:
                 "--node", self.name, "--work-dir", str(self.work_dir), "--gpus", str(self.gpus),
                 "--address-block", self.address_block,
                 *(["--host-root", str(self.host_root)] if self.host_root else []),
-                *(["--no-taint"] if not self.taint else []),
+                *(arg for taint in self.taints or () for arg in ("--taint", taint)),
                 *(arg for key, value in self.labels.items() for arg in ("--label", f"{key}={value}"))]
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
