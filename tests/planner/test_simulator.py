@@ -101,3 +101,33 @@ def test_latency_grows_with_load():
 def test_needs_a_rate_or_arrivals():
     with pytest.raises(ValueError, match="rate_qps"):
         simulate(PROFILE, BatcherConfig(8))
+
+
+# Triton 2.51, measured on the timed stand-in (20 + 2·items ms, 1 instance, max batch 8): which
+# requests ran together, for arrivals (ms) and a queue delay. tests/triton shows the same live.
+TIMED = LatencyProfile.from_mapping({1: 23.7, 2: 25.7, 4: 29.8, 8: 38.2})
+MEASURED_BATCHES = [
+    (2000, [0, 5, 10], [1, 1, 1]),
+    (2000, [0, 5, 6], [1, 2]),
+    (2000, [0, 5, 10, 15, 40], [1, 1, 3]),
+    (2000, [0, 5, 10, 15, 40, 45, 60], [1, 1, 3, 2]),
+    (8000, [0, 5, 10], [2, 1]),
+    (8000, [0, 5, 6], [3]),
+    (8000, [0, 5, 10, 15, 40], [2, 2, 1]),
+    (8000, [0, 5, 10, 15, 40, 45, 60], [2, 2, 2, 1]),
+    (0, [0, 5, 10, 15, 30], [1, 3, 1]),
+]
+
+
+@pytest.mark.parametrize("delay,arrivals,batches", MEASURED_BATCHES)
+def test_batches_form_as_tritons_did(delay, arrivals, batches):
+    sim = simulate(TIMED, BatcherConfig(8, (), delay), arrivals_ms=np.array(arrivals, float), warmup_fraction=0)
+    from rankops.planner.simulator import run_batcher_prefetch
+    cost = TIMED.table(8)
+    if delay:
+        _, _, counts, _ = run_batcher_prefetch([float(a) for a in arrivals], (1,) * len(arrivals), cost,
+                                               BatcherConfig(8, (), delay), 0.75)
+    else:
+        _, _, counts = run_batcher([float(a) for a in arrivals], cost, BatcherConfig(8), 0.75)
+    assert counts == batches
+    assert sim.avg_batch_size == pytest.approx(len(arrivals) / len(batches))

@@ -96,9 +96,13 @@ def simulate(
     overhead_ms: float = 0.0,
     warmup_fraction: float = 0.1,
     items: tuple[int, int] | None = None,
+    prefetch: bool = True,
 ) -> SimResult:
     """Simulate Poisson arrivals at rate_qps, or the recorded arrival times arrivals_ms; `items`:
-    (fewest, most) items per request, None for one. Rates count requests; batch sizes items."""
+    (fewest, most) items per request, None for one. Rates count requests; batch sizes items.
+    prefetch: with a queue delay, model Triton forming the next batch while instances are busy
+    (run_batcher_prefetch, as measured); False for the idealised batcher that forms it when an
+    instance frees."""
     if arrivals_ms is None:
         if not rate_qps or rate_qps <= 0:
             raise ValueError("simulate needs rate_qps > 0 or arrivals_ms")
@@ -109,13 +113,19 @@ def simulate(
             raise ValueError("arrivals_ms is empty")
     max_b = config.max_batch_size
     cost = profile.table(max_b)
-    if items is None or items == (1, 1):
-        starts, ends, sizes = run_batcher(arrivals.tolist(), cost, config, slowdown)
-        counts = sizes
+    single = items is None or items == (1, 1)
+    if single:
+        weights = (1,) * len(arrivals)
     else:
         weights = request_items(len(arrivals), seed, *items)
         if items[1] > max_b:
             raise ValueError(f"a request of {items[1]} items cannot fit max_batch_size {max_b}")
+    if config.max_queue_delay_us > 0 and prefetch:
+        starts, ends, counts, sizes = run_batcher_prefetch(arrivals.tolist(), weights, cost, config, slowdown)
+    elif single:
+        starts, ends, sizes = run_batcher(arrivals.tolist(), cost, config, slowdown)
+        counts = sizes
+    else:
         starts, ends, counts, sizes = run_batcher_items(arrivals.tolist(), weights, cost, config, slowdown)
 
     sizes_a = np.asarray(sizes)
@@ -240,6 +250,83 @@ def run_batcher_items(t: list[float], w: tuple[int, ...], cost: list[float], con
         end = s + cost[take] * (1.0 + slowdown * running)
         free[k] = end
         starts.append(s)
+        ends.append(end)
+        counts.append(take_j - head)
+        items.append(take)
+        head = take_j
+    return starts, ends, counts, items
+
+
+def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], config: BatcherConfig,
+                         slowdown: float):
+    """Triton's batcher with max_queue_delay > 0, as measured on tritonserver 2.51: it forms the next
+    batch while every instance is busy (a payload prefetched per instance) and closes it when its
+    oldest request's delay runs out, so requests that come later wait for the batch after it.
+    Measured (1 instance, 24 ms executions, 2 ms delay; arrivals at 0, 5, 10 ms): the request at 5
+    ran alone after the first, the one at 10 alone after that; with delay 0 both ran together.
+
+    Once the prefetched payload starts, the batcher forms again at the next arrival (or when an
+    instance goes idle), not at once: requests waiting meanwhile join that arrival's batch. Batch
+    rules within a formation are run_batcher_items'. Returns per-batch (starts, ends, requests, items).
+    """
+    n = len(t)
+    big = config.max_batch_size
+    preferred = set(p for p in config.preferred_batch_sizes if 1 <= p <= big)
+    top = max(preferred) if preferred else big
+    delay = config.max_queue_delay_us / 1000.0
+    slots = config.instances
+    free = [t[0]] * slots
+    starts: list[float] = []
+    ends: list[float] = []
+    counts: list[int] = []
+    items: list[int] = []
+    head = 0
+    closed = float("-inf")     # when the previous batch was closed
+    while head < n:
+        first = t[head]
+        # batches closed but not started when the previous one closed: a slot is free below N
+        waiting = sorted(x for x in starts[-slots:] if x > closed)
+        if len(waiting) < slots:
+            e = max(closed, first)                       # the batcher carries on
+        else:
+            freed = waiting[len(waiting) - slots]        # a prefetched batch starts: slot free, asleep
+            if first > freed:
+                e = first
+            else:
+                j = bisect_right(t, freed, head)
+                nxt = t[j] if j < n else float("inf")
+                idle = max(freed, min(free))            # an instance with nothing queued
+                e = min(nxt, idle)
+        s, deadline = e, first + delay
+        j, pending, full = head, 0, False
+        best_j = best_items = 0
+        while True:
+            while j < n and t[j] <= s and not full:
+                wj = w[j]
+                if pending and preferred and pending + wj > top and not best_j:
+                    best_j, best_items = j, pending
+                if pending + wj > big:
+                    full = True
+                    break
+                pending += wj
+                j += 1
+                if pending in preferred:
+                    best_j, best_items = j, pending
+            exceeded = s >= deadline
+            if best_j and not exceeded:
+                take_j, take = best_j, best_items
+                break
+            if full or pending >= big or exceeded:
+                take_j, take = j, pending
+                break
+            s = t[j] if j < n and t[j] < deadline else deadline
+        closed = s
+        k = free.index(min(free))
+        start = free[k] if free[k] > s else s
+        running = sum(1 for f in free if f > start)
+        end = start + cost[take] * (1.0 + slowdown * running)
+        free[k] = end
+        starts.append(start)
         ends.append(end)
         counts.append(take_j - head)
         items.append(take)
