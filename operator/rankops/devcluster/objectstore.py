@@ -1,7 +1,9 @@
 """A real S3-compatible object store for the local cluster, e2e and tests: moto's standalone server.
 
 Test harness, not part of the operator. The server is a separate process (`python -m moto.server`,
-from the `moto[server]` test extra) bound on the caller's loopback address, logging to a file.
+from the `moto[server]` test extra, or, where that is not installed (the demo's `pip install -e .`),
+from a virtualenv of its own made once under ~/.cache/rankops) bound on the caller's loopback
+address, logging to a file.
 Credentials are enforced: moto serves its first INITIAL_NO_AUTH_ACTION_COUNT requests without
 checking them, which `start()` spends creating one IAM user, its access key and an allow-all
 policy; every later request must be signed with that key. `start()` then checks that the server
@@ -29,8 +31,31 @@ SETUP_ACTIONS = 3
 ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 
 
+MOTO = "moto[server]==5.2.5"
+
+
 class ObjectStoreError(RuntimeError):
     """The server could not be started or does not check credentials; the message has its log."""
+
+
+def server_python() -> str:
+    """An interpreter that has moto's server: ours, or a cached virtualenv installed on first use."""
+    import importlib.util
+
+    if importlib.util.find_spec("moto") and importlib.util.find_spec("flask"):
+        return sys.executable
+    base = Path(os.environ.get("RANKOPS_CACHE") or Path.home() / ".cache" / "rankops")
+    venv = base / "objectstore" / MOTO.split("==")[-1]
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        print(f"[object-store] installing {MOTO} into {venv} (once per machine)", file=sys.stderr, flush=True)
+        for command in ([sys.executable, "-m", "venv", str(venv)],
+                        [str(python), "-m", "pip", "install", "--quiet", MOTO]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ObjectStoreError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+        (venv / ".installed").touch()
+    return str(python)
 
 
 def free_port(host: str) -> int:
@@ -64,7 +89,7 @@ class ObjectStore:
             env.pop(name, None)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+                [server_python(), "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
         try:

@@ -161,3 +161,39 @@ def request_arrays(spec: RankingModelSpec, candidates: int = 7, users: int = 2, 
         else:
             arrays[t.name] = rng.standard_normal(shape).astype(dtype)
     return arrays
+
+
+def export_versions(rm, dest: Path, seed: int = 0) -> list[Path]:
+    """Every version of a RankingModel exported under `dest` at its object-store path
+    (s3://BUCKET/ctr-ranker/3 -> dest/ctr-ranker/3/model.onnx): what the demo uploads."""
+    from urllib.parse import urlparse
+
+    written = []
+    for version in rm.spec.versions:
+        uri = urlparse(version.model_uri)
+        if uri.scheme not in ("s3", "gs", "http", "https"):
+            continue
+        written.append(export(rm.spec, version.format, dest / uri.path.strip("/"), seed=seed))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    import yaml
+
+    from rankops.api.rankingmodel import RankingModel
+
+    parser = argparse.ArgumentParser(prog="python -m rankops.devcluster.spec_models",
+                                     description="export a small model shaped like a RankingModel's tensors, per version")
+    parser.add_argument("manifest", type=Path, help="a RankingModel manifest")
+    parser.add_argument("dest", type=Path, help="directory; each version lands at its object-store path under it")
+    args = parser.parse_args(argv)
+    rm = RankingModel.model_validate(yaml.safe_load(args.manifest.read_text()))
+    for path in export_versions(rm, args.dest):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
