@@ -285,9 +285,12 @@ def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], 
     while head < n:
         first = t[head]
         # batches closed but not started when the previous one closed: a slot is free below N
-        waiting = sorted(x for x in starts[-slots:] if x > closed)
+        if slots == 1:
+            waiting = starts[-1:] if starts and starts[-1] > closed else ()
+        else:
+            waiting = sorted(x for x in starts[-slots:] if x > closed)
         if len(waiting) < slots:
-            e = max(closed, first)                       # the batcher carries on
+            e = closed if closed > first else first      # the batcher carries on
         else:
             freed = waiting[len(waiting) - slots]        # a prefetched batch starts: slot free, asleep
             if first > freed:
@@ -295,7 +298,8 @@ def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], 
             else:
                 j = bisect_right(t, freed, head)
                 nxt = t[j] if j < n else float("inf")
-                idle = max(freed, min(free))            # an instance with nothing queued
+                soonest = min(free)
+                idle = soonest if soonest > freed else freed   # an instance with nothing queued
                 e = min(nxt, idle)
         s, deadline = e, first + delay
         j, pending, full = head, 0, False
@@ -321,9 +325,10 @@ def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], 
                 break
             s = t[j] if j < n and t[j] < deadline else deadline
         closed = s
-        k = free.index(min(free))
-        start = free[k] if free[k] > s else s
-        running = sum(1 for f in free if f > start)
+        soonest = min(free)
+        k = free.index(soonest)
+        start = soonest if soonest > s else s
+        running = sum(1 for f in free if f > start) if slots > 1 else 0
         end = start + cost[take] * (1.0 + slowdown * running)
         free[k] = end
         starts.append(start)
