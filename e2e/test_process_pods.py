@@ -129,3 +129,29 @@ def test_an_image_without_a_local_stand_in_waits_with_the_reason(k8s, real_names
                        w[0].state.waiting and w[0].state.waiting.reason == "ErrImageNeverPull" and w[0].state.waiting,
                        30, "the pod waiting with ErrImageNeverPull")
     assert "nginx" in waiting.message and "no local stand-in" in waiting.message
+
+
+def test_a_claim_bound_to_a_host_directory_is_mounted_with_its_subpath(k8s, real_namespace, process_node, tmp_path):
+    ns = real_namespace
+    shared = tmp_path / "volume" / "models"
+    shared.mkdir(parents=True)
+    (shared / "weights.txt").write_text("v3 weights\n")
+    pv = f"{ns}-pv"
+    k8s.core.create_persistent_volume({"metadata": {"name": pv}, "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+        "hostPath": {"path": str(tmp_path / "volume")}, "persistentVolumeReclaimPolicy": "Retain"}})
+    try:
+        k8s.core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "models"}, "spec": {
+            "accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv,
+            "resources": {"requests": {"storage": "1Gi"}}}})
+        wait_for(lambda: k8s.core.read_namespaced_persistent_volume_claim("models", ns).status.phase == "Bound", 60,
+                 "the claim Bound")
+        k8s.core.create_namespaced_pod(ns, {"metadata": {"name": "reader"}, "spec": {
+            "restartPolicy": "Never", "containers": [{
+                "name": "read", "image": IMAGE, "command": ["cat", "/models/3/weights.txt"],
+                "volumeMounts": [{"name": "m", "mountPath": "/models/3", "subPath": "models", "readOnly": True}]}],
+            "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}]}})
+        wait_for(lambda: _pod(k8s, ns, "reader").status.phase == "Succeeded", 60, "the reader pod Succeeded")
+        assert "v3 weights" in process_node.pod_logs(ns, "reader")["read"]
+    finally:
+        k8s.core.delete_persistent_volume(pv)

@@ -3,7 +3,7 @@
 kwok simulates the cluster's other nodes; a node registered here is not kwok's (no kwok
 annotation), so its pods are ours: for each one the runner prepares the volumes (emptyDir,
 configMap and secret with items and subPath, projected ServiceAccount tokens bound to the pod,
-downward API, hostPath under the node's host root), runs the init containers in order and then the
+downward API, hostPath under the node's host root, claims bound to hostPath/local volumes), runs the init containers in order and then the
 containers, each under bubblewrap in a mount namespace of its own, with the image mapped to a
 local program (`pod_sandbox.image_kind`: Triton's image -> the real-Triton fixture with its CPU
 stand-ins, the rankops image -> this project's own entry point). It runs the startup, readiness
@@ -615,10 +615,13 @@ class PodRunner:
                 self._write_downward(worker, target, volume["downwardAPI"])
             elif "hostPath" in volume:
                 target = self._host_path(volume["hostPath"])
+            elif "persistentVolumeClaim" in volume:
+                target = self._claim_path(worker.namespace, volume["persistentVolumeClaim"]["claimName"])
             else:
                 kind = next((k for k in volume if k != "name"), "?")
                 raise SandboxError("FailedMount", f"volume {name!r}: {kind} volumes are not supported by the pod runner "
-                                                  "(emptyDir, configMap, secret, projected, downwardAPI, hostPath are)")
+                                                  "(emptyDir, configMap, secret, projected, downwardAPI, hostPath, "
+                                                  "persistentVolumeClaim are)")
             dirs[name] = target
         return dirs
 
@@ -633,6 +636,21 @@ class PodRunner:
         if kind == "File" and not where.is_file():
             raise SandboxError("FailedMount", f"hostPath type check failed: {path} is not a file")
         return where
+
+    def _claim_path(self, namespace: str, claim: str) -> Path:
+        """A claim's directory: the hostPath or local path of the PersistentVolume it is bound to."""
+        found = self.api.call("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
+        if found is None:
+            raise SandboxError("FailedMount", f'persistentvolumeclaim "{claim}" not found')
+        volume = (found.get("spec") or {}).get("volumeName")
+        if not volume or (found.get("status") or {}).get("phase") != "Bound":
+            raise SandboxError("FailedMount", f'persistentvolumeclaim "{claim}" is not bound')
+        pv = self.api.call("GET", f"/api/v1/persistentvolumes/{volume}") or {}
+        source = (pv.get("spec") or {}).get("hostPath") or (pv.get("spec") or {}).get("local")
+        if not source:
+            raise SandboxError("FailedMount", f"persistentvolume {volume}: only hostPath and local volumes "
+                                              "are mounted on a process node")
+        return self._host_path({"path": source["path"], "type": "Directory"})
 
     def _read(self, namespace: str, name: str, secret: bool) -> dict[str, str] | None:
         kind = "secrets" if secret else "configmaps"
