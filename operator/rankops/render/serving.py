@@ -57,6 +57,9 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         "image": fetcher_image,
         "command": ["rankops", "fetch-model", "--uri", version.model_uri, "--dest", version_dir,
                     "--expect", MODEL_FILENAMES[version.format]],
+        # Its one-line error (missing object, bad credentials, truncated download) lands in the
+        # pod's status, not only in a log.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "model-repository", "mountPath": MODEL_REPOSITORY}],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": _restricted_container(),
