@@ -31,6 +31,9 @@ ROLLOUTS = Counter(
 GATE_RESULTS = Counter(
     "rankops_gate_results", "Gate verdicts by gate (warmup, equivalence) and outcome (pass, fail, error).",
     ["gate", "outcome"], registry=REGISTRY)
+API_REQUESTS = Counter(
+    "rankops_api_requests", "Requests the operator's reconcilers made to the API server, by verb and resource "
+    "(kopf's own watches and patches are not counted).", ["verb", "resource"], registry=REGISTRY)
 POOL_NODES = Gauge(
     "rankops_pool_nodes", "Nodes a GpuNodePool's selector matches.", ["pool"], registry=REGISTRY)
 POOL_NODES_READY = Gauge(
@@ -54,6 +57,17 @@ MODEL_MAX_BATCH = Gauge(
 def observe_reconcile(kind: str, result: str, seconds: float) -> None:
     RECONCILES.labels(kind=kind, result=result).inc()
     RECONCILE_DURATION.labels(kind=kind).observe(seconds)
+
+
+def observe_api_request(method: str, path: str) -> None:
+    # The resource is the plural after the group/version (and namespace): /api/v1/namespaces/x/pods/y -> pods.
+    parts = [p for p in path.split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    resource = parts[0] if parts else "?"
+    verb = {"PATCH": "patch", "DELETE": "delete", "PUT": "update", "POST": "create"}.get(method)
+    API_REQUESTS.labels(verb=verb or ("get" if len(parts) > 1 else "list"), resource=resource).inc()
 
 
 def observe_rollout(outcome: str) -> None:

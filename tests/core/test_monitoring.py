@@ -156,6 +156,7 @@ def test_operator_applies_it_only_with_the_flag():
                                    ApiException(status=403, reason="Forbidden")], ids=["no-crd", "forbidden"])
 def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, caplog, monkeypatch):
     monkeypatch.setattr(models, "_monitoring_notes", set())
+    monkeypatch.setattr(models, "_monitors_applied", {})
     caplog.set_level(logging.INFO, logger="rankops.models")
     for _ in range(3):
         kube = FakeKube(monitor_error=error)
@@ -169,6 +170,7 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
     assert lines[0].levelno == (logging.INFO if isinstance(error, ApiMissing) else logging.WARNING)
     # Once it can be applied again, the same problem later is worth one more line.
     reconcile(FakeKube(), service_monitors=True)
+    models._monitors_applied.clear()   # as MONITOR_REAPPLY_S later: applied again
     reconcile(FakeKube(monitor_error=error), service_monitors=True)
     assert len([r for r in caplog.records if "ServiceMonitor" in r.getMessage()]) == 2
 

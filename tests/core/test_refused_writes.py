@@ -129,17 +129,20 @@ def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_ob
     assert [e.reason for e in result.events] == ["ChildRefused"]
 
 
-def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not():
+def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not_written():
     cluster = Cluster()
     status = serve(cluster)
     cluster.writes.clear()
-    models.reconcile(cluster, body(1, status))   # the same children again
-    assert cluster.writes and not any(dry for _, dry in cluster.writes)
+    models.reconcile(cluster, body(1, status))   # the same children again: all as observed
+    assert cluster.writes == []
+    cluster.objects[("ConfigMap", names.config_map_name(NAME, names.STABLE))]["data"] = {"config.pbtxt": "edited"}
+    models.reconcile(cluster, body(1, status))   # a hand edit is drift: that child alone is written again
+    assert cluster.writes == [("ConfigMap", False)]
     cluster.writes.clear()
     models.reconcile(cluster, body(2, status, replicas=2))
     dry = [k for k, d in cluster.writes if d]
     real = [k for k, d in cluster.writes if not d]
-    assert dry == real and dry, cluster.writes
+    assert dry == real == ["Deployment"], cluster.writes
     assert cluster.writes.index((real[0], False)) == len(dry), "every dry run before the first write"
 
 

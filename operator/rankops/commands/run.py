@@ -34,6 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     OPERATOR.validator_service_account = args.validator_service_account
     OPERATOR.validator_image = args.validator_image
     OPERATOR.interval = args.interval
+    OPERATOR.resync = args.resync
     OPERATOR.service_monitors = args.service_monitors
     OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
     OPERATOR.tenant_policy = policy
@@ -73,7 +74,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validator-image", default=os.environ.get("RANKOPS_VALIDATOR_IMAGE"),
                    help="override every pool's validator image")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
-                   help="seconds between level-based re-checks of each object (drift, gates, rollouts)")
+                   help="seconds between re-checks of a model with a rollout in flight or not Ready yet (gate "
+                        "deadlines, canary hold) and of each pool")
+    p.add_argument("--resync", type=float, default=float(os.environ.get("RANKOPS_RESYNC", "600")),
+                   help="seconds between level-based re-checks of every model; changes to a model, its "
+                        "children, its pool or profile ConfigMap are reconciled as they are watched")
     add_service_monitor_flags(p, env=True)
     add_tenant_policy_flags(p)
     add_pull_secret_flag(p, env=True)

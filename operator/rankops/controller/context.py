@@ -13,7 +13,9 @@ class OperatorContext:
     namespace: str = "rankops-system"               # where validator DaemonSets run
     validator_service_account: str = "rankops-validator"
     validator_image: str | None = None              # overrides the pools' validator image
-    interval: float = 10.0                          # seconds between level-based re-checks
+    interval: float = 10.0                          # seconds between re-checks of an unsettled model
+    resync: float = 600.0                           # seconds between re-checks of every model
+    workers: int = 8                                # reconciles at once, per pool (kopf's, watch events')
     service_monitors: bool = False                  # a ServiceMonitor per RankingModel, where served
     service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by
     tenant_policy: TenantPolicy = field(default_factory=TenantPolicy)   # file:// dirs, image prefixes allowed

@@ -1,7 +1,11 @@
 """kopf handlers: thin wiring from watch events and timers to the reconcilers.
 
-Stacking on.create + on.update(spec) + on.resume with a timer makes the reconcile level-based:
-the timer also repairs drift in children, reads gate Job results and moves rollouts along.
+Stacking on.create + on.update(spec) + on.resume makes the reconcile level-based; watches on the
+children (and on the pools and latency-profile ConfigMaps models name) reconcile the owning model
+when one changes or goes, so drift is repaired and Ready is seen as it happens. Reads of the
+children come from those watches (controller/cache.py). A timer at `--interval` runs only while a
+model is unsettled (a rollout in flight, not Ready yet, a refused write to retry): gate deadlines
+and the canary hold need a clock. Every model is reconciled again each `--resync` seconds.
 """
 from __future__ import annotations
 
@@ -16,11 +20,14 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
-from rankops.controller import models, pools, writes
+from rankops.controller import cache, models, pools, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage
+from rankops.controller.kicks import Kicks
 from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
+from rankops.render import names
+from rankops.rollout.machine import ACTIVE
 
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -81,11 +88,18 @@ def _namespace_going(name: str) -> bool:
     return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
 
+CHILDREN = cache.Children(relist_s=OPERATOR.resync)
+
+
+def _reconcile_model(body):
+    return models.reconcile(cache.CachedKube(OPERATOR.kube, CHILDREN), body,
+                            service_monitors=OPERATOR.service_monitors,
+                            service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
+                            pull_secrets=tuple(OPERATOR.image_pull_secrets))
+
+
 def _model(body, patch, logger):
-    _run("RankingModel", lambda b: models.reconcile(
-        OPERATOR.kube, b, service_monitors=OPERATOR.service_monitors,
-        service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
-        pull_secrets=tuple(OPERATOR.image_pull_secrets)), body, patch, logger)
+    _run("RankingModel", _reconcile_model, body, patch, logger)
 
 
 def _pool(body, patch, logger):
@@ -102,7 +116,7 @@ def configure(settings: kopf.OperatorSettings, **_):
     # undeletable (controller/diffbase.py).
     settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 8
+    settings.execution.max_workers = OPERATOR.workers
     settings.watching.server_timeout = 300
 
 
@@ -113,9 +127,86 @@ def rankingmodel_changed(body, patch, logger, **_):
     _model(body, patch, logger)
 
 
-@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, sharp=False)
+def _unsettled(body, **_) -> bool:
+    """What only a clock moves on: a rollout in flight, a model not Ready (yet), a write to retry."""
+    status = body.get("status") or {}
+    return (status.get("rollout") or {}).get("phase") in ACTIVE or status.get("phase") not in ("Ready", "RolledBack") \
+        or status.get("observedGeneration") != body["metadata"].get("generation")
+
+
+@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, sharp=False, when=_unsettled)
 def rankingmodel_tick(body, patch, logger, **_):
     _model(body, patch, logger)
+
+
+@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.resync, initial_delay=OPERATOR.resync, sharp=False)
+def rankingmodel_resync(body, patch, logger, **_):
+    _model(body, patch, logger)
+
+
+def _kicked(key) -> None:
+    namespace, name, uid = key
+    _run("RankingModel", _reconcile_model, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}, None, log)
+
+
+KICKS = Kicks(_kicked, workers=OPERATOR.workers)
+
+
+def _owner_kick(obj) -> None:
+    """Reconcile the RankingModel that controls `obj` (by its ownerReference and model label)."""
+    meta = obj["metadata"]
+    model = (meta.get("labels") or {}).get(names.LABEL_MODEL)
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") == "RankingModel"
+                  and o.get("name") == model), None)
+    if owner and meta.get("namespace"):
+        KICKS.kick((meta["namespace"], owner["name"], owner["uid"]))
+
+
+def _child_event(kind: str):
+    def on_child(event, **_):
+        obj = event["object"]
+        CHILDREN.observe(kind, obj, deleted=event.get("type") == "DELETED")
+        if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
+            _owner_kick(obj)
+    on_child.__name__ = f"{kind.lower()}_event"
+    return on_child
+
+
+_MODEL_LABEL = {names.LABEL_MODEL: kopf.PRESENT}
+kopf.on.event("apps", "v1", "deployments", labels=_MODEL_LABEL)(_child_event("Deployment"))
+kopf.on.event("", "v1", "services", labels=_MODEL_LABEL)(_child_event("Service"))
+kopf.on.event("batch", "v1", "jobs", labels=_MODEL_LABEL)(_child_event("Job"))
+_configmap_child = _child_event("ConfigMap")
+
+
+# The models that name an input (a pool, a latency-profile ConfigMap), so its change reconciles them.
+@kopf.index(GROUP, VERSION, "rankingmodels")
+def models_by_input(namespace, name, uid, spec, **_):
+    keys = {}
+    if spec.get("nodePool"):
+        keys[("GpuNodePool", spec["nodePool"])] = (namespace, name, uid)
+    profile = (spec.get("planning") or {}).get("latencyProfileConfigMap") or {}
+    if profile.get("name"):
+        keys[("ConfigMap", namespace, profile["name"])] = (namespace, name, uid)
+    return keys
+
+
+@kopf.on.event("", "v1", "configmaps")
+def configmap_event(event, models_by_input: kopf.Index, **_):
+    obj = event["object"]
+    meta = obj["metadata"]
+    if names.LABEL_MODEL in (meta.get("labels") or {}):
+        _configmap_child(event)
+    if event.get("type") is not None:
+        for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
+            KICKS.kick(key)
+
+
+@kopf.on.event(GROUP, VERSION, "gpunodepools")
+def gpunodepool_event(event, models_by_input: kopf.Index, **_):
+    if event.get("type") is not None:   # its status (ready nodes) decides where the models' pods may go
+        for key in models_by_input.get(("GpuNodePool", event["object"]["metadata"]["name"]), ()):
+            KICKS.kick(key)
 
 
 @kopf.on.resume(GROUP, VERSION, "gpunodepools")

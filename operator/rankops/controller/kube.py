@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from rankops import metrics
 from rankops.render.names import FIELD_MANAGER
 
 # What a name or namespace may be to go into a request path as one segment: every kind here is
@@ -82,6 +83,7 @@ class Kube:
               content_type: str = "application/json", accept: str = "application/json") -> dict | None:
         answer = send(self.api, method, path, body=body, query=query,
                       headers={"Content-Type": content_type, "Accept": accept})
+        metrics.observe_api_request(method, path)
         if answer.status == 404:
             if _is_missing_api(answer.data):
                 raise ApiMissing(path)
@@ -114,6 +116,20 @@ class Kube:
         query = [("labelSelector", selector)] if selector else []
         found = self._call("GET", KINDS[kind].path(namespace), query=query)
         return (found or {}).get("items", [])
+
+    def list_versioned(self, kind: str, namespace: str | None = None,
+                       label_selector: str | None = None) -> tuple[list[dict], int]:
+        """The items, and the resourceVersion the listing was taken at (0 if unknown)."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        found = self._call("GET", KINDS[kind].path(namespace), query=query) or {}
+        items = found.get("items", [])
+        for item in items:   # a list's items carry no kind
+            item.setdefault("kind", kind)
+        try:
+            version = int((found.get("metadata") or {}).get("resourceVersion") or 0)
+        except ValueError:
+            version = 0
+        return items, version
 
     def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> bool:
         """Delete; `propagation="Foreground"` keeps the object until its dependents are gone."""

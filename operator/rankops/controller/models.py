@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller import writes
 from rankops.controller.kube import ApiMissing, InvalidName, Kube
+from rankops.controller.unchanged import applied_digest
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
                                     monitoring_objects, resolve_shape, track_objects, with_owner)
@@ -27,7 +29,7 @@ from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout.machine import (ACTIVE, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
-                                     GateObservation, Observed, attempt_id, step)
+                                     GateObservation, Observed, attempt_id, passed_gates, step)
 from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
 from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
@@ -117,12 +119,13 @@ def _deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
     return desired, ready, (min(ready, desired) if settled else 0), version
 
 
-def _gate_observations(kube: Kube, rm_meta: dict, rollout: dict) -> dict[str, GateObservation]:
-    """What the gate Jobs of this rollout attempt show; a Job that merely has the name is not read."""
+def _gate_observations(kube: Kube, rm_meta: dict, rollout: dict, gates: list[dict]) -> dict[str, GateObservation]:
+    """What the gate Jobs of this rollout attempt show; a Job that merely has the name is not read,
+    and a gate whose passing verdict is recorded for this attempt is not read again."""
     name, namespace, version = rm_meta["name"], rm_meta["namespace"], rollout["version"]
     attempt = attempt_id(rollout)
     seen: dict[str, GateObservation] = {}
-    for gate in GATES:
+    for gate in (g for g in GATES if g not in passed_gates(gates, rollout)):
         job_name = names.gate_job_name(name, gate, version, attempt)
         job = kube.get("Job", namespace, job_name)
         if job is not None and not gate_jobs.is_gate_job_of(job, name, rm_meta.get("uid"), gate, version, attempt):
@@ -264,7 +267,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     c_desired = _deployment_view(canary_dep)[0]
 
     rollout = status.get("rollout")
-    gates_seen = _gate_observations(kube, meta, rollout) if rollout and rollout.get("phase") in ACTIVE else {}
+    gates_seen = _gate_observations(kube, meta, rollout, status.get("gates") or []) \
+        if rollout and rollout.get("phase") in ACTIVE else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
 
     decision = step(rm.spec, status, Observed(
@@ -323,10 +327,12 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
     # Remove what the decision no longer wants.
     unwanted_tracks = [t for t, v in ((names.CANARY, serving.canary_version),
                                       (gate_jobs.REFERENCE_TRACK, decision.reference_version)) if not v]
-    for track in unwanted_tracks:
-        kube.delete("Deployment", namespace, names.deployment_name(name, track))
-        kube.delete("Service", namespace, names.track_service_name(name, track))
-        kube.delete("ConfigMap", namespace, names.config_map_name(name, track))
+    for track in unwanted_tracks:   # only what exists (read from the watch cache: no request)
+        for kind, child in (("Deployment", names.deployment_name(name, track)),
+                            ("Service", names.track_service_name(name, track)),
+                            ("ConfigMap", names.config_map_name(name, track))):
+            if kube.get(kind, namespace, child) is not None:
+                kube.delete(kind, namespace, child)
     for job in kube.list("Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}):
         active = not any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
                          for c in (job.get("status") or {}).get("conditions") or [])
@@ -341,6 +347,10 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
 # What _apply_monitoring has logged, so a missing CRD or right is one line per process, not one
 # per reconcile; a success clears it, so the same problem coming back is logged again.
 _monitoring_notes: set[str] = set()
+# ServiceMonitors applied, by (namespace, name): the digest of what was applied, and when. They are
+# applied again when it changes or after MONITOR_REAPPLY_S (drift), not on every reconcile.
+_monitors_applied: dict[tuple[str, str], tuple[str, float]] = {}
+MONITOR_REAPPLY_S = 600.0
 
 
 def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> None:
@@ -348,6 +358,10 @@ def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> N
     Without the Prometheus Operator's CRD it is skipped (tried again each reconcile, so installing
     the CRD later is enough)."""
     for obj in monitoring_objects(rm, labels):
+        key, digest = (obj["metadata"]["namespace"], obj["metadata"]["name"]), applied_digest(obj)
+        done = _monitors_applied.get(key)
+        if done and done[0] == digest and time.monotonic() - done[1] < MONITOR_REAPPLY_S:
+            continue   # applied as it is now, lately: not a request per reconcile (it is not watched)
         try:
             kube.apply(obj)
         except ApiMissing:
@@ -360,6 +374,7 @@ def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> N
                   "servicemonitors rights: set the chart value monitoring.tritonServiceMonitors=true)")
         else:
             _monitoring_notes.clear()
+            _monitors_applied[key] = (digest, time.monotonic())
 
 
 def _note(key: str, level: int, message: str) -> None:

@@ -1,9 +1,10 @@
 """Apply one reconcile's children all or nothing, and back off from writes the API server refuses.
 
-A new set of children is first applied as a dry run: if the API server refuses any of them
+A child is written only when it differs from what is observed (controller/unchanged.py). A new
+set of children is first applied as a dry run: if the API server refuses any of them
 (an annotation it will not store, an API the cluster does not serve, a right the operator lacks),
 none is written, so what serves stays as it was instead of a ConfigMap of the new spec beside a
-Deployment of the old one. A set applied before is applied straight away (a no-op server-side).
+Deployment of the old one. A set applied before is applied straight away.
 
 What was applied and what was refused is remembered per object in this process only: it saves
 dry runs and paces retries, and losing it on a restart costs one dry run, nothing else.
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops.controller import refusal
 from rankops.controller.kube import ApiMissing, Kube, namespace_terminating
+from rankops.controller.unchanged import unchanged, with_digest
 
 log = logging.getLogger("rankops.writes")
 
@@ -36,15 +38,18 @@ def apply_all(kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -
     """Apply `objects` (children of the object with metadata `meta`), or raise ChildRefused with
     nothing written. Transient errors (409, 429, 5xx) propagate as ApiException."""
     uid, generation = meta.get("uid", ""), meta.get("generation")
+    objects = [with_digest(obj) for obj in objects]
     digest = refusal.digest(objects)
     previous = _refused.get(uid)
     if refusal.backing_off(previous, generation, digest, clock()):
         raise ChildRefused(previous)
+    # Only what differs from the child as observed is written (the others are as accepted before).
+    changed = [obj for obj in objects if not unchanged(obj, _observed(kube, obj))]
     try:
         if _applied.get(uid) != digest:
-            for obj in objects:
+            for obj in changed:
                 _apply(kube, obj, dry_run=True)
-        for obj in objects:
+        for obj in changed:
             _apply(kube, obj, dry_run=False)
     except _Refusal as exc:
         refused = refusal.record(previous, generation, digest, exc.refusal, clock())
@@ -65,6 +70,18 @@ def forget(uid: str) -> None:
 class _Refusal(Exception):
     def __init__(self, found: refusal.Refusal):
         self.refusal = found
+
+
+def _observed(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The child as it is; None when it cannot be read (the apply then says why)."""
+    try:
+        return kube.get(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+    except ApiMissing:
+        return None
+    except ApiException as exc:
+        if refusal.is_refusal(exc.status):
+            return None
+        raise
 
 
 def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:

@@ -1,0 +1,203 @@
+"""The operator at scale on the local control plane (issue 13): N pool-less RankingModels.
+
+Starts the local control plane with enough kwok A100 nodes, installs the chart, runs `rankops run`
+as the chart's ServiceAccount (as the e2e suite does), creates N models at once and prints:
+time to all Ready; steady-state requests per model per minute, from the operator's own counter
+(rankops_api_requests_total) and from the API server's apiserver_request_total (all clients,
+minus the same window with the operator stopped); how long a spec change takes to reach the
+child ConfigMap and a deleted Deployment to come back (median, max); the operator's CPU and RSS.
+
+    .venv/bin/python benchmarks/reconcile_bench.py [--models 100] [--idle 60] [--interval 10] [--samples 5]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from e2e.models import GROUP, PLURAL, VERSION, model_manifest  # noqa: E402
+from rankops.devcluster.binaries import ensure_binaries  # noqa: E402
+from rankops.devcluster.cluster import add_nodes, api_client  # noqa: E402
+from rankops.devcluster.controlplane import LocalControlPlane  # noqa: E402
+from rankops.devcluster.operator_process import (OperatorProcess, free_port, install_chart,  # noqa: E402
+                                                 service_account_kubeconfig)
+from rankops.render import names  # noqa: E402
+
+NAMESPACE = "bench"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+)")
+
+
+def scrape(text: str, metric: str, where: str = "") -> float:
+    """Sum of a metric's samples whose labels contain `where`."""
+    total = 0.0
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == metric and where in (m.group(2) or ""):
+            total += float(m.group(3))
+    return total
+
+
+def apiserver_requests(plane: LocalControlPlane) -> float:
+    status, body = plane.get("/metrics")
+    if status != 200:
+        raise RuntimeError(f"/metrics answered {status}")
+    # WATCH requests count once, when opened; the rest once each.
+    return scrape(body.decode(), "apiserver_request_total")
+
+
+def operator_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def all_ready(custom, n: int) -> int:
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
+    return sum(1 for rm in items if (rm.get("status") or {}).get("phase") == "Ready"
+               and rm["status"].get("observedGeneration") == rm["metadata"]["generation"])
+
+
+def wait(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(interval)
+    raise TimeoutError(what)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds of steady state measured")
+    parser.add_argument("--interval", type=float, default=10.0, help="rankops run --interval")
+    parser.add_argument("--extra", action="append", default=[], help="more rankops run arguments")
+    parser.add_argument("--samples", type=int, default=5, help="spec changes and deletions timed")
+    args = parser.parse_args()
+    from kubernetes import client
+
+    n = args.models
+    bin_dir = ensure_binaries()
+    work = Path(tempfile.mkdtemp(prefix="reconcile-bench-"))
+    plane = LocalControlPlane(bin_dir, log=lambda _: None).start()
+    op = None
+    try:
+        add_nodes(plane.kubeconfig, [(f"kwok-a100-{i}", "a100") for i in range(math.ceil(n / 8) + 1)], timeout=120)
+        install_chart(str(plane.kubeconfig), bin_dir=bin_dir)
+        sa = service_account_kubeconfig(str(plane.kubeconfig), work / "kubeconfig")
+        api = api_client(plane.kubeconfig)
+        core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        wait(lambda: _exists(core.read_namespaced_service_account, "default", NAMESPACE), 30, "default SA")
+        port = free_port()
+        op = OperatorProcess(sa, work / "operator.log", interval=args.interval,
+                             extra_args=("--metrics-port", str(port), *args.extra))
+        op.start()
+        print(f"N={n} models, interval {args.interval}s, extra {args.extra}; operator log {work / 'operator.log'}")
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: custom.create_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, model_manifest(f"m{i:04d}")), range(n)))
+        created = time.monotonic() - t0
+        wait(lambda: all_ready(custom, n) == n, 60 + 3 * n, "all Ready", interval=0.25)
+        print(f"all {n} Ready: {time.monotonic() - t0:.1f} s (creates took {created:.1f} s)")
+
+        time.sleep(min(args.interval, 10) + 5)   # let the last status writes and events settle
+        before_op, before_api, t1 = operator_metrics(port), apiserver_requests(plane), time.monotonic()
+        time.sleep(args.idle)
+        after_op, after_api, t2 = operator_metrics(port), apiserver_requests(plane), time.monotonic()
+        minutes = (t2 - t1) / 60
+        own = (scrape(after_op, "rankops_api_requests_total") - scrape(before_op, "rankops_api_requests_total"))
+        by = {}
+        for line in after_op.splitlines():
+            m = _SAMPLE.match(line)
+            if m and m.group(1) == "rankops_api_requests_total":
+                by[m.group(2)] = float(m.group(3)) - scrape(before_op, "rankops_api_requests_total", m.group(2))
+        total = after_api - before_api
+        print(f"steady state over {t2 - t1:.0f} s: operator's own requests {own / n / minutes:.2f} per model per minute")
+        for labels, count in sorted(by.items(), key=lambda kv: -kv[1]):
+            if count:
+                print(f"    {labels}: {count / n / minutes:.2f}")
+        reconciles = (scrape(after_op, "rankops_reconciles_total", 'kind="RankingModel"')
+                      - scrape(before_op, "rankops_reconciles_total", 'kind="RankingModel"'))
+        print(f"    reconciles: {reconciles / n / minutes:.2f} per model per minute")
+        cpu = scrape(after_op, "process_cpu_seconds_total") - scrape(before_op, "process_cpu_seconds_total")
+        print(f"operator CPU {cpu / (t2 - t1) * 100:.1f}% of a core idle; "
+              f"RSS {scrape(after_op, 'process_resident_memory_bytes') / 2**20:.0f} MiB")
+
+        changes, deletions = [], []
+        try:
+            _react(args, n, core, custom, apps, changes, deletions)
+        except TimeoutError as exc:
+            print(f"a reaction did not come: {exc}")
+        for what, values in (("spec change -> ConfigMap updated", changes),
+                             ("deleted Deployment -> re-created", deletions)):
+            if values:
+                print(f"{what}: median {statistics.median(values):.2f} s, max {max(values):.2f} s "
+                      f"({len(values)} samples)")
+
+        op.stop()
+        time.sleep(3)
+        b0, s0 = apiserver_requests(plane), time.monotonic()
+        time.sleep(min(args.idle, 30))
+        background = (apiserver_requests(plane) - b0) / ((time.monotonic() - s0) / 60)
+        print(f"API server: {total / minutes:.0f} requests/min with the operator idle, {background:.0f}/min "
+              f"without it: operator ~{(total / minutes - background) / n:.2f} per model per minute")
+        if op.errors():
+            print(f"operator logged {len(op.errors())} error lines, e.g. {op.errors()[:3]}")
+        api.close()
+    finally:
+        if op is not None:
+            op.kill()
+        plane.stop()
+
+
+def _react(args, n, core, custom, apps, changes, deletions) -> None:
+    for i in range(min(args.samples, n)):
+        name = f"m{i:04d}"
+        delay = 1000 + 7 * (i + 1)
+        t = time.monotonic()
+        custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name, {
+            "spec": {"batching": {"maxBatchSize": 512, "preferredBatchSizes": [256, 512],
+                                  "maxQueueDelayMicroseconds": delay}}})
+        cm = names.config_map_name(name, names.STABLE)
+        wait(lambda: str(delay) in str(core.read_namespaced_config_map(cm, NAMESPACE).data), 60,
+             f"{cm} updated")
+        changes.append(time.monotonic() - t)
+        dep = names.deployment_name(name, names.STABLE)
+        old = apps.read_namespaced_deployment(dep, NAMESPACE).metadata.uid
+        t = time.monotonic()
+        apps.delete_namespaced_deployment(dep, NAMESPACE)
+        wait(lambda: _new_uid(apps, dep, old), 120, f"{dep} re-created")
+        deletions.append(time.monotonic() - t)
+
+
+def _exists(read, *a) -> bool:
+    try:
+        read(*a)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _new_uid(apps, name: str, old: str) -> bool:
+    try:
+        return apps.read_namespaced_deployment(name, NAMESPACE).metadata.uid != old
+    except Exception:  # noqa: BLE001
+        return False
+
+
+if __name__ == "__main__":
+    main()

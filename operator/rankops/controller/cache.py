@@ -1,0 +1,144 @@
+"""The operator's children as its watches show them, so a reconcile reads them without a request.
+
+kopf's event handlers (controller/handlers.py) feed every Deployment, Service, ConfigMap and Job
+that carries the rankops.io/model label; `CachedKube` answers the reconcilers' reads of those
+kinds from here and passes everything else to the API. A (kind, namespace) is listed once, the
+first time it is read (at start-up the watch may not have delivered it yet), and again after
+`relist_s`: a deletion a broken watch missed is corrected then, not kept.
+
+Objects are compared by resourceVersion, so a listing older than a watch event (or than this
+process's own write) never brings back what was deleted or overwrites what is newer.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from rankops.controller.kube import Kube
+from rankops.render.names import LABEL_MODEL
+
+CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job")
+
+Key = tuple[str, str, str]   # kind, namespace, name
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _key(kind: str, obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return kind, meta.get("namespace") or "", meta["name"]
+
+
+class Children:
+    """Objects of CACHED_KINDS labelled rankops.io/model, by (kind, namespace, name)."""
+
+    def __init__(self, relist_s: float = 600.0, clock: Callable[[], float] = time.monotonic):
+        self.relist_s = relist_s
+        self.clock = clock
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._gone: dict[Key, int] = {}            # resourceVersion at deletion
+        self._listed: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> None:
+        """A watch event, or this process's own write answered by the API server."""
+        key, rv = _key(kind, obj), _rv(obj)
+        with self._lock:
+            self._merge(key, obj, rv, deleted)
+
+    def _merge(self, key: Key, obj: dict[str, Any], rv: int, deleted: bool) -> None:
+        current = self._objects.get(key)
+        newest = max(_rv(current) if current else 0, self._gone.get(key, 0))
+        if rv and newest and rv < newest:
+            return   # older than what is known
+        if deleted:
+            self._objects.pop(key, None)
+            self._gone[key] = rv
+        else:
+            self._objects[key] = obj
+            self._gone.pop(key, None)
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        """This process deleted it (the watch's DELETED event follows)."""
+        key = (kind, namespace or "", name)
+        with self._lock:
+            current = self._objects.pop(key, None)
+            self._gone[key] = max(self._gone.get(key, 0), _rv(current) if current else 0)
+
+    def needs_listing(self, kind: str, namespace: str) -> bool:
+        with self._lock:
+            at = self._listed.get((kind, namespace or ""))
+        return at is None or self.clock() - at >= self.relist_s
+
+    def listed(self, kind: str, namespace: str, items: list[dict[str, Any]], list_rv: int) -> None:
+        """A full listing of `kind` in `namespace` (with the rankops label) at `list_rv`."""
+        with self._lock:
+            present = set()
+            for obj in items:
+                key = _key(kind, obj)
+                present.add(key)
+                self._merge(key, obj, _rv(obj), False)
+            for key in [k for k in self._objects if k[:2] == (kind, namespace or "") and k not in present]:
+                if _rv(self._objects[key]) <= list_rv:   # gone by the time of the listing
+                    self._merge(key, self._objects[key], list_rv, True)
+            self._listed[(kind, namespace or "")] = self.clock()
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get((kind, namespace or "", name))
+
+    def select(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        with self._lock:
+            found = [o for (k, ns, _), o in self._objects.items() if k == kind and ns == (namespace or "")]
+        return sorted((o for o in found if all((o["metadata"].get("labels") or {}).get(lk) == lv
+                                                for lk, lv in labels.items())),
+                      key=lambda o: o["metadata"]["name"])
+
+
+class CachedKube:
+    """A Kube whose reads of rankops' children come from `Children`; writes go to the API and
+    are remembered, so the next read sees them."""
+
+    def __init__(self, kube: Kube, children: Children):
+        self.kube = kube
+        self.children = children
+
+    def __getattr__(self, name: str) -> Any:   # exists, merge_patch...: straight to the API
+        return getattr(self.kube, name)
+
+    def _fill(self, kind: str, namespace: str) -> None:
+        if self.children.needs_listing(kind, namespace):
+            items, rv = self.kube.list_versioned(kind, namespace, label_selector=LABEL_MODEL)
+            self.children.listed(kind, namespace, items, rv)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        if kind not in CACHED_KINDS or not namespace:
+            return self.kube.get(kind, namespace, name)
+        self._fill(kind, namespace)
+        return self.children.get(kind, namespace, name)
+
+    def list(self, kind: str, namespace: str | None = None, labels: dict[str, str] | None = None,
+             label_selector: str | None = None) -> list[dict]:
+        if kind not in CACHED_KINDS or not namespace or label_selector or LABEL_MODEL not in (labels or {}):
+            return self.kube.list(kind, namespace, labels=labels, label_selector=label_selector)
+        self._fill(kind, namespace)
+        return self.children.select(kind, namespace, labels or {})
+
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict:
+        answer = self.kube.apply(obj, dry_run=dry_run)
+        if not dry_run and answer and obj["kind"] in CACHED_KINDS \
+                and LABEL_MODEL in (answer["metadata"].get("labels") or {}):
+            self.children.observe(obj["kind"], answer)
+        return answer
+
+    def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> bool:
+        deleted = self.kube.delete(kind, namespace, name, propagation=propagation)
+        if kind in CACHED_KINDS and namespace:
+            self.children.forget(kind, namespace, name)
+        return deleted

@@ -1,0 +1,102 @@
+"""The watch cache of the operator's children (issue 13): reads without requests, never older
+than what was seen, and a full listing corrects what a watch missed."""
+from __future__ import annotations
+
+import threading
+import time
+
+from rankops.controller.cache import CachedKube, Children
+from rankops.controller.kicks import Kicks
+
+
+def obj(name: str, rv: int, model: str = "m", **data) -> dict:
+    return {"kind": "ConfigMap", "metadata": {"name": name, "namespace": "reco", "resourceVersion": str(rv),
+                                              "labels": {"rankops.io/model": model}}, "data": data}
+
+
+class Api:
+    """Enough of Kube, counting requests."""
+
+    def __init__(self, items=(), rv=10):
+        self.items, self.rv, self.requests = list(items), rv, []
+
+    def list_versioned(self, kind, namespace=None, label_selector=None):
+        self.requests.append(("list", kind, namespace, label_selector))
+        return list(self.items), self.rv
+
+    def get(self, kind, namespace, name):
+        self.requests.append(("get", kind, name))
+        return None
+
+    def apply(self, o, dry_run=False):
+        self.requests.append(("apply", o["metadata"]["name"], dry_run))
+        return {**o, "metadata": {**o["metadata"], "resourceVersion": "20"}}
+
+    def delete(self, kind, namespace, name, propagation="Background"):
+        self.requests.append(("delete", name))
+        return True
+
+
+def test_reads_list_a_namespace_once_then_come_from_the_watch():
+    api = Api([obj("a", 5)])
+    kube = CachedKube(api, Children())
+    assert kube.get("ConfigMap", "reco", "a")["metadata"]["resourceVersion"] == "5"
+    assert kube.get("ConfigMap", "reco", "b") is None
+    assert [o["metadata"]["name"] for o in kube.list("ConfigMap", "reco", labels={"rankops.io/model": "m"})] == ["a"]
+    assert api.requests == [("list", "ConfigMap", "reco", "rankops.io/model")]
+    kube.get("Secret", "reco", "s")   # not a child kind: straight to the API
+    assert api.requests[-1] == ("get", "Secret", "s")
+
+
+def test_an_older_event_or_listing_never_replaces_what_is_newer():
+    children = Children()
+    children.observe("ConfigMap", obj("a", 8, v="new"))
+    children.observe("ConfigMap", obj("a", 6, v="old"))
+    assert children.get("ConfigMap", "reco", "a")["data"] == {"v": "new"}
+    children.observe("ConfigMap", obj("a", 9), deleted=True)
+    children.listed("ConfigMap", "reco", [obj("a", 8, v="new")], 8)   # a listing from before the deletion
+    assert children.get("ConfigMap", "reco", "a") is None
+
+
+def test_a_listing_drops_what_it_no_longer_has_and_relists_after_the_resync():
+    now = [0.0]
+    children = Children(relist_s=600, clock=lambda: now[0])
+    children.observe("ConfigMap", obj("missed", 3))
+    api = Api([], rv=10)
+    kube = CachedKube(api, children)
+    assert kube.get("ConfigMap", "reco", "missed") is None, "deleted while the watch was down"
+    now[0] = 599
+    kube.get("ConfigMap", "reco", "x")
+    now[0] = 600
+    kube.get("ConfigMap", "reco", "x")
+    assert [r[0] for r in api.requests] == ["list", "list"]
+
+
+def test_own_writes_are_read_back_and_deletes_forgotten():
+    api = Api([obj("a", 5)])
+    kube = CachedKube(api, Children())
+    kube.apply(obj("b", 0, v="1"))
+    assert kube.get("ConfigMap", "reco", "b")["metadata"]["resourceVersion"] == "20"
+    kube.delete("ConfigMap", "reco", "a")
+    assert kube.get("ConfigMap", "reco", "a") is None
+
+
+def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
+    started, release, runs = threading.Event(), threading.Event(), []
+
+    def run(key):
+        runs.append(key)
+        started.set()
+        release.wait(5)
+
+    kicks = Kicks(run, workers=2)
+    kicks.kick("m")
+    assert started.wait(5)
+    for _ in range(10):   # while it runs: one more run, not ten
+        kicks.kick("m")
+    release.set()
+    deadline = time.monotonic() + 5
+    while len(runs) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert runs == ["m", "m"]
