@@ -182,3 +182,10 @@ def test_termination_message_falls_back_to_the_log_only_when_asked_and_failed():
     assert sandbox.termination_message("", log, 0, "FallbackToLogsOnError") == ""
     assert sandbox.termination_message("", log, 1, None) == ""
     assert len(sandbox.termination_message("x" * 10000, "", 0, None)) == sandbox.TERMINATION_MESSAGE_LIMIT
+
+
+def test_program_directories_hidden_by_the_containers_tmp_are_bound_back(tmp_path):
+    venv = tmp_path / "clone" / ".venv"
+    venv.mkdir(parents=True)
+    mounts = sandbox.program_mounts([venv, venv / "lib", tmp_path / "clone", Path("/usr"), Path("/work")])
+    assert mounts == [BindMount(tmp_path / "clone", str(tmp_path / "clone"), True)]

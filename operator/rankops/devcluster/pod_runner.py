@@ -51,6 +51,8 @@ PROCESS_NODE_TAINT = {"key": PROCESS_NODE_LABEL, "value": "true", "effect": "NoS
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LEASE_SECONDS = 40
 TICK = 0.25
+# Probes go straight to the pod's loopback address, never through a proxy from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def now() -> str:
@@ -225,7 +227,7 @@ def probe_once(probe: dict[str, Any], pod_ip: str, container: ContainerRun) -> b
         host = get.get("host") or pod_ip
         url = f"{get.get('scheme', 'HTTP').lower()}://{host}:{port}{get.get('path', '/')}"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            with _DIRECT.open(url, timeout=timeout) as response:
                 return 200 <= response.status < 400
         except urllib.error.HTTPError as exc:
             return 200 <= exc.code < 400
@@ -728,6 +730,12 @@ class PodRunner:
         else:
             venv_bin = str(Path(sys.executable).parent)
             base = {**base, "PATH": f"{venv_bin}:{BASE_PATH}", "VIRTUAL_ENV": str(Path(venv_bin).parent)}
+        import rankops
+
+        programs = [Path(sys.prefix), Path(sys.base_prefix), Path(rankops.__file__).parents[1]]
+        if kind == "triton":
+            programs.append(install.root)
+        mounts = [*mounts, *sandbox.program_mounts(programs)]
         env = sandbox.container_env(spec, worker.pod, base, config_maps, secrets, worker.pod_ip, self.node)
         argv = sandbox.command_line(spec, env)
         if not argv:

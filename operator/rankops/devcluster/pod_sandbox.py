@@ -228,6 +228,17 @@ def root_binds(targets: Iterable[str], host_root: Path = Path("/")) -> list[str]
     return args
 
 
+def program_mounts(paths: Iterable[Path]) -> list[BindMount]:
+    """Read-only binds of the host directories a stand-in program lives in (a virtualenv, the
+    Triton fixture) where the container's own /tmp or /run would hide them (a clone in /tmp)."""
+    found = []
+    for path in sorted({Path(os.path.realpath(p)) for p in paths}):
+        if any(_under(str(path), private) for private in PRIVATE_ROOTS) and \
+                not any(_under(str(path), str(m.target)) for m in found):
+            found.append(BindMount(path, str(path), True))
+    return found
+
+
 def bwrap_argv(program: Sequence[str], mounts: Sequence[BindMount], hosts_file: Path, termination_log: Path,
                termination_path: str, hostname: str, working_dir: str | None = None,
                bwrap: str = "bwrap") -> list[str]:
