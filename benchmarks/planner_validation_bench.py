@@ -22,6 +22,7 @@ stand-in itself: then the prediction was made for another server than the one me
     .venv/bin/python benchmarks/planner_validation_bench.py                 # small: 2 configs x 3 rates
     .venv/bin/python benchmarks/planner_validation_bench.py --full          # 6 configs x 5 rates
     .venv/bin/python benchmarks/planner_validation_bench.py --candidates 2,6  # requests of 2..6 items
+    .venv/bin/python benchmarks/planner_validation_bench.py --full --exhaustive 120   # part 3
 
 On a 2-core shared machine run it small: the client's threads and Triton share the cores, and
 the stand-in sleeps (rather than computes) so that its cost stays what it says.
@@ -152,6 +153,9 @@ def main() -> int:
     parser.add_argument("--candidates", metavar="LO,HI", help="items per request, uniform (layout batch)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", metavar="I,J", help="run only these configs of the grid (0-based)")
+    parser.add_argument("--exhaustive", type=float, metavar="P99_MS",
+                        help="instead: brute-force each config's sustainable rate within this P99 on the server "
+                             "(what Model Analyzer does) and compare the planner's choice over the same grid")
     args = parser.parse_args()
     items = tuple(int(x) for x in args.candidates.split(",")) if args.candidates else None
     configs, fractions = (FULL, FULL_RATES) if args.full else (SMALL, SMALL_RATES)
@@ -176,6 +180,8 @@ def main() -> int:
     print(f"profile measured (truth {A_MS:g} + {B_MS:g}·items ms): "
           + ", ".join(f"{b}: {ms:.2f}" for b, ms in profile.points)
           + f"; sharedGpuSlowdown {slowdown:g} (truth {SLOWDOWN:g}); client/server overhead {overhead:.2f} ms")
+    if args.exhaustive:
+        return exhaustive(args, install, work, configs, profile, slowdown, overhead, items)
     print(f"load: open-loop Poisson, {args.requests} requests per row, {args.threads} client threads"
           + (f", {items[0]}..{items[1]} items per request" if items else ", 1 item per request"))
     print(f"{'config':44} {'req/s':>6} {'pred P99':>9} {'meas P99':>9} {'error':>7} {'late P99':>9} "
@@ -206,6 +212,60 @@ def main() -> int:
         print(f"relative P99 error over {len(errors)} rows: median {statistics.median(errors):.0%}, "
               f"max {max(errors):.0%} (goal: median <= 15%, max <= 30%)")
     print(f"wall time {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+def exhaustive(args, install, work, configs, profile, slowdown, overhead, items) -> int:
+    """Part 3: the best sustainable rate found by measuring every config, against the planner's
+    pick over the same grid (its simulator on the measured profile), with both wall times."""
+    from rankops.planner.inputs import PlanInputs
+    from rankops.planner.search import clear_caches, sustainable_qps
+
+    budget = args.exhaustive
+    clear_caches()
+    began = time.perf_counter()
+    inputs = PlanInputs(profile=profile, p99_budget_ms=budget, target_qps=1.0, shared_gpu_slowdown=slowdown,
+                        overhead_ms=overhead, items_per_request=items)
+    predicted = {c: sustainable_qps(inputs, c) for c in configs}
+    pick = max(configs, key=lambda c: predicted[c])
+    planner_s = time.perf_counter() - began
+
+    began = time.perf_counter()
+    measured = {}
+    probes = 0
+    print(f"brute force: P99 <= {budget:g} ms, open-loop Poisson, {args.requests} requests per probe")
+    for config in configs:
+        bound = saturation_qps(profile, config, slowdown, items)
+        with serve(install, work, config) as server:
+            open_loop(server.http_url, bound * 0.3, 50, items, args.seed + 99, args.threads)
+
+            def ok(rate: float) -> bool:
+                run = open_loop(server.http_url, rate, args.requests, items, args.seed, args.threads)
+                return run.p99_ms <= budget and not run.errors
+
+            lo, hi = 0.0, None
+            for fraction in (0.3, 0.5, 0.7, 0.85, 1.0):
+                probes += 1
+                if ok(bound * fraction):
+                    lo = bound * fraction
+                else:
+                    hi = bound * fraction
+                    break
+            for _ in range(3 if hi is not None else 0):
+                mid = (lo + hi) / 2 if lo else hi / 2
+                probes += 1
+                if ok(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            measured[config] = lo
+        print(f"  {config.describe():44} measured {lo:6.0f} req/s   predicted {predicted[config]:6.0f} req/s")
+    brute_s = time.perf_counter() - began
+    best = max(configs, key=lambda c: measured[c])
+    fraction = measured[pick] / measured[best] if measured[best] else 0.0
+    print(f"brute force best: {best.describe()} at {measured[best]:.0f} req/s ({probes} probes, {brute_s:.0f} s)")
+    print(f"planner's pick:   {pick.describe()} measured at {measured[pick]:.0f} req/s = {fraction:.0%} of the best "
+          f"(goal >= 90%), chosen in {planner_s:.2f} s")
     return 0
 
 
