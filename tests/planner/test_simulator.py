@@ -4,7 +4,7 @@ import pytest
 
 from rankops.planner.profile import LatencyProfile
 from rankops.planner.simulator import (
-    BatcherConfig, md1_mean_latency_ms, run_batcher, saturation_qps, simulate,
+    BatcherConfig, md1_mean_latency_ms, run_batcher, run_batcher_prefetch, saturation_qps, simulate,
 )
 
 PROFILE = LatencyProfile.from_mapping({1: 2.0, 4: 2.3, 8: 3.0, 16: 4.6})
@@ -107,27 +107,29 @@ def test_needs_a_rate_or_arrivals():
 # requests ran together, for arrivals (ms) and a queue delay. tests/triton shows the same live.
 TIMED = LatencyProfile.from_mapping({1: 23.7, 2: 25.7, 4: 29.8, 8: 38.2})
 MEASURED_BATCHES = [
-    (2000, [0, 5, 10], [1, 1, 1]),
-    (2000, [0, 5, 6], [1, 2]),
-    (2000, [0, 5, 10, 15, 40], [1, 1, 3]),
-    (2000, [0, 5, 10, 15, 40, 45, 60], [1, 1, 3, 2]),
-    (8000, [0, 5, 10], [2, 1]),
-    (8000, [0, 5, 6], [3]),
-    (8000, [0, 5, 10, 15, 40], [2, 2, 1]),
-    (8000, [0, 5, 10, 15, 40, 45, 60], [2, 2, 2, 1]),
-    (0, [0, 5, 10, 15, 30], [1, 3, 1]),
+    (2000, [0, 5, 10], [1, 1, 1], 1),
+    (2000, [0, 5, 6], [1, 2], 1),
+    (2000, [0, 5, 10, 15, 40], [1, 1, 3], 1),
+    (2000, [0, 5, 10, 15, 40, 45, 60], [1, 1, 3, 2], 1),
+    (8000, [0, 5, 10], [2, 1], 1),
+    (8000, [0, 5, 6], [3], 1),
+    (8000, [0, 5, 10, 15, 40], [2, 2, 1], 1),
+    (8000, [0, 5, 10, 15, 40, 45, 60], [2, 2, 2, 1], 1),
+    (0, [0, 5, 10, 15, 30], [1, 3, 1], 1),
+    # two instances: still one batch waits for an instance, not one per instance
+    (2000, [0, 5, 10, 15, 20, 40], [1, 1, 1, 2, 1], 2),
+    (2000, [0, 5, 10, 15, 20, 22, 24, 40], [1, 1, 1, 4, 1], 2),
 ]
 
 
-@pytest.mark.parametrize("delay,arrivals,batches", MEASURED_BATCHES)
-def test_batches_form_as_tritons_did(delay, arrivals, batches):
-    sim = simulate(TIMED, BatcherConfig(8, (), delay), arrivals_ms=np.array(arrivals, float), warmup_fraction=0)
-    from rankops.planner.simulator import run_batcher_prefetch
+@pytest.mark.parametrize("delay,arrivals,batches,instances", MEASURED_BATCHES)
+def test_batches_form_as_tritons_did(delay, arrivals, batches, instances):
+    config = BatcherConfig(8, (), delay, instances)
+    sim = simulate(TIMED, config, arrivals_ms=np.array(arrivals, float), warmup_fraction=0, slowdown=0.0)
     cost = TIMED.table(8)
     if delay:
-        _, _, counts, _ = run_batcher_prefetch([float(a) for a in arrivals], (1,) * len(arrivals), cost,
-                                               BatcherConfig(8, (), delay), 0.75)
+        _, _, counts, _ = run_batcher_prefetch([float(a) for a in arrivals], (1,) * len(arrivals), cost, config, 0.0)
     else:
-        _, _, counts = run_batcher([float(a) for a in arrivals], cost, BatcherConfig(8), 0.75)
+        _, _, counts = run_batcher([float(a) for a in arrivals], cost, config, 0.0)
     assert counts == batches
     assert sim.avg_batch_size == pytest.approx(len(arrivals) / len(batches))

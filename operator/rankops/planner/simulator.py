@@ -260,8 +260,9 @@ def run_batcher_items(t: list[float], w: tuple[int, ...], cost: list[float], con
 def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], config: BatcherConfig,
                          slowdown: float):
     """Triton's batcher with max_queue_delay > 0, as measured on tritonserver 2.51: it forms the next
-    batch while every instance is busy (a payload prefetched per instance) and closes it when its
-    oldest request's delay runs out, so requests that come later wait for the batch after it.
+    batch while every instance is busy (one prefetched payload, whatever the instance count) and
+    closes it when its oldest request's delay runs out, so requests that come later wait for the
+    batch after it.
     Measured (1 instance, 24 ms executions, 2 ms delay; arrivals at 0, 5, 10 ms): the request at 5
     ran alone after the first, the one at 10 alone after that; with delay 0 both ran together.
 
@@ -285,14 +286,12 @@ def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], 
     while head < n:
         first = t[head]
         # batches closed but not started when the previous one closed: a slot is free below N
-        if slots == 1:
-            waiting = starts[-1:] if starts and starts[-1] > closed else ()
-        else:
-            waiting = sorted(x for x in starts[-slots:] if x > closed)
-        if len(waiting) < slots:
+        # one batch may wait for an instance (measured with 1 and 2 instances): while it waits the
+        # batcher does not form another
+        if not starts or starts[-1] <= closed:
             e = closed if closed > first else first      # the batcher carries on
         else:
-            freed = waiting[len(waiting) - slots]        # a prefetched batch starts: slot free, asleep
+            freed = starts[-1]                           # the waiting batch starts: asleep until woken
             if first > freed:
                 e = first
             else:
