@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.models import GROUP, PLURAL, VERSION, model_manifest  # noqa: E402
+from rankops.controller.kube import send  # noqa: E402
 from rankops.devcluster.binaries import ensure_binaries  # noqa: E402
 from rankops.devcluster.cluster import add_nodes, api_client  # noqa: E402
 from rankops.devcluster.controlplane import LocalControlPlane  # noqa: E402
@@ -48,12 +49,12 @@ def scrape(text: str, metric: str, where: str = "") -> float:
     return total
 
 
-def apiserver_requests(plane: LocalControlPlane) -> float:
-    status, body = plane.get("/metrics")
-    if status != 200:
-        raise RuntimeError(f"/metrics answered {status}")
-    # WATCH requests count once, when opened; the rest once each.
-    return scrape(body.decode(), "apiserver_request_total")
+def apiserver_requests(api) -> float:
+    """apiserver_request_total summed (WATCHes count once, when opened), read as the admin."""
+    answer = send(api, "GET", "/metrics", headers={"Accept": "text/plain"}, timeout=120)
+    if answer.status != 200:
+        raise RuntimeError(f"/metrics answered {answer.status}")
+    return scrape(answer.data.decode(), "apiserver_request_total")
 
 
 def operator_metrics(port: int) -> str:
@@ -115,9 +116,9 @@ def main() -> None:
         print(f"all {n} Ready: {time.monotonic() - t0:.1f} s (creates took {created:.1f} s)")
 
         time.sleep(min(args.interval, 10) + 5)   # let the last status writes and events settle
-        before_op, before_api, t1 = operator_metrics(port), apiserver_requests(plane), time.monotonic()
+        before_op, before_api, t1 = operator_metrics(port), apiserver_requests(api), time.monotonic()
         time.sleep(args.idle)
-        after_op, after_api, t2 = operator_metrics(port), apiserver_requests(plane), time.monotonic()
+        after_op, after_api, t2 = operator_metrics(port), apiserver_requests(api), time.monotonic()
         minutes = (t2 - t1) / 60
         own = (scrape(after_op, "rankops_api_requests_total") - scrape(before_op, "rankops_api_requests_total"))
         by = {}
@@ -150,9 +151,9 @@ def main() -> None:
 
         op.stop()
         time.sleep(3)
-        b0, s0 = apiserver_requests(plane), time.monotonic()
+        b0, s0 = apiserver_requests(api), time.monotonic()
         time.sleep(min(args.idle, 30))
-        background = (apiserver_requests(plane) - b0) / ((time.monotonic() - s0) / 60)
+        background = (apiserver_requests(api) - b0) / ((time.monotonic() - s0) / 60)
         print(f"API server: {total / minutes:.0f} requests/min with the operator idle, {background:.0f}/min "
               f"without it: operator ~{(total / minutes - background) / n:.2f} per model per minute")
         if op.errors():

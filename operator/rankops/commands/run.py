@@ -29,7 +29,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (config.ConfigException, OSError) as exc:
             print(f"rankops run: no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)", file=sys.stderr)
             return 2
-    OPERATOR.kube = Kube()
+    from kubernetes import client
+
+    settings = client.Configuration.get_default_copy()
+    # Reconciles on kopf's workers and on the watch events' own pool at once, each a connection.
+    settings.connection_pool_maxsize = 2 * OPERATOR.workers + 4
+    OPERATOR.kube = Kube(client.ApiClient(settings))
     OPERATOR.namespace = args.operator_namespace
     OPERATOR.validator_service_account = args.validator_service_account
     OPERATOR.validator_image = args.validator_image

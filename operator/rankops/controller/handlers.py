@@ -31,6 +31,7 @@ from rankops.rollout.machine import ACTIVE
 
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+_status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
 
 
 def _run(kind: str, reconcile, body, patch, logger) -> None:
@@ -56,8 +57,9 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
             result_word = metrics.reconcile_result(result.status)
             status_patch = merge_patch(body.get("status") or {}, result.status)
             if status_patch:
-                OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"], {"status": status_patch},
-                                          subresource="status")
+                written = OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"],
+                                                    {"status": status_patch}, subresource="status")
+                _status_written[uid] = ((written or {}).get("metadata") or {}).get("resourceVersion")
         except ApiException as exc:
             if namespace_terminating(exc):  # the namespace's deletion removes the object too
                 result_word = "skipped"
@@ -202,6 +204,15 @@ def configmap_event(event, models_by_input: kopf.Index, **_):
             KICKS.kick(key)
 
 
+@kopf.on.event(GROUP, VERSION, "rankingmodels")
+def rankingmodel_event(event, **_):
+    """A change no spec handler sees (status written by someone else, an annotation): reconcile.
+    The operator's own status writes wake nothing."""
+    meta = event["object"]["metadata"]
+    if event.get("type") in ("ADDED", "MODIFIED") and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
+        KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
+
+
 @kopf.on.event(GROUP, VERSION, "gpunodepools")
 def gpunodepool_event(event, models_by_input: kopf.Index, **_):
     if event.get("type") is not None:   # its status (ready nodes) decides where the models' pods may go
@@ -228,6 +239,7 @@ def gpunodepool_tick(body, patch, logger, **_):
 def rankingmodel_deleted(body, **_):
     metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
     writes.forget(body["metadata"]["uid"])
+    _status_written.pop(body["metadata"]["uid"], None)
 
 
 def _release_pool(body) -> pools.Release:
