@@ -152,3 +152,178 @@ def test_installs_the_package_with_its_dependencies(image):
     assert any(re.match(r"boto3\b", d) for d in dependencies)
     final_runs = " ".join(a for w, a in final_stage(instructions(ROOT / "images" / image / "Dockerfile")) if w == "RUN")
     assert "--no-deps" not in final_runs, "the final install must bring the package's dependencies"
+
+
+def dockerfile_labels(image: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for w, a in final_stage(instructions(ROOT / "images" / image / "Dockerfile")):
+        if w == "LABEL":
+            labels.update(item.split("=", 1) for item in shlex.split(a))
+    return labels
+
+
+def built_images() -> dict[str, str]:
+    """repository name -> the images/<kind> whose Dockerfile builds it (its OCI title)."""
+    return {dockerfile_labels(kind)["org.opencontainers.image.title"]: kind for kind in IMAGES}
+
+
+def named_defaults() -> dict[str, str]:
+    """Every image reference this project hands out as a default: where -> reference."""
+    from rankops.api.gpunodepool import DEFAULT_VALIDATOR_IMAGE
+    from rankops.api.rankingmodel import DEFAULT_FETCHER_IMAGE, DEFAULT_GATES_IMAGE, DEFAULT_RANKOPS_IMAGE
+    import yaml
+
+    out = {"DEFAULT_FETCHER_IMAGE": DEFAULT_FETCHER_IMAGE, "DEFAULT_GATES_IMAGE": DEFAULT_GATES_IMAGE,
+           "DEFAULT_RANKOPS_IMAGE": DEFAULT_RANKOPS_IMAGE, "DEFAULT_VALIDATOR_IMAGE": DEFAULT_VALIDATOR_IMAGE}
+    chart = ROOT / "charts" / "rankops-operator"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    app_version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    out["chart image"] = f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "default" and isinstance(v, str) and "/" in v and ":" in v:
+                    out[where] = v
+                walk(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            walk(doc, path.name)
+    return out
+
+
+def test_every_default_image_is_one_a_dockerfile_builds():
+    """The API defaults, the CRDs' schema defaults and the chart's image all name
+    <REGISTRY>/<title of a Dockerfile here>:<VERSION>: a default no Dockerfile builds fails here."""
+    from rankops import images
+
+    built = built_images()
+    assert sorted(built) == sorted(images.REPOSITORIES.values())
+    defaults = named_defaults()
+    assert len(defaults) >= 7, defaults  # 4 constants, the chart, 2+ CRD defaults (the gpunodepool's + 2 in rankingmodels)
+    for where, ref in defaults.items():
+        if ref.startswith("nvcr.io/nvidia/tritonserver:"):
+            continue  # NVIDIA's image, not ours
+        repo, _, tag = ref.rpartition(":")
+        registry, _, name = repo.rpartition("/")
+        assert name in built, f"{where}: {ref} is built by no Dockerfile under images/ (they build {sorted(built)})"
+        assert (registry, tag) == (images.REGISTRY, images.VERSION), f"{where}: {ref}"
+
+
+def test_one_version_for_the_package_the_chart_and_the_images():
+    import tomllib
+    import yaml
+    from rankops import images
+
+    chart = yaml.safe_load((ROOT / "charts" / "rankops-operator" / "Chart.yaml").read_text())
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == images.VERSION
+    assert chart["appVersion"] == images.VERSION
+    for kind in IMAGES:
+        args = dict(a.split("=", 1) for w, a in instructions(ROOT / "images" / kind / "Dockerfile") if w == "ARG" and "=" in a)
+        assert args["VERSION"] == images.VERSION, kind
+
+
+def test_images_readme_names_the_built_images_and_settings_that_exist():
+    """images/README.md: each image by its name, no image nobody builds, no chart value the schema refuses."""
+    from rankops import images
+
+    text = (ROOT / "images" / "README.md").read_text()
+    for name in images.REPOSITORIES.values():
+        assert f"`{name}`" in text
+    for ref in re.findall(r"quay\.io/rankops/([a-z0-9-]+)", text):
+        assert ref in images.REPOSITORIES.values(), f"images/README.md names quay.io/rankops/{ref}, built by no Dockerfile"
+    schema = json.loads((ROOT / "charts" / "rankops-operator" / "values.schema.json").read_text())
+    for key in re.findall(r"--set ([A-Za-z.]+)=", text):
+        node = schema
+        for part in key.split("."):
+            assert part in node.get("properties", {}), f"images/README.md: --set {key} is refused by values.schema.json"
+            node = node["properties"][part]
+
+
+def lock() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "images" / "requirements.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, f"requirements.lock: {line!r} is not pinned with =="
+            pins[name] = version
+    return pins
+
+
+def test_the_lock_is_the_runtime_dependency_set_the_tests_run_with():
+    """images/requirements.lock pins exactly what the package needs at run time, at the versions
+    installed here (so the images carry what the tests ran), boto3 included (fetch-model's s3://)."""
+    from rankops import images
+
+    assert lock() == images.dependency_closure(), (
+        "images/requirements.lock differs from the installed set: python -m rankops.images > images/requirements.lock")
+    for needed in ("boto3", "botocore", "kopf", "kubernetes", "tritonclient", "pydantic", "grpcio", "geventhttpclient"):
+        assert needed in lock(), needed
+
+
+def test_the_lock_satisfies_the_package_requirements():
+    import tomllib
+    from packaging.requirements import Requirement
+
+    pins = lock()
+    for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        req = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pins and req.specifier.contains(pins[name], prereleases=True), f"{line} vs lock {pins.get(name)}"
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_every_image_installs_from_the_lock(image):
+    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    copies = [a.split() for w, a in final if w == "COPY"]
+    assert ["images/requirements.lock", "/tmp/requirements.lock"] in copies
+    installs = [part for w, a in final if w == "RUN" for part in a.split(";") if "pip install" in part]
+    assert installs and all("-c /tmp/requirements.lock" in part for part in installs), installs
+
+
+def test_the_gates_image_pins_the_torch_the_tests_ran():
+    from importlib.metadata import version
+
+    args = dict(a.split("=", 1) for w, a in instructions(ROOT / "images" / "gates" / "Dockerfile") if w == "ARG" and "=" in a)
+    assert args["TORCH_VERSION"] == version("torch").split("+")[0]
+    assert '"torch==${TORCH_VERSION}"' in (ROOT / "images" / "gates" / "Dockerfile").read_text()
+
+
+def test_the_build_context_carries_only_what_the_dockerfiles_copy():
+    lines = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert lines[0] == "*", "exclude everything, then re-include what the images need"
+    included = {l[1:] for l in lines if l.startswith("!")}
+    copied = {src for kind in IMAGES for w, a in instructions(ROOT / "images" / kind / "Dockerfile")
+              if w == "COPY" and not a.startswith("--from") for src in
+              [p for p in a.split() if not p.startswith("--")][:-1]}
+    assert copied == included, f"COPY sources {sorted(copied)} vs .dockerignore's {sorted(included)}"
+
+
+@pytest.mark.parametrize("command,modules", [
+    (["run"], ["rankops.controller.handlers", "kopf", "kubernetes"]),
+    (["validate-node"], ["rankops.validator.node", "rankops.validator.checks"]),
+    (["gate", "warmup"], ["rankops.gates.warmup", "tritonclient.http", "tritonclient.grpc"]),
+    (["gate", "equivalence"], ["rankops.gates.equivalence", "numpy"]),
+    (["fetch-model"], ["rankops.commands.fetch", "boto3", "botocore.config"]),
+], ids=["run", "validate-node", "gate-warmup", "gate-equivalence", "fetch-model"])
+def test_each_entry_point_starts_in_a_clean_interpreter(command, modules):
+    """What each image's entry point (and the fetch-model init container) imports is installed:
+    the console script in a fresh process, isolated from the source tree and PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("rankops")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run([str(script), *command, "--help"], capture_output=True, text=True, timeout=60,
+                          cwd="/", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
+    # --help parses only; the modules the command then runs import lazily, so import them too.
+    done = subprocess.run([sys.executable, "-I", "-c", "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)",
+                           *modules], capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]

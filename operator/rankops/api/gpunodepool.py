@@ -13,8 +13,9 @@ from pydantic import Field, WithJsonSchema, field_validator
 
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
+from rankops.images import VALIDATOR_IMAGE
 
-DEFAULT_VALIDATOR_IMAGE = "quay.io/rankops/rankops-validator:0.1.0"
+DEFAULT_VALIDATOR_IMAGE = VALIDATOR_IMAGE
 
 # Driver versions look like 535.104.05 or 570.26 (branch.minor[.patch]); CUDA versions like 12.2.
 DRIVER_VERSION = r"^[0-9]{3,4}\.[0-9]{1,3}(\.[0-9]{1,3})?$"

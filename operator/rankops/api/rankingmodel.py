@@ -15,9 +15,13 @@ from rankops.api import bounds
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.planning import Planning, PlanStatus, Slo
+from rankops.images import FETCHER_IMAGE, GATES_IMAGE
 
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.05-py3"
-DEFAULT_RANKOPS_IMAGE = "quay.io/rankops/rankops:0.1.0"
+DEFAULT_FETCHER_IMAGE = FETCHER_IMAGE
+DEFAULT_GATES_IMAGE = GATES_IMAGE
+# Any image with the package (dev demo's `rankops infer` Job): the fetcher's, the smallest.
+DEFAULT_RANKOPS_IMAGE = DEFAULT_FETCHER_IMAGE
 
 # A version name ends up in object names, labels and (when numeric) Triton's version directory.
 VERSION_NAME = r"^[a-z0-9]([a-z0-9.-]{0,18}[a-z0-9])?$"
@@ -235,7 +239,7 @@ class Canary(ApiModel):
 
 class GateJobs(ApiModel):
     image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
-                                description="Image running `rankops gate ...`.")] = DEFAULT_RANKOPS_IMAGE
+                                description="Image running `rankops gate ...` (images/gates/Dockerfile).")] = DEFAULT_GATES_IMAGE
     timeout_seconds: Annotated[int, Field(ge=30, le=24 * 3600, description=(
         "A gate Job that has not finished by then fails the rollout (Job activeDeadlineSeconds)."))] = 900
     pod_annotations: bounds.pod_annotations("Annotations added to gate Job pods.")
@@ -252,6 +256,21 @@ class Rollout(ApiModel):
     gate_jobs: GateJobs = Field(default_factory=GateJobs, description=(
         "The Jobs that run the gates: image, deadline and pod annotations."))
     paused: Annotated[bool, Field(description="Freeze the rollout where it is (no phase changes).")] = False
+
+
+class WarmReplicas(ApiModel):
+    enabled: Annotated[bool, Field(description=(
+        "Every Triton pod (stable, canary, reference; at every start) gets a `warm` container that replays "
+        "the warmup requests against its own Triton and keeps the pod un-Ready until a round's P99 is within "
+        "maxP99Ms. Costs start time (the replay) and the container's 250m CPU and 256Mi memory per pod."))] = True
+    requests: Annotated[int, Field(ge=1, le=100_000, description="Warm requests per round.")] = 200
+    concurrency: Annotated[int, Field(ge=1, le=64, description="Requests in flight while warming.")] = 2
+    max_p99_ms: Annotated[float | None, Field(gt=0, description=(
+        "A round whose client P99 (ms) is within this, with no error, makes the pod warm; default "
+        "rollout.warmup.maxP99Ms."))] = None
+    deadline_seconds: Annotated[int, Field(ge=10, le=3600, description=(
+        "A pod still not warm after this long warming goes Ready anyway and says so in its log (a model "
+        "slower than its bound must not lose every replica)."))] = 300
 
 
 class Resources(ApiModel):
@@ -277,7 +296,8 @@ class RankingModelSpec(ApiModel):
         pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
         description="Triton Inference Server image.")] = DEFAULT_TRITON_IMAGE
     fetcher_image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX, description=(
-        "Image whose `rankops fetch-model` copies s3/gs/https artifacts into the model repository."))] = DEFAULT_RANKOPS_IMAGE
+        "Image whose `rankops fetch-model` copies s3/gs/https artifacts into the model repository "
+        "(any rankops image carries it; the default is the operator's, which has no torch)."))] = DEFAULT_FETCHER_IMAGE
     model_credentials_secret: Annotated[str | None, Field(
         pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
             "Secret in the model's namespace whose keys become environment of the fetcher (e.g. "
@@ -309,6 +329,8 @@ class RankingModelSpec(ApiModel):
         "a failed step rolls back."))
     resources: Resources = Field(default_factory=Resources, description=(
         "CPU and memory per serving replica (GPUs come from gpusPerReplica)."))
+    warm_replicas: WarmReplicas = Field(default_factory=WarmReplicas, description=(
+        "Warm every replica before it takes traffic (see docs/warm-replicas.md)."))
     pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
 
     @field_validator("batching", mode="before")
