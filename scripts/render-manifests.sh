@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Renders everything derived from the Helm chart, so the checked-in copies never drift from it
 # (tests/test_chart.py re-renders and compares):
-#   charts/rankops-operator/crds/   <- crds/*.yaml (the CRDs `rankops crds` generates)
+#   charts/rankops-operator/files/crds/ <- crds/*.yaml (the CRDs `rankops crds` generates; templates/crds.yaml)
 #   charts/rankops-operator/files/crd-policies/ <- crds/*.yaml that are not CRDs (admission policies)
-#   manifests/install.yaml          <- Namespace + `helm template --include-crds` with default values
+#   manifests/install.yaml          <- Namespace + `helm template` with default values (CRDs included)
 #   deploy/monitoring/              <- the chart's PrometheusRule and Grafana dashboard
 # Usage: scripts/render-manifests.sh [--check]   (--check: render to a temp dir and diff, no writes)
 set -euo pipefail
@@ -31,17 +31,17 @@ if $check; then
   mkdir -p "$out/charts" && cp -r "$CHART" "$out/charts/"
   CHART=$out/charts/rankops-operator
 fi
-mkdir -p "$out/manifests" "$out/deploy/monitoring" "$CHART/crds"
+mkdir -p "$out/manifests" "$out/deploy/monitoring" "$CHART/files/crds"
 
-# 1. The chart ships the generated files unchanged: CRDs in crds/ (installed first, never
-#    templated), the admission policies generated beside them in files/crd-policies/ (templated,
-#    since Helm's crds/ is for CustomResourceDefinitions only).
+# 1. The chart ships the generated files unchanged: CRDs in files/crds/ (templated by
+#    templates/crds.yaml, so `helm upgrade` applies a changed CRD: Helm never upgrades a chart's
+#    crds/ folder), the admission policies generated beside them in files/crd-policies/.
 mkdir -p "$CHART/files/crd-policies"
 if compgen -G "$ROOT/crds/*.yaml" > /dev/null; then
-  find "$CHART/crds" "$CHART/files/crd-policies" -name '*.yaml' -delete
+  find "$CHART/files/crds" "$CHART/files/crd-policies" -name '*.yaml' -delete
   for f in "$ROOT"/crds/*.yaml; do
     if grep -q '^kind: CustomResourceDefinition$' "$f"; then
-      cp "$f" "$CHART/crds/"
+      cp "$f" "$CHART/files/crds/"
     else
       cp "$f" "$CHART/files/crd-policies/"
     fi
@@ -68,7 +68,7 @@ metadata:
     pod-security.kubernetes.io/audit: restricted
     pod-security.kubernetes.io/warn: restricted
 YAML
-  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --include-crds --kube-version "$KUBE_VERSION"
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --kube-version "$KUBE_VERSION"
 } > "$out/manifests/install.yaml"
 
 # 3. Monitoring, for clusters that do not install the chart's monitoring options.
@@ -85,10 +85,10 @@ if $check; then
   for f in manifests/install.yaml deploy/monitoring/prometheusrule.yaml deploy/monitoring/rankops-dashboard.json; do
     diff -u "$ROOT/$f" "$out/$f" || { echo "drift: $f (run scripts/render-manifests.sh)" >&2; status=1; }
   done
-  for d in crds files/crd-policies; do
+  for d in files/crds files/crd-policies; do
     diff -ru "$ROOT/charts/rankops-operator/$d" "$CHART/$d" \
       || { echo "drift: charts/rankops-operator/$d (run scripts/render-manifests.sh)" >&2; status=1; }
   done
   exit $status
 fi
-echo "rendered manifests/install.yaml, deploy/monitoring/, charts/rankops-operator/crds/" >&2
+echo "rendered manifests/install.yaml, deploy/monitoring/, charts/rankops-operator/files/crds/" >&2

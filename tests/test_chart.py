@@ -3,7 +3,7 @@
 Renders the chart with the real helm binary (built by operator/rankops/devcluster/build.sh) in
 several value combinations and checks what a cluster admin reviews: least-privilege RBAC with no
 wildcards, restricted pod security, the watch scope, the schema rejecting bad values, and that
-the checked-in copies (manifests/install.yaml, deploy/monitoring/, the chart's crds/) are fresh.
+the checked-in copies (manifests/install.yaml, deploy/monitoring/, the chart's files/crds/) are fresh.
 """
 from __future__ import annotations
 
@@ -459,15 +459,89 @@ def test_install_manifest_is_self_contained():
 
 
 def test_chart_crds_are_the_generated_crds():
-    """Chart crds/ holds the generated CRDs, files/crd-policies/ the generated rest, byte for byte."""
+    """Chart files/crds/ holds the generated CRDs, files/crd-policies/ the generated rest, byte for byte."""
     top = ROOT / "crds"
-    copies = {p.name: p for d in (CHART / "crds", CHART / "files" / "crd-policies") for p in d.glob("*.yaml")}
+    copies = {p.name: p for d in (CHART / "files" / "crds", CHART / "files" / "crd-policies") for p in d.glob("*.yaml")}
     top_files = {p.name: p for p in top.glob("*.yaml")} if top.is_dir() else {}
     assert sorted(copies) == sorted(top_files), "chart CRDs differ from crds/: run scripts/render-manifests.sh"
     stale = [name for name in top_files if not filecmp.cmp(top_files[name], copies[name], shallow=False)]
     assert not stale, f"stale chart copies {stale}: run scripts/render-manifests.sh"
-    for path in (CHART / "crds").glob("*.yaml"):
+    for path in (CHART / "files" / "crds").glob("*.yaml"):
         assert {d["kind"] for d in yaml.safe_load_all(path.read_text()) if d} == {"CustomResourceDefinition"}
+    # Helm installs a chart's crds/ once and never upgrades it: the CRDs must not sit there.
+    assert not (CHART / "crds").exists(), "charts/rankops-operator/crds/ would never be upgraded: use files/crds/"
+
+
+def generated_crds() -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for p in (ROOT / "crds").glob("*.yaml")
+            for d in yaml.safe_load_all(p.read_text()) if d and d["kind"] == "CustomResourceDefinition"}
+
+
+@pytest.mark.parametrize("sets,installed,kept", [
+    ((), True, True), (("crds.keep=false",), True, False), (("crds.install=false",), False, False)])
+def test_crds_are_templates_with_the_keep_policy(sets, installed, kept):
+    """Rendered as templates (so `helm upgrade` applies them), schema exactly as generated (no
+    number turned into a float), the chart's labels, and the keep policy unless turned off."""
+    crds = {o["metadata"]["name"]: o for o in by_kind(render(sets), "CustomResourceDefinition")}
+    if not installed:
+        assert crds == {}
+        return
+    generated = generated_crds()
+    assert sorted(crds) == sorted(generated)
+    for name, crd in crds.items():
+        assert crd["spec"] == generated[name]["spec"], f"{name}: the rendered schema differs from crds/"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        policy = crd["metadata"].get("annotations", {}).get("helm.sh/resource-policy")
+        assert policy == ("keep" if kept else None), name
+
+
+def test_helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_it(tmp_path):
+    """A real install and upgrade against the local control plane: the upgraded chart's CRD
+    change reaches the cluster, and `helm uninstall` leaves the CRDs (and the RankingModels)."""
+    import shutil
+
+    from rankops.devcluster.controlplane import LocalControlPlane
+
+    missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not os.access(BIN_DIR / b, os.X_OK)]
+    if missing:
+        pytest.fail(f"{missing} not in {BIN_DIR}: run operator/rankops/devcluster/build.sh first (CI does)")
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    crd_file = chart / "files" / "crds" / "rankingmodels.rankops.io.yaml"
+    before = "description: Triton Inference Server image."
+    assert before in crd_file.read_text()
+
+    with LocalControlPlane(BIN_DIR, work_dir=tmp_path / "cp") as cp:
+        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
+
+        def tool(name: str, *args: str, stdin: str | None = None) -> str:
+            done = subprocess.run([str(BIN_DIR / name), *args], capture_output=True, text=True, env=env,
+                                  input=stdin, timeout=180)
+            assert done.returncode == 0, f"{name} {' '.join(args)}: {done.stderr}"
+            return done.stdout
+
+        def triton_image_description() -> str:
+            crd = json.loads(tool("kubectl", "get", "crd", "rankingmodels.rankops.io", "-o", "json"))
+            spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            return spec["properties"]["tritonImage"]["description"]
+
+        install = ("upgrade", "--install", "rankops", str(chart), "-n", NAMESPACE, "--create-namespace")
+        tool("helm", *install)
+        tool("kubectl", "wait", "--for=condition=Established", "--timeout=60s", "crd/rankingmodels.rankops.io")
+        assert triton_image_description() == "Triton Inference Server image."
+
+        crd_file.write_text(crd_file.read_text().replace(before, "description: Triton Inference Server image (v2)."))
+        tool("helm", *install)
+        assert triton_image_description() == "Triton Inference Server image (v2).", "helm upgrade left the old CRD"
+
+        tool("kubectl", "create", "namespace", "reco")
+        example = next(d for p in sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+                       for d in yaml.safe_load_all(p.read_text()) if d and d["kind"] == "RankingModel")
+        model = {**example, "metadata": {"name": "ctr", "namespace": "reco"}}
+        tool("kubectl", "apply", "--server-side", "-f", "-", stdin=json.dumps(model))
+        tool("helm", "uninstall", "rankops", "-n", NAMESPACE)
+        assert json.loads(tool("kubectl", "get", "crd", "-o", "json"))["items"], "helm uninstall deleted the CRDs"
+        assert tool("kubectl", "get", "rankingmodel", "ctr", "-n", "reco", "-o", "name").strip()
 
 
 def test_examples_parse_with_the_api_models_and_reference_each_other():
