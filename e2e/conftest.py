@@ -7,10 +7,11 @@ Set RANKOPS_E2E_KEEP=1 to keep the local control plane's directory (data, logs) 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,23 +137,34 @@ def k8s(api_client: Any) -> Clients:
                    client.ApiextensionsV1Api(api_client))
 
 
-@pytest.fixture
-def namespace(request: pytest.FixtureRequest, k8s: Clients) -> Iterator[str]:
-    """A fresh namespace for one test, deleted afterwards (without waiting for it to go)."""
+@contextlib.contextmanager
+def _fresh_namespace(request: pytest.FixtureRequest, k8s: Clients, prefix: str,
+                     manifest: Callable[[str], dict]) -> Iterator[str]:
+    """A namespace named after the test, deleted afterwards (without waiting for it to go)."""
     from kubernetes.client.exceptions import ApiException
 
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"e2e-{slug}-{secrets.token_hex(3)}"
-    k8s.core.create_namespace({"metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}}})
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:44 - len(prefix)].strip("-")
+    name = f"{prefix}-{slug}-{secrets.token_hex(3)}"
+    k8s.core.create_namespace(manifest(name))
     # Pods are refused until the controller-manager has made the namespace's default account.
     wait_for(lambda: k8s.core.read_namespaced_service_account("default", name), 30,
              f"ServiceAccount default in namespace {name}")
-    yield name
     try:
-        k8s.core.delete_namespace(name, propagation_policy="Background")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+        yield name
+    finally:
+        try:
+            k8s.core.delete_namespace(name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, k8s: Clients) -> Iterator[str]:
+    """A fresh namespace for one test."""
+    with _fresh_namespace(request, k8s, "e2e", lambda name: {
+            "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}}}) as name:
+        yield name
 
 
 @dataclass(frozen=True)
@@ -255,22 +267,13 @@ def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture
 def real_namespace(request: pytest.FixtureRequest, k8s: Clients, process_node: Any) -> Iterator[str]:
-    """A fresh namespace whose pods all run on the process node, deleted afterwards."""
-    from kubernetes.client.exceptions import ApiException
+    """A fresh namespace whose pods all run on the process node."""
     from rankops.devcluster.process_nodes import pinned_namespace
 
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
-    name = f"e2e-real-{slug}-{secrets.token_hex(3)}"
-    k8s.core.create_namespace(pinned_namespace(name, {NAMESPACE_LABEL: "true"}))
-    wait_for(lambda: k8s.core.read_namespaced_service_account("default", name), 30,
-             f"ServiceAccount default in namespace {name}")
-    OPERATOR_LOG["real_namespace"] = name
-    yield name
-    try:
-        k8s.core.delete_namespace(name, propagation_policy="Background")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    with _fresh_namespace(request, k8s, "e2e-real",
+                          lambda name: pinned_namespace(name, {NAMESPACE_LABEL: "true"})) as name:
+        OPERATOR_LOG["real_namespace"] = name
+        yield name
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,18 @@ def _die_with_parent() -> None:
         pass
 
 
+def terminate(process: subprocess.Popen | None, grace: float) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; a process that has exited is left alone."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -137,13 +149,7 @@ class LocalControlPlane:
     def stop(self) -> None:
         """Stop the components (newest first: SIGTERM, SIGKILL after 10 s) and clean up."""
         for component in reversed(self.components):
-            if component.process.poll() is None:
-                component.process.terminate()
-                try:
-                    component.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    component.process.kill()
-                    component.process.wait(timeout=5)
+            terminate(component.process, 10)
         self.components.clear()
         if not self.work_dir.parts:
             return

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .controlplane import _die_with_parent, tail
+from .controlplane import _die_with_parent, tail, terminate
 
 REGION = "us-east-1"
 USER = "rankops-models"
@@ -103,14 +103,7 @@ class ObjectStore:
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
+        terminate(process, timeout)
 
     def __enter__(self) -> ObjectStore:
         return self.start()

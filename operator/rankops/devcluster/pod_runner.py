@@ -314,6 +314,7 @@ class PodWorker(threading.Thread):
         self.dir = runner.work_dir / "pods" / f"{self.namespace}_{self.pod_name}_{self.uid[:8]}"
         self.logs = self.dir / "logs"
         self.hosts = self.dir / "hosts"
+        self._hosts_lock = threading.Lock()  # the worker and the refresher both write it
         self.stopping = threading.Event()
         self.grace = 0.0
         self.inits: list[ContainerRun] = []
@@ -339,7 +340,9 @@ class PodWorker(threading.Thread):
 
     def _run(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.write_hosts(self.runner.services())
+        # Names as of now, not of the last refresh: a Job made right after the pod it calls turned
+        # Ready (the operator's gate Jobs) must find it.
+        self.write_hosts(self.runner.refresh_services())
         restart_policy = self.pod["spec"].get("restartPolicy", "Always")
         volumes = self._prepare_until_ready()
         if volumes is None:
@@ -438,11 +441,12 @@ class PodWorker(threading.Thread):
 
     def write_hosts(self, services: dict[tuple[str, str], list[str]]) -> None:
         text = sandbox.hosts_file(self.pod_name, self.pod_ip, self.namespace, services)
-        if not self.hosts.exists() or self.hosts.read_text() != text:
-            with open(self.hosts, "a+") as out:  # in place: the pods see this inode
-                out.seek(0)
-                out.truncate()
-                out.write(text)
+        with self._hosts_lock:
+            if not self.hosts.exists() or self.hosts.read_text() != text:
+                with open(self.hosts, "a+") as out:  # in place: the pods see this inode
+                    out.seek(0)
+                    out.truncate()
+                    out.write(text)
 
     # -- status --
     def _phase(self) -> str:
@@ -533,7 +537,7 @@ class PodRunner:
         with self.lock:
             return dict(self._services)
 
-    def refresh_services(self) -> None:
+    def refresh_services(self) -> dict[tuple[str, str], list[str]]:
         services = (self.api.call("GET", "/api/v1/services") or {}).get("items", [])
         pods = (self.api.call("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self.node}")])
                 or {}).get("items", [])
@@ -542,7 +546,9 @@ class PodRunner:
             self._services = found
             workers = list(self.workers.values())
         for worker in workers:
-            worker.write_hosts(found)
+            if worker.hosts.parent.exists():
+                worker.write_hosts(found)
+        return found
 
     # -- pods --
     def sync(self, pod: dict[str, Any], deleted: bool = False) -> None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rankops.devcluster.controlplane import _die_with_parent, tail
+from rankops.devcluster.controlplane import _die_with_parent, tail, terminate
 from rankops.devcluster.pod_runner import PROCESS_NODE_LABEL, PROCESS_NODE_TAINT
 
 
@@ -79,14 +79,7 @@ class ProcessNode:
                                f"log {self.log_path}:\n{tail(self.log_path)}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        terminate(self.process, 40)  # the runner stops its pods first
 
     def pod_logs(self, namespace: str, pod: str) -> dict[str, str]:
         """container name -> log text, for every run of a pod of that name on this node."""
