@@ -132,11 +132,18 @@ def test_every_object_carries_the_standard_labels(combo):
 
 
 @pytest.mark.parametrize("combo", COMBINATIONS)
-def test_operator_deployment_is_single_recreate_and_restricted(combo):
+def test_operator_deployment_is_a_peered_pair_and_restricted(combo):
     objs = render(COMBINATIONS[combo])
     dep = one(objs, "Deployment")
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    args = operator_container(objs)["args"]
+    assert args[args.index("--peering") + 1] == "rankops-operator", "replicas without peering would both act"
+    pdb = one(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -156,6 +163,35 @@ def test_operator_deployment_is_single_recreate_and_restricted(combo):
     assert liveness_url == f"http://0.0.0.0:{port_by_name[probe['port']]}{probe['path']}"
     assert "readinessProbe" not in c
     assert pod["serviceAccountName"] == ("ops-sa" if combo == "existing-service-accounts" else "rankops-operator")
+
+
+def test_one_replica_is_standalone_and_replaced():
+    objs = render(("operator.replicas=1",))
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--peering" not in operator_container(objs)["args"]
+    assert not by_kind(objs, "PodDisruptionBudget")
+    assert not [o for o in by_kind(objs, "CustomResourceDefinition") if o["spec"]["group"] == "kopf.dev"]
+    everything = set().union(*rules_for(objs, "rankops-operator").values())
+    assert not [r for g, r, v in everything if g == "kopf.dev"], "no peering rights without peering"
+
+
+@pytest.mark.parametrize("sets,where,resource", [
+    ((), "*", "clusterkopfpeerings"), (("watch.namespaces={reco,ads}",), "reco", "kopfpeerings")])
+def test_peering_rights_and_crds_where_kopf_peers(sets, where, resource):
+    """kopf peers cluster-wide through a ClusterKopfPeering, namespaced through a KopfPeering in
+    each served namespace: `rankops run --peering` creates it, kopf patches and watches it."""
+    objs = render(sets)
+    rules = rules_for(objs, "rankops-operator")
+    peering = {(r, v) for ns, grants in rules.items() for g, r, v in grants if g == "kopf.dev"}
+    assert peering == {(resource, v) for v in ("get", "list", "watch", "create", "patch")}
+    assert {(g, r) for g, r, _ in rules[where] if g == "kopf.dev"} == {("kopf.dev", resource)}
+    if where != "*":
+        assert {(g, r) for g, r, _ in rules["ads"] if g == "kopf.dev"} == {("kopf.dev", resource)}
+    crds = {o["metadata"]["name"]: o for o in by_kind(objs, "CustomResourceDefinition") if o["spec"]["group"] == "kopf.dev"}
+    assert sorted(crds) == ["clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"]
+    assert crds["clusterkopfpeerings.kopf.dev"]["spec"]["scope"] == "Cluster"
+    assert crds["kopfpeerings.kopf.dev"]["spec"]["scope"] == "Namespaced"
 
 
 def test_cluster_wide_mode_uses_all_namespaces_and_cluster_roles():
@@ -482,8 +518,10 @@ def generated_crds() -> dict[str, dict]:
 def test_crds_are_templates_with_the_keep_policy(sets, installed, kept):
     """Rendered as templates (so `helm upgrade` applies them), schema exactly as generated (no
     number turned into a float), the chart's labels, and the keep policy unless turned off."""
-    crds = {o["metadata"]["name"]: o for o in by_kind(render(sets), "CustomResourceDefinition")}
+    crds = {o["metadata"]["name"]: o for o in by_kind(render(sets), "CustomResourceDefinition")
+            if o["spec"]["group"] == "rankops.io"}
     if not installed:
+        assert not by_kind(render(sets), "CustomResourceDefinition"), "nor kopf's peering CRDs"
         assert crds == {}
         return
     generated = generated_crds()

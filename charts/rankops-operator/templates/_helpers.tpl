@@ -88,11 +88,29 @@ true
 {{- if not .Values.watch.namespaces }}true{{ end }}
 {{- end }}
 
+{{/* More than one replica: kopf peering (one acts, the rest stand by). */}}
+{{- define "rankops.peering" -}}
+{{- if gt (int .Values.operator.replicas) 1 }}true{{ end }}
+{{- end }}
+
 {{/*
 RBAC rules. Split the way kopf's docs/deployment-rbac.yaml does: what the framework itself
 needs, and what this application's handlers touch. No wildcards anywhere (tests/test_chart.py
 fails the build on one).
 */}}
+
+{{/* Framework (kopf) peering of the replicas, where the operator watches (cluster-wide:
+ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
+{{- define "rankops.rules.frameworkPeering" -}}
+{{- if include "rankops.peering" .root }}
+# Framework: with several replicas, kopf peering decides which one acts: each patches its
+# keep-alive into the peering object and watches the others'; `rankops run --peering` creates
+# the object when it is missing.
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  verbs: [get, list, watch, create, patch]
+{{- end }}
+{{- end }}
 
 {{/* Framework (kopf), cluster-scoped. */}}
 {{- define "rankops.rules.frameworkCluster" -}}

@@ -50,9 +50,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     import rankops.controller.handlers  # noqa: F401  (registers the handlers, reading OPERATOR.interval)
 
     namespaces = args.namespace or []
+    peering = None
+    if args.peering:
+        from rankops.controller import peering as peering_mod
+        peering = peering_mod.Peering(args.peering, args.priority or peering_mod.random_priority(),
+                                      args.peering_lifetime)
+        try:
+            peering_mod.ensure_peering_objects(OPERATOR.kube.api, peering.name, namespaces)
+        except RuntimeError as exc:
+            print(f"rankops run: {exc}", file=sys.stderr)
+            return 2
+        peering_mod.register(peering)
     kopf.configure(verbose=args.verbose)
     kopf.run(
-        standalone=True,  # one replica (Recreate): no peering objects, no extra RBAC
+        # Without --peering one replica (Recreate): no peering objects, no extra RBAC.
+        standalone=peering is None,
+        peering_name=peering.name if peering else None,
+        priority=peering.priority if peering else None,
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
@@ -87,5 +101,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_service_monitor_flags(p, env=True)
     add_tenant_policy_flags(p)
     add_pull_secret_flag(p, env=True)
+    p.add_argument("--peering", default=os.environ.get("RANKOPS_PEERING") or None, metavar="NAME",
+                   help="run as one of several replicas: kopf peering object NAME (created if missing), only "
+                        "the replica of highest priority acts, the others stand by (env RANKOPS_PEERING; "
+                        "default: standalone, a single replica)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="this replica's peering priority (default: random, so replicas differ; equal "
+                        "priorities pause every replica)")
+    p.add_argument("--peering-lifetime", type=int, default=int(os.environ.get("RANKOPS_PEERING_LIFETIME", "30")),
+                   metavar="SECONDS",
+                   help="seconds a replica's keep-alive counts: a killed active replica is replaced this long "
+                        "after its last one (one that exits cleanly, at once); env RANKOPS_PEERING_LIFETIME")
     p.add_argument("-v", "--verbose", action="store_true", help="kopf's debug logging")
     p.set_defaults(func=cmd_run)
