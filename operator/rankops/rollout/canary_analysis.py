@@ -1,0 +1,114 @@
+"""Canary analysis: is the canary as good as the stable on the traffic both serve now? (pure)
+
+While the canary holds its weight, the operator reads each serving pod's Triton metrics (its
+metrics port, gates/server_metrics.py) when the Canary phase starts and at each check. A track's
+window is its pods' counter differences, summed; its server-side P99 is the worst pod's latency
+summary quantile (Triton's own sliding window of about a minute). `judge` holds the canary to
+absolute bounds and to the stable's same-window numbers; too little traffic is no verdict yet.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankops.gates.server_metrics import ModelCounters
+
+PASS, FAIL, WAIT = "pass", "fail", "wait"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    max_failure_ratio: float = 0.01            # failed / all requests of the canary's window
+    max_p99_ms: float | None = None            # absolute bound on the canary's server P99
+    max_p99_vs_stable: float | None = 1.5      # canary P99 / stable P99 in the same window
+    min_requests: int = 100                    # fewer canary requests: no verdict yet
+
+
+@dataclass(frozen=True)
+class TrackWindow:
+    pods: int
+    requests: float
+    failures: float
+    executions: float
+    inferences: float
+    queue_us: float
+    p99_ms: float | None
+
+    @property
+    def failure_ratio(self) -> float | None:
+        return self.failures / self.requests if self.requests else None
+
+    @property
+    def avg_queue_ms(self) -> float | None:
+        done = self.requests - self.failures
+        return self.queue_us / done / 1000 if done > 0 else None
+
+    @property
+    def avg_batch_size(self) -> float | None:
+        return self.inferences / self.executions if self.executions else None
+
+    def as_metrics(self) -> dict[str, Any]:
+        return {"pods": self.pods, "requests": int(self.requests), "failures": int(self.failures),
+                "failureRatio": _round(self.failure_ratio), "p99Ms": _round(self.p99_ms),
+                "avgQueueMs": _round(self.avg_queue_ms), "avgBatchSize": _round(self.avg_batch_size)}
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def track_window(before: Mapping[str, ModelCounters], after: Mapping[str, ModelCounters]) -> TrackWindow:
+    """The window of one track from per-pod readings at its start (`before`) and now (`after`).
+
+    A pod new since the start, or restarted (a counter went down), counts from zero: its counters
+    began inside the window.
+    """
+    totals = {"success": 0.0, "failure": 0.0, "executions": 0.0, "inferences": 0.0, "queue_us": 0.0}
+    p99s = []
+    for pod, now in after.items():
+        start = before.get(pod)
+        reset = start is None or any(now.values.get(k, 0.0) < start.values.get(k, 0.0) for k in totals)
+        for key in totals:
+            totals[key] += now.values.get(key, 0.0) - (0.0 if reset else start.values.get(key, 0.0))
+        if now.quantiles_us.get(0.99) is not None:
+            p99s.append(now.quantiles_us[0.99] / 1000)
+    return TrackWindow(pods=len(after), requests=totals["success"] + totals["failure"], failures=totals["failure"],
+                       executions=totals["executions"], inferences=totals["inferences"], queue_us=totals["queue_us"],
+                       p99_ms=max(p99s) if p99s else None)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    outcome: str          # pass (healthy so far), fail, wait (not enough traffic to say)
+    reason: str
+    summary: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(canary: TrackWindow, stable: TrackWindow, bounds: Bounds) -> Judgement:
+    metrics = {"canary": canary.as_metrics(), "stable": stable.as_metrics(),
+               "bounds": {"maxFailureRatio": bounds.max_failure_ratio, "maxP99Ms": bounds.max_p99_ms,
+                          "maxP99VsStable": bounds.max_p99_vs_stable, "minRequests": bounds.min_requests}}
+    seen = (f"canary {int(canary.requests)} requests, {int(canary.failures)} failed"
+            f"{_ms(', P99', canary.p99_ms)}; stable {int(stable.requests)} requests{_ms(', P99', stable.p99_ms)}")
+    if canary.requests < bounds.min_requests:
+        return Judgement(WAIT, "NotEnoughTraffic",
+                         f"{seen}: fewer than {bounds.min_requests} canary requests, no verdict yet", metrics)
+    ratio = canary.failure_ratio or 0.0
+    if ratio > bounds.max_failure_ratio:
+        return Judgement(FAIL, "CanaryFailingRequests",
+                         f"{seen}: failure ratio {ratio:.2%} > {bounds.max_failure_ratio:.2%}", metrics)
+    if bounds.max_p99_ms is not None and canary.p99_ms is not None and canary.p99_ms > bounds.max_p99_ms:
+        return Judgement(FAIL, "CanaryP99AboveBound",
+                         f"{seen}: canary P99 {canary.p99_ms:.2f}ms > {bounds.max_p99_ms:g}ms", metrics)
+    if (bounds.max_p99_vs_stable is not None and canary.p99_ms is not None and stable.p99_ms
+            and stable.requests >= bounds.min_requests and canary.p99_ms > stable.p99_ms * bounds.max_p99_vs_stable):
+        return Judgement(FAIL, "CanarySlowerThanStable",
+                         f"{seen}: canary P99 {canary.p99_ms / stable.p99_ms:.2f}x the stable's "
+                         f"> {bounds.max_p99_vs_stable:g}x", metrics)
+    return Judgement(PASS, "CanaryHealthy", f"{seen}: within bounds", metrics)
+
+
+def _ms(label: str, value: float | None) -> str:
+    return "" if value is None else f"{label} {value:.2f}ms"

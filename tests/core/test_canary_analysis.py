@@ -1,0 +1,66 @@
+"""Canary analysis on Triton's own counters (rollout/canary_analysis.py)."""
+from __future__ import annotations
+
+from rankops.gates.server_metrics import ModelCounters, parse
+from rankops.rollout.canary_analysis import FAIL, PASS, WAIT, Bounds, judge, track_window
+
+
+def counters(success=0.0, failure=0.0, executions=0.0, inferences=0.0, queue_us=0.0, p99_us=None) -> ModelCounters:
+    values = {"success": success, "failure": failure, "executions": executions, "inferences": inferences,
+              "queue_us": queue_us}
+    return ModelCounters(values, {0.99: p99_us} if p99_us is not None else {})
+
+
+def test_a_window_sums_its_pods_differences_and_takes_the_worst_p99():
+    before = {"a": counters(100, 1, 50, 1000, 1000), "b": counters(10, 0, 5, 100, 100)}
+    after = {"a": counters(300, 3, 150, 3000, 3000, p99_us=4000), "b": counters(110, 0, 55, 1100, 1100, p99_us=9000)}
+    window = track_window(before, after)
+    assert (window.pods, window.requests, window.failures) == (2, 302, 2)
+    assert window.p99_ms == 9.0 and window.avg_batch_size == 20.0
+    assert round(window.avg_queue_ms, 4) == round(3000 / 300 / 1000, 4)
+
+
+def test_a_new_or_restarted_pod_counts_from_zero():
+    before = {"a": counters(500, 5), "gone": counters(50)}
+    after = {"a": counters(20, 1), "new": counters(30, 0)}  # a restarted: its counters went down
+    window = track_window(before, after)
+    assert (window.requests, window.failures, window.pods) == (51, 1, 2)
+
+
+def test_too_little_traffic_is_no_verdict():
+    result = judge(track_window({}, {"c": counters(40)}), track_window({}, {"s": counters(400)}), Bounds(min_requests=100))
+    assert result.outcome == WAIT and result.reason == "NotEnoughTraffic" and "40 requests" in result.summary
+
+
+def test_failing_requests_roll_it_back_with_the_numbers():
+    canary = track_window({}, {"c": counters(190, 10, p99_us=5000)})
+    stable = track_window({}, {"s": counters(400, 0, p99_us=5000)})
+    result = judge(canary, stable, Bounds(max_failure_ratio=0.01))
+    assert result.outcome == FAIL and result.reason == "CanaryFailingRequests"
+    assert "failure ratio 5.00% > 1.00%" in result.summary
+    assert result.metrics["canary"]["failureRatio"] == 0.05 and result.metrics["stable"]["requests"] == 400
+
+
+def test_slower_than_the_stable_or_than_the_bound_fails():
+    stable = track_window({}, {"s": counters(400, p99_us=5000)})
+    slow = track_window({}, {"c": counters(200, p99_us=12000)})
+    assert judge(slow, stable, Bounds(max_p99_vs_stable=1.5)).reason == "CanarySlowerThanStable"
+    assert judge(slow, stable, Bounds(max_p99_vs_stable=None, max_p99_ms=10)).reason == "CanaryP99AboveBound"
+    assert judge(slow, stable, Bounds(max_p99_vs_stable=3.0)).outcome == PASS
+    # A stable without enough traffic of its own is no yardstick.
+    quiet = track_window({}, {"s": counters(20, p99_us=1000)})
+    assert judge(slow, quiet, Bounds(max_p99_vs_stable=1.5)).outcome == PASS
+
+
+def test_it_reads_tritons_metrics_text():
+    text = "\n".join([
+        'nv_inference_request_success{model="ranker",version="2"} 180',
+        'nv_inference_request_failure{model="ranker",version="2"} 20',
+        'nv_inference_exec_count{model="ranker",version="2"} 90',
+        'nv_inference_count{model="ranker",version="2"} 9000',
+        'nv_inference_queue_duration_us{model="ranker",version="2"} 36000',
+        'nv_inference_request_summary_us{model="ranker",version="2",quantile="0.99"} 7300',
+        'nv_inference_request_success{model="other",version="1"} 5000',
+    ])
+    window = track_window({}, {"p": parse(text, "ranker")})
+    assert (window.requests, window.failures, window.p99_ms, window.avg_batch_size) == (200, 20, 7.3, 100.0)
