@@ -71,7 +71,19 @@ def test_plan_prints_its_report_as_json_or_yaml(capsys):
     assert as_json["maxBatchSize"] >= 1
 
 
-@pytest.mark.parametrize("argv", [["render", "-f", str(MODEL)], ["crds"], ["plan", "-f", str(MODEL)]])
+def test_validate_node_prints_its_report_as_json_or_yaml(capsys):
+    """The host checks of this very machine (not a RHEL GPU node: some fail), in both formats."""
+    args = ["validate-node", "--no-nvml", "--pool-name", "t4"]
+    code = main([*args, "-o", "json"])
+    as_json = json.loads(capsys.readouterr().out)
+    assert main([*args, "-o", "yaml"]) == code
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    as_json.pop("generatedAt"), as_yaml.pop("generatedAt")
+    assert as_yaml == as_json and as_json["checks"]
+
+
+@pytest.mark.parametrize("argv", [["render", "-f", str(MODEL)], ["crds"], ["plan", "-f", str(MODEL)],
+                                  ["validate-node"]])
 def test_unknown_output_formats_are_refused_naming_the_formats(capsys, argv):
     with pytest.raises(SystemExit) as done:
         main([*argv, "-o", "xml"])

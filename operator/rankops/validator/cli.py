@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
+from rankops.commands.output import add_output_flag, format_report
 from rankops.validator import gpu as gpu_facts
 from rankops.validator.host import HostView
 from rankops.validator.node import run_on_node
@@ -31,7 +32,7 @@ def add_commands(subparsers) -> None:
         description=__doc__.splitlines()[0])
     parser.add_argument("--host-root", default="/", metavar="DIR",
                         help="the host's / as seen from here (the DaemonSet mounts it at /host; default /)")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="report format")
+    add_output_flag(parser, ("text", "json", "yaml"), "text")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--pool", metavar="FILE", help="a GpuNodePool manifest (YAML) whose requirements apply")
     source.add_argument("--requirements", metavar="JSON",
@@ -82,7 +83,8 @@ def _errors(exc: ValidationError) -> str:
 
 def _print(report: Report, output: str) -> None:
     try:
-        print(report.to_json() if output == "json" else render_text(report), flush=True)
+        text = render_text(report) if output == "text" else format_report(report.to_dict(), output).rstrip("\n")
+        print(text, flush=True)
     except BrokenPipeError:  # `| head` closed the pipe: not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
