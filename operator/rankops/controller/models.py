@@ -7,8 +7,12 @@ status. It is level-based: the same inputs give the same writes, so running it t
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,6 +204,28 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
         raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
 
 
+# Shapes resolved (planned, for batching: auto), by a digest of the spec and profile they were resolved
+# from: a reconcile whose inputs did not change (most of them) does not plan again.
+_shapes: OrderedDict[str, ResolvedShape] = OrderedDict()
+SHAPES_KEPT = 4096
+_shapes_lock = threading.Lock()
+
+
+def _resolve(rm: RankingModel, profile: dict[int, float] | None) -> ResolvedShape:
+    key = hashlib.sha256(json.dumps([rm.spec.model_dump(mode="json", by_alias=True), sorted((profile or {}).items())],
+                                    sort_keys=True, default=str).encode()).hexdigest()
+    with _shapes_lock:
+        if key in _shapes:
+            _shapes.move_to_end(key)
+            return _shapes[key]
+    resolved = resolve_shape(rm.spec, profile)   # RenderError: not kept, said again next time
+    with _shapes_lock:
+        _shapes[key] = resolved
+        while len(_shapes) > SHAPES_KEPT:
+            _shapes.popitem(last=False)
+    return resolved
+
+
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = ()) -> Result:
@@ -257,7 +283,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         notes += [unknown] if unknown else []
 
     try:
-        resolved = resolve_shape(rm.spec, _read_profile(kube, rm))
+        resolved = _resolve(rm, _read_profile(kube, rm))
     except RenderError as exc:
         return _degraded_only(body, "PlanFailed", str(exc), events)
 
