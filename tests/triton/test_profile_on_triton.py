@@ -59,7 +59,7 @@ def test_profile_measures_the_known_cost_and_the_planner_reads_it(timed_server, 
         truth = A_MS + B_MS * b
         # never faster than the sleep; the Python backend's IPC adds a millisecond or so (more
         # when the shared machine is busy)
-        assert truth <= ms <= truth + max(3.0, 0.3 * truth), (b, ms, truth)
+        assert truth <= ms <= truth + max(3.0, 0.4 * truth), (b, ms, truth)
     sizes = sorted(profile)
     assert all(profile[b1] >= 0.95 * profile[b0] for b0, b1 in zip(sizes, sizes[1:])), profile
     slope = (profile[32] - profile[8]) / 24
@@ -72,7 +72,7 @@ def test_profile_measures_the_known_cost_and_the_planner_reads_it(timed_server, 
         count2, ns2 = _server_totals(timed_server, "timed", b)
         assert count2 - count == 10
         mean = (ns2 - ns) / 10 / 1e6
-        assert abs(mean - profile[b]) <= 0.2 * profile[b], (b, mean, profile[b])
+        assert abs(mean - profile[b]) <= 0.25 * profile[b], (b, mean, profile[b])
     # two instances at once: the stand-in stretches each by 1 + 0.5 while both run
     slowdown = float(cm["metadata"]["annotations"]["rankops.io/shared-gpu-slowdown"])
     assert 0.25 <= slowdown <= 0.65, err
