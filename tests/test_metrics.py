@@ -19,6 +19,8 @@ FILES = ROOT / "charts" / "rankops-operator" / "files"
 
 
 def sample(name: str, labels: dict[str, str]) -> float | None:
+    if name.startswith("rankops_model_") and "namespace" in labels:  # the model gauges repeat it
+        labels = {"model_namespace": labels["namespace"], **labels}
     return metrics.REGISTRY.get_sample_value(name, labels)
 
 
@@ -194,3 +196,22 @@ def test_alerts_and_dashboard_use_metric_names_the_operator_exports():
     used = {m for e in exprs for m in re.findall(r"\brankops_[a-z0-9_]+", e)}
     assert used, "no operator metric referenced at all"
     assert used <= exported, f"referenced but never exported: {sorted(used - exported)}"
+
+
+def test_alerts_join_the_model_gauges_on_the_label_openshift_leaves_alone():
+    """OpenShift's user-workload monitoring overwrites `namespace` on the operator's series with its
+    own namespace: every alert reading a rankops_model_* gauge takes the model's namespace from
+    `model_namespace`, which the gauges set to the model's namespace."""
+    metrics.set_model_targets("reco", "ctr", p99_latency_ms=10, target_qps=1, max_batch_size=8)
+    for family in metrics.REGISTRY.collect():
+        for s in family.samples:
+            if s.name.startswith("rankops_model_") and s.labels.get("model") == "ctr":
+                assert s.labels["model_namespace"] == s.labels["namespace"] == "reco", s
+    alerts = yaml.safe_load((FILES / "alerts.yaml").read_text())
+    reads = 0
+    for rule in (r for g in alerts["groups"] for r in g["rules"]):
+        for gauge in re.findall(r"\brankops_model_[a-z0-9_]+", rule["expr"]):
+            reads += 1
+            assert f'label_replace({gauge}, "namespace", "$1", "model_namespace", "(.+)")' in rule["expr"], \
+                f"{rule['alert']} reads {gauge} by its `namespace`, which OpenShift overwrites"
+    assert reads >= 4

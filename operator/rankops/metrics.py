@@ -43,15 +43,19 @@ POOL_NODES_FAILING = Gauge(
     "rankops_pool_nodes_failing", "Nodes of a GpuNodePool whose latest validation failed.",
     ["pool"], registry=REGISTRY)
 # A model's own targets, so alerts can hold Triton's numbers against them per model.
+# `model_namespace` repeats `namespace`: OpenShift's user-workload monitoring overwrites
+# `namespace` with the ServiceMonitor's (the operator's) on every scraped series, and leaves this
+# one alone; the alerts join on it (charts/rankops-operator/files/alerts.yaml).
+MODEL_LABELS = ["namespace", "model", "model_namespace"]
 MODEL_SLO_P99 = Gauge(
     "rankops_model_slo_p99_latency_seconds", "spec.slo.p99LatencyMs of a RankingModel, in seconds.",
-    ["namespace", "model"], registry=REGISTRY)
+    MODEL_LABELS, registry=REGISTRY)
 MODEL_TARGET_QPS = Gauge(
     "rankops_model_target_qps", "spec.slo.targetQps of a RankingModel.",
-    ["namespace", "model"], registry=REGISTRY)
+    MODEL_LABELS, registry=REGISTRY)
 MODEL_MAX_BATCH = Gauge(
     "rankops_model_max_batch_size", "max_batch_size of the served config.pbtxt (explicit or planned).",
-    ["namespace", "model"], registry=REGISTRY)
+    MODEL_LABELS, registry=REGISTRY)
 
 
 def observe_reconcile(kind: str, result: str, seconds: float) -> None:
@@ -93,9 +97,9 @@ def set_model_targets(namespace: str, model: str, *, p99_latency_ms: float | Non
                          (MODEL_TARGET_QPS, target_qps),
                          (MODEL_MAX_BATCH, max_batch_size)):
         if value is None:
-            _remove(gauge, namespace, model)
+            _remove(gauge, namespace, model, namespace)
         else:
-            gauge.labels(namespace=namespace, model=model).set(value)
+            gauge.labels(namespace=namespace, model=model, model_namespace=namespace).set(value)
 
 
 def reconcile_result(status: dict[str, Any] | None) -> str:
@@ -141,7 +145,7 @@ def forget_pool(pool: str) -> None:
 
 def forget_model(namespace: str, model: str) -> None:
     for gauge in (MODEL_SLO_P99, MODEL_TARGET_QPS, MODEL_MAX_BATCH):
-        _remove(gauge, namespace, model)
+        _remove(gauge, namespace, model, namespace)
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:
