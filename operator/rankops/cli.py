@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "rankops.planner.cli",          # plan
     "rankops.planner.profile_cli",  # profile (measures a live Triton)
     "rankops.gates.cli",            # gate warmup | equivalence
+    "rankops.gates.warm_cli",       # warm (the container beside Triton)
     "rankops.commands.infer",       # infer (one request, the scores)
     "rankops.validator.cli",        # validate-node
     "rankops.commands.dev",         # dev up

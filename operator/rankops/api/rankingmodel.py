@@ -262,7 +262,8 @@ class WarmReplicas(ApiModel):
     enabled: Annotated[bool, Field(description=(
         "Every Triton pod (stable, canary, reference; at every start) gets a `warm` container that replays "
         "the warmup requests against its own Triton and keeps the pod un-Ready until a round's P99 is within "
-        "maxP99Ms. Costs start time (the replay) and the container's 250m CPU and 256Mi memory per pod."))] = True
+        "maxP99Ms. Costs start time (the replay, seconds) and the container's 250m CPU and 192Mi memory (more "
+        "for large requests) per pod; see docs/warm-replicas.md."))] = True
     requests: Annotated[int, Field(ge=1, le=100_000, description="Warm requests per round.")] = 200
     concurrency: Annotated[int, Field(ge=1, le=64, description="Requests in flight while warming.")] = 2
     max_p99_ms: Annotated[float | None, Field(gt=0, description=(
@@ -330,7 +331,7 @@ class RankingModelSpec(ApiModel):
     resources: Resources = Field(default_factory=Resources, description=(
         "CPU and memory per serving replica (GPUs come from gpusPerReplica)."))
     warm_replicas: WarmReplicas = Field(default_factory=WarmReplicas, description=(
-        "Warm every replica before it takes traffic (see docs/warm-replicas.md)."))
+        "Warm every replica before it takes traffic: a `warm` container beside Triton in every pod."))
     pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
 
     @field_validator("batching", mode="before")

@@ -10,6 +10,7 @@ from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
 from rankops.render import names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
+from rankops.render.warm import warm_container
 from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
@@ -165,6 +166,10 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         ],
         "securityContext": {**_restricted_container(), "runAsUser": TRITON_UID},
     }
+    containers, warm_volumes = [triton], []
+    if spec.warm_replicas.enabled:
+        warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT, _restricted_container())
+        containers.append(warm)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": names.deployment_name(model, track), "namespace": namespace, "labels": labels},
@@ -187,13 +192,14 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": 30,
                     "initContainers": init_containers,
-                    "containers": [triton],
+                    "containers": containers,
                     "volumes": [
                         {"name": "model-repository", "emptyDir": {}},
                         {"name": "config", "configMap": {"name": names.config_map_name(model, track)}},
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
                         {"name": "tmp", "emptyDir": {}},
                         *volumes,
+                        *warm_volumes,
                     ],
                 },
             },

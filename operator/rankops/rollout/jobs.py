@@ -1,27 +1,19 @@
 """Pure builders of the gate Jobs (warmup, equivalence) a rollout runs against its canary."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from rankops.api.rankingmodel import CandidateLayout, RankingModel, SamplesSource, TorchscriptReference
-from rankops.render import names
+from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
+from rankops.render import gate_requests, names
+from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_SAMPLES_PER_BATCH_SIZE  # noqa: F401
 from rankops.render.serving import HTTP_PORT, METRICS_PORT
 
-SAMPLES_DIR = "/samples"
 REFERENCE_DIR = "/reference"
 REFERENCE_TRACK = "reference"
-# Generated requests, when no samples ConfigMap is given. Warmup replays them round-robin and
-# its latency depends on the batch shape, not the values: two per batch size suffice. Equivalence
+# Generated requests, when no samples ConfigMap is given (render/gate_requests.py). Equivalence
 # compares each one as a ranked list: 64 lists steady the mean top-K overlap and rank correlation.
 # Every request is held encoded in the gate pod (up to maxBatchSize x maxDims each): keep both small.
-WARMUP_SAMPLES_PER_BATCH_SIZE = 2
 EQUIVALENCE_SAMPLES = 64
-
-
-# With candidates as the batch dimension, generated requests spread their candidate counts over
-# this many evenly spaced values of candidates.minPerRequest..maxPerRequest.
-CANDIDATE_COUNTS = 8
 
 
 def _service_url(model: str, namespace: str, track: str, port: int = HTTP_PORT) -> str:
@@ -29,29 +21,11 @@ def _service_url(model: str, namespace: str, track: str, port: int = HTTP_PORT) 
 
 
 def _batch_sizes(rm: RankingModel) -> list[int]:
-    """Batch sizes of the generated requests: the shapes production sends.
-
-    Candidates as the batch dimension: one request per user, its batch the candidate count, so
-    counts spread over minPerRequest..maxPerRequest. Otherwise a batch is of requests: 1, the
-    warmup sizes and the preferred ones.
-    """
-    spec = rm.spec
-    if spec.candidates is not None and spec.candidates.layout is CandidateLayout.batch:
-        low, high = spec.candidates.min_per_request, spec.candidates.max_per_request
-        return sorted({round(low + (high - low) * i / (CANDIDATE_COUNTS - 1)) for i in range(CANDIDATE_COUNTS)})
-    return sorted({1, *spec.model_warmup.batch_sizes,
-                   *(spec.batching.preferred_batch_sizes if not isinstance(spec.batching, str) else [])})
+    return gate_requests.batch_sizes(rm.spec)
 
 
 def _samples_args(rm: RankingModel, source: SamplesSource, count: int) -> tuple[list[str], list, list]:
-    """Arguments, volumes and mounts for recorded samples, or for `count` requests generated from the inputs."""
-    if source.config_map:
-        volume = {"name": "samples", "configMap": {"name": source.config_map}}
-        mount = {"name": "samples", "mountPath": SAMPLES_DIR, "readOnly": True}
-        return ["--samples", f"{SAMPLES_DIR}/{source.key}"], [volume], [mount]
-    inputs = [t.to_wire() for t in rm.spec.inputs]
-    return (["--generate-samples", str(count), "--inputs-spec", json.dumps(inputs, separators=(",", ":")),
-             "--batch-sizes", ",".join(map(str, _batch_sizes(rm)))], [], [])
+    return gate_requests.samples_args(rm.spec, source, count)
 
 
 def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool) -> tuple[list[str], list, list, list]:
@@ -60,7 +34,7 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
     canary = _service_url(model, ns, names.CANARY)
     if gate == "warmup":
         w = spec.rollout.warmup
-        count = min(w.requests, WARMUP_SAMPLES_PER_BATCH_SIZE * len(_batch_sizes(rm)))
+        count = gate_requests.warmup_sample_count(spec, w.requests)
         args, volumes, mounts = _samples_args(rm, w.samples, count)
         # Judged on Triton's own P99 (its metrics port); with the response cache on, every request
         # differs, so the gate measures the model and not the cache.
