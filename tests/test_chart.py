@@ -358,6 +358,17 @@ def test_openshift_scc_allows_host_reads_and_nothing_privileged():
         assert scc[flag] is False, flag
     assert scc["requiredDropCapabilities"] == ["ALL"] and scc["allowedCapabilities"] == []
     assert scc["runAsUser"]["type"] == "MustRunAsNonRoot" and scc["readOnlyRootFilesystem"] is True
+    # The validator DaemonSet the operator renders is admitted: its SELinux type needs RunAsAny
+    # (MustRunAs takes only its own type and the namespace's MCS level); its volumes are allowed.
+    from rankops.api.gpunodepool import GpuNodePool
+    from rankops.validator.daemonset import render_validator
+    pool = GpuNodePool.model_validate(yaml.safe_load((ROOT / "manifests" / "examples" / "gpunodepool-t4.yaml").read_text()))
+    daemonset = one(render_validator(pool, namespace=NAMESPACE, service_account="rankops-operator-validator"), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    if any((c.get("securityContext") or {}).get("seLinuxOptions") for c in pod["containers"]):
+        assert scc["seLinuxContext"]["type"] == "RunAsAny", "the SCC would refuse the validator's seLinuxOptions"
+    kinds = {next(k for k in v if k != "name") for v in pod["volumes"]}
+    assert kinds <= set(scc["volumes"]), kinds
     use = one(objs, "ClusterRole", "rankops-operator-validator-scc")
     assert use["rules"] == [{"apiGroups": ["security.openshift.io"], "resources": ["securitycontextconstraints"],
                              "resourceNames": [scc["metadata"]["name"]], "verbs": ["use"]}]
