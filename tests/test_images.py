@@ -118,7 +118,7 @@ def test_carries_oci_and_red_hat_labels(image):
             labels.update(item.split("=", 1) for item in shlex.split(a))
     for key in ("org.opencontainers.image.title", "org.opencontainers.image.version",
                 "org.opencontainers.image.source", "org.opencontainers.image.licenses",
-                "org.opencontainers.image.description", "name", "vendor", "version", "summary"):
+                "org.opencontainers.image.description", "name", "vendor", "version", "summary", "maintainer"):
         assert labels.get(key), f"{image}: missing label {key}"
     assert labels["org.opencontainers.image.title"] == f"rankops-{image}"
     assert labels["name"].endswith(f"/rankops-{image}")
@@ -327,3 +327,11 @@ def test_each_entry_point_starts_in_a_clean_interpreter(command, modules):
     done = subprocess.run([sys.executable, "-I", "-c", "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)",
                            *modules], capture_output=True, text=True, timeout=120, cwd="/", env=env)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_the_licence_is_in_licenses(image):
+    """Red Hat's container certification checks for the licence terms under /licenses."""
+    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    assert ["LICENSE", "/licenses/LICENSE"] in [a.split() for w, a in final if w == "COPY"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
