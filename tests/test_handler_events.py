@@ -40,3 +40,25 @@ def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatc
     on_deployment({"type": "DELETED", "object": child({"rankops.io/model": "m"}, [owner])})
     assert handlers.CHILDREN.get("Deployment", "reco", "m-stable") is None
     assert kicked[-1] == ("reco", "m", "u1")
+
+
+def test_a_model_event_reconciles_only_for_what_no_spec_handler_sees(monkeypatch):
+    kicked = []
+    monkeypatch.setattr(handlers.KICKS, "kick", kicked.append)
+
+    def event(rv: str, status: dict, annotations: dict | None = None, kind: str = "MODIFIED") -> dict:
+        return {"type": kind, "object": {"metadata": {"namespace": "reco", "name": "m", "uid": "u9",
+                                                      "resourceVersion": rv, "annotations": annotations or {}},
+                                         "status": status}}
+
+    handlers.rankingmodel_event(event("1", {"phase": "Ready"}, kind=None))   # kopf's listing: only noted
+    handlers.rankingmodel_event(event("2", {"phase": "Ready"}, {"rankops.io/last-handled-configuration": "x"}))
+    assert kicked == [], "kopf's own bookkeeping"
+    handlers._status_written["u9"] = "3"
+    handlers.rankingmodel_event(event("3", {"phase": "Ready", "stableVersion": "1"}))
+    assert kicked == [], "the operator's own status write"
+    handlers.rankingmodel_event(event("4", {"phase": "Ready", "stableVersion": "2"}))   # forged by someone else
+    handlers.rankingmodel_event(event("5", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"}))
+    assert kicked == [("reco", "m", "u9")] * 2
+    handlers.rankingmodel_event(event("6", {}, kind="DELETED"))
+    assert "u9" not in handlers._inputs_seen

@@ -61,7 +61,9 @@ class Children:
             self._objects.pop(key, None)
             self._gone[key] = rv
         else:
-            self._objects[key] = obj
+            # managedFields are most of a child's bytes and no reconcile reads them.
+            meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+            self._objects[key] = {**obj, "metadata": meta}
             self._gone.pop(key, None)
 
     def forget(self, kind: str, namespace: str, name: str) -> None:

@@ -22,12 +22,12 @@ from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
 from rankops.controller import cache, models, pools, writes
 from rankops.controller.context import OPERATOR
-from rankops.controller.diffbase import DigestDiffBaseStorage
+from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
 from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
 from rankops.render import names
-from rankops.rollout.machine import ACTIVE
+from rankops.rollout.machine import ABORT_ANNOTATION, ACTIVE, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -204,12 +204,27 @@ def configmap_event(event, models_by_input: kopf.Index, **_):
             KICKS.kick(key)
 
 
+MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
+_inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads besides its spec
+
+
+def _non_spec_inputs(obj) -> str:
+    annotations = obj["metadata"].get("annotations") or {}
+    return essence_digest([obj.get("status"), {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
+
+
 @kopf.on.event(GROUP, VERSION, "rankingmodels")
 def rankingmodel_event(event, **_):
-    """A change no spec handler sees (status written by someone else, an annotation): reconcile.
-    The operator's own status writes wake nothing."""
-    meta = event["object"]["metadata"]
-    if event.get("type") in ("ADDED", "MODIFIED") and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
+    """A change no spec handler sees (status written by someone else, a promote/abort/retry
+    annotation): reconcile. The operator's own status writes and kopf's bookkeeping wake nothing."""
+    obj = event["object"]
+    meta = obj["metadata"]
+    if event.get("type") == "DELETED":
+        _inputs_seen.pop(meta["uid"], None)
+        return
+    seen, before = _non_spec_inputs(obj), _inputs_seen.get(meta["uid"])
+    _inputs_seen[meta["uid"]] = seen
+    if before is not None and before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
         KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
 
 
