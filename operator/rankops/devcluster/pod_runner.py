@@ -486,6 +486,44 @@ class PodWorker(threading.Thread):
 
 # --- the node ---------------------------------------------------------------------------------------
 
+BLOCK_LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / "rankops-pod-runner-blocks"
+
+
+def _listening_ipv4() -> set[ipaddress.IPv4Address]:
+    found = set()
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+            found.add(ipaddress.IPv4Address(bytes.fromhex(fields[1].split(":")[0])[::-1]))
+    return found
+
+
+def claim_address_block(requested: str) -> tuple[str, Any]:
+    """`requested`, or the next block of its size in 127/8 when another pod runner on this machine
+    holds it (a lock file, held for this runner's life) or something listens in it: pod runners of
+    concurrent sessions never hand out the same pod IP (a probe would reach the other's pod)."""
+    import fcntl
+
+    net = ipaddress.ip_network(requested)
+    BLOCK_LOCKS.mkdir(parents=True, exist_ok=True)
+    listening = _listening_ipv4()
+    candidate = net
+    while candidate.subnet_of(ipaddress.ip_network("127.0.0.0/8")):
+        handle = open(BLOCK_LOCKS / str(candidate.network_address), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not any(ip in candidate for ip in listening):
+                return str(candidate), handle
+        except OSError:
+            pass
+        handle.close()
+        candidate = ipaddress.ip_network((int(candidate.network_address) + candidate.num_addresses, candidate.prefixlen))
+    raise RuntimeError(f"no free loopback block like {requested} for the pod IPs")
+
 class PodRunner:
     def __init__(self, kubeconfig: str, node: str, work_dir: Path, *, host_root: Path | None = None,
                  labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
@@ -499,6 +537,7 @@ class PodRunner:
         self.taints = [PROCESS_NODE_TAINT] if taints is None else taints
         self.capacity = capacity or {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi",
                                      "nvidia.com/gpu": "4"}
+        address_block, self._block_lock = claim_address_block(address_block)
         hosts = ipaddress.ip_network(address_block).hosts()
         self.address = str(next(hosts))
         self._free_ips = [str(ip) for ip, _ in zip(hosts, range(4000))]
