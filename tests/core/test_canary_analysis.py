@@ -64,3 +64,16 @@ def test_it_reads_tritons_metrics_text():
     ])
     window = track_window({}, {"p": parse(text, "ranker")})
     assert (window.requests, window.failures, window.p99_ms, window.avg_batch_size) == (200, 20, 7.3, 100.0)
+
+
+def test_the_operator_reads_only_ready_serving_pods_in_its_networks():
+    from rankops.controller.canary_metrics import serving_pods
+
+    def pod(name, track, ip, ready=True, traffic="on"):
+        return {"metadata": {"name": name, "labels": {"rankops.io/track": track, "rankops.io/traffic": traffic}},
+                "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    pods = [pod("c0", "canary", "127.77.0.3"), pod("c1", "canary", "127.77.0.4", ready=False),
+            pod("s0", "stable", "127.77.0.2"), pod("s1", "stable", "10.244.0.9"),
+            pod("r0", "reference", "127.77.0.5"), pod("s2", "stable", "127.77.0.6", traffic="off")]
+    assert serving_pods(pods, ["127.0.0.0/8"]) == {"canary": [("c0", "127.77.0.3")], "stable": [("s0", "127.77.0.2")]}
+    assert [name for name, _ in serving_pods(pods, [])["stable"]] == ["s0", "s1"]

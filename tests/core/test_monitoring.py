@@ -198,7 +198,8 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
     monkeypatch.setattr(handlers.OPERATOR, "tenant_policy", policy)
     monkeypatch.setattr(handlers.OPERATOR, "image_pull_secrets", ["regcred"])
+    monkeypatch.setattr(handlers.OPERATOR, "pod_metrics_networks", ["127.0.0.0/8"])
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
     handlers._model(body, {}, logging.getLogger("test"))
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
-                    "pull_secrets": ("regcred",)}
+                    "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",)}

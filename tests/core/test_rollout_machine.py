@@ -416,3 +416,56 @@ def test_the_canary_hold_starts_when_traffic_does_even_if_the_next_step_comes_la
     assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic
     d, s = drive(rm, s, 48, **up())
     assert s["rollout"]["phase"] == "Promoting"
+
+
+def _counters(success, failure=0, p99_us=None):
+    from rankops.gates.server_metrics import ModelCounters
+
+    return ModelCounters({"success": success, "failure": failure, "executions": success / 2, "inferences": success * 10,
+                          "queue_us": success * 100}, {0.99: p99_us} if p99_us else {})
+
+
+def _serving(rm):
+    """A rollout of 2 whose canary takes traffic (status says Canary, the hold has started)."""
+    s = _to_verifying(rm)
+    _, s = drive(rm, s, 3, **up(), gates={"equivalence": passed("equivalence")})
+    _, s = drive(rm, s, 4, **up())
+    assert s["rollout"]["phase"] == "Canary" and s["rollout"]["canarySince"]
+    return s
+
+
+def test_the_canary_is_judged_on_its_triton_numbers_since_traffic_reached_it():
+    rm = model("2")
+    s = _serving(rm)
+    start = {"canary": {"c0": _counters(50)}, "stable": {"s0": _counters(1000), "s1": _counters(900)}}
+    d, s = drive(rm, s, 10, **up(), track_metrics=start)
+    baseline = s["rollout"]["analysisBaseline"]
+    assert baseline["canary"]["c0"]["success"] == 50 and baseline["attempt"] == s["rollout"]["attempt"]
+    # 400 more canary requests, 30 of them failed (7%): rolled back during Canary, with the numbers.
+    bad = {"canary": {"c0": _counters(420, 30, 5000)}, "stable": {"s0": _counters(2000, 0, 5000), "s1": _counters(1900)}}
+    d, s = drive(rm, s, 60, **up(), track_metrics=bad)
+    assert s["rollout"]["phase"] == "RolledBack" and s["rollout"]["failedGate"] == "canary"
+    assert "failure ratio 7.50% > 1.00%" in s["rollout"]["message"], s["rollout"]["message"]
+    result = s["gates"][-1]
+    assert (result["gate"], result["outcome"], result["reason"]) == ("canary", "fail", "CanaryFailingRequests")
+    assert result["metrics"]["canary"]["requests"] == 400 and result["metrics"]["stable"]["requests"] == 2000
+    assert d.serving.canary_version is None and s["stableVersion"] == "1"
+
+
+def test_a_healthy_canary_promotes_after_its_hold_with_its_analysis_recorded():
+    rm = model("2")
+    s = _serving(rm)
+    _, s = drive(rm, s, 10, **up(), track_metrics={"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}})
+    good = {"canary": {"c0": _counters(500, 1, 5000)}, "stable": {"s0": _counters(2000, 0, 4800)}}
+    d, s = drive(rm, s, 4 + 300, **up(), track_metrics=good)
+    assert s["rollout"]["phase"] == "Promoting", s["rollout"]
+    assert "canary analysis: canary 501 requests, 1 failed" in s["rollout"]["message"]
+    assert [(g["gate"], g["outcome"]) for g in s["gates"]][-1] == ("canary", "pass")
+
+
+def test_without_readable_metrics_the_hold_alone_decides():
+    rm = model("2")
+    s = _serving(rm)
+    d, s = drive(rm, s, 4 + 300, **up(), track_metrics=None)
+    assert s["rollout"]["phase"] == "Promoting" and "canary analysis" not in s["rollout"]["message"]
+    assert "analysisBaseline" not in s["rollout"]

@@ -44,6 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
     OPERATOR.tenant_policy = policy
     OPERATOR.image_pull_secrets = list(args.image_pull_secret)
+    OPERATOR.pod_metrics_networks = list(args.pod_metrics_network)
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
@@ -101,6 +102,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_service_monitor_flags(p, env=True)
     add_tenant_policy_flags(p)
     add_pull_secret_flag(p, env=True)
+    p.add_argument("--pod-metrics-network", action="append", metavar="CIDR",
+                   default=[n for n in os.environ.get("RANKOPS_POD_METRICS_NETWORKS", "").split(",") if n],
+                   help="during Canary, read Triton's metrics only from pods whose IP is in CIDR (repeatable; "
+                        "env RANKOPS_POD_METRICS_NETWORKS, comma-separated; default: every pod)")
     p.add_argument("--peering", default=os.environ.get("RANKOPS_PEERING") or None, metavar="NAME",
                    help="run as one of several replicas: kopf peering object NAME (created if missing), only "
                         "the replica of highest priority acts, the others stand by (env RANKOPS_PEERING; "

@@ -20,6 +20,7 @@ class OperatorContext:
     service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by
     tenant_policy: TenantPolicy = field(default_factory=TenantPolicy)   # file:// dirs, image prefixes allowed
     image_pull_secrets: list[str] = field(default_factory=list)  # on every operand pod (validators, models, gates)
+    pod_metrics_networks: list[str] = field(default_factory=list)  # pod IPs the canary analysis reads (empty: all)
 
 
 OPERATOR = OperatorContext()

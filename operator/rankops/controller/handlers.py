@@ -97,7 +97,8 @@ def _reconcile_model(body):
     return models.reconcile(cache.CachedKube(OPERATOR.kube, CHILDREN), body,
                             service_monitors=OPERATOR.service_monitors,
                             service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
-                            pull_secrets=tuple(OPERATOR.image_pull_secrets))
+                            pull_secrets=tuple(OPERATOR.image_pull_secrets),
+                            metrics_networks=tuple(OPERATOR.pod_metrics_networks))
 
 
 def _model(body, patch, logger):

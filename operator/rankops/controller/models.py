@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
-from rankops.controller import writes
+from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiMissing, InvalidName, Kube
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names
@@ -32,7 +32,7 @@ from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_proble
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
-from rankops.rollout.machine import (ACTIVE, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
+from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
                                      GateObservation, Observed, attempt_id, passed_gates, step)
 from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
 from rankops.validator import image_fit
@@ -228,10 +228,12 @@ def _resolve(rm: RankingModel, profile: dict[int, float] | None) -> ResolvedShap
 
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
-              policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = ()) -> Result:
+              policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
+              metrics_networks: tuple[str, ...] = ()) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
-    and images the cluster admin lets a RankingModel use (`rankops run --allow-*`)."""
+    and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
+    `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
@@ -296,11 +298,14 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     gates_seen = _gate_observations(kube, meta, rollout, status.get("gates") or []) \
         if rollout and rollout.get("phase") in ACTIVE else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
+    # While the canary serves: both tracks' Triton numbers, for the canary analysis.
+    track_metrics = canary_metrics.read(kube, namespace, name, metrics_networks) \
+        if (rollout or {}).get("phase") == CANARY else None
 
     decision = step(rm.spec, status, Observed(
         now=now, canary_pods=tuple(seen for _, seen in canary_pods), canary_desired=c_desired,
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
-        gates=gates_seen, annotations=meta.get("annotations") or {}))
+        gates=gates_seen, annotations=meta.get("annotations") or {}, track_metrics=track_metrics))
     unapplied_events = list(events)   # the decision's own events only count once it is applied
     events += decision.events
     canary = decision.serving.canary_version

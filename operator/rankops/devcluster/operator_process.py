@@ -128,7 +128,9 @@ class OperatorProcess:
         argv = [sys.executable, "-m", "rankops", "run", "--liveness", f"http://127.0.0.1:{port}/healthz",
                 "--operator-namespace", self.namespace,
                 "--validator-service-account", self.validator_service_account,
-                "--interval", str(self.interval), *self.extra_args]
+                "--interval", str(self.interval),
+                # Only the process nodes' pods answer (loopback); kwok's pod IPs are made up.
+                "--pod-metrics-network", "127.0.0.0/8", *self.extra_args]
         env = dict(os.environ, KUBECONFIG=self.kubeconfig, PYTHONUNBUFFERED="1")
         env.pop("POD_NAMESPACE", None)
         self.starts += 1

@@ -108,16 +108,22 @@ def example_inputs(spec: RankingModelSpec, batch: int = 2, candidates: int = 3):
 
 
 def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int = 0,
-           fp16_weights: bool = False) -> Path:
+           fp16_weights: bool = False, vocab: int = VOCAB) -> Path:
     """Write the model for `spec` into `directory` (a version directory) as `fmt`; returns the file.
 
     The same `seed` gives the same weights; `fp16_weights` rounds them to FP16 first (what an
-    FP16 engine does to the same model: scores move a little, the ranking stays).
+    FP16 engine does to the same model: scores move a little, the ranking stays). `vocab` keeps
+    only the first rows of each embedding table: the same answers for small ids, a failed request
+    for an id past the table (a version built on a smaller id space).
     """
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
     module = build_module(spec, seed)
+    if vocab < VOCAB:
+        for index, embedding in enumerate(module.embeddings):
+            if isinstance(embedding, torch.nn.Embedding):
+                module.embeddings[index] = torch.nn.Embedding.from_pretrained(embedding.weight[:vocab].detach().clone())
     if fp16_weights:
         with torch.no_grad():
             for parameter in module.parameters():

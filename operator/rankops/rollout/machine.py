@@ -22,6 +22,7 @@ from typing import Any
 
 from rankops.api.rankingmodel import RankingModelSpec, TorchscriptReference, TrafficMode
 from rankops.render.desired import ServingState, canary_replicas_for
+from rankops.rollout import canary_analysis
 from rankops.rollout.readiness import PodObservation, ready_count
 
 CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING = "CanaryStarting", "Warming", "Verifying", "Canary", "Promoting"
@@ -63,6 +64,9 @@ class Observed:
     stable_template_version: str | None = None     # the version the stable Deployment runs (None: none)
     gates: dict[str, GateObservation] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    # During Canary: each serving pod's Triton counters read now, by track ("canary", "stable");
+    # None when they were not read (no reachable pod).
+    track_metrics: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,37 @@ def reference_version_of(spec: RankingModelSpec, stable: str) -> str | None:
     if isinstance(ref, TorchscriptReference) or ref in ("stable", stable):
         return None
     return ref
+
+
+def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed,
+             attempt: str) -> canary_analysis.Judgement | None:
+    """The canary's numbers since traffic reached it, against the stable's (None: not read).
+
+    The first reading of this attempt's Canary phase is kept in the record as the window's start
+    (`rollout.analysisBaseline`), so a restarted operator judges the same window.
+    """
+    from rankops.gates.server_metrics import ModelCounters
+
+    readings = observed.track_metrics
+    if not readings or not readings.get("canary"):
+        return None
+    baseline = rollout.get("analysisBaseline")
+    if not baseline or baseline.get("attempt") != attempt:
+        rollout["analysisBaseline"] = {"attempt": attempt, **{
+            track: {pod: dict(c.values) for pod, c in pods.items()} for track, pods in readings.items()}}
+        baseline = rollout["analysisBaseline"]
+    before = {track: {pod: ModelCounters(values, {}) for pod, values in (baseline.get(track) or {}).items()}
+              for track in ("canary", "stable")}
+    windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {})
+               for track in ("canary", "stable")}
+    bounds = canary_analysis.Bounds(max_p99_ms=spec.slo.p99_latency_ms if spec.slo else None)
+    return canary_analysis.judge(windows["canary"], windows["stable"], bounds)
+
+
+def _canary_result(version: str, attempt: str, judged: canary_analysis.Judgement, now: dt.datetime) -> dict[str, Any]:
+    outcome = {canary_analysis.FAIL: "fail", canary_analysis.PASS: "pass"}.get(judged.outcome, "inconclusive")
+    return {"gate": "canary", "version": version, "attempt": attempt, "outcome": outcome, "reason": judged.reason,
+            "summary": judged.summary, "metrics": judged.metrics, "finishedAt": iso(now)}
 
 
 def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> Decision:
@@ -277,8 +312,15 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         since = parse_time(rollout.get("canarySince"))
         held = (now - since).total_seconds() if since else 0.0
         asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
-        if (held >= duration or asked) and canary_up:
+        judged = _analyse(spec, rollout, observed, attempt) if since else None
+        if judged is not None and judged.outcome == canary_analysis.FAIL:
+            gates = [g for g in gates if g.get("gate") != "canary"] + [_canary_result(target, attempt, judged, now)]
+            roll_back("canary", f"canary analysis failed for {target}: {judged.summary}; stable {stable} untouched")
+        elif (held >= duration or asked) and canary_up:
             why = "promoted by annotation" if held < duration else f"canary held {int(held)}s"
+            if judged is not None:
+                gates = [g for g in gates if g.get("gate") != "canary"] + [_canary_result(target, attempt, judged, now)]
+                why += f"; canary analysis: {judged.summary}"
             move(PROMOTING, f"{why}; updating stable to {target}")
         elif phase_age > duration + timeout:
             roll_back("canary", f"canary {target} not Ready on live nodes {timeout}s after its {duration}s hold "

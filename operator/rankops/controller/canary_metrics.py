@@ -1,0 +1,55 @@
+"""Read the serving pods' own Triton metrics during Canary (the shell of rollout/canary_analysis.py).
+
+Each Ready pod of the model that takes traffic is read on its metrics port (8002) by pod IP:
+Prometheus is not needed. `networks` limits which pod IPs are read (`rankops run
+--pod-metrics-network`): the local test cluster reads only its process nodes' loopback pods, never
+kwok's made-up addresses. A pod that does not answer within a second is left out of this reading.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Any
+
+from rankops.controller.kube import Kube
+from rankops.gates.server_metrics import MetricsUnavailable, scrape
+from rankops.render import names
+from rankops.render.serving import METRICS_PORT
+
+TRACKS = {names.CANARY: "canary", names.STABLE: "stable"}
+
+
+def readable(address: str | None, networks: Sequence[str]) -> bool:
+    if not address:
+        return False
+    if not networks:
+        return True
+    ip = ipaddress.ip_address(address)
+    return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
+
+
+def serving_pods(pods: list[dict[str, Any]], networks: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """track -> (pod name, pod IP) of the Ready pods behind the serving Service (pure)."""
+    found: dict[str, list[tuple[str, str]]] = {"canary": [], "stable": []}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        labels = meta.get("labels") or {}
+        track = TRACKS.get(labels.get(names.LABEL_TRACK, ""))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        if track and ready and labels.get(names.LABEL_TRAFFIC) == "on" and not meta.get("deletionTimestamp") \
+                and readable(status.get("podIP"), networks):
+            found[track].append((meta["name"], status["podIP"]))
+    return found
+
+
+def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()) -> dict[str, dict[str, Any]] | None:
+    """track -> pod -> ModelCounters, for the machine's Observed.track_metrics; None without a canary reading."""
+    pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
+    readings: dict[str, dict[str, Any]] = {"canary": {}, "stable": {}}
+    for track, found in serving_pods(pods, networks).items():
+        for pod, address in found:
+            try:
+                readings[track][pod] = scrape(f"{address}:{METRICS_PORT}", model, timeout_s=1.0)
+            except MetricsUnavailable:
+                continue
+    return readings if readings["canary"] else None
