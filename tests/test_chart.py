@@ -727,6 +727,9 @@ def test_notes_say_what_was_installed_what_to_type_next_and_what_is_missing(tmp_
     assert "Deployment rankops-operator " in plain and "watching every namespace" in plain
     assert "kubectl get rankingmodels -A" in plain and "kubectl explain rankingmodel.spec" in plain
     assert "ValidatingAdmissionPolicies" in plain and "WARNING" not in plain and "OpenShift" not in plain
+    assert "2 replicas with kopf peering" in plain and "kubectl get clusterkopfpeering rankops-operator" in plain
+    assert "(upgraded by `helm upgrade`)" in plain
+    assert "one standalone replica" in _notes(tmp_path / "e", "--set", "operator.replicas=1")
     old = _notes(tmp_path / "b", "--kube-version", "1.29.0", "--set", "imagePullSecrets[0].name=regcred",
                  "--set", "watch.namespaces={reco}")
     assert "WARNING" in old and "Kubernetes 1.30+" in old and "watching namespaces reco" in old
