@@ -54,8 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     peering = None
     if args.peering:
         from rankops.controller import peering as peering_mod
-        peering = peering_mod.Peering(args.peering, args.priority or peering_mod.random_priority(),
-                                      args.peering_lifetime)
+        priority = peering_mod.random_priority() if args.priority is None else args.priority
+        peering = peering_mod.Peering(args.peering, priority, args.peering_lifetime)
         try:
             peering_mod.ensure_peering_objects(OPERATOR.kube.api, peering.name, namespaces)
         except RuntimeError as exc:
