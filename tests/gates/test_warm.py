@@ -52,6 +52,9 @@ def _round(p99: float, errors: int = 0) -> RoundResult:
     ([_round(9.0, errors=1)], 5.0, None),    # a failing round is not warm
     ([_round(30.0)], 300.0, "timeout"),       # fail open at the deadline
     ([_round(9.0)], 300.0, "warm"),           # warm wins over the deadline
+    ([_round(40.0), _round(30.0), _round(25.0)], 5.0, None),        # still getting faster
+    ([_round(40.0), _round(30.0), _round(29.0), _round(31.0)], 5.0, "plateau"),  # as warm as it gets
+    ([_round(40.0), _round(30.0, errors=1), _round(29.0)], 5.0, None),  # errors are no plateau
 ])
 def test_warming_ends_warm_or_at_the_deadline(rounds, elapsed, expected):
     assert outcome(rounds, 10.0, elapsed, 300.0) == expected

@@ -115,7 +115,7 @@ def test_warm_is_not_ready_until_it_has_warmed_its_triton_and_warms_it_again_aft
         warm.wait(10)
 
 
-def test_a_replica_that_cannot_meet_the_bound_is_ready_at_the_deadline_and_says_why(triton_install, tmp_path):
+def test_a_replica_that_cannot_meet_the_bound_goes_ready_anyway_and_says_why(triton_install, tmp_path):
     doc = _doc(maxP99Ms=0.001, requests=20)
     _, server = triton.server_for_model(doc, tmp_path, install=triton_install)
     with server:
@@ -130,5 +130,6 @@ def test_a_replica_that_cannot_meet_the_bound_is_ready_at_the_deadline_and_says_
             warm.terminate()
             warm.wait(10)
     summary = body["last"]
-    assert summary["ready"] == "timeout" and summary["p99Ms"] > 0.001, summary
-    assert "taking traffic anyway" in summary["message"] and "bound 0.001 ms" in summary["message"], summary
+    # At the deadline, or earlier once more rounds stopped making it faster.
+    assert summary["ready"] in ("timeout", "plateau") and summary["p99Ms"] > 0.001, summary
+    assert "taking traffic" in summary["message"] and "0.001 ms" in summary["message"], summary

@@ -7,8 +7,8 @@ replay rounds of warm requests until one round has no error and a client P99 wit
 Only then does its readiness endpoint answer 200, so the pod (Ready only when every container
 is) joins the Services warm. Triton's own readiness is unchanged.
 
-It fails open: a replica that is still not under the bound when the deadline passes goes Ready
-anyway and says so in its log (a model that is simply slower than its bound must not lose every
+It fails open: a replica that is still not under the bound when the deadline passes, or whose
+rounds stopped getting faster above it, goes Ready anyway and says so in its log (a model that is simply slower than its bound must not lose every
 replica at once; the warmup gate judges the canary on the numbers). The requests and the replay
 are the warmup gate's (gates/warmup.py); one JSON line per step goes to stdout.
 """
@@ -78,12 +78,21 @@ def judge_round(number: int, observations: Observations, server: dict[str, Any] 
                        first_error=(observations.error_examples or [None])[0])
 
 
+PLATEAU_ROUNDS, PLATEAU_GAIN = 2, 0.9
+
+
 def outcome(rounds: Sequence[RoundResult], bound_ms: float, elapsed_s: float, timeout_s: float) -> str | None:
-    """'warm' once the last round is within the bound, 'timeout' past the deadline, None: go on."""
+    """'warm' once the last round is within the bound; 'plateau' when the last PLATEAU_ROUNDS
+    error-free rounds did not get 10% faster than the best before them (as warm as it gets: more
+    rounds would only delay it); 'timeout' past the deadline; None: another round."""
     if rounds and rounds[-1].within(bound_ms):
         return "warm"
     if elapsed_s >= timeout_s:
         return "timeout"
+    earlier, last = rounds[:-PLATEAU_ROUNDS], rounds[-PLATEAU_ROUNDS:]
+    if earlier and len(last) == PLATEAU_ROUNDS and all(r.errors == 0 and r.p99_ms is not None for r in rounds):
+        if min(r.p99_ms for r in last) >= PLATEAU_GAIN * min(r.p99_ms for r in earlier):
+            return "plateau"
     return None
 
 
@@ -217,14 +226,17 @@ class Warmer:
                         "warmingS": round(time.monotonic() - start, 2)}
             verdict = outcome(rounds, cfg.max_p99_ms, time.monotonic() - start, cfg.timeout_s)
         last = rounds[-1] if rounds else None
-        summary = {**base, "ready": "warm" if verdict == "warm" else "timeout", "rounds": len(rounds),
+        summary = {**base, "ready": verdict or "timeout", "rounds": len(rounds),
                    "coldRequests": cold.sent, "coldErrors": cold.error_count, "coldMaxMs": _ms(cold_stats.get("maxMs")),
                    "warmRequests": sum(r.requests for r in rounds), "errors": last.errors if last else 0,
                    "p50Ms": _ms(last.stats.get("p50Ms")) if last else None,
                    "p99Ms": _ms(last.p99_ms) if last else None,
                    "warmingS": round(time.monotonic() - start, 2)}
-        if verdict == "timeout":
-            summary["message"] = (f"still not warm after {cfg.timeout_s:g}s (last round: P99 {last.p99_ms} ms, "
+        if verdict == "plateau":
+            summary["message"] = (f"P99 stopped improving above the bound ({_ms(last.p99_ms)} ms > "
+                                  f"{cfg.max_p99_ms:g} ms after {len(rounds)} rounds): as warm as it gets, taking traffic")
+        elif verdict != "warm" and last is not None:
+            summary["message"] = (f"still not warm after {cfg.timeout_s:g}s (last round: P99 {_ms(last.p99_ms)} ms, "
                                   f"{last.errors} errors, bound {cfg.max_p99_ms:g} ms): taking traffic anyway")
         return summary
 
