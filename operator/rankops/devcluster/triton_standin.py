@@ -94,14 +94,16 @@ class TritonPythonModel:
             key = tuple(feed[n].shape[1:] for n, _ in self.inputs) if self.batching else i
             groups.setdefault(key, []).append(i)
         responses: list = [None] * len(requests)
+        failed = []
         for group in groups.values():
             joined = {name: np.concatenate([feeds[i][name] for i in group]) if len(group) > 1
                       else feeds[group[0]][name] for name, _ in self.inputs}
             try:
                 results = self.run(joined)
-            except Exception as exc:  # the model's own error, reported per request as Triton does
+            except Exception as exc:  # the model's own error fails its whole batch, as in the real backends
+                failed.append(f"{self.backend} stand-in: {exc}")
                 for i in group:
-                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.backend} stand-in: {exc}"))
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(failed[-1]))
                 continue
             offset = 0
             for i in group:
@@ -112,4 +114,9 @@ class TritonPythonModel:
                     outs.append(pb_utils.Tensor(name, np.ascontiguousarray(part.astype(dtype))))
                 responses[i] = pb_utils.InferenceResponse(output_tensors=outs)
                 offset += rows or 0
+        if failed and len(failed) == len(groups):
+            # Raised, not returned: Triton counts a Python model's error responses as successes
+            # (triton-inference-server/server#7713) but a raised error as failures, as the real
+            # onnxruntime/pytorch backends report theirs (nv_inference_request_failure).
+            raise pb_utils.TritonModelException(failed[0])
         return responses

@@ -1,0 +1,114 @@
+"""Canary analysis on real traffic: a canary that fails some of its requests is rolled back while it serves.
+
+v2 is v1 with its user-id embedding cut to the first 50 rows: the gates' requests (ids below 10)
+get the same answers from both, so warmup and equivalence pass; production traffic, where one
+request in ten carries a larger id, fails on v2 only. The test plays that traffic against the
+pods behind the model's Service while the canary holds its weight; the operator reads both
+tracks' Triton metrics and rolls v2 back during Canary with the numbers. Every pod really runs.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from e2e import models, rollouts
+from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
+from rankops.devcluster import spec_models
+from rankops.gates.client import Endpoint, GateClientError
+from rankops.gates.samples import Sample
+from rankops.render import names
+
+pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+
+SPEC = {
+    "inputs": [{"name": "user_id", "dataType": "INT64", "dims": [1]},
+               {"name": "item_features", "dataType": "FP32", "dims": [32]}],
+    "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
+    "candidates": {"layout": "batch", "minPerRequest": 20, "maxPerRequest": 60},
+    "batching": {"maxBatchSize": 256, "maxQueueDelayMicroseconds": 1000},
+}
+CUT_VOCAB = 50
+TIMEOUT = 420
+
+
+def _request(rng: np.random.Generator, bad: bool) -> Sample:
+    candidates = int(rng.integers(20, 61))
+    user = int(rng.integers(100, 1000)) if bad else int(rng.integers(0, 10))
+    return Sample(line=1, inputs={"user_id": np.full((candidates, 1), user, dtype=np.int64),
+                                  "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
+
+
+class Traffic(threading.Thread):
+    """Production-like requests, round robin over the Ready pods behind the serving Service."""
+
+    def __init__(self, k8s, namespace: str, model: str) -> None:
+        super().__init__(daemon=True)
+        self.k8s, self.namespace, self.model = k8s, namespace, model
+        self.stop = threading.Event()
+        self.sent = self.failed = 0
+
+    def _addresses(self) -> list[str]:
+        pods = self.k8s.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{names.LABEL_MODEL}={self.model},{names.LABEL_TRAFFIC}=on").items
+        return [p.status.pod_ip for p in pods if p.status.pod_ip and p.metadata.deletion_timestamp is None
+                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+    def run(self) -> None:
+        rng = np.random.default_rng(5)
+        while not self.stop.is_set():
+            for address in self._addresses():
+                connection = Endpoint(f"{address}:8000", self.model, timeout_s=5).connect()
+                try:
+                    info = connection.model_info()
+                    for _ in range(10):
+                        self.sent += 1
+                        try:
+                            connection.infer(connection.build_request(_request(rng, rng.random() < 0.1), info))
+                        except GateClientError:
+                            self.failed += 1
+                except GateClientError:
+                    pass
+                finally:
+                    connection.close()
+            self.stop.wait(0.1)
+
+
+def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    ns, name = real_namespace, "ranker"
+    body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
+                                 rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
+                                          "canary": {"weight": 50, "durationSeconds": 240},
+                                          "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
+    spec = RankingModelSpec.model_validate(body["spec"])
+    for version, vocab in (("1", spec_models.VOCAB), ("2", CUT_VOCAB)):
+        directory = tmp_path / f"v{version}"
+        spec_models.export(spec, ModelFormat.onnx, directory, seed=0, vocab=vocab)
+        object_store.upload_tree("models", f"{name}/{version}", directory)
+    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
+    models.create(k8s, ns, body)
+    models.wait_ready(k8s, ns, name, timeout=180)
+
+    traffic = Traffic(k8s, ns, name)
+    traffic.start()
+    try:
+        models.patch_spec(k8s, ns, name, {"version": "2"})
+        seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "2", {"Promoted", "RolledBack"}, timeout=TIMEOUT)
+    finally:
+        traffic.stop.set()
+        traffic.join(timeout=30)
+    assert seen[-1] == "RolledBack", (seen, rm["status"])
+    assert "Canary" in seen and "Canary" in serving, (seen, serving)   # it failed while serving, not at a gate
+    rollout, gates = rm["status"]["rollout"], rm["status"]["gates"]
+    assert rollout["failedGate"] == "canary", rollout
+    assert {g["gate"]: g["outcome"] for g in gates if g.get("version") == "2"} == \
+        {"warmup": "pass", "equivalence": "pass", "canary": "fail"}, gates
+    canary = next(g for g in gates if g["gate"] == "canary")
+    print(f"\ncanary analysis: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
+    assert canary["reason"] == "CanaryFailingRequests", canary
+    assert canary["metrics"]["canary"]["failureRatio"] > 0.01 and canary["metrics"]["canary"]["failures"] > 0
+    assert canary["metrics"]["stable"]["failures"] == 0 and canary["metrics"]["stable"]["requests"] > 0
+    assert traffic.failed > 0 and rm["status"]["stableVersion"] == "1"
+    models.wait_event(k8s, ns, name, "RolledBack")
