@@ -100,3 +100,16 @@ def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
         time.sleep(0.01)
     time.sleep(0.1)
     assert runs == ["m", "m"]
+
+
+def test_a_delayed_kick_gathers_a_burst_into_one_run():
+    runs = []
+    kicks = Kicks(runs.append, workers=2, delay_s=0.2)
+    for _ in range(20):
+        kicks.kick("m")
+    kicks.kick("n")
+    deadline = time.monotonic() + 5
+    while len(runs) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert sorted(runs) == ["m", "n"]

@@ -152,7 +152,8 @@ def _kicked(key) -> None:
     _run("RankingModel", _reconcile_model, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}, None, log)
 
 
-KICKS = Kicks(_kicked, workers=OPERATOR.workers)
+# A child's burst of events (its status moving pod by pod) within a quarter second is one reconcile.
+KICKS = Kicks(_kicked, workers=OPERATOR.workers, delay_s=0.25)
 
 
 def _owner_kick(obj) -> None:
@@ -171,7 +172,7 @@ def _child_event(kind: str):
         CHILDREN.observe(kind, obj, deleted=event.get("type") == "DELETED")
         if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
             _owner_kick(obj)
-    on_child.__name__ = f"{kind.lower()}_event"
+    on_child.__name__ = on_child.__qualname__ = f"{kind.lower()}_event"   # kopf's handler id, in its log
     return on_child
 
 
