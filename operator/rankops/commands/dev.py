@@ -375,14 +375,19 @@ def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
 def _model_store(demo: _Demo, api: Any, serving: _Serving, namespace: str) -> None:
     """The example's namespace (its pods pinned to the process node), its artifacts in the S3
     server, and the credentials Secret the example names."""
+    import json
+
     import yaml
     from kubernetes import client
 
     spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
     core = client.CoreV1Api(api)
-    # PodNodeSelector: the namespace's pods (Triton's, the request Job's) go to the process node only.
+    # PodNodeSelector and PodTolerationRestriction: every pod of the namespace (Triton's, gate Jobs',
+    # the request Job's) goes to the process node, tolerating its GPU taint: all of them really run.
+    gpu_taint = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     core.create_namespace({"metadata": {"name": namespace, "annotations": {
-        "scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={DEMO_PROCESS_NODE}"}}})
+        "scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={DEMO_PROCESS_NODE}",
+        "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(gpu_taint)}}})
     for version in spec["versions"]:
         uri = version["modelUri"]
         prefix = uri.split("/", 3)[3]
@@ -410,8 +415,7 @@ def _infer_in_cluster(demo: _Demo, api: Any, serving: _Serving, namespace: str, 
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "infer"}, "spec": {
         "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
             "name": "infer", "image": DEFAULT_RANKOPS_IMAGE, "command": command,
-            "terminationMessagePolicy": "FallbackToLogsOnError"}],
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}}
+            "terminationMessagePolicy": "FallbackToLogsOnError"}]}}}}
     demo.say(f"send one request through the Service: a Job running `{' '.join(command[:5])} ...`")
     batch = client.BatchV1Api(api)
     batch.create_namespaced_job(namespace, job)
