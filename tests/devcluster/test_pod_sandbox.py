@@ -189,3 +189,11 @@ def test_program_directories_hidden_by_the_containers_tmp_are_bound_back(tmp_pat
     venv.mkdir(parents=True)
     mounts = sandbox.program_mounts([venv, venv / "lib", tmp_path / "clone", Path("/usr"), Path("/work")])
     assert mounts == [BindMount(tmp_path / "clone", str(tmp_path / "clone"), True)]
+
+
+def test_a_condition_keeps_its_transition_time_until_it_flips():
+    first = sandbox.condition("Ready", False, "t1", "ContainersNotReady")
+    same = sandbox.condition("Ready", False, "t2", "ContainersNotReady", first)
+    flipped = sandbox.condition("Ready", True, "t3", None, same)
+    assert (first["lastTransitionTime"], same["lastTransitionTime"], flipped["lastTransitionTime"]) == ("t1", "t1", "t3")
+    assert "reason" not in flipped and same["reason"] == "ContainersNotReady"

@@ -320,6 +320,7 @@ class PodWorker(threading.Thread):
         self.inits: list[ContainerRun] = []
         self.containers: list[ContainerRun] = []
         self.reported: str = ""
+        self.conditions: list[dict[str, Any]] = []
         self.started = now()
         self.init_done = False
         self.init_failed = False
@@ -459,10 +460,14 @@ class PodWorker(threading.Thread):
     def _report(self) -> None:
         stamp = now()
         ready = self.init_done and bool(self.containers) and all(c.ready for c in self.containers)
+        before = {c["type"]: c for c in self.conditions}
         conditions = [sandbox.condition("PodScheduled", True, self.started),
-                      sandbox.condition("Initialized", self.init_done, stamp, "ContainersNotInitialized"),
-                      sandbox.condition("ContainersReady", ready, stamp, "ContainersNotReady"),
-                      sandbox.condition("Ready", ready, stamp, "ContainersNotReady")]
+                      sandbox.condition("Initialized", self.init_done, stamp, "ContainersNotInitialized",
+                                        before.get("Initialized")),
+                      sandbox.condition("ContainersReady", ready, stamp, "ContainersNotReady",
+                                        before.get("ContainersReady")),
+                      sandbox.condition("Ready", ready, stamp, "ContainersNotReady", before.get("Ready"))]
+        self.conditions = conditions
         spec_containers = self.pod["spec"]["containers"]
         statuses = [c.status() for c in self.containers] or [
             {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False, "restartCount": 0,

@@ -319,9 +319,12 @@ def pod_phase(restart_policy: str, init_failed: bool, exits: Sequence[int | None
     return "Failed" if restart_policy == "Never" else "Running"
 
 
-def condition(kind: str, status: bool, now: str, reason: str | None = None) -> dict[str, Any]:
-    found = {"type": kind, "status": "True" if status else "False", "lastTransitionTime": now,
-             "lastProbeTime": None}
+def condition(kind: str, status: bool, now: str, reason: str | None = None,
+              previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A pod condition; its lastTransitionTime moves only when its status flips from `previous`."""
+    value = "True" if status else "False"
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == value else now
+    found = {"type": kind, "status": value, "lastTransitionTime": since, "lastProbeTime": None}
     if reason and not status:
         found["reason"] = reason
     return found
