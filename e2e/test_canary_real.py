@@ -1,10 +1,11 @@
-"""Canary analysis on real traffic: a canary that fails some of its requests is rolled back while it serves.
+"""Canary analysis on real traffic: a canary that fails some of its requests, and one much
+slower under load, are rolled back while they serve.
 
-v2 is v1 with its user-id embedding cut to the first 50 rows: the gates' requests (ids below 10)
-get the same answers from both, so warmup and equivalence pass; production traffic, where one
-request in ten carries a larger id, fails on v2 only. The test plays that traffic against the
-pods behind the model's Service while the canary holds its weight; the operator reads both
-tracks' Triton metrics and rolls v2 back during Canary with the numbers. Every pod really runs.
+The test plays production-like traffic against the pods behind the model's Service while the
+canary holds its weight; the operator reads both tracks' Triton metrics and rolls v2 back during
+Canary with the numbers. Failing: v2 is v1 with its user-id embedding cut to the first 50 rows,
+so the gates' requests (ids below 10) get the same answers and pass, and the one request in ten
+with a larger id fails on v2 only. Slow: v2 has far wider layers. Every pod really runs.
 """
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def _request(rng: np.random.Generator, bad: bool) -> Sample:
 class Traffic(threading.Thread):
     """Production-like requests, round robin over the Ready pods behind the serving Service."""
 
-    def __init__(self, k8s, namespace: str, model: str) -> None:
+    def __init__(self, k8s, namespace: str, model: str, bad_fraction: float) -> None:
         super().__init__(daemon=True)
-        self.k8s, self.namespace, self.model = k8s, namespace, model
+        self.k8s, self.namespace, self.model, self.bad_fraction = k8s, namespace, model, bad_fraction
         self.stop = threading.Event()
         self.sent = self.failed = 0
 
@@ -65,7 +66,7 @@ class Traffic(threading.Thread):
                     for _ in range(10):
                         self.sent += 1
                         try:
-                            connection.infer(connection.build_request(_request(rng, rng.random() < 0.1), info))
+                            connection.infer(connection.build_request(_request(rng, rng.random() < self.bad_fraction), info))
                         except GateClientError:
                             self.failed += 1
                 except GateClientError:
@@ -75,23 +76,23 @@ class Traffic(threading.Thread):
             self.stop.wait(0.1)
 
 
-def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
-    ns, name = real_namespace, "ranker"
+def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, **rollout):
+    """v1 served, v2 (spec_models.export arguments `v2`) rolled out while production-like traffic
+    runs; returns the phases seen, the model, the phases the canary served in, and the traffic."""
+    name = "ranker"
     body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
                                  rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                                           "canary": {"weight": 50, "durationSeconds": 240},
-                                          "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
+                                          "gateJobs": {"timeoutSeconds": 300}, **rollout}, **SPEC)
     spec = RankingModelSpec.model_validate(body["spec"])
-    for version, vocab in (("1", spec_models.VOCAB), ("2", CUT_VOCAB)):
+    for version, kwargs in (("1", {}), ("2", v2)):
         directory = tmp_path / f"v{version}"
-        spec_models.export(spec, ModelFormat.onnx, directory, seed=0, vocab=vocab)
+        spec_models.export(spec, ModelFormat.onnx, directory, seed=0, **kwargs)
         object_store.upload_tree("models", f"{name}/{version}", directory)
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, name, timeout=180)
-
-    traffic = Traffic(k8s, ns, name)
+    traffic = Traffic(k8s, ns, name, bad_fraction)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
@@ -99,16 +100,43 @@ def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
     finally:
         traffic.stop.set()
         traffic.join(timeout=30)
+    return seen, rm, serving, traffic
+
+
+def _canary_rollback(seen, rm, serving) -> dict:
+    """The canary gate's failing result, after checking it failed while serving and not at a gate."""
     assert seen[-1] == "RolledBack", (seen, rm["status"])
-    assert "Canary" in seen and "Canary" in serving, (seen, serving)   # it failed while serving, not at a gate
+    assert "Canary" in seen and "Canary" in serving, (seen, serving)
     rollout, gates = rm["status"]["rollout"], rm["status"]["gates"]
     assert rollout["failedGate"] == "canary", rollout
     assert {g["gate"]: g["outcome"] for g in gates if g.get("version") == "2"} == \
         {"warmup": "pass", "equivalence": "pass", "canary": "fail"}, gates
-    canary = next(g for g in gates if g["gate"] == "canary")
+    assert rm["status"]["stableVersion"] == "1"
+    return next(g for g in gates if g["gate"] == "canary")
+
+
+def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    seen, rm, serving, traffic = _roll_out_under_traffic(k8s, real_namespace, object_store, tmp_path,
+                                                         {"vocab": CUT_VOCAB}, bad_fraction=0.1)
+    canary = _canary_rollback(seen, rm, serving)
     print(f"\ncanary analysis: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
     assert canary["reason"] == "CanaryFailingRequests", canary
     assert canary["metrics"]["canary"]["failureRatio"] > 0.01 and canary["metrics"]["canary"]["failures"] > 0
     assert canary["metrics"]["stable"]["failures"] == 0 and canary["metrics"]["stable"]["requests"] > 0
-    assert traffic.failed > 0 and rm["status"]["stableVersion"] == "1"
-    models.wait_event(k8s, ns, name, "RolledBack")
+    assert traffic.failed > 0
+    models.wait_event(k8s, real_namespace, "ranker", "RolledBack")
+
+
+def test_a_canary_much_slower_under_load_is_rolled_back_while_it_serves(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    # v2: 256x wider layers, other scores; the equivalence gate is told to accept any scores (a
+    # deliberate model change), so only its speed under real traffic can stop it.
+    anything = {"absTolerance": 1e9, "relTolerance": 1e9, "minTopKOverlap": 0, "minRankCorrelation": -1}
+    seen, rm, serving, traffic = _roll_out_under_traffic(k8s, real_namespace, object_store, tmp_path,
+                                                         {"hidden": 2048}, bad_fraction=0.0, equivalence=anything)
+    canary = _canary_rollback(seen, rm, serving)
+    print(f"\ncanary analysis: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
+    assert canary["reason"] == "CanarySlowerThanStable", canary
+    numbers = canary["metrics"]
+    assert numbers["canary"]["p99Ms"] > 1.5 * numbers["stable"]["p99Ms"] and numbers["canary"]["failures"] == 0

@@ -37,7 +37,7 @@ def _trailing(tensor: TensorSpec) -> list[int]:
     return list(rest)
 
 
-def build_module(spec: RankingModelSpec, seed: int = 0):
+def build_module(spec: RankingModelSpec, seed: int = 0, hidden: int = HIDDEN):
     import torch
 
     class SpecModel(torch.nn.Module):
@@ -54,9 +54,9 @@ def build_module(spec: RankingModelSpec, seed: int = 0):
                     width *= EMBEDDING_DIM
                 else:
                     self.embeddings.append(torch.nn.Identity())
-                self.projections.append(torch.nn.Linear(width, HIDDEN))
-            self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-                                            torch.nn.Linear(HIDDEN, 1))
+                self.projections.append(torch.nn.Linear(width, hidden))
+            self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                            torch.nn.Linear(hidden, 1))
             self.outputs = [(t.name, t.data_type.value, _carries_candidates(t), _trailing(t)) for t in spec.outputs]
             self.output_scales = torch.nn.ParameterList(
                 [torch.nn.Parameter(torch.randn(max(1, math.prod(trailing)))) for *_, trailing in self.outputs])
@@ -108,18 +108,19 @@ def example_inputs(spec: RankingModelSpec, batch: int = 2, candidates: int = 3):
 
 
 def export(spec: RankingModelSpec, fmt: ModelFormat, directory: Path, seed: int = 0,
-           fp16_weights: bool = False, vocab: int = VOCAB) -> Path:
+           fp16_weights: bool = False, vocab: int = VOCAB, hidden: int = HIDDEN) -> Path:
     """Write the model for `spec` into `directory` (a version directory) as `fmt`; returns the file.
 
     The same `seed` gives the same weights; `fp16_weights` rounds them to FP16 first (what an
     FP16 engine does to the same model: scores move a little, the ranking stays). `vocab` keeps
     only the first rows of each embedding table: the same answers for small ids, a failed request
-    for an id past the table (a version built on a smaller id space).
+    for an id past the table (a version built on a smaller id space). `hidden` widens the layers:
+    the same interface, more compute per candidate (a slower version).
     """
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
-    module = build_module(spec, seed)
+    module = build_module(spec, seed, hidden)
     if vocab < VOCAB:
         for index, embedding in enumerate(module.embeddings):
             if isinstance(embedding, torch.nn.Embedding):
