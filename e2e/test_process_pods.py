@@ -155,3 +155,29 @@ def test_a_claim_bound_to_a_host_directory_is_mounted_with_its_subpath(k8s, real
         assert "v3 weights" in process_node.pod_logs(ns, "reader")["read"]
     finally:
         k8s.core.delete_persistent_volume(pv)
+
+
+def test_a_pod_on_one_process_node_calls_a_service_whose_pods_run_on_another(k8s, cluster, real_namespace,
+                                                                             process_node, tmp_path):
+    from rankops.devcluster.process_nodes import ProcessNode
+
+    ns = real_namespace
+    with ProcessNode(cluster.kubeconfig, "process-1", tmp_path / "process-1") as other:
+        web = _web("far-web", {"app": "far"})
+        web["spec"]["nodeName"] = other.name
+        k8s.core.create_namespaced_service(ns, {"metadata": {"name": "far"}, "spec": {
+            "selector": {"app": "far"}, "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]}})
+        k8s.core.create_namespaced_pod(ns, web)
+        wait_for(lambda: _ready(_pod(k8s, ns, "far-web")), 60, "the web pod on process-1 Ready")
+        k8s.core.create_namespaced_pod(ns, {"metadata": {"name": "caller"}, "spec": {
+            "nodeName": process_node.name, "restartPolicy": "Never", "containers": [{
+                "name": "call", "image": IMAGE, "command": ["python", "-c",
+                "import urllib.request; print(urllib.request.urlopen('http://far:8000/healthy', timeout=5).read())"]}]}})
+        wait_for(lambda: _pod(k8s, ns, "caller").status.phase in ("Succeeded", "Failed"), 60, "the caller finished")
+        assert _pod(k8s, ns, "caller").status.phase == "Succeeded", process_node.pod_logs(ns, "caller")
+        assert _pod(k8s, ns, "far-web").status.pod_ip.split(".")[:2] != \
+            _pod(k8s, ns, "caller").status.pod_ip.split(".")[:2]  # two runners, two address blocks
+        k8s.core.delete_namespaced_pod("far-web", ns)
+        wait_for(lambda: not k8s.core.list_namespaced_pod(ns, field_selector="metadata.name=far-web").items, 60,
+                 "far-web gone before its node stops")
+    k8s.core.delete_node("process-1")

@@ -9,7 +9,7 @@ local program (`pod_sandbox.image_kind`: Triton's image -> the real-Triton fixtu
 stand-ins, the rankops image -> this project's own entry point). It runs the startup, readiness
 and liveness probes, restarts by the pod's restartPolicy, writes exit codes and termination
 messages into the pod's status (so Jobs complete or fail as on a real node), keeps each running
-pod's /etc/hosts in step with the Services' Ready pods on this node, stops a deleted pod's processes and
+pod's /etc/hosts in step with the Services' Ready pods on the process nodes, stops a deleted pod's processes and
 then removes the pod, and renews the node's Lease.
 
 Not real: the containers run as root in the host's network namespace (each on its own loopback
@@ -529,6 +529,7 @@ def claim_address_block(requested: str) -> tuple[str, Any]:
         candidate = ipaddress.ip_network((int(candidate.network_address) + candidate.num_addresses, candidate.prefixlen))
     raise RuntimeError(f"no free loopback block like {requested} for the pod IPs")
 
+
 class PodRunner:
     def __init__(self, kubeconfig: str, node: str, work_dir: Path, *, host_root: Path | None = None,
                  labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
@@ -583,8 +584,12 @@ class PodRunner:
 
     def refresh_services(self) -> dict[tuple[str, str], list[str]]:
         services = (self.api.call("GET", "/api/v1/services") or {}).get("items", [])
-        pods = (self.api.call("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self.node}")])
-                or {}).get("items", [])
+        # Pods of every process node (their addresses answer; kwok's do not), not only this one's.
+        nodes = (self.api.call("GET", "/api/v1/nodes", query=[("labelSelector", f"{PROCESS_NODE_LABEL}=true")])
+                 or {}).get("items", [])
+        pods = [pod for node in {n["metadata"]["name"] for n in nodes} | {self.node}
+                for pod in (self.api.call("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
+                            or {}).get("items", [])]
         found = sandbox.service_addresses(services, pods)
         with self.lock:
             self._services = found
