@@ -220,16 +220,11 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     chart's ServiceAccount, which proves the chart's RBAC is enough. Its log is printed when a
     test fails (see pytest_runtest_makereport) and kept under the session's tmp dir.
     """
-    from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
-                                                     service_account_kubeconfig)
+    from rankops.devcluster.operator_process import OperatorProcess
 
     work = tmp_path_factory.mktemp("operator")
-    try:
-        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir, values=("monitoring.tritonServiceMonitors=true",))
-        sa_kubeconfig = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
-    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
-        pytest.fail(f"installing the chart for the operator failed: {exc}", pytrace=False)
-    process = OperatorProcess(sa_kubeconfig, work / "operator.log", extra_args=("--service-monitors",))
+    process = OperatorProcess(chart_operator_kubeconfig(cluster, work), work / "operator.log",
+                              extra_args=("--service-monitors",))
     process.start()
     OPERATOR_LOG["process"] = process
     yield process
@@ -237,6 +232,18 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 OPERATOR_LOG: dict[str, Any] = {}
+
+
+def chart_operator_kubeconfig(cluster: Cluster, work: Any) -> Any:
+    """Install the chart (on kind `helm upgrade` keeps it) and return a kubeconfig of the chart's
+    operator ServiceAccount; a failure fails the run with the reason."""
+    from rankops.devcluster.operator_process import install_chart, service_account_kubeconfig
+
+    try:
+        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir, values=("monitoring.tritonServiceMonitors=true",))
+        return service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
+    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
+        pytest.fail(f"installing the chart for the operator failed: {exc}", pytrace=False)
 
 
 PROCESS_NODE = "process-0"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from e2e import models
-from e2e.conftest import OPERATOR_LOG
+from e2e.conftest import OPERATOR_LOG, chart_operator_kubeconfig
 from e2e.support import wait_for
 from rankops.render import names
 
@@ -53,18 +53,14 @@ def log_size(process: Any) -> int:
 
 @pytest.fixture(scope="module")
 def replicas(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
-    from rankops.devcluster.operator_process import OperatorProcess, install_chart, service_account_kubeconfig
+    from rankops.devcluster.operator_process import OperatorProcess
 
     session_operator = OPERATOR_LOG.get("process")
     paused_session = session_operator is not None and session_operator.running
     if paused_session:
         session_operator.stop()
     work = tmp_path_factory.mktemp("standby")
-    try:
-        install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir, values=("monitoring.tritonServiceMonitors=true",))
-        kubeconfig = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
-    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
-        pytest.fail(f"installing the chart failed: {exc}", pytrace=False)
+    kubeconfig = chart_operator_kubeconfig(cluster, work)
     peers = [OperatorProcess(kubeconfig, work / f"replica-{i}.log",
                              extra_args=("--peering", PEERING, "--peering-lifetime", str(LIFETIME)))
              for i in range(2)]

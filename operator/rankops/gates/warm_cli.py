@@ -93,12 +93,11 @@ def _warm(args: argparse.Namespace) -> int:
 
 
 def _check(config: WarmConfig) -> str | None:
-    if config.requests < 1:
-        return f"--requests must be at least 1, got {config.requests}"
-    if config.concurrency < 1:
-        return f"--concurrency must be at least 1, got {config.concurrency}"
-    if not config.max_p99_ms > 0:
-        return f"--max-p99-ms must be positive, got {config.max_p99_ms}"
+    from rankops.gates.warmup import check_load
+
+    problem = check_load(config.requests, config.concurrency, config.max_p99_ms)
+    if problem:
+        return problem
     if config.timeout_s < 0:
         return f"--deadline-s must be 0 or more, got {config.timeout_s}"
     return None

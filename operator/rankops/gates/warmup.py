@@ -282,13 +282,21 @@ def _timed(connection: Connection, request: Request) -> tuple[float | None, str 
     return (time.perf_counter() - start) * 1000.0, None
 
 
+def check_load(requests: int, concurrency: int, max_p99_ms: float) -> str | None:
+    """What is wrong with a replay's size and bound (the warmup gate's, a warm container's)."""
+    if requests < 1:
+        return f"--requests must be at least 1, got {requests}"
+    if concurrency < 1:
+        return f"--concurrency must be at least 1, got {concurrency}"
+    if not max_p99_ms > 0:
+        return f"--max-p99-ms must be positive, got {max_p99_ms}"
+    return None
+
+
 def _check_config(config: WarmupConfig) -> str | None:
-    if config.requests < 1:
-        return f"--requests must be at least 1, got {config.requests}"
-    if config.concurrency < 1:
-        return f"--concurrency must be at least 1, got {config.concurrency}"
-    if not config.max_p99_ms > 0:
-        return f"--max-p99-ms must be positive, got {config.max_p99_ms}"
+    problem = check_load(config.requests, config.concurrency, config.max_p99_ms)
+    if problem:
+        return problem
     if config.cold_passes < 0:
         return f"--cold-passes must be 0 or more, got {config.cold_passes}"
     if config.max_errors < 1:

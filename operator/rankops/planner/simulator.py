@@ -202,6 +202,35 @@ def run_batcher(t: list[float], cost: list[float], config: BatcherConfig, slowdo
     return starts, ends, sizes
 
 
+def _form_batch(t: list[float], w: tuple[int, ...], head: int, s: float, deadline: float,
+                preferred: set[int], top: int, big: int) -> tuple[int, int, float]:
+    """One batch of Triton's dynamic batcher formed from request `head` on, starting to form at `s`:
+    (the first request left out, the batch's items, when it closed). Requests join while they fit
+    in `big` items; a preferred size (the largest, `top`) closes it at once; otherwise it waits for
+    the next arrival or the oldest request's `deadline`, whichever comes first."""
+    n = len(t)
+    j, pending, full = head, 0, False
+    best_j = best_items = 0          # the preferred cut: requests up to best_j, best_items items
+    while True:
+        while j < n and t[j] <= s and not full:
+            wj = w[j]
+            if pending and preferred and pending + wj > top and not best_j:
+                best_j, best_items = j, pending
+            if pending + wj > big:
+                full = True
+                break
+            pending += wj
+            j += 1
+            if pending in preferred:
+                best_j, best_items = j, pending
+        exceeded = s >= deadline
+        if best_j and not exceeded:
+            return best_j, best_items, s
+        if full or pending >= big or exceeded:
+            return j, pending, s
+        s = t[j] if j < n and t[j] < deadline else deadline
+
+
 def run_batcher_items(t: list[float], w: tuple[int, ...], cost: list[float], config: BatcherConfig,
                       slowdown: float):
     """run_batcher for requests of w[i] items each, with the rules of Triton's dynamic batcher
@@ -223,29 +252,7 @@ def run_batcher_items(t: list[float], w: tuple[int, ...], cost: list[float], con
         oldest = t[head]
         s = free[k] if free[k] > oldest else oldest
         deadline = oldest + delay
-        j, pending, full = head, 0, False
-        best_j = best_items = 0          # the preferred cut: requests up to best_j, best_items items
-        while True:
-            while j < n and t[j] <= s and not full:
-                wj = w[j]
-                if pending and preferred and pending + wj > top and not best_j:
-                    best_j, best_items = j, pending
-                if pending + wj > big:
-                    full = True
-                    break
-                pending += wj
-                j += 1
-                if pending in preferred:
-                    best_j, best_items = j, pending
-            exceeded = s >= deadline
-            if best_j and not exceeded:
-                take_j, take = best_j, best_items
-                break
-            if full or pending >= big or exceeded:
-                take_j, take = j, pending
-                break
-            # wait for the next arrival or the deadline, whichever comes first
-            s = t[j] if j < n and t[j] < deadline else deadline
+        take_j, take, s = _form_batch(t, w, head, s, deadline, preferred, top, big)
         running = sum(1 for f in free if f > s)
         end = s + cost[take] * (1.0 + slowdown * running)
         free[k] = end
@@ -301,28 +308,7 @@ def run_batcher_prefetch(t: list[float], w: tuple[int, ...], cost: list[float], 
                 idle = soonest if soonest > freed else freed   # an instance with nothing queued
                 e = min(nxt, idle)
         s, deadline = e, first + delay
-        j, pending, full = head, 0, False
-        best_j = best_items = 0
-        while True:
-            while j < n and t[j] <= s and not full:
-                wj = w[j]
-                if pending and preferred and pending + wj > top and not best_j:
-                    best_j, best_items = j, pending
-                if pending + wj > big:
-                    full = True
-                    break
-                pending += wj
-                j += 1
-                if pending in preferred:
-                    best_j, best_items = j, pending
-            exceeded = s >= deadline
-            if best_j and not exceeded:
-                take_j, take = best_j, best_items
-                break
-            if full or pending >= big or exceeded:
-                take_j, take = j, pending
-                break
-            s = t[j] if j < n and t[j] < deadline else deadline
+        take_j, take, s = _form_batch(t, w, head, s, deadline, preferred, top, big)
         closed = s
         soonest = min(free)
         k = free.index(soonest)
