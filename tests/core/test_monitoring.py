@@ -203,3 +203,11 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     handlers._model(body, {}, logging.getLogger("test"))
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
                     "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",)}
+
+
+def test_a_deleted_service_monitor_is_found_and_its_model_named(monkeypatch):
+    monkeypatch.setattr(models, "_monitors_applied", {("reco", "ctr"): ("d1", 0.0, "ctr", "u-1"),
+                                                      ("reco", "other"): ("d2", 0.0, "other", "u-2")})
+    assert models.monitors_gone({("reco", "other")}) == [("reco", "ctr", "u-1")]
+    assert list(models._monitors_applied) == [("reco", "other")], "forgotten: the next reconcile applies it"
+    assert models.monitors_gone({("reco", "other")}) == []

@@ -121,6 +121,28 @@ def configure(settings: kopf.OperatorSettings, **_):
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = OPERATOR.workers
     settings.watching.server_timeout = 300
+    if OPERATOR.service_monitors:
+        threading.Thread(target=_monitor_drift, daemon=True, name="servicemonitor-drift").start()
+
+
+MONITOR_CHECK_S = 30.0
+
+
+def _monitor_drift() -> None:
+    """ServiceMonitors are not watched (their CRD is optional): one cluster-wide LIST every
+    MONITOR_CHECK_S finds the ones this process applied that are gone, and reconciles their models."""
+    from rankops.controller.kube import ApiMissing
+
+    while True:
+        time.sleep(MONITOR_CHECK_S)
+        try:
+            listed = OPERATOR.kube.list("ServiceMonitor", None, label_selector=names.LABEL_MODEL)
+        except (ApiMissing, ApiException, OSError) as exc:
+            logging.getLogger(__name__).debug("ServiceMonitor drift check skipped: %s", exc)
+            continue
+        present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
+        for key in models.monitors_gone(present):
+            KICKS.kick(key)
 
 
 @kopf.on.resume(GROUP, VERSION, "rankingmodels")

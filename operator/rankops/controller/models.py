@@ -378,10 +378,19 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
 # What _apply_monitoring has logged, so a missing CRD or right is one line per process, not one
 # per reconcile; a success clears it, so the same problem coming back is logged again.
 _monitoring_notes: set[str] = set()
-# ServiceMonitors applied, by (namespace, name): the digest of what was applied, and when. They are
-# applied again when it changes or after MONITOR_REAPPLY_S (drift), not on every reconcile.
-_monitors_applied: dict[tuple[str, str], tuple[str, float]] = {}
+# ServiceMonitors applied, by (namespace, name): the digest of what was applied, when, and the model
+# (name, uid) it is for. They are applied again when it changes, after MONITOR_REAPPLY_S, or when
+# `monitors_gone` finds one deleted; not on every reconcile.
+_monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
 MONITOR_REAPPLY_S = 600.0
+
+
+def monitors_gone(present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed
+    (`present`: the rankops ServiceMonitors the API server lists); forgotten, so their next
+    reconcile applies it again. ServiceMonitors are not watched (their CRD is optional)."""
+    gone = [key for key in list(_monitors_applied) if key not in present]
+    return [(key[0], *_monitors_applied.pop(key)[2:]) for key in gone]
 
 
 def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> None:
@@ -405,7 +414,7 @@ def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> N
                   "servicemonitors rights: set the chart value monitoring.tritonServiceMonitors=true)")
         else:
             _monitoring_notes.clear()
-            _monitors_applied[key] = (digest, time.monotonic())
+            _monitors_applied[key] = (digest, time.monotonic(), rm.metadata["name"], rm.metadata.get("uid") or "")
 
 
 def _note(key: str, level: int, message: str) -> None:
