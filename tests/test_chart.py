@@ -737,3 +737,9 @@ def test_notes_say_what_was_installed_what_to_type_next_and_what_is_missing(tmp_
     detected = _notes(tmp_path / "c", "--api-versions", "security.openshift.io/v1")
     assert "--set openshift.enabled=true" in detected
     assert "SecurityContextConstraints are installed" in _notes(tmp_path / "d", "--set", "openshift.enabled=true")
+
+
+def test_on_openshift_the_operator_lets_the_platform_assign_pod_uids():
+    args = lambda objs: one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]  # noqa: E731
+    assert "--platform-assigns-uids" in args(render(("openshift.enabled=true",)))
+    assert "--platform-assigns-uids" not in args(render())

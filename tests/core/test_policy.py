@@ -182,3 +182,24 @@ def test_the_operator_reports_a_refused_uri_as_degraded_and_writes_nothing():
     assert degraded["message"].startswith("spec.versions[0].modelUri: file:///etc would mount the node's /etc")
     assert result.status["stableVersion"] == "3" and result.status["observedGeneration"] == 3
     assert [e.reason for e in result.events] == [models.POLICY_REASON]
+
+
+def _user_fields(pod: dict) -> list[str]:
+    found = [f"pod.{k}" for k in ("runAsUser", "fsGroup") if k in pod.get("securityContext", {})]
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        found += [f"{container['name']}.runAsUser"] if "runAsUser" in container.get("securityContext", {}) else []
+    return found
+
+
+def test_where_the_platform_assigns_uids_triton_pods_name_none_and_stay_restricted():
+    """OpenShift's restricted-v2 gives the UID and fsGroup from the namespace's range and refuses
+    1000; elsewhere NVIDIA's images would run as root without the triton-server user."""
+    rm = _model()
+    pod = _pod(_render(rm, TenantPolicy()))
+    assert _user_fields(pod) == ["pod.runAsUser", "pod.fsGroup", "triton.runAsUser"]
+    pod = _pod(_render(rm, TenantPolicy.from_settings(platform_assigns_uids=True)))
+    assert _user_fields(pod) == []
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}, container

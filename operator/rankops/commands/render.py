@@ -56,7 +56,7 @@ def add_service_monitor_flags(p: argparse.ArgumentParser, env: bool = False) -> 
 
 def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
     """What a RankingModel (a tenant's) may use: the flags `rankops run` and `rankops render` share."""
-    from rankops.render.policy import FLAG_FILE_DIR, FLAG_IMAGE_PREFIX
+    from rankops.render.policy import FLAG_FILE_DIR, FLAG_IMAGE_PREFIX, FLAG_PLATFORM_UIDS
 
     p.add_argument(FLAG_FILE_DIR, action="append", default=[], metavar="DIR",
                    help="a host directory file:// modelUris may mount (hostPath), e.g. /srv/models "
@@ -64,6 +64,9 @@ def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(FLAG_IMAGE_PREFIX, action="append", default=[], metavar="PREFIX",
                    help="a registry or repository prefix the images of RankingModels must start with, e.g. "
                         "nvcr.io/nvidia/ (repeatable; none: any image)")
+    p.add_argument(FLAG_PLATFORM_UIDS, action="store_true",
+                   help="the platform assigns each pod's UID and fsGroup (OpenShift's restricted-v2 SCC): Triton "
+                        "pods set none (default: the triton-server user 1000, which restricted-v2 refuses)")
 
 
 def add_pull_secret_flag(p: argparse.ArgumentParser, env: bool = False) -> None:
@@ -79,7 +82,8 @@ def tenant_policy(args: argparse.Namespace):
     """The TenantPolicy of the flags above; PolicyError (a ValueError) names a bad one."""
     from rankops.render.policy import TenantPolicy
 
-    return TenantPolicy.from_settings(args.allow_file_uri_dir, args.allow_image_prefix)
+    return TenantPolicy.from_settings(args.allow_file_uri_dir, args.allow_image_prefix,
+                                      getattr(args, "platform_assigns_uids", False))
 
 
 def render_documents(docs: list[tuple[str, dict[str, Any]]],

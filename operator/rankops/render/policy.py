@@ -21,6 +21,7 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
                "/var/lib/containerd", "/var/lib/docker", "/var/lib/etcd", "/var/log")
 FLAG_FILE_DIR = "--allow-file-uri-dir"
 FLAG_IMAGE_PREFIX = "--allow-image-prefix"
+FLAG_PLATFORM_UIDS = "--platform-assigns-uids"
 CHART_FILE_DIRS = "tenantPolicy.allowFileUriDirs"
 CHART_IMAGE_PREFIXES = "tenantPolicy.allowImagePrefixes"
 VOLUME_SOURCES = ("emptyDir", "configMap", "persistentVolumeClaim")   # hostPath only as allowed
@@ -52,15 +53,19 @@ def allowed_dir(text: str) -> str:
 class TenantPolicy:
     file_uri_dirs: tuple[str, ...] = ()      # normalised by allowed_dir; empty: no file:// at all
     image_prefixes: tuple[str, ...] = ()     # empty: any image
+    # The platform gives each pod its UID and fsGroup (OpenShift's restricted-v2 SCC: from the
+    # namespace's range, refusing any other): Triton pods then name none of their own.
+    platform_assigns_uids: bool = False
 
     @classmethod
-    def from_settings(cls, file_uri_dirs: Iterable[str] = (), image_prefixes: Iterable[str] = ()) -> TenantPolicy:
+    def from_settings(cls, file_uri_dirs: Iterable[str] = (), image_prefixes: Iterable[str] = (),
+                      platform_assigns_uids: bool = False) -> TenantPolicy:
         """From the admin's flags; PolicyError names a bad one."""
         prefixes = tuple(p.strip() for p in image_prefixes)
         empty = [p for p in prefixes if not p]
         if empty:
             raise PolicyError(f"{FLAG_IMAGE_PREFIX}: an empty prefix would allow every image; leave the flag out")
-        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes)
+        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes, platform_assigns_uids)
 
     def host_path(self, uri: str) -> str:
         """The host directory a `file://` URI may mount, normalised; PolicyError when refused."""

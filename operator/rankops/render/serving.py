@@ -70,6 +70,14 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
     return [], [fetch], []
 
 
+def _triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]:
+    """NVIDIA's images run as root unless told: the triton-server user (1000), and its group for
+    the volumes; none where the platform assigns them (OpenShift restricted-v2 refuses 1000)."""
+    if policy.platform_assigns_uids:
+        return {}
+    return {"runAsUser": TRITON_UID, **({"fsGroup": TRITON_UID} if fs_group else {})}
+
+
 def _restricted_container() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
             "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -164,7 +172,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             {"name": "tmp", "mountPath": "/tmp"},
             *artifact_mounts,
         ],
-        "securityContext": {**_restricted_container(), "runAsUser": TRITON_UID},
+        "securityContext": {**_restricted_container(), **_triton_user(policy)},
     }
     containers, warm_volumes = [triton], []
     if spec.warm_replicas.enabled:
@@ -188,7 +196,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                 },
                 "spec": {
                     **placement,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": TRITON_UID, "fsGroup": TRITON_UID,
+                    "securityContext": {"runAsNonRoot": True, **_triton_user(policy, fs_group=True),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": 30,
                     "initContainers": init_containers,
