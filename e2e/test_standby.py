@@ -8,6 +8,8 @@ it, is stopped while these run: it does not take part in peering.
 """
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +46,9 @@ def handled(process: Any, after: int) -> list[str]:
 
 
 def changed(process: Any, after: int) -> bool:
-    return any("Handler 'rankingmodel_changed' succeeded" in line for line in handled(process, after))
+    """A RankingModel handled after byte `after`: resumed, created, or its spec updated (kopf names
+    the update handler 'rankingmodel_changed/spec')."""
+    return any(re.search(r"Handler 'rankingmodel_changed(/spec)?' succeeded", line) for line in handled(process, after))
 
 
 def log_size(process: Any) -> int:
@@ -75,10 +79,16 @@ def replicas(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             session_operator.start()
 
 
-def one_acting(peers: list[Any]) -> Any:
-    """Wait until exactly one replica acts, and return it."""
-    return wait_for(lambda: (lambda active: active[0] if len(active) == 1 else None)([p for p in peers if acting(p)]),
-                    60, "exactly one replica acting")
+def one_acting(peers: list[Any], settle: float = LIFETIME / 2) -> Any:
+    """Wait until exactly one replica acts, and still the same one `settle` seconds later (a
+    returning replica of higher priority takes over a moment after it joined), and return it."""
+    def settled() -> Any:
+        active = [p for p in peers if acting(p)]
+        if len(active) != 1:
+            return None
+        time.sleep(settle)
+        return active[0] if [p for p in peers if acting(p)] == active else None
+    return wait_for(settled, 60 + settle, "exactly one replica acting, settled")
 
 
 def peering_status(k8s: Any) -> dict:
