@@ -87,7 +87,8 @@ def test_planning_fields_for_a_single_instance_model(timed_server, capsys):
     planning = json.loads(out)["planning"]
     assert set(planning) == {"latencyProfile"}, "one instance: the slowdown is not measured"
     assert sorted(int(b) for b in planning["latencyProfile"]) == [1, 8]
-    assert 1.5 <= planning["latencyProfile"]["1"] <= 4.5 and 5.0 <= planning["latencyProfile"]["8"] <= 9.0
+    for b, truth in ((1, 1.5), (8, 5.0)):   # the solo model's a + b*items; slack as in the test above
+        assert truth <= planning["latencyProfile"][str(b)] <= truth + 5.0, (b, planning)
     assert "instance_group count 2" in err
 
 
