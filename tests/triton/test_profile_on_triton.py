@@ -8,6 +8,7 @@ server does not have, a model that answers every request with an error.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import numpy as np
@@ -70,7 +71,11 @@ def test_profile_measures_the_known_cost_and_the_planner_reads_it(timed_server, 
         count, ns = _server_totals(timed_server, "timed", b)
         for _ in range(10):
             timed_server.infer("timed", {"x": np.zeros((b, 4), np.float32)})
-        count2, ns2 = _server_totals(timed_server, "timed", b)
+        # Triton records an execution just after it answers: wait (up to 5 s) for the tenth to show
+        deadline = time.monotonic() + 5
+        while (totals := _server_totals(timed_server, "timed", b))[0] - count < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        count2, ns2 = totals
         assert count2 - count == 10
         mean = (ns2 - ns) / 10 / 1e6
         assert abs(mean - profile[b]) <= 0.25 * profile[b], (b, mean, profile[b])

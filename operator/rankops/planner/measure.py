@@ -233,6 +233,22 @@ def _snapshot(url: str, model: str, version: str, timeout_s: float) -> StatsSnap
 
 # --- requests ---------------------------------------------------------------------------------------
 
+STATS_WAIT_S = 1.0
+
+
+def _recorded(url: str, model: str, version: str, timeout_s: float,
+              before: StatsSnapshot) -> tuple[StatsSnapshot, dict[int, tuple[int, float]]]:
+    """The statistics once the execution of the request just answered shows in them: Triton answers
+    a request before it records the execution (a loaded machine read 0, then 2 executions)."""
+    deadline = time.monotonic() + STATS_WAIT_S
+    while True:
+        after = _snapshot(url, model, version, timeout_s)
+        seen = executions_between(before, after)
+        if seen or time.monotonic() > deadline:
+            return after, seen
+        time.sleep(0.005)
+
+
 def _instances(config: dict[str, Any]) -> int:
     groups = config.get("instance_group") or []
     return sum(int(g.get("count", 1) or 1) for g in groups) or 1
@@ -345,8 +361,7 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
                 start = time.perf_counter()
                 send(connection, prepared_requests[b], b)
                 client[b].append((time.perf_counter() - start) * 1000)
-                after = _snapshot(url, model, version, timeout_s)
-                seen = executions_between(before, after)
+                after, seen = _recorded(url, model, version, timeout_s, before)
                 if set(seen) == {b} and seen[b][0] == 1:
                     runs[b].append(seen[b][1])
                 else:
