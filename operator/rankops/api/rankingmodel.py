@@ -226,15 +226,46 @@ class TrafficMode(str, Enum):
     openshift_route = "openshiftRoute"
 
 
-class Canary(ApiModel):
-    weight: Annotated[int, Field(ge=1, le=99, description="Percent of traffic the canary gets.")] = 10
+class CanaryStep(ApiModel):
+    weight: Annotated[int, Field(ge=1, le=99, description="Percent of traffic the canary gets in this step.")]
     duration_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
-        "How long the canary holds its weight before promotion."))] = 600
+        "How long the step holds its weight; the canary analysis judges this step's own window."))]
+
+
+class CanaryAnalysis(ApiModel):
+    """Bounds the canary is held to while it serves, from each serving pod's Triton metrics."""
+    enabled: Annotated[bool, Field(description=(
+        "Judge the canary on Triton's own numbers while it serves; off: the canary is only held for its "
+        "duration."))] = True
+    max_failure_ratio: Annotated[float, Field(ge=0, le=1, description=(
+        "Failed / all requests of the canary in the window; above it the canary is rolled back."))] = 0.01
+    max_p99_ms: Annotated[float | None, Field(gt=0, le=3_600_000, description=(
+        "Absolute bound on the canary's server-side P99 (ms); default slo.p99LatencyMs."))] = None
+    max_p99_vs_stable: Annotated[float | None, Field(ge=1, le=1000, description=(
+        "Bound on canary P99 / stable P99 measured over the same window; null: not compared."))] = 1.5
+    min_requests: Annotated[int, Field(ge=1, le=10_000_000, description=(
+        "Fewer canary requests in a window: no verdict from it (the hold decides alone)."))] = 100
+
+
+class Canary(ApiModel):
+    weight: Annotated[int, Field(ge=1, le=99, description=(
+        "Percent of traffic the canary gets (the single step when steps is empty)."))] = 10
+    duration_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
+        "How long the canary holds its weight before promotion (the single step when steps is empty)."))] = 600
+    steps: Annotated[list[CanaryStep], Field(max_length=20, description=(
+        "Progressive weights: the canary takes each step's weight for its duration, judged on that step's "
+        "own window, then the next; promoted after the last. Empty: one step of weight for durationSeconds."))] = []
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis, description=(
+        "Canary analysis while it serves: failure ratio and server-side P99 against bounds and the stable's."))
     traffic: Annotated[TrafficMode, Field(description=(
         "How the weight is honoured: `replicas` (ratio of Ready pods behind the shared Service, approximate), "
         "`gatewayAPI` (HTTPRoute backend weights, exact) or `openshiftRoute` (Route alternateBackends)."))] = TrafficMode.replicas
     parent_ref: Annotated[str | None, Field(pattern=bounds.PARENT_REF, max_length=bounds.DNS_SUBDOMAIN_MAX + 64, description=(
         "gatewayAPI mode: the Gateway (name or namespace/name) the HTTPRoute attaches to."))] = None
+
+    def step_plan(self) -> list[CanaryStep]:
+        """The steps the canary goes through: `steps`, or one of `weight` for `durationSeconds`."""
+        return list(self.steps) or [CanaryStep(weight=self.weight, duration_seconds=self.duration_seconds)]
 
 
 class GateJobs(ApiModel):
@@ -433,6 +464,9 @@ class RolloutStatus(ApiModel):
     started_at: Annotated[str | None, Field(description="When this rollout attempt started (RFC 3339).")] = None
     phase_since: Annotated[str | None, Field(description="When the rollout entered its current phase (RFC 3339).")] = None
     canary_since: Annotated[str | None, Field(description="When the canary started taking traffic.")] = None
+    step: Annotated[int | None, Field(ge=1, description=(
+        "During Canary: the step being held, 1 for the first of rollout.canary.steps (or the single step)."))] = None
+    step_since: Annotated[str | None, Field(description="When the current canary step's weight took effect.")] = None
     message: Annotated[str | None, Field(description="What the rollout is doing or why it stopped, for people.")] = None
     failed_gate: Annotated[str | None, Field(description="warmup, equivalence, canary, promotion or manual.")] = None
     retried: Annotated[str | None, Field(description=(

@@ -19,21 +19,21 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiMissing, InvalidName, Kube
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names
-from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, effective_weight,
-                                    monitoring_objects, resolve_shape, track_objects, with_owner)
+from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, resolve_shape,
+                                    track_objects, with_owner)
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
-from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, ROLLED_BACK, Decision, Event,
-                                     GateObservation, Observed, attempt_id, passed_gates, step)
+from rankops.rollout import status_decisions
+from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Decision, Event, GateObservation,
+                                     Observed, attempt_id, iso, passed_gates, step)
 from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
 from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
@@ -41,7 +41,7 @@ from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
 POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
-SPEC_NOT_APPLIED = "SpecNotApplied"           # Ready's reason while a generation cannot be applied
+SPEC_NOT_APPLIED = status_decisions.SPEC_NOT_APPLIED
 FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
 
 
@@ -60,27 +60,16 @@ def _spec_document(body: dict[str, Any]) -> dict[str, Any]:
             "spec": body.get("spec", {})}
 
 
-def _degraded_only(body: dict, reason: str, message: str, events: list[Event]) -> Result:
+def _degraded_only(body: dict, reason: str, message: str, events: list[Event], now: dt.datetime) -> Result:
     """A problem only the operator can see: say so, and leave whatever is serving untouched."""
-    status = dict(body.get("status") or {})
-    gen = body["metadata"].get("generation")
-    conditions = status.get("conditions") or []
-    was = get_condition(conditions, DEGRADED)
-    conditions = set_condition(conditions, DEGRADED, True, reason, message, gen)
-    # Ready keeps saying whether what serves is Ready (the previous generation's objects, left as
-    # they were), but at this generation and with a reason that says this one is not applied.
-    ready = get_condition(conditions, READY)
-    serving = {"True": True, "False": False}.get((ready or {}).get("status"))
-    stable = status.get("stableVersion")
-    note = (f"generation {gen} is not applied ({reason}: see Degraded); "
-            + (f"version {stable} serves as before ({status.get('ready', '?')} Ready)" if stable and ready
-               else "nothing serves yet"))
-    conditions = set_condition(conditions, READY, serving, SPEC_NOT_APPLIED, note, gen)
-    conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, gen)
-    if not was or was.get("status") != "True" or was.get("reason") != reason:
-        events.append(Event("Warning", reason, message))
-    status.update(conditions=conditions, phase="Degraded", observedGeneration=gen)
-    return Result(status, events)
+    decided = status_decisions.degraded_only(body.get("status") or {}, body["metadata"].get("generation"),
+                                             reason, message, iso(now))
+    return Result(decided.status, [*events, *decided.events])
+
+
+def _job_finished(job: dict) -> bool:
+    return any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+               for c in (job.get("status") or {}).get("conditions") or [])
 
 
 def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObservation:
@@ -244,20 +233,20 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         rm = RankingModel.model_validate(_spec_document(body))
     except ValidationError as exc:
         return _degraded_only(body, "InvalidSpec", "; ".join(describe(exc)) +
-                              " (fix the spec; the serving version is left untouched)", events)
+                              " (fix the spec; the serving version is left untouched)", events, now)
     refused = spec_problems(rm.spec, policy)
     if refused:
         return _degraded_only(body, POLICY_REASON, "; ".join(refused) +
-                              " (the serving version is left untouched)", events)
+                              " (the serving version is left untouched)", events, now)
 
     engines_off, notes = image_fit.engine_mismatches(rm.spec)
     if engines_off:   # Triton would refuse the engine: say so before any pod starts
         return _degraded_only(body, "TensorRTVersionMismatch", "; ".join(engines_off) +
-                              " (the serving version is left untouched)", events)
+                              " (the serving version is left untouched)", events, now)
 
     missing = _credentials_missing(kube, rm)
     if missing:
-        return _degraded_only(body, "CredentialsSecretNotFound", missing, events)
+        return _degraded_only(body, "CredentialsSecretNotFound", missing, events, now)
 
     pool_requirements, pool_note, placement = None, None, None
     if rm.spec.node_pool:
@@ -265,7 +254,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         if pool is None:
             return _degraded_only(body, "NodePoolNotFound",
                                   f"GpuNodePool {rm.spec.node_pool} does not exist: create it "
-                                  f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool", events)
+                                  f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool", events, now)
         from rankops.api.gpunodepool import GpuNodePool
         try:
             pool_requirements = GpuNodePool.model_validate(
@@ -287,7 +276,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     try:
         resolved = _resolve(rm, _read_profile(kube, rm))
     except RenderError as exc:
-        return _degraded_only(body, "PlanFailed", str(exc), events)
+        return _degraded_only(body, "PlanFailed", str(exc), events, now)
 
     stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
     canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
@@ -316,14 +305,14 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
                         (service_monitor_labels or {}) if service_monitors else None, canary_pods,
                         policy=policy, pull_secrets=pull_secrets)
     except RenderError as exc:
-        return _degraded_only(body, "RenderFailed", str(exc), unapplied_events)
+        return _degraded_only(body, "RenderFailed", str(exc), unapplied_events, now)
     except writes.ChildRefused as exc:
-        return _degraded_only(body, "ChildRefused", str(exc), unapplied_events)
+        return _degraded_only(body, "ChildRefused", str(exc), unapplied_events, now)
     except InvalidName as exc:   # never expected: the API models refuse such names first
         return _degraded_only(body, "InvalidSpec", f"{exc}; the serving version is left untouched",
-                              unapplied_events)
+                              unapplied_events, now)
 
-    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events,
+    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events, now,
                           placement, notes),
                   events, decision.outcome,
                   [g for g in decision.gates if g not in (status.get("gates") or [])])
@@ -341,12 +330,10 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
         wanted += [with_owner(o, rm) for o in track_objects(
             rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements,
             policy=policy)]
-    wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving.canary_version, serving.canary_traffic)]
-    job_names = set()
+    wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving)]
     for gate in decision.gate_jobs:
         job = gate_jobs.gate_job(rm, gate, decision.rollout["version"], attempt_id(decision.rollout),
                                  decision.stable_version, reference_served=bool(decision.reference_version))
-        job_names.add(job["metadata"]["name"])
         # A Job's pod template is immutable: create it once, never re-apply it.
         if kube.get("Job", namespace, job["metadata"]["name"]) is None:
             wanted.append(with_owner(job, rm))
@@ -355,20 +342,13 @@ def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: 
         raise RenderError("; ".join(foreign))
     writes.apply_all(kube, rm.metadata, with_pull_secrets(wanted, pull_secrets))
 
-    # Remove what the decision no longer wants.
-    unwanted_tracks = [t for t, v in ((names.CANARY, serving.canary_version),
-                                      (gate_jobs.REFERENCE_TRACK, decision.reference_version)) if not v]
-    for track in unwanted_tracks:   # only what exists (read from the watch cache: no request)
-        for kind, child in (("Deployment", names.deployment_name(name, track)),
-                            ("Service", names.track_service_name(name, track)),
-                            ("ConfigMap", names.config_map_name(name, track))):
-            if kube.get(kind, namespace, child) is not None:
-                kube.delete(kind, namespace, child)
-    for job in kube.list("Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}):
-        active = not any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-                         for c in (job.get("status") or {}).get("conditions") or [])
-        if job["metadata"]["name"] not in job_names and active:
-            kube.delete("Job", namespace, job["metadata"]["name"])   # superseded or rolled back: stop its load
+    # Remove what the decision no longer wants, of what exists (read from the watch cache: no request).
+    present = [(kind, child) for kind, child in status_decisions.unwanted_children(name, decision)
+               if kube.get(kind, namespace, child) is not None]
+    jobs = [(job["metadata"]["name"], _job_finished(job))
+            for job in kube.list("Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP})]
+    for kind, child in status_decisions.deletions(name, decision, present, jobs):
+        kube.delete(kind, namespace, child)
     if serving.canary_version and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
         _set_canary_traffic(kube, namespace, list(canary_pods), serving.canary_version, serving.canary_traffic)
     if service_monitor_labels is not None:
@@ -424,73 +404,17 @@ def _note(key: str, level: int, message: str) -> None:
 
 
 def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape, stable_dep: dict | None,
-            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event],
+            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event], now: dt.datetime,
             placement: tuple[str, str] | None = None, notes: list[str] = ()) -> dict[str, Any]:
     """`placement`: (reason, message) when no ready node can run the image (image_fit);
     `notes`: what rankops could not check, said in Degraded's message when nothing is wrong."""
     desired, ready, settled, version = _deployment_view(stable_dep)
-    want = resolved.replicas
-    conditions = old.get("conditions") or []
-    rollout = decision.rollout
-    active = bool(rollout and rollout.get("phase") in ACTIVE)
-    is_ready = stable_dep is not None and version == decision.serving.stable_version and settled >= want \
-        and desired == want
-    ready_msg = (f"{settled}/{want} replicas of version {decision.serving.stable_version} Ready and up to date"
-                 + (f" ({ready} Ready in all)" if ready != settled else ""))
-    prev_ready = get_condition(conditions, READY)
-    conditions = set_condition(conditions, READY, is_ready, "ReplicasReady" if is_ready else "ReplicasNotReady",
-                               ready_msg, gen)
-    if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
-        events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
-    progressing = active or not is_ready
-    conditions = set_condition(
-        conditions, PROGRESSING, progressing,
-        rollout["phase"] if active else ("Deploying" if not is_ready else "Stable"),
-        rollout["message"] if active else ready_msg, gen)
-    problems = list(resolved.problems)
-    failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == rm.spec.version else None
-    if failed:
-        reason, message = "RolledBack", rollout.get("message", "")
-    elif pool_note:
-        reason, message = "NoReadyNodes", pool_note
-    elif placement:
-        reason, message = placement
-    elif resolved.unbatched:
-        reason, message = "RequestsNotBatched", "; ".join(resolved.unbatched)
-    elif problems:
-        reason, message = "PlanPredictsProblem", "; ".join(problems)
-    else:
-        reason, message = "AsExpected", "; ".join(["no problem seen", *notes])
-    was = get_condition(conditions, DEGRADED)
-    degraded = reason != "AsExpected"
-    conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen)
-    if degraded and (not was or was.get("reason") != reason) and reason != "RolledBack":
-        events.append(Event("Warning", reason, message))
-    if active:
-        phase = rollout["phase"]
-    elif failed:
-        phase = ROLLED_BACK
-    else:
-        phase = "Ready" if is_ready else "Pending"
-    canary = decision.serving.canary_version
-    if canary and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
-        weight = effective_weight(ready, canary_ready) if decision.serving.canary_traffic else 0
-    elif canary:
-        weight = rm.spec.rollout.canary.weight if decision.serving.canary_traffic else 0
-    else:
-        weight = None
-    status = {
-        "observedGeneration": gen,
-        "phase": phase,
-        "stableVersion": decision.stable_version,
-        "canaryVersion": canary,
-        "canaryWeight": weight,
-        "replicas": want,
-        "readyReplicas": ready,
-        "ready": f"{ready}/{want}",
-        "rollout": rollout,
-        "gates": decision.gates,
-        "plan": resolved.plan.to_status() if resolved.plan is not None else None,
-        "conditions": conditions,
-    }
-    return status
+    decided = status_decisions.decide(rm.spec, old, decision, status_decisions.Facts(
+        now=iso(now), generation=gen,
+        stable=status_decisions.StableView(stable_dep is not None, desired, ready, settled, version),
+        canary_ready=canary_ready, replicas=resolved.replicas,
+        plan=resolved.plan.to_status() if resolved.plan is not None else None,
+        problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool_note,
+        placement=placement, notes=tuple(notes)))
+    events += decided.events
+    return decided.status

@@ -24,6 +24,7 @@ class ServingState:
     canary_version: str | None = None
     canary_traffic: bool = False   # gates passed: canary pods may join the serving Service
     canary_replicas: int = 0
+    canary_weight: int = 0         # percent of traffic the canary gets while it takes traffic
 
 
 @dataclass(frozen=True)

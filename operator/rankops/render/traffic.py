@@ -9,6 +9,7 @@ from typing import Any
 
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.render import names
+from rankops.render.desired import ServingState
 from rankops.render.serving import HTTP_PORT
 
 
@@ -17,10 +18,12 @@ def weights(weight: int, canary_version: str | None, canary_traffic: bool) -> tu
     return 100 - canary, canary
 
 
-def traffic_objects(rm: RankingModel, canary_version: str | None, canary_traffic: bool) -> list[dict[str, Any]]:
+def traffic_objects(rm: RankingModel, state: ServingState) -> list[dict[str, Any]]:
+    """The route objects of the traffic mode, at the weight of the canary step being held."""
     canary_cfg = rm.spec.rollout.canary
     model, ns = rm.metadata["name"], rm.metadata.get("namespace", "default")
-    stable_w, canary_w = weights(canary_cfg.weight, canary_version, canary_traffic)
+    canary_version = state.canary_version
+    stable_w, canary_w = weights(state.canary_weight or canary_cfg.weight, canary_version, state.canary_traffic)
     stable_svc = names.track_service_name(model, names.STABLE)
     canary_svc = names.track_service_name(model, names.CANARY)
     labels = names.common_labels(model)

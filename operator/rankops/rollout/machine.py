@@ -148,35 +148,54 @@ def reference_version_of(spec: RankingModelSpec, stable: str) -> str | None:
     return ref
 
 
+def analysis_bounds(spec: RankingModelSpec) -> canary_analysis.Bounds:
+    cfg = spec.rollout.canary.analysis
+    max_p99 = cfg.max_p99_ms if cfg.max_p99_ms is not None else (spec.slo.p99_latency_ms if spec.slo else None)
+    return canary_analysis.Bounds(max_failure_ratio=cfg.max_failure_ratio, max_p99_ms=max_p99,
+                                  max_p99_vs_stable=cfg.max_p99_vs_stable, min_requests=cfg.min_requests)
+
+
 def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed,
              attempt: str) -> canary_analysis.Judgement | None:
-    """The canary's numbers since traffic reached it, against the stable's (None: not read).
+    """The canary's numbers since its current step's weight took effect, against the stable's
+    (None: analysis off, or not read).
 
-    The first reading of this attempt's Canary phase is kept in the record as the window's start
-    (`rollout.analysisBaseline`), so a restarted operator judges the same window.
+    The first reading of this attempt's step is kept in the record as the window's start
+    (`rollout.analysisBaseline`), so a restarted operator judges the same window, and each step
+    is judged on its own.
     """
     from rankops.gates.server_metrics import ModelCounters
 
     readings = observed.track_metrics
-    if not readings or not readings.get("canary"):
+    if not spec.rollout.canary.analysis.enabled or not readings or not readings.get("canary"):
         return None
+    step = rollout.get("step") or 1
     baseline = rollout.get("analysisBaseline")
-    if not baseline or baseline.get("attempt") != attempt:
-        rollout["analysisBaseline"] = {"attempt": attempt, **{
+    if not baseline or baseline.get("attempt") != attempt or (baseline.get("step") or 1) != step:
+        rollout["analysisBaseline"] = {"attempt": attempt, "step": step, **{
             track: {pod: dict(c.values) for pod, c in pods.items()} for track, pods in readings.items()}}
         baseline = rollout["analysisBaseline"]
     before = {track: {pod: ModelCounters(values, {}) for pod, values in (baseline.get(track) or {}).items()}
               for track in ("canary", "stable")}
     windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {})
                for track in ("canary", "stable")}
-    bounds = canary_analysis.Bounds(max_p99_ms=spec.slo.p99_latency_ms if spec.slo else None)
-    return canary_analysis.judge(windows["canary"], windows["stable"], bounds)
+    return canary_analysis.judge(windows["canary"], windows["stable"], analysis_bounds(spec))
 
 
-def _canary_result(version: str, attempt: str, judged: canary_analysis.Judgement, now: dt.datetime) -> dict[str, Any]:
+def _canary_result(version: str, attempt: str, judged: canary_analysis.Judgement, now: dt.datetime,
+                   step: int, steps: int) -> dict[str, Any]:
     outcome = {canary_analysis.FAIL: "fail", canary_analysis.PASS: "pass"}.get(judged.outcome, "inconclusive")
+    where = f"step {step}/{steps}: " if steps > 1 else ""
     return {"gate": "canary", "version": version, "attempt": attempt, "outcome": outcome, "reason": judged.reason,
-            "summary": judged.summary, "metrics": judged.metrics, "finishedAt": iso(now)}
+            "summary": where + judged.summary, "metrics": {**judged.metrics, "step": step}, "finishedAt": iso(now)}
+
+
+def current_step(spec: RankingModelSpec, rollout: dict[str, Any] | None) -> tuple[int, Any]:
+    """The canary step being held (1-based, clamped to the spec's steps, which may have changed)
+    and its CanaryStep."""
+    plan = spec.rollout.canary.step_plan()
+    number = min(max(int((rollout or {}).get("step") or 1), 1), len(plan))
+    return number, plan[number - 1]
 
 
 def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> Decision:
@@ -290,9 +309,12 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
                 nxt = NEXT_PHASE[phase]
                 events.append(Event("Normal", "GatePassed", f"{gate} gate passed for {target}: {summary}"))
                 if nxt == CANARY:
-                    rollout.pop("canarySince", None)   # set when traffic really starts (below)
-                    move(CANARY, f"gates passed; canary {target} takes {spec.rollout.canary.weight}% of traffic "
-                                 f"for {spec.rollout.canary.duration_seconds}s")
+                    for key in ("canarySince", "stepSince"):
+                        rollout.pop(key, None)   # set when traffic really starts (below)
+                    rollout["step"] = 1
+                    plan = spec.rollout.canary.step_plan()
+                    steps = " then ".join(f"{s.weight}% for {s.duration_seconds}s" for s in plan)
+                    move(CANARY, f"gates passed; canary {target} takes {steps}")
                 else:
                     move(nxt, f"running the {GATE_OF_PHASE[nxt]} gate on {target}")
             else:
@@ -306,25 +328,46 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     recorded = status.get("rollout") or {}
     recorded_here = recorded.get("version") == target and attempt_id(recorded) == attempt
     if phase == CANARY and recorded_here and recorded.get("phase") == CANARY and not rollout.get("canarySince"):
-        rollout["canarySince"] = iso(now)   # the hold counts from the step traffic is switched on
+        rollout["canarySince"] = rollout["stepSince"] = iso(now)   # holds count from the step traffic is on
     if not paused and phase == CANARY:
-        duration = spec.rollout.canary.duration_seconds
-        since = parse_time(rollout.get("canarySince"))
+        number, held_step = current_step(spec, rollout)
+        last = number == len(spec.rollout.canary.step_plan())
+        duration = held_step.duration_seconds
+        since = parse_time(rollout.get("stepSince") or rollout.get("canarySince"))
         held = (now - since).total_seconds() if since else 0.0
+        step_age = held if since else phase_age
         asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
         judged = _analyse(spec, rollout, observed, attempt) if since else None
+        steps = len(spec.rollout.canary.step_plan())
+        where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
+
+        def record_analysis() -> str:
+            nonlocal gates
+            if judged is None:
+                return ""
+            gates = [g for g in gates if g.get("gate") != "canary"] + \
+                [_canary_result(target, attempt, judged, now, number, steps)]
+            return f"; canary analysis: {judged.summary}"
+
         if judged is not None and judged.outcome == canary_analysis.FAIL:
-            gates = [g for g in gates if g.get("gate") != "canary"] + [_canary_result(target, attempt, judged, now)]
-            roll_back("canary", f"canary analysis failed for {target}: {judged.summary}; stable {stable} untouched")
-        elif (held >= duration or asked) and canary_up:
-            why = "promoted by annotation" if held < duration else f"canary held {int(held)}s"
-            if judged is not None:
-                gates = [g for g in gates if g.get("gate") != "canary"] + [_canary_result(target, attempt, judged, now)]
-                why += f"; canary analysis: {judged.summary}"
-            move(PROMOTING, f"{why}; updating stable to {target}")
-        elif phase_age > duration + timeout:
-            roll_back("canary", f"canary {target} not Ready on live nodes {timeout}s after its {duration}s hold "
-                                f"({canary_ready}/{observed.canary_desired} pods); stable {stable} untouched")
+            record_analysis()
+            roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; "
+                                f"stable {stable} untouched")
+        elif (held >= duration or asked) and canary_up and (last or asked):
+            why = "promoted by annotation" if asked and held < duration else f"canary held {int(held)}s{where}"
+            move(PROMOTING, f"{why}{record_analysis()}; updating stable to {target}")
+        elif held >= duration and canary_up:
+            analysis = record_analysis()
+            upcoming = spec.rollout.canary.step_plan()[number]
+            rollout.update(step=number + 1, stepSince=iso(now))
+            rollout["message"] = (f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
+                                  f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s"
+                                  f"{analysis}")
+            events.append(Event("Normal", "CanaryStepPassed", rollout["message"]))
+            number, held_step = number + 1, upcoming
+        elif step_age > duration + timeout:
+            roll_back("canary", f"canary {target} not Ready on live nodes {timeout}s after its {duration}s hold"
+                                f"{where} ({canary_ready}/{observed.canary_desired} pods); stable {stable} untouched")
 
     if phase == PROMOTING:
         rolled = (observed.stable_template_version == target
@@ -340,14 +383,15 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     if phase == ROLLED_BACK:
         return Decision(stable, ServingState(stable), rollout, gates, events=tuple(events), outcome=ROLLED_BACK)
 
-    # Active rollout: render the canary beside the stable.
-    weight = spec.rollout.canary.weight
+    # Active rollout: render the canary beside the stable, at the weight of the step it holds.
+    weight = current_step(spec, rollout)[1].weight
     canary_replicas = canary_replicas_for(spec.replicas, weight) \
         if spec.rollout.canary.traffic is TrafficMode.replicas else 1
     taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) and recorded_here
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
-        canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas)
+        canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas,
+        canary_weight=weight)
     jobs = (GATE_OF_PHASE[phase],) if phase in GATE_OF_PHASE else ()
     reference = reference_version_of(spec, stable) if phase in (WARMING, VERIFYING) else None
     outcome = SUPERSEDED if any(e.reason == "RolloutSuperseded" for e in events) else None
