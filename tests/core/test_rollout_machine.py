@@ -547,3 +547,19 @@ def test_analysis_off_lets_the_hold_alone_decide():
     _, s = drive(rm, s, 10, **up(), track_metrics=bad)
     _, s = drive(rm, s, 4 + 300, **up(), track_metrics=bad)
     assert s["rollout"]["phase"] == "Promoting" and not [g for g in s["gates"] if g["gate"] == "canary"]
+
+
+@pytest.mark.parametrize("mode", ["gatewayAPI", "openshiftRoute"])
+def test_exact_traffic_routes_follow_the_step_being_held(mode):
+    from rankops.render.traffic import traffic_objects
+
+    rm = model("2", canary={**STEPS, "traffic": mode})
+    s = _serving(rm)
+    _, s = drive(rm, s, 64, **up())
+    d, s = drive(rm, s, 70, **up())
+    [route] = traffic_objects(rm, d.serving)
+    if mode == "gatewayAPI":
+        weights = [b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]]
+    else:
+        weights = [route["spec"]["to"]["weight"], route["spec"]["alternateBackends"][0]["weight"]]
+    assert s["rollout"]["step"] == 2 and weights == [50, 50]
