@@ -1,0 +1,206 @@
+"""What a reconcile reports and removes, as pure functions beside `step()`.
+
+`step()` decides the rollout; these decide the rest from its Decision and what the cluster
+showed: the phase, the Ready / Progressing / Degraded conditions, the canary's traffic weight,
+the Events of a condition that flips, and which children go. controller.models gathers the facts
+and applies the outcome. Status leaves here as the typed model (api.rankingmodel's
+RankingModelStatus) in its wire form, so the code cannot write a field the CRD schema lacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable
+
+from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
+from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, TrafficMode
+from rankops.render import names
+from rankops.render.desired import effective_weight
+from rankops.rollout.jobs import REFERENCE_TRACK
+from rankops.rollout.machine import ACTIVE, ROLLED_BACK, Decision, Event, attempt_id
+
+SPEC_NOT_APPLIED = "SpecNotApplied"   # Ready's reason while a generation cannot be applied
+
+
+@dataclass(frozen=True)
+class StableView:
+    """The stable Deployment as the cluster shows it."""
+    exists: bool = False
+    desired: int = 0
+    ready: int = 0
+    settled: int = 0                 # Ready pods already running the current template
+    version: str | None = None       # the version its template runs
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the status is decided from, besides the spec, the old status and the step's Decision."""
+    now: str                                   # RFC 3339: a condition that flips says it changed then
+    generation: int | None
+    stable: StableView
+    canary_ready: int = 0                      # Ready canary pods of the canary version, on live nodes
+    replicas: int = 1                          # the replicas wanted (spec, or the plan's)
+    plan: dict[str, Any] | None = None         # status.plan
+    problems: tuple[str, ...] = ()             # what the plan predicts will go wrong
+    unbatched: tuple[str, ...] = ()            # inputs that keep Triton from batching requests
+    pool_note: str | None = None               # the pool has no validated ready node
+    placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
+    notes: tuple[str, ...] = ()                # what rankops could not check
+
+
+@dataclass(frozen=True)
+class StatusDecision:
+    status: dict[str, Any]           # the whole status, wire form (camelCase, no nulls)
+    events: tuple[Event, ...] = ()
+
+
+def typed_status(status: dict[str, Any]) -> dict[str, Any]:
+    """`status` through the RankingModelStatus model and back: a field the model (and so the CRD
+    schema) does not have raises pydantic's ValidationError instead of being pruned by the API
+    server; absent values are left out (the merge patch removes them)."""
+    return RankingModelStatus.model_validate(status).to_wire()
+
+
+def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
+    """The canary's share of traffic now, in percent (None: no canary)."""
+    canary = decision.serving.canary_version
+    if not canary:
+        return None
+    if not decision.serving.canary_traffic:
+        return 0
+    if spec.rollout.canary.traffic is TrafficMode.replicas:
+        return effective_weight(stable_ready, canary_ready)   # the share Ready pods really get
+    return decision.serving.canary_weight or spec.rollout.canary.weight   # the step's weight, routed exactly
+
+
+def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, facts: Facts) -> StatusDecision:
+    """The status after a reconcile that applied `decision`, and the Events its conditions' flips say."""
+    stable, gen, want = facts.stable, facts.generation, facts.replicas
+    events: list[Event] = []
+    conditions = old.get("conditions") or []
+    rollout = decision.rollout
+    active = bool(rollout and rollout.get("phase") in ACTIVE)
+    is_ready = stable.exists and stable.version == decision.serving.stable_version and stable.settled >= want \
+        and stable.desired == want
+    ready_msg = (f"{stable.settled}/{want} replicas of version {decision.serving.stable_version} Ready and up to date"
+                 + (f" ({stable.ready} Ready in all)" if stable.ready != stable.settled else ""))
+    prev_ready = get_condition(conditions, READY)
+    conditions = set_condition(conditions, READY, is_ready, "ReplicasReady" if is_ready else "ReplicasNotReady",
+                               ready_msg, gen, facts.now)
+    if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
+        events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
+    conditions = set_condition(
+        conditions, PROGRESSING, active or not is_ready,
+        rollout["phase"] if active else ("Deploying" if not is_ready else "Stable"),
+        rollout["message"] if active else ready_msg, gen, facts.now)
+
+    failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == spec.version \
+        else None
+    reason, message = degraded_reason(facts, failed)
+    was = get_condition(conditions, DEGRADED)
+    degraded = reason != "AsExpected"
+    conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen, facts.now)
+    if degraded and (not was or was.get("reason") != reason) and reason != "RolledBack":
+        events.append(Event("Warning", reason, message))   # a rollback has its own Event, from step()
+
+    if active:
+        phase = rollout["phase"]
+    elif failed:
+        phase = ROLLED_BACK
+    else:
+        phase = "Ready" if is_ready else "Pending"
+    status = {
+        "observedGeneration": gen,
+        "phase": phase,
+        "stableVersion": decision.stable_version,
+        "canaryVersion": decision.serving.canary_version,
+        "canaryWeight": weight(spec, decision, stable.ready, facts.canary_ready),
+        "replicas": want,
+        "readyReplicas": stable.ready,
+        "ready": f"{stable.ready}/{want}",
+        "rollout": rollout,
+        "gates": decision.gates,
+        "plan": facts.plan,
+        "conditions": conditions,
+    }
+    return StatusDecision(typed_status(status), tuple(events))
+
+
+def degraded_reason(facts: Facts, failed: dict[str, Any] | None) -> tuple[str, str]:
+    """Degraded's (reason, message): the first of what is wrong, most serious first."""
+    if failed:
+        return "RolledBack", failed.get("message", "")
+    if facts.pool_note:
+        return "NoReadyNodes", facts.pool_note
+    if facts.placement:
+        return facts.placement
+    if facts.unbatched:
+        return "RequestsNotBatched", "; ".join(facts.unbatched)
+    if facts.problems:
+        return "PlanPredictsProblem", "; ".join(facts.problems)
+    return "AsExpected", "; ".join(["no problem seen", *facts.notes])
+
+
+def degraded_only(old: dict[str, Any], generation: int | None, reason: str, message: str,
+                  now: str) -> StatusDecision:
+    """A problem only the operator can see (an invalid spec, a missing input, a refused write): say
+    so, and leave whatever is serving (and the rest of the status) as it was.
+
+    Ready keeps saying whether what serves is Ready (the previous generation's objects), but at
+    this generation and with a reason that says this one is not applied.
+    """
+    status = dict(old)
+    conditions = status.get("conditions") or []
+    was = get_condition(conditions, DEGRADED)
+    conditions = set_condition(conditions, DEGRADED, True, reason, message, generation, now)
+    ready = get_condition(conditions, READY)
+    serving = {"True": True, "False": False}.get((ready or {}).get("status"))
+    stable = status.get("stableVersion")
+    note = (f"generation {generation} is not applied ({reason}: see Degraded); "
+            + (f"version {stable} serves as before ({status.get('ready', '?')} Ready)" if stable and ready
+               else "nothing serves yet"))
+    conditions = set_condition(conditions, READY, serving, SPEC_NOT_APPLIED, note, generation, now)
+    conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, generation, now)
+    events = () if was and was.get("status") == "True" and was.get("reason") == reason \
+        else (Event("Warning", reason, message),)
+    status.update(conditions=conditions, phase="Degraded", observedGeneration=generation)
+    return StatusDecision(typed_status(status), events)
+
+
+def unwanted_tracks(decision: Decision) -> list[str]:
+    """The tracks besides stable that the decision does not serve: the canary without a canary
+    version, the reference without a reference version."""
+    return [track for track, version in ((names.CANARY, decision.serving.canary_version),
+                                         (REFERENCE_TRACK, decision.reference_version)) if not version]
+
+
+def wanted_job_names(model: str, decision: Decision) -> set[str]:
+    """The gate Jobs the decision runs now (the Jobs of its rollout attempt's current gate)."""
+    if not decision.gate_jobs:
+        return set()
+    version, attempt = decision.rollout["version"], attempt_id(decision.rollout)
+    return {names.gate_job_name(model, gate, version, attempt) for gate in decision.gate_jobs}
+
+
+def track_children(model: str, track: str) -> list[tuple[str, str]]:
+    """(kind, name) of the objects one track (canary, reference) is made of."""
+    return [("Deployment", names.deployment_name(model, track)),
+            ("Service", names.track_service_name(model, track)),
+            ("ConfigMap", names.config_map_name(model, track))]
+
+
+def unwanted_children(model: str, decision: Decision) -> list[tuple[str, str]]:
+    """(kind, name) of the track objects the decision no longer wants, whether they exist or not."""
+    return [child for track in unwanted_tracks(decision) for child in track_children(model, track)]
+
+
+def deletions(model: str, decision: Decision, present: Collection[tuple[str, str]],
+              gate_jobs: Iterable[tuple[str, bool]]) -> list[tuple[str, str]]:
+    """(kind, name) of the children to delete: the objects of the tracks no longer served that
+    exist (`present`: the (kind, name) of this model's children the cluster shows), and the gate
+    Jobs still running that the decision no longer runs (`gate_jobs`: (name, finished) of this
+    model's gate Jobs), superseded or rolled back: their load stops. Finished Jobs stay, for
+    their verdicts and logs (their TTL removes them). Nothing that does not exist is deleted."""
+    present = set(present)
+    keep = wanted_job_names(model, decision)
+    return [child for child in unwanted_children(model, decision) if child in present] + \
+        [("Job", job) for job, finished in gate_jobs if job not in keep and not finished]
