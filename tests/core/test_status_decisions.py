@@ -251,3 +251,14 @@ def test_status_is_the_typed_model_and_a_field_it_lacks_fails():
     with pytest.raises(ValidationError, match="canaryPercent"):
         sd.typed_status({**status, "canaryPercent": 20})
     assert "canaryVersion" not in sd.typed_status({**status, "canaryVersion": None}), "no nulls written"
+
+
+def test_a_pools_status_is_its_typed_model_too():
+    from rankops.controller.pools import typed_status
+
+    status = {"nodes": 2, "ready": 1, "failing": 1, "pending": 0, "excluded": 0, "driverVersions": None,
+              "failingByCheck": [{"check": "nouveau", "count": 1, "nodes": ["gpu-2"]}], "observedGeneration": 1,
+              "conditions": [{"type": "Ready", "status": "True", "reason": "NodesReady", "message": "1 of 2"}]}
+    assert "driverVersions" not in typed_status(status)
+    with pytest.raises(ValidationError, match="readyNodes"):
+        typed_status({**status, "readyNodes": 1})

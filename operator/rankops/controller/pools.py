@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from rankops.api.conditions import now_iso
 from rankops.api.errors import describe
-from rankops.api.gpunodepool import GpuNodePool
+from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 from rankops.controller.kube import Kube
 from rankops.rollout.machine import Event
 from rankops.render.pullsecrets import with_pull_secrets
@@ -24,6 +24,12 @@ from rankops.validator.pool_status import aggregate_pool_status, node_claims, po
 class Result:
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
+
+
+def typed_status(status: dict[str, Any]) -> dict[str, Any]:
+    """`status` through the GpuNodePoolStatus model: a field the model (and so the CRD schema) lacks
+    raises instead of being pruned by the API server; absent values are left out."""
+    return GpuNodePoolStatus.model_validate(status).to_wire()
 
 
 def _owned(obj: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +52,7 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
         conditions = [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
                        "lastTransitionTime": now_iso(), "observedGeneration": gen}]
         events.append(Event("Warning", "InvalidSpec", message))
-        return Result({**old, "conditions": conditions, "observedGeneration": gen}, events)
+        return Result(typed_status({**old, "conditions": conditions, "observedGeneration": gen}), events)
 
     # A pool being deleted keeps its status, but its validator is not re-created: the delete
     # handler removes it before it clears the nodes' marks.
@@ -67,7 +73,7 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
             warn = (cond["type"] in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond["status"] == "True") or \
                    (cond["type"] == "Ready" and cond["status"] == "False")
             events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
-    return Result({**summary, "conditions": conditions, "observedGeneration": gen}, events)
+    return Result(typed_status({**summary, "conditions": conditions, "observedGeneration": gen}), events)
 
 
 VALIDATOR_STOP_WAIT_S = 60.0  # then clear anyway: a pod stuck Terminating on a lost node writes nothing
