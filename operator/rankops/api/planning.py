@@ -151,6 +151,9 @@ class PlanStatus(ApiModel):
     problems: Annotated[list[str], Field(description="SLO misses, capacity shortfalls, OOMs.")]
     summary: Annotated[str, Field(description="One line: why this choice.")]
     inputs: Annotated[PlanInputsStatus, Field(description="The inputs of the plan.")]
+    inputs_digest: Annotated[str | SkipJsonSchema[None], Field(default=None, max_length=64, description=(
+        "sha256 of what the plan was computed from (SLO, profile, planning, the replicas and instances the "
+        "spec sets, tensors, the planner's code): while it matches, the operator does not plan again."))]
 
 
 def status_schema() -> dict:

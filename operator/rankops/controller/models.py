@@ -7,8 +7,6 @@ status. It is level-based: the same inputs give the same writes, so running it t
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -24,7 +22,7 @@ from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiMissing, InvalidName, Kube
 from rankops.controller.unchanged import applied_digest
-from rankops.render import names
+from rankops.render import names, planned
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, resolve_shape,
                                     track_objects, with_owner)
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
@@ -193,26 +191,37 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
         raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
 
 
-# Shapes resolved (planned, for batching: auto), by a digest of the spec and profile they were resolved
-# from: a reconcile whose inputs did not change (most of them) does not plan again.
-_shapes: OrderedDict[str, ResolvedShape] = OrderedDict()
+# Shapes resolved (planned, for batching: auto), by the digest of the plan's inputs (render.planned),
+# with the status.plan they report: a reconcile whose inputs did not change (most of them) does not
+# plan again; after a restart, status.plan.inputsDigest says the same.
+_shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None]] = OrderedDict()
 SHAPES_KEPT = 4096
 _shapes_lock = threading.Lock()
 
 
-def _resolve(rm: RankingModel, profile: dict[int, float] | None) -> ResolvedShape:
-    key = hashlib.sha256(json.dumps([rm.spec.model_dump(mode="json", by_alias=True), sorted((profile or {}).items())],
-                                    sort_keys=True, default=str).encode()).hexdigest()
+def _resolve(rm: RankingModel, profile: dict[int, float] | None,
+             recorded: dict[str, Any] | None = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
+    """The shape to serve and the status.plan that says why; `recorded`: the status.plan now."""
+    digest = planned.inputs_digest(rm.spec, profile)
+    if digest is None:   # nothing to plan (or planning refuses: resolve_shape says why)
+        resolved = resolve_shape(rm.spec, profile)
+        return resolved, resolved.plan.to_status() if resolved.plan is not None else None
     with _shapes_lock:
-        if key in _shapes:
-            _shapes.move_to_end(key)
-            return _shapes[key]
-    resolved = resolve_shape(rm.spec, profile)   # RenderError: not kept, said again next time
+        if digest in _shapes:
+            _shapes.move_to_end(digest)
+            return _shapes[digest]
+    resolved = planned.from_status(rm.spec, recorded, digest)
+    if resolved is not None:
+        kept = (resolved, dict(recorded))
+    else:
+        resolved = resolve_shape(rm.spec, profile)   # RenderError: not kept, said again next time
+        kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None,
+                                              digest))
     with _shapes_lock:
-        _shapes[key] = resolved
+        _shapes[digest] = kept
         while len(_shapes) > SHAPES_KEPT:
             _shapes.popitem(last=False)
-    return resolved
+    return kept
 
 
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
@@ -274,7 +283,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         notes += [unknown] if unknown else []
 
     try:
-        resolved = _resolve(rm, _read_profile(kube, rm))
+        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"))
     except RenderError as exc:
         return _degraded_only(body, "PlanFailed", str(exc), events, now)
 
@@ -312,8 +321,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         return _degraded_only(body, "InvalidSpec", f"{exc}; the serving version is left untouched",
                               unapplied_events, now)
 
-    return Result(_status(rm, status, decision, resolved, stable_dep, c_ready, pool_note, gen, events, now,
-                          placement, notes),
+    return Result(_status(rm, status, decision, resolved, plan_status, stable_dep, c_ready, pool_note, gen, events,
+                          now, placement, notes),
                   events, decision.outcome,
                   [g for g in decision.gates if g not in (status.get("gates") or [])])
 
@@ -403,7 +412,8 @@ def _note(key: str, level: int, message: str) -> None:
         log.log(level, message)
 
 
-def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape, stable_dep: dict | None,
+def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape,
+            plan_status: dict[str, Any] | None, stable_dep: dict | None,
             canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event], now: dt.datetime,
             placement: tuple[str, str] | None = None, notes: list[str] = ()) -> dict[str, Any]:
     """`placement`: (reason, message) when no ready node can run the image (image_fit);
@@ -413,7 +423,7 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
         now=iso(now), generation=gen,
         stable=status_decisions.StableView(stable_dep is not None, desired, ready, settled, version),
         canary_ready=canary_ready, replicas=resolved.replicas,
-        plan=resolved.plan.to_status() if resolved.plan is not None else None,
+        plan=plan_status,
         problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool_note,
         placement=placement, notes=tuple(notes)))
     events += decided.events
