@@ -26,6 +26,7 @@ from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
 from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
+from rankops.controller.peering import PAUSE
 from rankops.render import names
 from rankops.rollout.machine import ABORT_ANNOTATION, ACTIVE, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 
@@ -135,6 +136,8 @@ def _monitor_drift() -> None:
 
     while True:
         time.sleep(MONITOR_CHECK_S)
+        if PAUSE.paused:   # a standby lists nothing: the replica that acts checks
+            continue
         try:
             listed = OPERATOR.kube.list("ServiceMonitor", None, label_selector=names.LABEL_MODEL)
         except (ApiMissing, ApiException, OSError) as exc:
@@ -175,7 +178,8 @@ def _kicked(key) -> None:
 
 
 # A child's burst of events (its status moving pod by pod) within a quarter second is one reconcile.
-KICKS = Kicks(_kicked, workers=OPERATOR.workers, delay_s=0.25)
+# A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
+KICKS = Kicks(_kicked, workers=OPERATOR.workers, delay_s=0.25, paused=lambda: PAUSE.paused)
 
 
 def _owner_kick(obj) -> None:

@@ -4,6 +4,8 @@ A burst of events for one model (its Deployment's status moving pod by pod, four
 applied at once) within `delay_s` becomes one reconcile, plus one more if events came while it ran: a reconcile
 reads the object as it is, so nothing in between is lost. They run on a pool of their own, not on
 kopf's workers that serve spec changes. A reconcile that fails is tried again after `retry_s`.
+While `paused()` says so (a standby replica: kopf peering), kicks do nothing, the queued and
+the retried ones included: the replica that acts reconciles those objects.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ log = logging.getLogger("rankops.kicks")
 
 class Kicks:
     def __init__(self, run: Callable[[Hashable], None], workers: int = 8, retry_s: float = 10.0,
-                 delay_s: float = 0.0):
+                 delay_s: float = 0.0, paused: Callable[[], bool] = lambda: False):
         """`delay_s`: how long a kick waits for more events of the same burst before it runs."""
         self._run = run
+        self._paused = paused
         self._retry_s = retry_s
         self._delay_s = delay_s
         self._due: list[tuple[float, int, Hashable, contextvars.Context]] = []   # a heap
@@ -40,6 +43,8 @@ class Kicks:
     def kick(self, key: Hashable, context: contextvars.Context | None = None) -> None:
         """Reconcile `key` soon. The caller's context (kopf's, in a handler) goes with it: kopf
         posts Events through context variables."""
+        if self._paused():
+            return
         context = (context or contextvars.copy_context()).copy()
         with self._lock:
             if key in self._queued:
@@ -66,6 +71,8 @@ class Kicks:
     def _work(self, key: Hashable, context: contextvars.Context) -> None:
         with self._lock:
             self._queued.discard(key)
+            if self._paused():   # paused since it was asked for
+                return
             self._running.add(key)
         try:
             self._run(key)

@@ -10,7 +10,9 @@ whether another one already does.
 """
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from dataclasses import dataclass
 
 import kopf
@@ -59,8 +61,59 @@ def ensure_peering_objects(api_client, name: str, namespaces: list[str]) -> None
                                    f"{exc.status} {exc.reason} (are the chart's kopf.dev CRDs installed?)") from exc
 
 
+KOPF_PEERING_LOGGER = "kopf._core.engines.peering"
+PAUSING = ("Pausing operations", "Pausing all operators")   # kopf's words as it pauses this replica
+RESUMING = "Resuming operations"
+
+
+class PauseState(logging.Filter):
+    """Whether kopf keeps this replica paused. kopf has no API for it; its peering engine logs each
+    pause and resume (the lines e2e/test_standby reads), so this filter on that logger follows them.
+    Work that kopf does not drive itself (the watch-event kicks, their retry timers) asks it before
+    it acts: a standby writes nothing. Every watched namespace's peering object pauses together (the
+    replicas of one Deployment watch the same namespaces), so one flag is enough."""
+
+    def __init__(self, paused: bool = False):
+        super().__init__()
+        self._paused = threading.Event()
+        if paused:
+            self._paused.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def set(self, paused: bool) -> None:
+        (self._paused.set if paused else self._paused.clear)()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith(PAUSING):
+            self.set(True)
+        elif message.startswith(RESUMING):
+            self.set(False)
+        return True   # the line is logged as before
+
+
+PAUSE = PauseState()   # standalone (no --peering): never paused
+
+
+def follow_pauses(state: PauseState = PAUSE) -> None:
+    """A peered operator starts paused until kopf has read the peering object (and then logs its
+    resume); kopf's INFO lines must be made to be seen, whatever the log level."""
+    state.set(True)
+    logger = logging.getLogger(KOPF_PEERING_LOGGER)
+    if not logger.isEnabledFor(logging.INFO):
+        logger.setLevel(logging.INFO)
+    if state not in logger.filters:
+        logger.addFilter(state)
+
+
 def register(peering: Peering) -> None:
-    """kopf reads the keep-alive lifetime from its settings, set at startup."""
+    """kopf reads the keep-alive lifetime from its settings, set at startup; from now on PAUSE
+    follows kopf's pauses of this replica."""
+    follow_pauses()
+
     @kopf.on.startup()
     def peering_lifetime(settings: kopf.OperatorSettings, **_):
         settings.peering.lifetime = peering.lifetime
