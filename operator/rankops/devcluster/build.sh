@@ -2,6 +2,8 @@
 # Builds the local control plane once per machine from the Go module proxy:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm; and makes
 # sure bubblewrap is there (Debian's package), which the process nodes run their pods under.
+# Also sccadmit: OpenShift's SCC admission plugin (vendored in sccadmit/ beside this file) as a
+# command the OpenShift tests run on rendered pods.
 # Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
 # ~/.cache/rankops/k8s/<version>/bin); what is already there is reused.
 # Prints the bin directory on its last line.
@@ -81,6 +83,26 @@ build_module_tool() {  # name module version package [ldflags]
   mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
+# Rebuilt when its in-repo source changes: $BIN/sccadmit.sha256 holds the hash of the source it was
+# built from (tests/test_openshift_scc.py computes the same and refuses a stale binary).
+sccadmit_hash() {
+  (cd "$1" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort \
+     | xargs sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+build_sccadmit() {
+  local src hash
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/sccadmit" && pwd)
+  hash=$(sccadmit_hash "$src")
+  have sccadmit && [ "$(cat "$BIN/sccadmit.sha256" 2>/dev/null)" = "$hash" ] && { say "sccadmit: cached"; return; }
+  say "sccadmit: building (OpenShift's SCC admission, from $src)"
+  # The same tags and flags as the Kubernetes build, so its compiled packages are reused; readonly:
+  # the committed go.sum is the whole truth, nothing in the repo is rewritten.
+  (cd "$src" && GOFLAGS=-mod=readonly go build -tags selinux,notest -trimpath -ldflags "-s -w" -o "$BIN/sccadmit.tmp" .)
+  mv "$BIN/sccadmit.tmp" "$BIN/sccadmit"
+  echo "$hash" > "$BIN/sccadmit.sha256"
+}
+
 ensure_bubblewrap() {
   command -v bwrap >/dev/null && { say "bubblewrap: $(bwrap --version)"; return; }
   command -v apt-get >/dev/null || { say "bubblewrap (bwrap) is missing: install it with your package manager"; exit 1; }
@@ -106,5 +128,6 @@ build_module_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm 
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X $helm_kube"
 touch "$BIN/.helm-kube-1.$minor"
 build_kubernetes
+build_sccadmit
 say "ready in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

@@ -1,0 +1,2 @@
+// Package selinux contains security context constraints SELinux strategy implementations.
+package selinux

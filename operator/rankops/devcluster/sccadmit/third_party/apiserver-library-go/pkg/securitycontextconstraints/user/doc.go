@@ -1,0 +1,2 @@
+// Package user contains security context constraints user strategy implementations.
+package user

@@ -1,0 +1,3 @@
+module github.com/openshift/client-go
+
+go 1.24.0

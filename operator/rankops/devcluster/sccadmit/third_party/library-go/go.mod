@@ -1,0 +1,3 @@
+module github.com/openshift/library-go
+
+go 1.24.0

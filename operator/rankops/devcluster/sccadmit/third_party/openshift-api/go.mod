@@ -1,0 +1,3 @@
+module github.com/openshift/api
+
+go 1.24.0
