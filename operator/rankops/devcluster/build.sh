@@ -98,7 +98,7 @@ build_sccadmit() {
   say "sccadmit: building (OpenShift's SCC admission, from $src)"
   # The same tags and flags as the Kubernetes build, so its compiled packages are reused; readonly:
   # the committed go.sum is the whole truth, nothing in the repo is rewritten.
-  (cd "$src" && GOFLAGS=-mod=readonly go build -tags selinux,notest -trimpath -ldflags "-s -w" -o "$BIN/sccadmit.tmp" .)
+  (cd "$src" && GOFLAGS="-mod=readonly -buildvcs=false" go build -tags selinux,notest -trimpath -ldflags "-s -w" -o "$BIN/sccadmit.tmp" .)
   mv "$BIN/sccadmit.tmp" "$BIN/sccadmit"
   echo "$hash" > "$BIN/sccadmit.sha256"
 }
