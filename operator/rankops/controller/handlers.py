@@ -6,6 +6,8 @@ when one changes or goes, so drift is repaired and Ready is seen as it happens. 
 children come from those watches (controller/cache.py). A timer at `--interval` runs only while a
 model is unsettled (a rollout in flight, not Ready yet, a refused write to retry): gate deadlines
 and the canary hold need a clock. Every model is reconciled again each `--resync` seconds.
+Pools alike: a change of a node they select (labels, verdict, GPU capacity) or of another pool
+reconciles them, and so does `--resync`; a settled pool costs no request in between.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from rankops.controller.kicks import Kicks
 from rankops.controller.kube import namespace_terminating
 from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PAUSE
+from rankops.controller.plans import Plans
 from rankops.render import names
 from rankops.rollout.machine import ABORT_ANNOTATION, ACTIVE, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 
@@ -99,7 +102,7 @@ def _reconcile_model(body):
                             service_monitors=OPERATOR.service_monitors,
                             service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
                             pull_secrets=tuple(OPERATOR.image_pull_secrets),
-                            metrics_networks=tuple(OPERATOR.pod_metrics_networks))
+                            metrics_networks=tuple(OPERATOR.pod_metrics_networks), plans=PLANS)
 
 
 def _model(body, patch, logger):
@@ -180,6 +183,8 @@ def _kicked(key) -> None:
 # A child's burst of events (its status moving pod by pod) within a quarter second is one reconcile.
 # A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
 KICKS = Kicks(_kicked, workers=OPERATOR.workers, delay_s=0.25, paused=lambda: PAUSE.paused)
+# Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
+PLANS = Plans(done=KICKS.kick)
 
 
 def _owner_kick(obj) -> None:
@@ -256,11 +261,25 @@ def rankingmodel_event(event, **_):
         KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
 
 
+_pool_generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
+
+
 @kopf.on.event(GROUP, VERSION, "gpunodepools")
-def gpunodepool_event(event, models_by_input: kopf.Index, **_):
-    if event.get("type") is not None:   # its status (ready nodes) decides where the models' pods may go
-        for key in models_by_input.get(("GpuNodePool", event["object"]["metadata"]["name"]), ()):
-            KICKS.kick(key)
+def gpunodepool_event(event, models_by_input: kopf.Index, pool_selectors: kopf.Index, **_):
+    meta = event["object"]["metadata"]
+    name, deleted = meta["name"], event.get("type") == "DELETED"
+    before = _pool_generations.pop(name, None) if deleted else _pool_generations.get(name, -1)
+    if not deleted:
+        _pool_generations[name] = meta.get("generation")
+    if event.get("type") is None:
+        return
+    for key in models_by_input.get(("GpuNodePool", name), ()):   # its ready nodes decide where their pods go
+        KICKS.kick(key)
+    if deleted or before != meta.get("generation"):   # added, gone or a new selector: the others' overlaps
+        for other, entries in pool_selectors.items():
+            for uid, _selector in entries:
+                if other != name:
+                    POOL_KICKS.kick((other, uid))
 
 
 @kopf.on.resume(GROUP, VERSION, "gpunodepools")
@@ -270,9 +289,45 @@ def gpunodepool_changed(body, patch, logger, **_):
     _pool(body, patch, logger)
 
 
-@kopf.timer(GROUP, VERSION, "gpunodepools", interval=OPERATOR.interval, sharp=False)
-def gpunodepool_tick(body, patch, logger, **_):
+@kopf.timer(GROUP, VERSION, "gpunodepools", interval=OPERATOR.resync, initial_delay=OPERATOR.resync, sharp=False)
+def gpunodepool_resync(body, patch, logger, **_):
     _pool(body, patch, logger)
+
+
+def _pool_kicked(key) -> None:
+    name, uid = key
+    _run("GpuNodePool", lambda b: pools.reconcile(OPERATOR.kube, b, OPERATOR), {"metadata": {"name": name, "uid": uid}},
+         None, log)
+
+
+# Validators report node by node: a pool's burst of node events within a second is one reconcile.
+POOL_KICKS = Kicks(_pool_kicked, workers=2, delay_s=1.0, paused=lambda: PAUSE.paused)
+
+
+@kopf.index(GROUP, VERSION, "gpunodepools")
+def pool_selectors(name, uid, spec, **_):
+    return {name: (uid, dict(spec.get("nodeSelector") or {}))}
+
+
+_nodes_seen: dict[str, str] = {}   # node name -> what the pools read of it (pools.node_inputs)
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_event(event, pool_selectors: kopf.Index, **_):
+    """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
+    it is in. A heartbeat, or a re-validation with the same verdict, wakes none."""
+    node = event["object"]
+    name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
+    seen = pools.node_inputs(node)
+    before = _nodes_seen.pop(name, None) if deleted else _nodes_seen.get(name)
+    if not deleted:
+        _nodes_seen[name] = seen
+    if event.get("type") is None or (not deleted and before == seen):   # None: kopf's listing
+        return
+    selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
+    uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
+    for pool in pools.pools_of_node(node, selectors):
+        POOL_KICKS.kick((pool, uids[pool]))
 
 
 # optional: no finalizer of its own (the timer already makes kopf add one); it only drops the

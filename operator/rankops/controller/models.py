@@ -21,6 +21,7 @@ from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiMissing, InvalidName, Kube
+from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names, planned
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, resolve_shape,
@@ -192,46 +193,73 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
 
 
 # Shapes resolved (planned, for batching: auto), by the digest of the plan's inputs (render.planned),
-# with the status.plan they report: a reconcile whose inputs did not change (most of them) does not
-# plan again; after a restart, status.plan.inputsDigest says the same.
-_shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None]] = OrderedDict()
+# with the status.plan they report, or why no plan was made (the planner is deterministic: the same
+# inputs fail the same way): a reconcile whose inputs did not change (most of them) does not plan
+# again; after a restart, status.plan.inputsDigest says the same.
+_shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None] | RenderError] = OrderedDict()
 SHAPES_KEPT = 4096
 _shapes_lock = threading.Lock()
 
 
-def _resolve(rm: RankingModel, profile: dict[int, float] | None,
-             recorded: dict[str, Any] | None = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
-    """The shape to serve and the status.plan that says why; `recorded`: the status.plan now."""
+def _keep(digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | RenderError) -> None:
+    with _shapes_lock:
+        _shapes[digest] = kept
+        while len(_shapes) > SHAPES_KEPT:
+            _shapes.popitem(last=False)
+
+
+def _plan(spec: Any, profile: dict[int, float] | None, digest: str) -> tuple[ResolvedShape, dict[str, Any] | None]:
+    try:
+        resolved = resolve_shape(spec, profile)
+    except RenderError as exc:
+        _keep(digest, exc)
+        raise
+    except Exception as exc:   # a planner bug: said as PlanFailed, not retried on every reconcile
+        _keep(digest, RenderError(f"the planner failed: {type(exc).__name__}: {exc}"))
+        raise
+    kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None, digest))
+    _keep(digest, kept)
+    return kept
+
+
+def _resolve(rm: RankingModel, profile: dict[int, float] | None, recorded: dict[str, Any] | None = None,
+             plans: Plans | None = None, who: Any = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
+    """The shape to serve and the status.plan that says why; `recorded`: the status.plan now.
+    With `plans`, a plan still to make is made on its thread (PlanPending), and `who` reconciled
+    again once it is."""
     digest = planned.inputs_digest(rm.spec, profile)
     if digest is None:   # nothing to plan (or planning refuses: resolve_shape says why)
         resolved = resolve_shape(rm.spec, profile)
         return resolved, resolved.plan.to_status() if resolved.plan is not None else None
     with _shapes_lock:
-        if digest in _shapes:
+        kept = _shapes.get(digest)
+        if kept is not None:
             _shapes.move_to_end(digest)
-            return _shapes[digest]
+    if isinstance(kept, RenderError):
+        raise RenderError(str(kept))
+    if kept is not None:
+        return kept
     resolved = planned.from_status(rm.spec, recorded, digest)
     if resolved is not None:
-        kept = (resolved, dict(recorded))
-    else:
-        resolved = resolve_shape(rm.spec, profile)   # RenderError: not kept, said again next time
-        kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None,
-                                              digest))
-    with _shapes_lock:
-        _shapes[digest] = kept
-        while len(_shapes) > SHAPES_KEPT:
-            _shapes.popitem(last=False)
-    return kept
+        _keep(digest, (resolved, dict(recorded)))
+        return resolved, dict(recorded)
+    if plans is None:
+        return _plan(rm.spec, profile, digest)
+    spec = rm.spec
+    plans.ask(digest, lambda: _plan(spec, profile, digest), who)
+    raise PlanPending(digest)
 
 
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
-              metrics_networks: tuple[str, ...] = ()) -> Result:
+              metrics_networks: tuple[str, ...] = (), plans: Plans | None = None) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
-    `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all)."""
+    `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all).
+    `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
+    nothing, and the model is reconciled again when the plan is made (None: plan here)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
@@ -283,7 +311,10 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         notes += [unknown] if unknown else []
 
     try:
-        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"))
+        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"), plans,
+                                         (namespace, name, meta.get("uid")))
+    except PlanPending:
+        return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
     except RenderError as exc:
         return _degraded_only(body, "PlanFailed", str(exc), events, now)
 

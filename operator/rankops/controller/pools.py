@@ -2,6 +2,7 @@
 and release a deleted pool: stop its validators, then clear the marks they left on its nodes."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -12,11 +13,13 @@ from pydantic import ValidationError
 from rankops.api.conditions import now_iso
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
+from rankops.controller.diffbase import essence_digest
 from rankops.controller.kube import Kube
 from rankops.rollout.machine import Event
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.validator.daemonset import render_validator, validator_name
-from rankops.validator.node import LABEL_POOL, clear_marks_patch, label_value
+from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, clear_marks_patch, label_value
+from rankops.validator.ownership import gpu_capacity, selects
 from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
 
 
@@ -74,6 +77,32 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
                    (cond["type"] == "Ready" and cond["status"] == "False")
             events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
     return Result(typed_status({**summary, "conditions": conditions, "observedGeneration": gen}), events)
+
+
+def node_inputs(node: dict[str, Any]) -> str:
+    """Digest of what a pool's status reads of a node: its labels (selectors, the validator's
+    marks), the verdict of its report (not the report's time: a re-validation with the same
+    outcome changes nothing) and its GPU capacity. A node event that leaves it alone wakes no pool."""
+    meta = node.get("metadata") or {}
+    try:
+        report = json.loads((meta.get("annotations") or {}).get(ANNOTATION_REPORT, ""))
+    except (TypeError, ValueError):
+        report = None
+    verdict = None
+    if isinstance(report, dict):
+        checks = [[c.get("id"), c.get("required"), c.get("status")] for c in report.get("checks") or []
+                  if isinstance(c, dict)]
+        verdict = [report.get("requirementsDigest"), report.get("ready"), report.get("blocking"), checks]
+    return essence_digest([meta.get("labels") or {}, verdict, gpu_capacity(node)])
+
+
+def pools_of_node(node: dict[str, Any], selectors: dict[str, dict[str, str]]) -> list[str]:
+    """The pools (by name, with their nodeSelectors) whose status a change of `node` may move: those
+    that select it, and the one whose mark it carries (a node that stopped matching leaves it)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    mark = labels.get(LABEL_POOL)
+    return sorted(name for name, selector in selectors.items()
+                  if selects(selector, labels) or (mark is not None and mark == label_value(name)))
 
 
 VALIDATOR_STOP_WAIT_S = 60.0  # then clear anyway: a pod stuck Terminating on a lost node writes nothing
