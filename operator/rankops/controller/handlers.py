@@ -31,7 +31,8 @@ from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PAUSE
 from rankops.controller.plans import Plans
 from rankops.render import names
-from rankops.rollout.machine import ABORT_ANNOTATION, ACTIVE, PROMOTE_ANNOTATION, RETRY_ANNOTATION
+from rankops.rollout import status_decisions
+from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -159,10 +160,7 @@ def rankingmodel_changed(body, patch, logger, **_):
 
 
 def _unsettled(body, **_) -> bool:
-    """What only a clock moves on: a rollout in flight, a model not Ready (yet), a write to retry."""
-    status = body.get("status") or {}
-    return (status.get("rollout") or {}).get("phase") in ACTIVE or status.get("phase") not in ("Ready", "RolledBack") \
-        or status.get("observedGeneration") != body["metadata"].get("generation")
+    return status_decisions.needs_clock(body.get("status") or {}, body["metadata"].get("generation"))
 
 
 @kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, sharp=False, when=_unsettled)

@@ -60,6 +60,14 @@ def typed_status(status: dict[str, Any]) -> dict[str, Any]:
     return RankingModelStatus.model_validate(status).to_wire()
 
 
+def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
+    """Whether only time moves the model on, so it is re-checked at `--interval`: a rollout in
+    flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
+    refused write to retry). A settled model waits for events and `--resync` alone."""
+    return (status.get("rollout") or {}).get("phase") in ACTIVE or status.get("phase") not in ("Ready", ROLLED_BACK) \
+        or status.get("observedGeneration") != generation
+
+
 def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
     """The canary's share of traffic now, in percent (None: no canary)."""
     canary = decision.serving.canary_version
