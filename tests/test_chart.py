@@ -593,6 +593,69 @@ def test_helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_it(tmp_path):
         assert tool("kubectl", "get", "rankingmodel", "ctr", "-n", "reco", "-o", "name").strip()
 
 
+def _adoption_blocks() -> list[str]:
+    """The bash blocks of docs/install.md's section on upgrading from a chart with crds/."""
+    import re
+
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text.split("### Upgrading a release whose chart installed the CRDs from `crds/`", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize("block", [0, 1], ids=["label-and-annotate", "take-ownership"])
+def test_a_release_of_the_crds_folder_chart_upgrades_as_docs_install_md_says(tmp_path, block):
+    """Before the CRDs were templates the chart had them in crds/: such a release's first upgrade
+    is refused for the CRDs' ownership, and each of the documented ways hands them to the release,
+    applies the new schema and keeps the RankingModels."""
+    import shutil
+
+    from rankops.devcluster.controlplane import LocalControlPlane
+
+    commands = _adoption_blocks()
+    assert len(commands) == 2, commands
+    old = tmp_path / "old-chart"
+    shutil.copytree(CHART, old)
+    (old / "templates" / "crds.yaml").unlink()
+    (old / "crds").mkdir()
+    for crd in (old / "files" / "crds").glob("*.yaml"):
+        crd.rename(old / "crds" / crd.name)
+    new = tmp_path / "charts" / "rankops-operator"      # where the documented commands name it
+    shutil.copytree(CHART, new)
+    crd_file = new / "files" / "crds" / "rankingmodels.rankops.io.yaml"
+    crd_file.write_text(crd_file.read_text().replace("description: Triton Inference Server image.",
+                                                     "description: Triton Inference Server image (v2)."))
+
+    with LocalControlPlane(BIN_DIR, work_dir=tmp_path / "cp") as cp:
+        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig), "PATH": f"{BIN_DIR}:{os.environ['PATH']}"}
+
+        def sh(script: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, input=stdin,
+                                  capture_output=True, text=True, timeout=300)
+
+        def ok(script: str, stdin: str | None = None) -> str:
+            done = sh(script, stdin)
+            assert done.returncode == 0, f"{script}\n{done.stderr}"
+            return done.stdout
+
+        ok(f"helm install rankops {old} -n {NAMESPACE} --create-namespace --set operator.replicas=1")
+        ok("kubectl wait --for=condition=Established --timeout=60s crd/rankingmodels.rankops.io")
+        ok("kubectl create namespace reco")
+        example = yaml.safe_load((ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml").read_text())
+        ok("kubectl apply --server-side -f -", stdin=json.dumps({**example, "metadata": {"name": "ctr", "namespace": "reco"}}))
+
+        refused = sh(f"helm upgrade rankops charts/rankops-operator -n {NAMESPACE}")
+        assert refused.returncode != 0 and "invalid ownership metadata" in refused.stderr, refused.stderr
+        ok(commands[block])
+
+        crd = json.loads(ok("kubectl get crd rankingmodels.rankops.io -o json"))
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        assert spec["properties"]["tritonImage"]["description"] == "Triton Inference Server image (v2)."
+        annotations = crd["metadata"]["annotations"]
+        assert annotations["meta.helm.sh/release-name"] == "rankops" and annotations["helm.sh/resource-policy"] == "keep"
+        assert ok("kubectl get rankingmodel ctr -n reco -o name").strip() == "rankingmodel.rankops.io/ctr"
+        ok(f"helm upgrade rankops charts/rankops-operator -n {NAMESPACE}")   # and the next upgrade is plain
+
+
 def test_examples_parse_with_the_api_models_and_reference_each_other():
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
