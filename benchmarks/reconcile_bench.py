@@ -1,18 +1,28 @@
 """The operator at scale on the local control plane (issue 13): N pool-less RankingModels.
 
-Starts the local control plane with enough kwok A100 nodes, installs the chart, runs `rankops run`
-as the chart's ServiceAccount (as the e2e suite does), creates N models at once and prints:
-time to all Ready; steady-state requests per model per minute, from the operator's own counter
+Starts the local control plane with enough kwok A100 nodes and installs the chart. First the
+baseline: the children the operator would create for the same N models (rendered by the project's
+own renderers: ConfigMap, Deployment, Services), server-side applied in parallel into a namespace
+of their own, timed until every Deployment is Ready; that namespace is then deleted and waited for.
+Then it runs `rankops run` as the chart's ServiceAccount (as the e2e suite does), creates N models
+at once and prints: time to all Ready and its ratio to the raw apply; steady-state requests per model per minute, from the operator's own counter
 (rankops_api_requests_total) and from the API server's apiserver_request_total (all clients,
 minus the same window with the operator stopped); how long a spec change takes to reach the
-child ConfigMap and a deleted Deployment to come back (median, max); the operator's CPU and RSS.
+child ConfigMap and a deleted Deployment to come back (median, max); the operator's CPU and RSS
+(now and peak), and the load average (the machine may be shared).
 
     .venv/bin/python benchmarks/reconcile_bench.py [--models 100] [--idle 60] [--interval 10] [--samples 5]
+        [--no-raw] [--profile-memory DUMP]
+
+`--profile-memory DUMP`: the operator runs under tracemalloc (slower, more memory: for finding
+where memory goes, not for the RSS figure) and writes its top allocations to DUMP after the idle window.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import re
 import statistics
 import sys
@@ -36,6 +46,8 @@ from rankops.devcluster.operator_process import (OperatorProcess, free_port, ins
 from rankops.render import names  # noqa: E402
 
 NAMESPACE = "bench"
+RAW_NAMESPACE = "bench-raw"
+MEMORY_HOOK = Path(__file__).resolve().parent / "memhook"   # sitecustomize.py: tracemalloc, dumped on SIGUSR2
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+)")
 
 
@@ -85,6 +97,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0, help="rankops run --interval")
     parser.add_argument("--extra", action="append", default=[], help="more rankops run arguments")
     parser.add_argument("--samples", type=int, default=5, help="spec changes and deletions timed")
+    parser.add_argument("--no-raw", dest="raw", action="store_false", help="skip the raw server-side apply baseline")
+    parser.add_argument("--raw-threads", type=int, default=16, help="parallel applies of the baseline")
+    parser.add_argument("--profile-memory", metavar="DUMP", help="tracemalloc in the operator, top allocations to DUMP")
     args = parser.parse_args()
     from kubernetes import client
 
@@ -98,22 +113,34 @@ def main() -> None:
         install_chart(str(plane.kubeconfig), bin_dir=bin_dir)
         sa = service_account_kubeconfig(str(plane.kubeconfig), work / "kubeconfig")
         api = api_client(plane.kubeconfig)
+        api.configuration.connection_pool_maxsize = max(args.raw_threads, 16) + 4   # one connection per thread
         core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
+        print(f"N={n} models, interval {args.interval}s, extra {args.extra}; load average {_load()}")
+        raw = _raw_apply(api, core, apps, n, args.raw_threads) if args.raw else None
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait(lambda: _exists(core.read_namespaced_service_account, "default", NAMESPACE), 30, "default SA")
         port = free_port()
+        if args.profile_memory:
+            Path(args.profile_memory).unlink(missing_ok=True)
+            os.environ["RANKOPS_BENCH_TRACEMALLOC"] = str(Path(args.profile_memory).resolve())
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(MEMORY_HOOK), os.environ.get("PYTHONPATH")]))
         op = OperatorProcess(sa, work / "operator.log", interval=args.interval,
                              extra_args=("--metrics-port", str(port), *args.extra))
         op.start()
-        print(f"N={n} models, interval {args.interval}s, extra {args.extra}; operator log {work / 'operator.log'}")
+        print(f"operator log {work / 'operator.log'}")
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda i: custom.create_namespaced_custom_object(
                 GROUP, VERSION, NAMESPACE, PLURAL, model_manifest(f"m{i:04d}")), range(n)))
         created = time.monotonic() - t0
-        wait(lambda: all_ready(custom, n) == n, 60 + 3 * n, "all Ready", interval=0.25)
-        print(f"all {n} Ready: {time.monotonic() - t0:.1f} s (creates took {created:.1f} s)")
+        wait(lambda: all_ready(custom, n) == n, 60 + 3 * n, "all Ready", interval=0.5)
+        took = time.monotonic() - t0
+        at_ready = operator_metrics(port)
+        print(f"operator: all {n} Ready {took:.1f} s (creates took {created:.1f} s)"
+              + (f"; raw apply {raw:.1f} s; ratio {took / raw:.2f}x" if raw else "")
+              + f"; operator CPU {scrape(at_ready, 'process_cpu_seconds_total'):.0f} s so far, "
+              f"RSS {scrape(at_ready, 'process_resident_memory_bytes') / 2**20:.0f} MiB; load average {_load()}")
 
         time.sleep(min(args.interval, 10) + 5)   # let the last status writes and events settle
         before_op, before_api, t1 = operator_metrics(port), apiserver_requests(api), time.monotonic()
@@ -136,7 +163,12 @@ def main() -> None:
         print(f"    reconciles: {reconciles / n / minutes:.2f} per model per minute")
         cpu = scrape(after_op, "process_cpu_seconds_total") - scrape(before_op, "process_cpu_seconds_total")
         print(f"operator CPU {cpu / (t2 - t1) * 100:.1f}% of a core idle; "
-              f"RSS {scrape(after_op, 'process_resident_memory_bytes') / 2**20:.0f} MiB")
+              f"RSS {scrape(after_op, 'process_resident_memory_bytes') / 2**20:.0f} MiB "
+              f"(peak {_peak_rss(op.process.pid)}); load average {_load()}")
+        if args.profile_memory:
+            os.kill(op.process.pid, signal.SIGUSR2)
+            wait(lambda: Path(args.profile_memory).exists(), 300, "the memory dump", interval=0.5)
+            print(f"top allocations in {args.profile_memory}")
 
         changes, deletions = [], []
         try:
@@ -163,6 +195,56 @@ def main() -> None:
         if op is not None:
             op.kill()
         plane.stop()
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _peak_rss(pid: int) -> str:
+    try:
+        found = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return "?"
+    return f"{int(found.group(1)) / 1024:.0f} MiB" if found else "?"
+
+
+def _raw_apply(api, core, apps, n: int, threads: int) -> float:
+    """The baseline: the N models' children, rendered as the operator renders them for a new model,
+    server-side applied `threads` at a time into RAW_NAMESPACE; seconds until every Deployment is
+    Ready. The namespace is deleted and waited for afterwards, so the operator's run starts clean."""
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.controller.kube import Kube
+    from rankops.render.desired import desired_objects, initial_state, resolve_shape
+
+    core.create_namespace({"metadata": {"name": RAW_NAMESPACE}})
+    wait(lambda: _exists(core.read_namespaced_service_account, "default", RAW_NAMESPACE), 30, "default SA")
+    objects = []
+    for i in range(n):
+        body = model_manifest(f"m{i:04d}")
+        body["metadata"]["namespace"] = RAW_NAMESPACE
+        rm = RankingModel.model_validate(body)   # no uid: no ownerReference
+        objects += desired_objects(rm, initial_state(rm), resolve_shape(rm.spec))
+    kube = Kube(api)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(kube.apply, objects))
+    applied = time.monotonic() - t0
+
+    def ready() -> bool:
+        items = apps.list_namespaced_deployment(RAW_NAMESPACE).items
+        return sum(1 for d in items if (d.status.ready_replicas or 0) == d.spec.replicas
+                   and (d.status.updated_replicas or 0) == d.spec.replicas
+                   and (d.status.observed_generation or 0) >= d.metadata.generation) == n
+    wait(ready, 60 + 3 * n, "raw Deployments Ready", interval=0.5)
+    took = time.monotonic() - t0
+    print(f"raw parallel server-side apply of {len(objects)} objects ({threads} at a time): all {n} Deployments "
+          f"Ready {took:.1f} s (applies took {applied:.1f} s); load average {_load()}")
+    t1 = time.monotonic()
+    core.delete_namespace(RAW_NAMESPACE)
+    wait(lambda: not _exists(core.read_namespace, RAW_NAMESPACE), 600, "raw namespace gone", interval=1)
+    print(f"    its namespace deleted in {time.monotonic() - t1:.0f} s")
+    return took
 
 
 def _react(args, n, core, custom, apps, changes, deletions) -> None:
