@@ -168,7 +168,8 @@ def test_operator_and_validator_pods_from_the_chart_are_admitted(sccadmit, tmp_p
     [scc] = [o for o in objs if o["kind"] == "SecurityContextConstraints"]
     account = operator_arg(objs, "--validator-service-account")
     daemonset = validator(account)
-    verdicts = admit(sccadmit, tmp_path, [*objs, daemonset])
+    # The chart as `oc get ... -o yaml` would list it: one List.
+    verdicts = admit(sccadmit, tmp_path, [{"apiVersion": "v1", "kind": "List", "items": objs}, daemonset])
     operator = verdicts[("Deployment", "rankops-operator")]
     assert operator["admitted"] and operator["scc"] == "restricted-v2", operator
     assert assigned_uids(operator) == {UID_BLOCKS[OPERATOR_NS][0]}

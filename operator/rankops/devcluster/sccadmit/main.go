@@ -7,8 +7,8 @@
 // SecurityContextConstraints, Namespaces (with the openshift.io/sa.scc.* annotations OpenShift's
 // namespace-security-allocation controller writes), ServiceAccounts and RBAC objects (which grant
 // `use` on an SCC), and pods or the workloads that make them (Deployment, ReplicaSet, StatefulSet,
-// DaemonSet, Job, CronJob); every other kind is skipped, so `helm template` output can go in as it
-// is. Each pod goes through what kube-apiserver does before and during admission: defaulting, the
+// DaemonSet, Job, CronJob), also as the items of a List (`oc get ... -o yaml`); every other kind
+// is skipped, so `helm template` output can go in as it is. Each pod goes through what kube-apiserver does before and during admission: defaulting, the
 // ServiceAccount plugin (the default account, the token volume), then the SCC plugin's Admit and
 // Validate, with the real RBAC authorizer deciding `use`. The request comes from the controller
 // that creates such pods (system:serviceaccount:kube-system:replicaset-controller for a Deployment),
@@ -184,6 +184,17 @@ func (in *inputs) add(doc []byte, bareUser user.Info) error {
 	}
 	var err error
 	switch meta.Kind {
+	case "List": // what `oc get scc,clusterrolebindings -o yaml` prints
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err = yaml.Unmarshal(doc, &list); err == nil {
+			for i, item := range list.Items {
+				if err = in.add(item, bareUser); err != nil {
+					return fmt.Errorf("item %d: %w", i, err)
+				}
+			}
+		}
 	case "SecurityContextConstraints":
 		var o *securityv1.SecurityContextConstraints
 		if o, err = decode[securityv1.SecurityContextConstraints](doc); err == nil {
