@@ -1,4 +1,4 @@
-"""Hostile and oversized RankingModels against a live API server (issue 12, findings 5-7).
+"""Hostile and oversized RankingModels against a live API server (issue 12, findings 5-7 and 10).
 
 What can be refused is refused at apply (the CRD's schema and CEL rules, the admission policy
 beside it) with the field named; what only a child write or a lookup shows is said in status
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 import yaml
 
-from e2e import models
+from e2e import models, rollouts
 from e2e.support import gone, wait_for
+from rankops.gates.verdict import Verdict
 from rankops.render import names
 
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
@@ -93,6 +95,60 @@ def test_a_model_with_a_big_accepted_spec_is_deleted_and_its_namespace_terminate
     k8s.core.delete_namespace(namespace, propagation_policy="Background")
     wait_for(lambda: gone(lambda: k8s.core.read_namespace(namespace)), 120,
              f"namespace {namespace} with a ~300 KiB RankingModel terminated")
+
+
+def _sim_pass(gate: str, duration: str) -> dict:
+    """Pod annotations that make kwok end a gate pod with a passing verdict after `duration`."""
+    verdict = Verdict(gate, "pass", "Passed", f"{gate} ok", {})
+    return {"podAnnotations": {"sim.rankops.io/exit-code": str(verdict.exit_code),
+                               "sim.rankops.io/termination-message": verdict.to_json(),
+                               "sim.rankops.io/duration": duration}}
+
+
+def test_deleting_a_namespace_with_a_model_mid_rollout_is_quiet(k8s, namespace, operator):
+    """Finding 10: while a namespace was deleted, its models were still reconciled; each write into
+    it (re-creating a child the namespace controller had just removed) was refused 'because it is
+    being terminated' and kopf logged that at ERROR (179 lines over one run), which the e2e guard,
+    looking for ' ERROR ', never saw. Now none is logged at any level. A finalizer of the test's
+    holds the models (and so the namespace) in deletion long enough for those reconciles to happen."""
+    hold = "e2e.rankops.io/hold"
+    models.create(k8s, namespace, models.model_manifest("serving"))
+    models.create(k8s, namespace, models.model_manifest("rolling", version="1", versions=("1", "2"), rollout={
+        "warmup": _sim_pass("warmup", "1s"), "equivalence": _sim_pass("equivalence", "300s"),
+        "gateJobs": {"timeoutSeconds": 600}}))
+    models.wait_ready(k8s, namespace, "serving")
+    models.wait_ready(k8s, namespace, "rolling")
+    models.patch_spec(k8s, namespace, "rolling", {"version": "2"})
+    rollouts.watch_phases(k8s, namespace, "rolling", "2", {"Verifying"}, timeout=60)  # a canary and gate Jobs
+
+    def set_finalizers(name: str, change) -> None:
+        current = models.get(k8s, namespace, name)["metadata"].get("finalizers") or []
+        k8s.custom.patch_namespaced_custom_object(models.GROUP, models.VERSION, namespace, models.PLURAL, name, {
+            "metadata": {"finalizers": change(current)}})
+
+    for name in ("serving", "rolling"):
+        set_finalizers(name, lambda fs: [*fs, hold])
+    before = len(operator.errors())
+    log_before = len(operator.log_path.read_text(errors="replace"))
+    k8s.core.delete_namespace(namespace, propagation_policy="Background")
+    try:
+        # The namespace controller removes the children; the held models stay, being deleted.
+        wait_for(lambda: not k8s.apps.list_namespaced_deployment(namespace).items
+                 and not k8s.batch.list_namespaced_job(namespace).items, 120, "the children removed")
+        # ...and the operator has run its deletion handlers (only the test's finalizer is left).
+        wait_for(lambda: all(m.get("deletionTimestamp") and m.get("finalizers") == [hold] for m in (
+            models.get(k8s, namespace, n)["metadata"] for n in ("serving", "rolling"))), 60, "the models held")
+        time.sleep(5)   # the operator's timers and child watches had reconciled them here, into the namespace
+        assert not k8s.apps.list_namespaced_deployment(namespace).items, "a child re-created in the dying namespace"
+    finally:
+        for name in ("serving", "rolling"):
+            set_finalizers(name, lambda fs: [f for f in fs if f != hold])
+    wait_for(lambda: gone(lambda: k8s.core.read_namespace(namespace)), 180,
+             f"namespace {namespace} with a model mid-rollout terminated")
+    assert operator.errors()[before:] == []
+    refused = [line for line in operator.log_path.read_text(errors="replace")[log_before:].splitlines()
+               if "being terminated" in line]
+    assert refused == [], "writes into the terminating namespace"
 
 
 def test_a_spec_too_big_to_serve_is_refused_at_apply_with_the_limit(cluster, k8s, namespace, operator):
