@@ -10,11 +10,13 @@ with a larger id fails on v2 only. Slow: v2 has far wider layers. Every pod real
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from e2e import models, rollouts
+from e2e.warming import PodWatch, check_warmed_before_ready, watched_until
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models
 from rankops.gates.client import Endpoint, GateClientError
@@ -49,6 +51,7 @@ class Traffic(threading.Thread):
         self.k8s, self.namespace, self.model, self.bad_fraction = k8s, namespace, model, bad_fraction
         self.stop = threading.Event()
         self.sent = self.failed = 0
+        self.served: list[tuple[str, float, float]] = []   # (pod IP, sent at, ms) of each answered request
 
     def _addresses(self) -> list[str]:
         pods = self.k8s.core.list_namespaced_pod(
@@ -65,8 +68,11 @@ class Traffic(threading.Thread):
                     info = connection.model_info()
                     for _ in range(10):
                         self.sent += 1
+                        request = connection.build_request(_request(rng, rng.random() < self.bad_fraction), info)
                         try:
-                            connection.infer(connection.build_request(_request(rng, rng.random() < self.bad_fraction), info))
+                            sent_at = time.perf_counter()
+                            connection.infer(request)
+                            self.served.append((address, time.time(), (time.perf_counter() - sent_at) * 1000))
                         except GateClientError:
                             self.failed += 1
                 except GateClientError:
@@ -76,9 +82,11 @@ class Traffic(threading.Thread):
             self.stop.wait(0.1)
 
 
-def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, **rollout):
+def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, linger_s: float = 0,
+                            **rollout):
     """v1 served, v2 (spec_models.export arguments `v2`) rolled out while production-like traffic
-    runs; returns the phases seen, the model, the phases the canary served in, and the traffic."""
+    runs (and `linger_s` after); returns the phases seen, the model, the phases the canary served
+    in, and the traffic."""
     name = "ranker"
     body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
                                  rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
@@ -97,6 +105,7 @@ def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fract
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
         seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "2", {"Promoted", "RolledBack"}, timeout=TIMEOUT)
+        time.sleep(linger_s)
     finally:
         traffic.stop.set()
         traffic.join(timeout=30)
@@ -140,3 +149,53 @@ def test_a_canary_much_slower_under_load_is_rolled_back_while_it_serves(
     assert canary["reason"] == "CanarySlowerThanStable", canary
     numbers = canary["metrics"]
     assert numbers["canary"]["p99Ms"] > 1.5 * numbers["stable"]["p99Ms"] and numbers["canary"]["failures"] == 0
+
+
+def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_warm_from_their_first_request(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    """Progressive weights under real traffic, each step judged on its own window; then the
+    stable pods that promotion rolls to v2 take their first requests only once warm."""
+    ns = real_namespace
+    steps = [{"weight": 20, "durationSeconds": 40}, {"weight": 50, "durationSeconds": 40}]
+    watch = PodWatch(k8s, ns, "ranker")
+    watch.start()
+    try:
+        seen, rm, serving, traffic = _roll_out_under_traffic(
+            k8s, ns, object_store, tmp_path, {}, bad_fraction=0.0, linger_s=15,
+            # v2 is v1 retrained to the same weights: a P99 within noise of the stable's. A busy 2-core
+            # machine's P99 over ~150 requests swings by half (1.57x seen): the spec allows 3x.
+            canary={"steps": steps, "analysis": {"minRequests": 50, "maxP99VsStable": 3}})
+    finally:
+        watch.stopping.set()
+        watch.join(5)
+    assert seen[-1] == "Promoted" and "Canary" in serving, f"{seen} {rm['status']['rollout']['message']}"
+    assert rm["status"]["stableVersion"] == "2"
+    # Each step's analysis judged its own window: step 1's passing verdict is in its Event, the
+    # last step's in status.gates.
+    [passed_step] = models.wait_event(k8s, ns, "ranker", "CanaryStepPassed")
+    message = passed_step.message
+    assert "step 2/2" in message and "canary analysis: canary" in message and "within bounds" in message, message
+    [canary] = [g for g in rm["status"]["gates"] if g["gate"] == "canary"]
+    assert canary["outcome"] == "pass" and canary["metrics"]["step"] == 2, canary
+    assert canary["summary"].startswith("step 2/2: canary"), canary
+    print(f"\nstep 1: {message}\nstep 2: {canary['summary']}")
+
+    # The promoted stable pods (v2 in the stable Deployment): Ready only after their warm replay,
+    # and their first requests from the traffic as fast as their later ones.
+    promoted = [p for p in k8s.core.list_namespaced_pod(
+        ns, label_selector=f"{names.LABEL_MODEL}=ranker,{names.LABEL_TRACK}={names.STABLE},{names.LABEL_VERSION}=2").items
+        if p.metadata.deletion_timestamp is None]
+    assert promoted, "no stable pod of version 2"
+    for pod in promoted:
+        warm = check_warmed_before_ready(watch, process_node, ns, pod.metadata.name, 5000)
+        answered = sorted((at, ms) for ip, at, ms in traffic.served if ip == pod.status.pod_ip)
+        first, later = [ms for _, ms in answered[:10]], sorted(ms for _, ms in answered[10:])
+        assert len(first) == 10 and len(later) >= 20, (len(answered), pod.metadata.name)
+        assert answered[0][0] >= watched_until(warm), "traffic reached the pod before its warm replay ended"
+        later_p90 = later[int(len(later) * 0.9)]
+        print(f"promoted pod {pod.metadata.name}: cold pass max {warm['coldMaxMs']} ms, warm P99 {warm['p99Ms']} ms; "
+              f"first request {first[0]:.1f} ms, first 10 max {max(first):.1f} ms, later P90 {later_p90:.1f} ms over {len(later)}")
+        # A cold Triton's first request pays for lazy initialisation: 56 ms against a 5 ms P90 on
+        # this machine (`rankops dev triton serve`, no warm container). A loaded 2-core machine runs
+        # the control plane, the operator and Triton at once: the slack is wide.
+        assert first[0] <= 3 * later_p90 + 25, (first, later_p90, warm)
