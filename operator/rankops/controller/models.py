@@ -209,6 +209,7 @@ def _keep(digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | Rende
 
 
 def _plan(spec: Any, profile: dict[int, float] | None, digest: str) -> tuple[ResolvedShape, dict[str, Any] | None]:
+    started = time.monotonic()
     try:
         resolved = resolve_shape(spec, profile)
     except RenderError as exc:
@@ -219,6 +220,10 @@ def _plan(spec: Any, profile: dict[int, float] | None, digest: str) -> tuple[Res
         raise
     kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None, digest))
     _keep(digest, kept)
+    # Said once per plan made (a reconcile that reuses one says nothing): how often and how long it plans.
+    log.info(f"planned inputs {digest[:12]} in {time.monotonic() - started:.2f} s: maxBatchSize "
+             f"{resolved.shape.max_batch_size}, {resolved.shape.instances_per_gpu} instance(s)/GPU, "
+             f"{resolved.replicas} replica(s)")
     return kept
 
 
