@@ -113,3 +113,17 @@ def test_a_delayed_kick_gathers_a_burst_into_one_run():
         time.sleep(0.01)
     time.sleep(0.3)
     assert sorted(runs) == ["m", "n"]
+
+
+def test_a_read_is_a_copy_without_managed_fields():
+    children = Children()
+    kept = obj("a", 5, v="1")
+    kept["metadata"]["managedFields"] = [{"manager": "rankops", "fieldsV1": {"f:data": {}}}]
+    children.observe("ConfigMap", kept)
+    read = children.get("ConfigMap", "reco", "a")
+    assert "managedFields" not in read["metadata"] and read["data"] == {"v": "1"}
+    read["data"]["v"] = "changed by a caller"
+    kept["data"]["v"] = "changed by the watch's dict"
+    assert children.get("ConfigMap", "reco", "a")["data"] == {"v": "1"}
+    assert children.select("ConfigMap", "reco", {"rankops.io/model": "m"})[0]["data"] == {"v": "1"}
+    assert children.select("ConfigMap", "reco", {"rankops.io/model": "other"}) == []

@@ -8,12 +8,19 @@ first time it is read (at start-up the watch may not have delivered it yet), and
 
 Objects are compared by resourceVersion, so a listing older than a watch event (or than this
 process's own write) never brings back what was deleted or overwrites what is newer.
+
+Each object is kept as compressed JSON (without managedFields), its labels beside it for `select`,
+and parsed again when read: as parsed dicts a child took ~50 KB (keys and small values are
+separate objects per object), ~1 KB so; a read costs tens of microseconds, and every reader gets
+its own copy, so no caller can change what the cache holds.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
-from typing import Any, Callable
+import zlib
+from typing import Any, Callable, NamedTuple
 
 from rankops.controller.kube import Kube
 from rankops.render.names import LABEL_MODEL
@@ -35,13 +42,29 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
+class _Entry(NamedTuple):
+    rv: int
+    labels: dict[str, str]
+    blob: bytes   # zlib-compressed JSON
+
+    @classmethod
+    def of(cls, obj: dict[str, Any], rv: int) -> _Entry:
+        # managedFields are most of a child's bytes and no reconcile reads them.
+        meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+        encoded = json.dumps({**obj, "metadata": meta}, separators=(",", ":")).encode()
+        return cls(rv, dict(meta.get("labels") or {}), zlib.compress(encoded, 1))
+
+    def object(self) -> dict[str, Any]:
+        return json.loads(zlib.decompress(self.blob))
+
+
 class Children:
     """Objects of CACHED_KINDS labelled rankops.io/model, by (kind, namespace, name)."""
 
     def __init__(self, relist_s: float = 600.0, clock: Callable[[], float] = time.monotonic):
         self.relist_s = relist_s
         self.clock = clock
-        self._objects: dict[Key, dict[str, Any]] = {}
+        self._objects: dict[Key, _Entry] = {}
         self._gone: dict[Key, int] = {}            # resourceVersion at deletion
         self._listed: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
@@ -52,18 +75,16 @@ class Children:
         with self._lock:
             self._merge(key, obj, rv, deleted)
 
-    def _merge(self, key: Key, obj: dict[str, Any], rv: int, deleted: bool) -> None:
+    def _merge(self, key: Key, obj: dict[str, Any] | None, rv: int, deleted: bool) -> None:
         current = self._objects.get(key)
-        newest = max(_rv(current) if current else 0, self._gone.get(key, 0))
+        newest = max(current.rv if current else 0, self._gone.get(key, 0))
         if rv and newest and rv < newest:
             return   # older than what is known
-        if deleted:
+        if deleted or obj is None:
             self._objects.pop(key, None)
             self._gone[key] = rv
         else:
-            # managedFields are most of a child's bytes and no reconcile reads them.
-            meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
-            self._objects[key] = {**obj, "metadata": meta}
+            self._objects[key] = _Entry.of(obj, rv)
             self._gone.pop(key, None)
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
@@ -71,7 +92,7 @@ class Children:
         key = (kind, namespace or "", name)
         with self._lock:
             current = self._objects.pop(key, None)
-            self._gone[key] = max(self._gone.get(key, 0), _rv(current) if current else 0)
+            self._gone[key] = max(self._gone.get(key, 0), current.rv if current else 0)
 
     def needs_listing(self, kind: str, namespace: str) -> bool:
         with self._lock:
@@ -87,20 +108,21 @@ class Children:
                 present.add(key)
                 self._merge(key, obj, _rv(obj), False)
             for key in [k for k in self._objects if k[:2] == (kind, namespace or "") and k not in present]:
-                if _rv(self._objects[key]) <= list_rv:   # gone by the time of the listing
-                    self._merge(key, self._objects[key], list_rv, True)
+                if self._objects[key].rv <= list_rv:   # gone by the time of the listing
+                    self._merge(key, None, list_rv, True)
             self._listed[(kind, namespace or "")] = self.clock()
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._objects.get((kind, namespace or "", name))
+            entry = self._objects.get((kind, namespace or "", name))
+        return entry.object() if entry else None
 
     def select(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         with self._lock:
-            found = [o for (k, ns, _), o in self._objects.items() if k == kind and ns == (namespace or "")]
-        return sorted((o for o in found if all((o["metadata"].get("labels") or {}).get(lk) == lv
-                                                for lk, lv in labels.items())),
-                      key=lambda o: o["metadata"]["name"])
+            found = sorted((name, e) for (k, ns, name), e in self._objects.items()
+                           if k == kind and ns == (namespace or "")
+                           and all(e.labels.get(lk) == lv for lk, lv in labels.items()))
+        return [e.object() for _, e in found]
 
 
 class CachedKube:
