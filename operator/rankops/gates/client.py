@@ -8,6 +8,10 @@ tritonclient HTTP client must not be shared between threads.
 """
 from __future__ import annotations
 
+import socket
+import struct
+import sys
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -91,6 +95,7 @@ class Request:
     requested_outputs: list[Any] | None
     body: bytes = b""
     json_size: int | None = None     # the JSON header's length when binary tensors follow it
+    message: bytes = b""             # the whole HTTP request, headers and body, sent in one write
 
 
 class Connection:
@@ -99,7 +104,7 @@ class Connection:
 
         self.endpoint = endpoint
         self._http = httpclient
-        self._conn = None          # http.client connection for inference, opened on first use
+        self._conn: KeepAlive | None = None   # the inference socket, opened on first use
         try:
             self._client = httpclient.InferenceServerClient(
                 endpoint.url, connection_timeout=endpoint.timeout_s, network_timeout=endpoint.timeout_s)
@@ -154,25 +159,63 @@ class Connection:
             outputs = [self._http.InferRequestedOutput(name, binary_data=self.endpoint.binary_data)
                        for name in info.outputs]
         body, json_size = self._http.InferenceServerClient.generate_request_body(infer_inputs, outputs=outputs)
+        body = bytes(body)
+        headers = [f"POST {self._infer_path} HTTP/1.1", f"Host: {self.endpoint.url}",
+                   f"Content-Type: {'application/octet-stream' if json_size else 'application/json'}",
+                   *([f"Inference-Header-Content-Length: {json_size}"] if json_size else []),
+                   f"Content-Length: {len(body)}"]
+        message = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + body
         return Request(sample=sample, infer_inputs=infer_inputs, requested_outputs=outputs,
-                       body=bytes(body), json_size=json_size)
+                       body=body, json_size=json_size, message=message)
 
-    def infer(self, request: Request) -> dict[str, np.ndarray]:
-        """Send the request's pre-encoded body on this connection's kept-alive socket.
+    def send(self, request: Request) -> tuple[dict[str, str], bytes]:
+        """Send the request's pre-encoded message on this connection's kept-alive socket and
+        return the response's headers and body; raises InferenceFailed unless the server said 200.
 
-        Encoding a request once, not per send, is what keeps the gate's own latency out of the
+        Encoding a request once, not per send, and answering with as little Python as possible
+        (one write, a minimal HTTP/1.1 reader) is what keeps the gate's own latency out of the
         P99 it measures: re-serialising a 500-candidate request took longer than Triton's batching.
         """
-        ep = self.endpoint
-        headers = {"Content-Type": "application/octet-stream" if request.json_size else "application/json"}
-        if request.json_size:
-            headers["Inference-Header-Content-Length"] = str(request.json_size)
+        self.begin(request)
+        return self.finish()
+
+    def begin(self, request: Request) -> None:
+        """Send the request; `finish` reads its answer. Between the two the caller may wait on
+        `socket` with a selector, several connections at once, in one thread."""
         try:
-            status, response_headers, body = self._post(self._infer_path, request.body, headers)
+            self._keepalive().begin(request.message)
         except OSError as exc:
-            raise InferenceFailed(f"{ep.url}: {exc}") from None
+            raise InferenceFailed(f"{self.endpoint.url}: {exc}") from None
+
+    def finish(self) -> tuple[dict[str, str], bytes]:
+        try:
+            status, response_headers, body = self._keepalive().finish()
+        except (OSError, HTTPProtocolError) as exc:
+            raise InferenceFailed(f"{self.endpoint.url}: {exc}") from None
         if status != 200:
             raise InferenceFailed(_error_text(status, body))
+        return response_headers, body
+
+    @property
+    def socket(self) -> socket.socket | None:
+        return self._conn.socket if self._conn is not None else None
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The last answered request's latency by the kernel's receive timestamp (see KeepAlive)."""
+        return self._conn.latency_ms if self._conn is not None else None
+
+    def abandon(self) -> None:
+        """Drop the socket of a request that is not answered (a new one opens for the next)."""
+        if self._conn is not None:
+            self._conn.close()
+
+    def infer(self, request: Request) -> dict[str, np.ndarray]:
+        """Send the request (see `send`) and decode its outputs."""
+        response_headers, body = self.send(request)
+        return self.decode(response_headers, body)
+
+    def decode(self, response_headers: dict[str, str], body: bytes) -> dict[str, np.ndarray]:
         try:
             header_length = response_headers.get("inference-header-content-length")
             result = self._http.InferenceServerClient.parse_response_body(
@@ -187,26 +230,195 @@ class Connection:
         ep = self.endpoint
         return f"/v2/models/{ep.model}" + (f"/versions/{ep.version}" if ep.version else "") + "/infer"
 
-    def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        import http.client
+    def _keepalive(self) -> "KeepAlive":
+        if self._conn is None:
+            host, _, port = self.endpoint.url.rpartition(":")
+            self._conn = KeepAlive(host.strip("[]") or self.endpoint.url, int(port) if port.isdigit() else 80,
+                                   self.endpoint.timeout_s)
+        return self._conn
 
-        for attempt in (1, 2):      # a kept-alive socket the server closed: reconnect once
-            if self._conn is None:
-                host, _, port = self.endpoint.url.rpartition(":")
-                self._conn = http.client.HTTPConnection(host or self.endpoint.url, int(port) if port.isdigit() else 80,
-                                                        timeout=self.endpoint.timeout_s)
-            try:
-                self._conn.request("POST", path, body=body, headers=headers)
-                response = self._conn.getresponse()
-                data = response.read()
-                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                    http.client.CannotSendRequest):
-                self._conn.close()
-                self._conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+
+class HTTPProtocolError(Exception):
+    """The server's answer is not HTTP/1.1 the reader understands."""
+
+
+class KeepAlive:
+    """One kept-alive HTTP/1.1 socket: a request sent in one write, its response read by a
+    minimal parser (status line, headers, a Content-Length or chunked body). One thread at a time.
+
+    The least Python per request that HTTP allows (http.client writes twice and parses headers
+    with the email package), and on Linux the kernel's receive timestamp of the response
+    (SO_TIMESTAMPNS): `latency_ms` ends when the answer arrived, not when this process, sharing
+    the cores with the server it measures, next got to run.
+    """
+
+    def __init__(self, host: str, port: int, timeout_s: float):
+        self.host, self.port, self.timeout_s = host, port, timeout_s
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray()
+        self._stamps = sys.platform == "linux"
+        self._sent_ns = self._received_ns = 0
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The last exchange's latency: from just before its request was written to the kernel's
+        receive time of its answer's last read; None without a usable timestamp."""
+        if self._received_ns and self._sent_ns <= self._received_ns <= time.time_ns():
+            return (self._received_ns - self._sent_ns) / 1e6
+        return None     # no timestamp, or the wall clock stepped meanwhile
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._buffer.clear()
+
+    @property
+    def socket(self) -> socket.socket | None:
+        """The socket a request was last sent on (for a selector waiting on several)."""
+        return self._sock
+
+    def exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
+        self.begin(message)
+        return self.finish()
+
+    def begin(self, message: bytes) -> None:
+        """Send a request; `finish` reads its response (after a selector says it is readable)."""
+        self._message, self._reused = message, self._sock is not None
+        try:
+            self._send(message)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()
+            if not self._reused:
+                raise
+            self._reused = False    # a kept-alive socket the server closed: reconnect once
+            self._send(message)
+
+    def finish(self) -> tuple[int, dict[str, str], bytes]:
+        try:
+            return self._response()
+        except (_ClosedBeforeAnswer, ConnectionResetError):
+            self.close()
+            if not self._reused:
+                raise ConnectionResetError("the server closed the connection without answering") from None
+        except BaseException:
+            self.close()            # a half-read response leaves the socket unusable
+            raise
+        self._reused = False        # closed unanswered on a kept-alive socket: send it again once
+        try:
+            self._send(self._message)
+            return self._response()
+        except _ClosedBeforeAnswer:
+            self.close()
+            raise ConnectionResetError("the server closed the connection without answering") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _send(self, message: bytes) -> None:
+        if self._sock is None:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._stamps:
+                try:
+                    self._sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                except OSError:
+                    self._stamps = False
+        self._received_ns = 0
+        self._sent_ns = time.time_ns()  # the receive timestamps are of the wall clock
+        try:
+            self._sock.sendall(message)
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _fill(self) -> bool:
+        if self._stamps:
+            chunk, ancillary, _, _ = self._sock.recvmsg(262144, _STAMP_SPACE)
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", data[:16])
+                    self._received_ns = seconds * 1_000_000_000 + nanoseconds
+        else:
+            chunk = self._sock.recv(262144)
+        if chunk:
+            self._buffer += chunk
+        return bool(chunk)
+
+    def _response(self) -> tuple[int, dict[str, str], bytes]:
+        buffer = self._buffer
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if not self._fill():
+                if buffer:
+                    raise HTTPProtocolError("the connection closed inside the response's headers")
+                raise _ClosedBeforeAnswer()
+        lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+        del buffer[:end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise HTTPProtocolError(f"not an HTTP/1.1 response: {lines[0][:80]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if code[0] == "1":                      # 100 Continue and friends: the answer follows
+            return self._response()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = self._chunked()
+        elif "content-length" in headers:
+            body = self._exactly(int(headers["content-length"]))
+        else:                                   # the body runs to the end of the connection
+            while self._fill():
+                pass
+            body = bytes(buffer)
+            buffer.clear()
+            headers["connection"] = "close"
+        if headers.get("connection", "").lower() == "close" or version == "HTTP/1.0":
+            self.close()
+        return int(code), headers, body
+
+    def _exactly(self, length: int) -> bytes:
+        buffer = self._buffer
+        while len(buffer) < length:
+            if not self._fill():
+                raise HTTPProtocolError("the connection closed inside the response's body")
+        body = bytes(buffer[:length])
+        del buffer[:length]
+        return body
+
+    def _line(self) -> bytes:
+        buffer = self._buffer
+        while (end := buffer.find(b"\r\n")) < 0:
+            if not self._fill():
+                raise HTTPProtocolError("the connection closed inside a chunked body")
+        line = bytes(buffer[:end])
+        del buffer[:end + 2]
+        return line
+
+    def _chunked(self) -> bytes:
+        parts = []
+        while True:
+            size = int(self._line().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self._line():             # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            parts.append(self._exactly(size))
+            self._line()
+
+
+class _ClosedBeforeAnswer(Exception):
+    pass
+
+
+_SO_TIMESTAMPNS = 35        # Linux's value; Python's socket module does not name it
+_STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 def rejects_binary_data(endpoint: Endpoint, sample: Sample, info: ModelInfo) -> bool:

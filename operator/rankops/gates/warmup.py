@@ -2,16 +2,15 @@
 
 One untimed pass sends every sample once (first requests at a new shape compile kernels, build
 TensorRT engines, fill caches: that is the cold cost Triton's own model_warmup does not fully
-pay). Then `requests` requests are replayed, cycling through the samples, from `concurrency`
-threads; the gate passes when none fails and the P99 of those warm requests is within the bound.
+pay). Then `requests` requests are replayed, cycling through the samples, `concurrency` at a
+time; the gate passes when none fails and the P99 of those warm requests is within the bound.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
+import selectors
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -176,9 +175,9 @@ def replay(endpoint: Endpoint, requests: Sequence[Request], config: WarmupConfig
     """Send `config.requests` requests, cycling `requests`, `config.concurrency` at a time.
 
     The in-flight requests are spread over worker processes (one per core, at most one per
-    request in flight), each with its own threads and connections: a single Python process
-    timing eight requests at once measures its own GIL, not the server (23 ms client P99 against
-    Triton's 6.4 ms, measured). With `config.unique` every request gets different data (its
+    request in flight), each waiting on its own connections in one thread: a single Python
+    process timing eight requests from eight threads measures its own GIL, not the server
+    (23 ms client P99 against Triton's 6.4 ms, measured). With `config.unique` every request gets different data (its
     first float nudged), so a response cache cannot answer it; that needs the model's `info`.
     """
     processes = max(1, min(config.concurrency, config.processes or os.cpu_count() or 1))
@@ -217,39 +216,73 @@ def _worker_main(send, endpoint, requests, config, info, rank, processes) -> Non
 
 def _replay_share(endpoint: Endpoint, requests: Sequence[Request], config: WarmupConfig,
                   info: ModelInfo | None, rank: int, processes: int) -> Observations:
-    """This process's share: requests rank, rank + processes, ...; its share of the concurrency."""
+    """This process's share: requests rank, rank + processes, ...; its share of the concurrency.
+
+    One thread waits on all of its connections with a selector; each answer's latency ends at
+    the kernel's receive timestamp where there is one (Connection.latency_ms). With a thread per
+    connection an answered thread waited for the GIL behind the others, and the gate measured
+    that too.
+    """
     observations = Observations()
-    lock = threading.Lock()
     order = iter(range(rank, config.requests, processes))
-    threads = len(range(rank, config.concurrency, processes))
+    slots = len(range(rank, config.concurrency, processes))
     max_errors = max(1, config.max_errors // processes)
+    selector = selectors.DefaultSelector()
+    in_flight: dict[Connection, tuple[Request, float]] = {}
 
-    def worker() -> None:
-        try:
-            connection = endpoint.connect()
-        except GateClientError as exc:
-            with lock:
-                observations.record(0, None, str(exc))
+    def launch(connection: Connection) -> None:
+        """Send this connection's next request (none once all are sent or too many failed)."""
+        while observations.error_count < max_errors and (index := next(order, None)) is not None:
+            request = requests[index % len(requests)]
+            if config.unique and info is not None:
+                request = connection.build_request(vary(request.sample, index + 1), info)
+            start = time.perf_counter()
+            try:
+                connection.begin(request)
+            except InferenceFailed as exc:
+                observations.record(request.sample.batch_size, None, str(exc))
+                continue
+            selector.register(connection.socket, selectors.EVENT_READ, connection)
+            in_flight[connection] = (request, start)
             return
-        try:
-            while True:
-                with lock:
-                    index = next(order, None)
-                    if index is None or observations.error_count >= max_errors:
-                        return
-                request = requests[index % len(requests)]
-                if config.unique and info is not None:
-                    request = connection.build_request(vary(request.sample, index + 1), info)
-                latency, error = _timed(connection, request)
-                with lock:
-                    observations.record(request.sample.batch_size, latency, error)
-        finally:
-            connection.close()
 
+    def answered(connection: Connection, error: str | None = None) -> None:
+        selector.unregister(connection.socket)
+        request, start = in_flight.pop(connection)
+        latency = None
+        if error is None:
+            try:
+                headers, body = connection.finish()
+                latency = connection.latency_ms or (time.perf_counter() - start) * 1000.0
+                connection.decode(headers, body)   # after the clock: a response that cannot be read still fails
+            except InferenceFailed as exc:
+                latency, error = None, str(exc)
+        else:
+            connection.abandon()
+        observations.record(request.sample.batch_size, latency, error)
+        launch(connection)
+
+    connections: list[Connection] = []
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="warmup") as pool:
-        for future in [pool.submit(worker) for _ in range(threads)]:
-            future.result()
+    try:
+        for _ in range(slots):
+            try:
+                connections.append(endpoint.connect())
+            except GateClientError as exc:
+                observations.record(0, None, str(exc))
+                continue
+            launch(connections[-1])
+        while in_flight:
+            for key, _ in selector.select(timeout=1.0):
+                answered(key.data)
+            now = time.perf_counter()
+            for connection, (_, sent) in list(in_flight.items()):
+                if now - sent > endpoint.timeout_s:
+                    answered(connection, f"{endpoint.url}: no answer within {endpoint.timeout_s:g}s")
+    finally:
+        for connection in connections:
+            connection.close()
+        selector.close()
     observations.elapsed_s = time.perf_counter() - start
     return observations
 
@@ -274,12 +307,16 @@ def _send(connection: Connection, request: Request, observations: Observations) 
 
 
 def _timed(connection: Connection, request: Request) -> tuple[float | None, str | None]:
+    """The request's latency: from its first byte sent to its response's last received (the
+    outputs are decoded after the clock stops: a response that cannot be read still fails)."""
     start = time.perf_counter()
     try:
-        connection.infer(request)
+        headers, body = connection.send(request)
+        latency = connection.latency_ms or (time.perf_counter() - start) * 1000.0
+        connection.decode(headers, body)
     except InferenceFailed as exc:
         return None, str(exc)
-    return (time.perf_counter() - start) * 1000.0, None
+    return latency, None
 
 
 def check_load(requests: int, concurrency: int, max_p99_ms: float) -> str | None:
