@@ -1,8 +1,8 @@
 """Generate CustomResourceDefinitions from the pydantic models (the single source of truth).
 
 Pydantic's JSON Schema is made Kubernetes-structural here: $refs inlined, `anyOf [X, null]`
-collapsed to X, titles dropped, enums and defaults kept, and extensions (CEL rules,
-preserve-unknown-fields) carried through.
+collapsed to X (nullable when its default is not null), titles dropped, enums and defaults kept,
+and extensions (CEL rules, preserve-unknown-fields) carried through.
 """
 from __future__ import annotations
 
@@ -51,6 +51,10 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
                              "x-kubernetes-preserve-unknown-fields")
         base = _structural(non_null[0])
         base.update({k: v for k, v in schema.items() if k in ("description", "default")})
+        if len(variants) > 1 and schema.get("default") is not None:
+            # null is a value here, not "unset": without nullable the API server prunes it and
+            # fills in the default.
+            base["nullable"] = True
         schema = base
     out: dict[str, Any] = {}
     for key, value in schema.items():

@@ -172,9 +172,18 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
     step = rollout.get("step") or 1
     baseline = rollout.get("analysisBaseline")
     if not baseline or baseline.get("attempt") != attempt or (baseline.get("step") or 1) != step:
-        rollout["analysisBaseline"] = {"attempt": attempt, "step": step, **{
-            track: {pod: dict(c.values) for pod, c in pods.items()} for track, pods in readings.items()}}
-        baseline = rollout["analysisBaseline"]
+        baseline = {"attempt": attempt, "step": step}
+    # A pod first seen after the window began (a step's scale-up, a restart: a counter went down)
+    # starts its own window at this reading: its counters so far are mostly its warm replay, which
+    # is not traffic of the step (counted, it dilutes the real failures).
+    baseline = {**baseline, **{track: {
+        **(baseline.get(track) or {}),
+        **{pod: dict(c.values) for pod, c in pods.items()
+           if pod not in (baseline.get(track) or {})
+           or any(c.values.get(k, 0.0) < v for k, v in baseline[track][pod].items())}}
+        for track, pods in readings.items()}}
+    if baseline != rollout.get("analysisBaseline"):
+        rollout["analysisBaseline"] = baseline
     before = {track: {pod: ModelCounters(values, {}) for pod, values in (baseline.get(track) or {}).items()}
               for track in ("canary", "stable")}
     windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {})
@@ -335,7 +344,8 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         duration = held_step.duration_seconds
         since = parse_time(rollout.get("stepSince") or rollout.get("canarySince"))
         held = (now - since).total_seconds() if since else 0.0
-        step_age = held if since else phase_age
+        # Not since phase_age: that is the age of the phase this reconcile may have just left.
+        step_age = held if since else (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
         asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
         judged = _analyse(spec, rollout, observed, attempt) if since else None
         steps = len(spec.rollout.canary.step_plan())
