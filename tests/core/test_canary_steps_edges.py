@@ -87,3 +87,18 @@ def test_a_restarted_canary_pod_counts_from_its_first_reading_after_the_restart(
                                                     "stable": {"s0": _counters(900)}})
     assert s["rollout"]["phase"] == "RolledBack", s["rollout"]["message"]
     assert s["gates"][-1]["metrics"]["canary"]["requests"] == 100
+
+
+def test_the_next_step_is_judged_from_the_reading_that_closed_the_last_one():
+    # Step 2's weight takes effect in the reconcile that closes step 1: failures served before the
+    # next reconcile are step 2's, and they count.
+    rm = model("2", canary=STEPS)
+    s = _serving(rm)
+    _, s = drive(rm, s, 10, **up(), track_metrics={"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}})
+    _, s = drive(rm, s, 64, **up(), track_metrics={"canary": {"c0": _counters(200, 0, 4000)},
+                                                   "stable": {"s0": _counters(2000, 0, 4000)}})
+    assert s["rollout"]["step"] == 2 and s["rollout"]["analysisBaseline"]["step"] == 2
+    _, s = drive(rm, s, 74, **up(), track_metrics={"canary": {"c0": _counters(380, 20, 4000)},
+                                                   "stable": {"s0": _counters(2500, 0, 4000)}})
+    assert s["rollout"]["phase"] == "RolledBack", s["rollout"]["message"]
+    assert s["gates"][-1]["metrics"]["canary"]["requests"] == 200

@@ -370,6 +370,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             analysis = record_analysis()
             upcoming = spec.rollout.canary.step_plan()[number]
             rollout.update(step=number + 1, stepSince=iso(now))
+            if judged is not None:   # the next step's weight takes effect now: its window starts at this reading
+                rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
+                    track: {pod: dict(c.values) for pod, c in pods.items()}
+                    for track, pods in (observed.track_metrics or {}).items()}}
             rollout["message"] = (f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
                                   f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s"
                                   f"{analysis}")
