@@ -102,3 +102,14 @@ def test_the_next_step_is_judged_from_the_reading_that_closed_the_last_one():
                                                    "stable": {"s0": _counters(2500, 0, 4000)}})
     assert s["rollout"]["phase"] == "RolledBack", s["rollout"]["message"]
     assert s["gates"][-1]["metrics"]["canary"]["requests"] == 200
+
+
+def test_an_exact_traffic_canary_has_the_pods_its_step_weight_needs():
+    # 50% of a 4-replica model's traffic on one canary pod is 4x a stable pod's load: it overloads
+    # (and the P99 comparison rolls a healthy version back). Sized like the stable's share: 2 pods.
+    rm = model("2", canary={**STEPS, "traffic": "gatewayAPI", "parentRef": "gw"})
+    s = _serving(rm)
+    d, s = drive(rm, s, 30, **up())
+    assert d.serving.canary_weight == 10 and d.serving.canary_replicas == 1
+    d, s = drive(rm, s, 64, **up())
+    assert d.serving.canary_weight == 50 and d.serving.canary_replicas == 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -399,8 +400,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
 
     # Active rollout: render the canary beside the stable, at the weight of the step it holds.
     weight = current_step(spec, rollout)[1].weight
+    # Exact routing sends the weight to the canary whatever its size: it gets the stable's pods
+    # for that share (one pod at 50% of a 4-pod model would carry 4x a stable pod's load).
     canary_replicas = canary_replicas_for(spec.replicas, weight) \
-        if spec.rollout.canary.traffic is TrafficMode.replicas else 1
+        if spec.rollout.canary.traffic is TrafficMode.replicas else max(1, math.ceil(spec.replicas * weight / 100))
     taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) and recorded_here
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
