@@ -12,6 +12,7 @@ reconciles them, and so does `--resync`; a settled pool costs no request in betw
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
-from rankops.controller import cache, models, pools, writes
+from rankops.controller import cache, models, pools, session, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
@@ -130,7 +131,20 @@ def configure(settings: kopf.OperatorSettings, **_):
         threading.Thread(target=_monitor_drift, daemon=True, name="servicemonitor-drift").start()
 
 
+@kopf.on.login()
+async def login(**kwargs):
+    # kopf's own session opens a connection per request at once, without bound (controller/session.py).
+    return await session.bounded_session(OPERATOR.kopf_connections, **kwargs)
+
+
 MONITOR_CHECK_S = 30.0
+_kopf_context: list[contextvars.Context] = []   # a kopf handler's context, as the first one ran
+
+
+def posting_context() -> contextvars.Context | None:
+    """A context in which kopf.event() posts (kopf keeps its settings and Event queue in context
+    variables, set for its handlers only): for reconciles a thread of rankops' own asks for."""
+    return _kopf_context[0] if _kopf_context else None
 
 
 def _monitor_drift() -> None:
@@ -149,7 +163,7 @@ def _monitor_drift() -> None:
             continue
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
         for key in models.monitors_gone(present):
-            KICKS.kick(key)
+            KICKS.kick(key, posting_context())   # this thread has no kopf context to post Events with
 
 
 @kopf.on.resume(GROUP, VERSION, "rankingmodels")
@@ -248,6 +262,8 @@ def _non_spec_inputs(obj) -> str:
 def rankingmodel_event(event, **_):
     """A change no spec handler sees (status written by someone else, a promote/abort/retry
     annotation): reconcile. The operator's own status writes and kopf's bookkeeping wake nothing."""
+    if not _kopf_context:
+        _kopf_context.append(contextvars.copy_context())
     obj = event["object"]
     meta = obj["metadata"]
     if event.get("type") == "DELETED":
