@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
-from rankops.controller import cache, models, pools, session, writes
+from rankops.controller import cache, models, pools, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
@@ -129,12 +129,6 @@ def configure(settings: kopf.OperatorSettings, **_):
     settings.watching.server_timeout = 300
     if OPERATOR.service_monitors:
         threading.Thread(target=_monitor_drift, daemon=True, name="servicemonitor-drift").start()
-
-
-@kopf.on.login()
-async def login(**kwargs):
-    # kopf's own session opens a connection per request at once, without bound (controller/session.py).
-    return await session.bounded_session(OPERATOR.kopf_connections, **kwargs)
 
 
 MONITOR_CHECK_S = 30.0
