@@ -563,3 +563,23 @@ def test_exact_traffic_routes_follow_the_step_being_held(mode):
     else:
         weights = [route["spec"]["to"]["weight"], route["spec"]["alternateBackends"][0]["weight"]]
     assert s["rollout"]["step"] == 2 and weights == [50, 50]
+
+
+def test_a_promote_annotation_acts_once_and_a_leftover_does_not_skip_a_retried_canary():
+    rm = model("2", canary=STEPS)
+    s = _serving(rm)
+    _, s = drive(rm, s, 10, **up(), annotations={PROMOTE_ANNOTATION: "2"})
+    assert s["rollout"]["phase"] == "Promoting" and s["rollout"]["promoted"] == "2"
+    # Rolled back (aborted), then retried: the same promote value left in place does nothing.
+    _, s = drive(rm, s, 11, **up(), annotations={PROMOTE_ANNOTATION: "2", ABORT_ANNOTATION: "2"})
+    assert s["rollout"]["phase"] == "RolledBack"
+    annotations = {PROMOTE_ANNOTATION: "2", ABORT_ANNOTATION: "2", RETRY_ANNOTATION: "2"}
+    _, s = drive(rm, s, 20, **up(), annotations=annotations)
+    assert s["rollout"]["phase"] == "Warming" and s["rollout"]["promoted"] == "2"
+    _, s = drive(rm, s, 22, **up(), annotations=annotations, gates={"warmup": passed("warmup")})
+    _, s = drive(rm, s, 23, **up(), annotations=annotations, gates={"equivalence": passed("equivalence")})
+    _, s = drive(rm, s, 24, **up(), annotations=annotations)
+    assert s["rollout"]["phase"] == "Canary" and s["rollout"]["step"] == 1, s["rollout"]
+    # A new value acts again.
+    _, s = drive(rm, s, 25, **up(), annotations={**annotations, PROMOTE_ANNOTATION: "2/now"})
+    assert s["rollout"]["phase"] == "Promoting" and s["rollout"]["promoted"] == "2/now"

@@ -473,6 +473,8 @@ class RolloutStatus(ApiModel):
         "The rankops.io/retry value acted on last, kept from rollout to rollout: a value acts once."))] = None
     aborted: Annotated[str | None, Field(description=(
         "The rankops.io/abort value acted on last, kept from rollout to rollout: a value acts once."))] = None
+    promoted: Annotated[str | None, Field(description=(
+        "The rankops.io/promote value acted on last, kept from rollout to rollout: a value acts once."))] = None
     analysis_baseline: Annotated[dict[str, Any] | None, Field(
         description=("Canary analysis: each serving pod's Triton counters when the canary's traffic began (by "
                      "track and pod), the start of the window the canary is judged on; kept so a restarted "

@@ -37,12 +37,13 @@ EVIDENCE = {VERIFYING: ("warmup",), CANARY: GATES, PROMOTING: GATES}
 
 # Manual controls: the annotation's value names the version it applies to ("<version>", or
 # "<version>/<anything>" to give a new value), so a leftover annotation cannot act on another
-# version. Abort and retry act once per value: the value acted on is kept in the rollout record
-# (aborted, retried) and carried to the next record, so one left in place never acts again.
-PROMOTE_ANNOTATION = "rankops.io/promote"     # skip the rest of the canary hold (gates still apply)
+# version. Abort, retry and promote act once per value: the value acted on is kept in the rollout
+# record (aborted, retried, promoted) and carried to the next record, so one left in place never
+# acts again (a leftover promote would otherwise skip a retried attempt's whole canary).
+PROMOTE_ANNOTATION = "rankops.io/promote"     # skip the rest of the canary hold, every step (gates still apply)
 ABORT_ANNOTATION = "rankops.io/abort"         # roll back now, in any active phase, paused or not
 RETRY_ANNOTATION = "rankops.io/retry"         # try a rolled-back version again, with a fresh attempt
-CONSUMED = {ABORT_ANNOTATION: "aborted", RETRY_ANNOTATION: "retried"}
+CONSUMED = {ABORT_ANNOTATION: "aborted", RETRY_ANNOTATION: "retried", PROMOTE_ANNOTATION: "promoted"}
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         held = (now - since).total_seconds() if since else 0.0
         # Not since phase_age: that is the age of the phase this reconcile may have just left.
         step_age = held if since else (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
-        asked = observed.annotations.get(PROMOTE_ANNOTATION) == target
+        promote = asked(PROMOTE_ANNOTATION, rollout)
         judged = _analyse(spec, rollout, observed, attempt) if since else None
         steps = len(spec.rollout.canary.step_plan())
         where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
@@ -364,8 +365,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             record_analysis()
             roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; "
                                 f"stable {stable} untouched")
-        elif (held >= duration or asked) and canary_up and (last or asked):
-            why = "promoted by annotation" if asked and held < duration else f"canary held {int(held)}s{where}"
+        elif (held >= duration or promote) and canary_up and (last or promote):
+            why = "promoted by annotation" if promote and held < duration else f"canary held {int(held)}s{where}"
+            if promote:
+                rollout["promoted"] = promote
             move(PROMOTING, f"{why}{record_analysis()}; updating stable to {target}")
         elif held >= duration and canary_up:
             analysis = record_analysis()
