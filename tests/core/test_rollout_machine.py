@@ -583,3 +583,15 @@ def test_a_promote_annotation_acts_once_and_a_leftover_does_not_skip_a_retried_c
     # A new value acts again.
     _, s = drive(rm, s, 25, **up(), annotations={**annotations, PROMOTE_ANNOTATION: "2/now"})
     assert s["rollout"]["phase"] == "Promoting" and s["rollout"]["promoted"] == "2/now"
+
+
+def test_a_paused_canary_is_still_judged_and_a_failing_one_rolled_back_but_its_hold_waits():
+    rm, paused = model("2"), model("2", paused=True)
+    s = _serving(rm)
+    _, s = drive(paused, s, 10, **up(), track_metrics={"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}})
+    good = {"canary": {"c0": _counters(500, 0, 4000)}, "stable": {"s0": _counters(500, 0, 4000)}}
+    d, s = drive(paused, s, 4 + 400, **up(), track_metrics=good)
+    assert s["rollout"]["phase"] == "Canary" and d.serving.canary_traffic, "held past its duration: paused waits"
+    bad = {"canary": {"c0": _counters(600, 50, 4000)}, "stable": {"s0": _counters(600, 0, 4000)}}
+    _, s = drive(paused, s, 4 + 410, **up(), track_metrics=bad)
+    assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryFailingRequests"

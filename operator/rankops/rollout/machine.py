@@ -340,7 +340,9 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     recorded_here = recorded.get("version") == target and attempt_id(recorded) == attempt
     if phase == CANARY and recorded_here and recorded.get("phase") == CANARY and not rollout.get("canarySince"):
         rollout["canarySince"] = rollout["stepSince"] = iso(now)   # holds count from the step traffic is on
-    if not paused and phase == CANARY:
+    # While paused the canary still serves, so it is still judged: a failing canary is rolled back
+    # paused or not (as abort is); only the hold's moves (next step, promotion, deadline) wait.
+    if phase == CANARY:
         number, held_step = current_step(spec, rollout)
         last = number == len(spec.rollout.canary.step_plan())
         duration = held_step.duration_seconds
@@ -365,6 +367,8 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             record_analysis()
             roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; "
                                 f"stable {stable} untouched")
+        elif paused:
+            pass
         elif (held >= duration or promote) and canary_up and (last or promote):
             why = "promoted by annotation" if promote and held < duration else f"canary held {int(held)}s{where}"
             if promote:
