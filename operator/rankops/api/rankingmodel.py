@@ -286,7 +286,7 @@ class Rollout(ApiModel):
         "After both gates pass: the share of traffic the new version gets, how, and for how long before promotion."))
     gate_jobs: GateJobs = Field(default_factory=GateJobs, description=(
         "The Jobs that run the gates: image, deadline and pod annotations."))
-    paused: Annotated[bool, Field(description="Freeze the rollout where it is (no phase changes).")] = False
+    paused: Annotated[bool, Field(description="Freeze the rollout where it is: no phase changes, except that a canary failing its analysis is still rolled back (abort works too).")] = False
 
 
 class WarmReplicas(ApiModel):
