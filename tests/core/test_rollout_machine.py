@@ -595,3 +595,30 @@ def test_a_paused_canary_is_still_judged_and_a_failing_one_rolled_back_but_its_h
     bad = {"canary": {"c0": _counters(600, 50, 4000)}, "stable": {"s0": _counters(600, 0, 4000)}}
     _, s = drive(paused, s, 4 + 410, **up(), track_metrics=bad)
     assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryFailingRequests"
+
+
+def test_a_pod_that_joined_the_window_under_a_minute_ago_is_left_out_of_the_p99_but_not_the_failures():
+    rm = model("2")
+    s = _serving(rm)
+    _, s = drive(rm, s, 10, **up(), track_metrics={"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}})
+    # c1 joins (a restart or scale-up): its P99 is its cold start and warm replay, 80 ms.
+    joined = {"canary": {"c0": _counters(100, 0, 4000), "c1": _counters(300, 0, 80000)},
+              "stable": {"s0": _counters(400, 0, 4000)}}
+    _, s = drive(rm, s, 20, **up(2), track_metrics=joined)
+    assert s["rollout"]["phase"] == "Canary" and s["rollout"]["analysisBaseline"]["joined"] == \
+        {"canary": {"c1": "2026-11-30T12:00:20Z"}}
+    later = {"canary": {"c0": _counters(300, 0, 4000), "c1": _counters(400, 0, 80000)},
+             "stable": {"s0": _counters(800, 0, 4000)}}
+    _, s = drive(rm, s, 60, **up(2), track_metrics=later)
+    assert s["rollout"]["phase"] == "Canary", s["rollout"]["message"]
+    # A minute after it joined, its summary is its own traffic's: 20x the stable's P99 is judged.
+    _, s = drive(rm, s, 81, **up(2), track_metrics=later)
+    assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanarySlowerThanStable"
+    # Failures of a young pod count at once.
+    s = _serving(rm)
+    _, s = drive(rm, s, 10, **up(), track_metrics={"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}})
+    _, s = drive(rm, s, 20, **up(2), track_metrics={"canary": {"c0": _counters(100), "c1": _counters(5)},
+                                                     "stable": {"s0": _counters(400)}})
+    failing = {"canary": {"c0": _counters(200), "c1": _counters(50, 20)}, "stable": {"s0": _counters(800)}}
+    _, s = drive(rm, s, 30, **up(2), track_metrics=failing)
+    assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryFailingRequests"

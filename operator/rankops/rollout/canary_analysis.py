@@ -8,7 +8,7 @@ absolute bounds and to the stable's same-window numbers; too little traffic is n
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +58,12 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def track_window(before: Mapping[str, ModelCounters], after: Mapping[str, ModelCounters]) -> TrackWindow:
+def track_window(before: Mapping[str, ModelCounters], after: Mapping[str, ModelCounters],
+                 p99_left_out: Collection[str] = ()) -> TrackWindow:
     """The window of one track from per-pod readings at its start (`before`) and now (`after`).
 
     A pod new since the start, or restarted (a counter went down), counts from zero: its counters
-    began inside the window.
+    began inside the window. Pods in `p99_left_out` count in every number but the P99.
     """
     totals = {"success": 0.0, "failure": 0.0, "executions": 0.0, "inferences": 0.0, "queue_us": 0.0}
     p99s = []
@@ -71,7 +72,7 @@ def track_window(before: Mapping[str, ModelCounters], after: Mapping[str, ModelC
         reset = start is None or any(now.values.get(k, 0.0) < start.values.get(k, 0.0) for k in totals)
         for key in totals:
             totals[key] += now.values.get(key, 0.0) - (0.0 if reset else start.values.get(key, 0.0))
-        if now.quantiles_us.get(0.99) is not None:
+        if now.quantiles_us.get(0.99) is not None and pod not in p99_left_out:
             p99s.append(now.quantiles_us[0.99] / 1000)
     return TrackWindow(pods=len(after), requests=totals["success"] + totals["failure"], failures=totals["failure"],
                        executions=totals["executions"], inferences=totals["inferences"], queue_us=totals["queue_us"],

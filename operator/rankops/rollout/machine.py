@@ -32,6 +32,8 @@ ACTIVE = (CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING)
 GATE_OF_PHASE = {WARMING: "warmup", VERIFYING: "equivalence"}
 NEXT_PHASE = {WARMING: VERIFYING, VERIFYING: CANARY}
 GATES = ("warmup", "equivalence")
+# Triton's latency summaries (the P99 the canary analysis reads) cover about the last minute.
+P99_SUMMARY_WINDOW_S = 60
 # The passing verdicts (of this version and attempt) each phase stands on.
 EVIDENCE = {VERIFYING: ("warmup",), CANARY: GATES, PROMOTING: GATES}
 
@@ -178,17 +180,31 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
     # A pod first seen after the window began (a step's scale-up, a restart: a counter went down)
     # starts its own window at this reading: its counters so far are mostly its warm replay, which
     # is not traffic of the step (counted, it dilutes the real failures).
+    now = iso(observed.now)
+    joined = {track: dict(pods) for track, pods in (baseline.get("joined") or {}).items()}
+    for track, pods in readings.items():
+        known = baseline.get(track) or {}
+        for pod, c in pods.items():
+            if known and (pod not in known or any(c.values.get(k, 0.0) < v for k, v in known[pod].items())):
+                joined.setdefault(track, {})[pod] = now
     baseline = {**baseline, **{track: {
         **(baseline.get(track) or {}),
         **{pod: dict(c.values) for pod, c in pods.items()
            if pod not in (baseline.get(track) or {})
            or any(c.values.get(k, 0.0) < v for k, v in baseline[track][pod].items())}}
-        for track, pods in readings.items()}}
+        for track, pods in readings.items()}, **({"joined": joined} if joined else {})}
     if baseline != rollout.get("analysisBaseline"):
         rollout["analysisBaseline"] = baseline
+    # Triton's latency summary covers about the last minute, so a pod that joined the window less
+    # than that ago still reports its own cold start and warm replay in its P99: it is left out of
+    # its track's P99 (its failures still count) until the minute has passed.
+    young = {track: {pod for pod, at in pods.items()
+                     if (observed.now - parse_time(at)).total_seconds() < P99_SUMMARY_WINDOW_S}
+             for track, pods in joined.items()}
     before = {track: {pod: ModelCounters(values, {}) for pod, values in (baseline.get(track) or {}).items()}
               for track in ("canary", "stable")}
-    windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {})
+    windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {},
+                                                   young.get(track, set()))
                for track in ("canary", "stable")}
     return canary_analysis.judge(windows["canary"], windows["stable"], analysis_bounds(spec))
 
