@@ -622,3 +622,12 @@ def test_a_pod_that_joined_the_window_under_a_minute_ago_is_left_out_of_the_p99_
     failing = {"canary": {"c0": _counters(200), "c1": _counters(50, 20)}, "stable": {"s0": _counters(800)}}
     _, s = drive(rm, s, 30, **up(2), track_metrics=failing)
     assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryFailingRequests"
+
+
+def test_the_canary_is_sized_on_the_stable_as_deployed_not_spec_replicas():
+    """batching: auto plans the replicas; the stable Deployment has the plan's 8, spec.replicas says 4."""
+    rm = model("2", canary={"weight": 20, "durationSeconds": 300})
+    d, _ = drive(rm, {"stableVersion": "1"}, stable_desired=8, stable_template_version="1")
+    assert d.serving.canary_replicas == 2    # 2 beside 8 is 20%
+    d, _ = drive(rm, {"stableVersion": "1"}, stable_template_version=None)
+    assert d.serving.canary_replicas == 1    # no stable yet: spec.replicas (4) decides

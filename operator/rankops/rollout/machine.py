@@ -425,8 +425,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     weight = current_step(spec, rollout)[1].weight
     # Exact routing sends the weight to the canary whatever its size: it gets the stable's pods
     # for that share (one pod at 50% of a 4-pod model would carry 4x a stable pod's load).
-    canary_replicas = canary_replicas_for(spec.replicas, weight) \
-        if spec.rollout.canary.traffic is TrafficMode.replicas else max(1, math.ceil(spec.replicas * weight / 100))
+    # Sized on the stable as deployed: with batching: auto its replicas are the plan's, not spec.replicas.
+    stable_size = observed.stable_desired or spec.replicas
+    canary_replicas = canary_replicas_for(stable_size, weight) \
+        if spec.rollout.canary.traffic is TrafficMode.replicas else max(1, math.ceil(stable_size * weight / 100))
     taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) and recorded_here
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
