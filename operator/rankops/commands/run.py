@@ -10,6 +10,8 @@ from rankops.commands.render import (add_pull_secret_flag, add_service_monitor_f
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rankops.controller import memory
+    memory.start()   # before any thread: glibc's heaps bounded, a burst's memory given back
     import kopf
     from kubernetes import config
 
@@ -51,6 +53,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import rankops.controller.handlers  # noqa: F401  (registers the handlers, reading OPERATOR.interval)
 
     namespaces = args.namespace or []
+    from rankops.controller.session import connection_limit
+    OPERATOR.kopf_connections = connection_limit(namespaces)
     peering = None
     if args.peering:
         from rankops.controller import peering as peering_mod

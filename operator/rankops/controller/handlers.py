@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
-from rankops.controller import cache, models, pools, writes
+from rankops.controller import cache, models, pools, session, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
@@ -131,6 +131,12 @@ def configure(settings: kopf.OperatorSettings, **_):
         threading.Thread(target=_monitor_drift, daemon=True, name="servicemonitor-drift").start()
 
 
+@kopf.on.login()
+async def login(**kwargs):
+    # kopf's own session opens a connection per request at once, without bound (controller/session.py).
+    return await session.bounded_session(OPERATOR.kopf_connections, **kwargs)
+
+
 MONITOR_CHECK_S = 30.0
 _kopf_context: list[contextvars.Context] = []   # a kopf handler's context, as the first one ran
 
@@ -171,7 +177,11 @@ def _unsettled(body, **_) -> bool:
     return status_decisions.needs_clock(body.get("status") or {}, body["metadata"].get("generation"))
 
 
-@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, sharp=False, when=_unsettled)
+# Its first tick after `--interval`, not at once: the create/resume handler reconciles a model it
+# has just seen, and both at once held two of kopf's workers on one model's lock (a burst of new
+# models waited behind their own first ticks).
+@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, initial_delay=OPERATOR.interval,
+            sharp=False, when=_unsettled)
 def rankingmodel_tick(body, patch, logger, **_):
     _model(body, patch, logger)
 
