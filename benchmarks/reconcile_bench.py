@@ -15,7 +15,8 @@ child ConfigMap and a deleted Deployment to come back (median, max); the operato
         [--no-raw] [--profile-memory DUMP]
 
 `--profile-memory DUMP`: the operator runs under tracemalloc (slower, more memory: for finding
-where memory goes, not for the RSS figure) and writes its top allocations to DUMP after the idle window.
+where memory goes, not for the RSS figure) and writes its top allocations to DUMP after the idle window,
+with pymalloc's and glibc's own accounts (RANKOPS_BENCH_TRACEMALLOC_FRAMES=0: those alone, at full speed).
 """
 from __future__ import annotations
 
@@ -141,6 +142,11 @@ def main() -> None:
               + (f"; raw apply {raw:.1f} s; ratio {took / raw:.2f}x" if raw else "")
               + f"; operator CPU {scrape(at_ready, 'process_cpu_seconds_total'):.0f} s so far, "
               f"RSS {scrape(at_ready, 'process_resident_memory_bytes') / 2**20:.0f} MiB; load average {_load()}")
+        model_reconciles = scrape(at_ready, "rankops_reconciles_total", 'kind="RankingModel"')
+        print(f"    until then, per model: {model_reconciles / n:.1f} "
+              f"reconciles, {scrape(at_ready, 'rankops_api_requests_total') / n:.1f} requests of the reconcilers "
+              f"({_by_label(at_ready, 'rankops_api_requests_total', n)}); kopf's refused with 429: "
+              f"{op.log_path.read_text(errors='replace').count('status=429')}")
 
         time.sleep(min(args.interval, 10) + 5)   # let the last status writes and events settle
         before_op, before_api, t1 = operator_metrics(port), apiserver_requests(api), time.monotonic()
@@ -195,6 +201,15 @@ def main() -> None:
         if op is not None:
             op.kill()
         plane.stop()
+
+
+def _by_label(text: str, metric: str, n: int) -> str:
+    found = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == metric and float(m.group(3)) / n >= 0.05:
+            found.append((float(m.group(3)) / n, m.group(2)))
+    return ", ".join(f"{labels}: {count:.1f}" for count, labels in sorted(found, reverse=True))
 
 
 def _load() -> str:
