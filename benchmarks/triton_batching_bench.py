@@ -14,15 +14,21 @@ requests per execution (how many requests each batch joined), batch items per ex
 server-side P99 (its latency summary, once its 60 s window holds only this run), and the client's.
 
 Then the warmup gate itself against the batch layout at concurrency 8: its client P99 next to
-Triton's P99 for the same requests, with the replay in one process (the old gate) and in one
-process per core (the gate now). Every run is bounded in requests; the servers stop at the end.
+Triton's P99 for the same requests (each run alone in Triton's 60 s latency window), with the
+replay in one process per core (the gate's default) and in one, and with --perf-analyzer
+NVIDIA's perf_analyzer over HTTP and gRPC as the reference client. The machine's load average
+is printed with each run: on a shared machine the ratio moves with it, so --gate-rounds N
+repeats the runs and prints each client's median. Every run is bounded in requests; the servers
+stop at the end.
 
     .venv/bin/python benchmarks/triton_batching_bench.py [--requests 1500] [--concurrency 16]
+    .venv/bin/python benchmarks/triton_batching_bench.py --layouts '' --gate-rounds 3 --perf-analyzer
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -109,6 +115,30 @@ def load(layout: str, doc: dict, args: argparse.Namespace, workdir: Path) -> Non
           f"errors {seen.error_count}")
 
 
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+
+
+def perf_analyzer_p99(server: triton.TritonServer, protocol: str, requests: int, batch: int,
+                      workdir: Path) -> float:
+    """NVIDIA's C++ client at concurrency 8, as the reference for what a client achieves here:
+    its P99 (ms). It sends one batch size (-b) where the gate cycles through 8."""
+    install = triton.ensure_installed()
+    csv = workdir / f"perf_{protocol}.csv"
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    # Three windows of a third each; a stability criterion no run misses, so it stops there.
+    command = [str(install.perf_analyzer), "-m", MODEL, "-u", url, "-i", protocol, "-b", str(batch),
+               "--concurrency-range", "8", "--percentile=99", "--measurement-mode", "count_windows",
+               "--measurement-request-count", str(max(1, requests // 3)), "--max-trials", "3",
+               "-s", "100000", "-f", str(csv)]
+    done = subprocess.run(command, env=install.perf_analyzer_environment(), capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"perf_analyzer failed: {done.stdout[-800:]} {done.stderr[-800:]}")
+    header, row = csv.read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    return float(values["p99 latency"]) / 1000
+
+
 def gate_client(doc: dict, args: argparse.Namespace, workdir: Path) -> None:
     from rankops.api.rankingmodel import RankingModel
     from rankops.rollout import jobs
@@ -118,16 +148,34 @@ def gate_client(doc: dict, args: argparse.Namespace, workdir: Path) -> None:
     sizes = [int(b) for b in command[command.index("--batch-sizes") + 1].split(",")]
     specs = parse_input_spec([t.to_wire() for t in rm.spec.inputs])
     samples = generate_samples(specs, 2 * len(sizes), sizes)
+    clients = [("gate, a process per core", 0), ("gate, one process", 1),
+               ("perf_analyzer HTTP -b 300", "http"), ("perf_analyzer gRPC -b 300", "grpc")]
+    clients = [c for c in clients if args.perf_analyzer or isinstance(c[1], int)]
+    ratios: dict[str, list[float]] = {}
     _, server = triton.server_for_model(doc, workdir / "gate")
     with server:
-        for processes, label in ((1, "one process (before)"), (0, "a process per core (now)")):
-            verdict = run_warmup(Endpoint(server.http_url, MODEL), samples, WarmupConfig(
-                requests=args.gate_requests, concurrency=8, max_p99_ms=1e9, processes=processes,
-                metrics_url=server.metrics_url))
-            client, seen = verdict.metrics["p99Ms"], verdict.metrics["server"]
-            print(f"  {label:>26}: client P99 {client:6.2f} ms, Triton P99 {seen['p99Ms']:6.2f} ms, "
-                  f"ratio {client / seen['p99Ms']:4.2f}  ({verdict.metrics['requests']} requests, "
-                  f"{seen['requestsPerExecution']:.1f} requests/execution)")
+        for round_ in range(args.gate_rounds):
+            for label, how in clients:
+                load = _load()
+                if isinstance(how, int):
+                    verdict = run_warmup(Endpoint(server.http_url, MODEL), samples, WarmupConfig(
+                        requests=args.gate_requests, concurrency=8, max_p99_ms=1e9, processes=how,
+                        metrics_url=server.metrics_url))
+                    client, seen = verdict.metrics["p99Ms"], verdict.metrics["server"]
+                else:   # the same wait for Triton's window to hold only this run
+                    wait_window(server)
+                    before = server_metrics.scrape(server.metrics_url, MODEL)
+                    client = perf_analyzer_p99(server, how, args.gate_requests, 300, workdir)
+                    seen = server_metrics.run_report(before, server_metrics.scrape(server.metrics_url, MODEL))
+                ratio = client / seen["p99Ms"]
+                ratios.setdefault(label, []).append(ratio)
+                print(f"  {label:>26}: client P99 {client:6.2f} ms, Triton P99 {seen['p99Ms']:6.2f} ms, "
+                      f"ratio {ratio:4.2f}  ({seen['requests']:.0f} requests, "
+                      f"{seen['requestsPerExecution']:.1f} requests/execution; load {load} -> {_load()})", flush=True)
+    if args.gate_rounds > 1:
+        for label, values in ratios.items():
+            print(f"  {label:>26}: median ratio {float(np.median(values)):4.2f} over {len(values)} runs "
+                  f"({', '.join(f'{v:.2f}' for v in values)})")
 
 
 def main() -> int:
@@ -135,13 +183,16 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1500, help="requests per layout (default 1500)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--gate-requests", type=int, default=2000, help="warmup gate requests (default 2000)")
-    parser.add_argument("--layouts", default="variable,padded,batch")
+    parser.add_argument("--gate-rounds", type=int, default=1, help="runs of each gate client (default 1)")
+    parser.add_argument("--perf-analyzer", action="store_true",
+                        help="also NVIDIA's perf_analyzer (HTTP, gRPC) as the reference client")
+    parser.add_argument("--layouts", default="variable,padded,batch", help="'' for the gate part alone")
     args = parser.parse_args()
     workdir = triton.scratch_dir("rankops-batching-bench-")
     print(f"tritonserver {triton.TRITON_VERSION} (CPU stand-in for onnxruntime), {MODEL}, {LOW}-{HIGH} candidates "
           f"per request, concurrency {args.concurrency}, {args.requests} requests per layout")
     docs = layouts()
-    for layout in args.layouts.split(","):
+    for layout in filter(None, args.layouts.split(",")):
         load(layout, docs[layout], args, workdir)
     print(f"warmup gate at concurrency 8, {args.gate_requests} requests, batch layout:")
     gate_client(docs["batch"], args, workdir)
