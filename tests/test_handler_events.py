@@ -1,6 +1,8 @@
 """Which watch events reconcile which model, and which models a clock still moves (issue 13)."""
 from __future__ import annotations
 
+import asyncio
+
 from rankops.controller import handlers
 
 
@@ -30,14 +32,14 @@ def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatc
     monkeypatch.setattr(handlers.KICKS, "kick", kicked.append)
     on_deployment = handlers._child_event("Deployment")
     owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
-    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])})
+    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])}))
     assert kicked == [("reco", "m", "u1")]
     assert handlers.CHILDREN.get("Deployment", "reco", "m-stable") is not None
-    on_deployment({"type": None, "object": child({"rankops.io/model": "m"}, [owner])})   # kopf's initial listing
-    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "other"}, [owner])})   # label lies
-    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [{**owner, "controller": False}])})
+    asyncio.run(on_deployment({"type": None, "object": child({"rankops.io/model": "m"}, [owner])}))   # kopf's initial listing
+    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "other"}, [owner])}))   # label lies
+    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [{**owner, "controller": False}])}))
     assert kicked == [("reco", "m", "u1")]
-    on_deployment({"type": "DELETED", "object": child({"rankops.io/model": "m"}, [owner])})
+    asyncio.run(on_deployment({"type": "DELETED", "object": child({"rankops.io/model": "m"}, [owner])}))
     assert handlers.CHILDREN.get("Deployment", "reco", "m-stable") is None
     assert kicked[-1] == ("reco", "m", "u1")
 
@@ -51,14 +53,23 @@ def test_a_model_event_reconciles_only_for_what_no_spec_handler_sees(monkeypatch
                                                       "resourceVersion": rv, "annotations": annotations or {}},
                                          "status": status}}
 
-    handlers.rankingmodel_event(event("1", {"phase": "Ready"}, kind=None))   # kopf's listing: only noted
-    handlers.rankingmodel_event(event("2", {"phase": "Ready"}, {"rankops.io/last-handled-configuration": "x"}))
+    asyncio.run(handlers.rankingmodel_event(event("1", {"phase": "Ready"}, kind=None)))   # kopf's listing: only noted
+    asyncio.run(handlers.rankingmodel_event(event("2", {"phase": "Ready"}, {"rankops.io/last-handled-configuration": "x"})))
     assert kicked == [], "kopf's own bookkeeping"
     handlers._status_written["u9"] = "3"
-    handlers.rankingmodel_event(event("3", {"phase": "Ready", "stableVersion": "1"}))
+    asyncio.run(handlers.rankingmodel_event(event("3", {"phase": "Ready", "stableVersion": "1"})))
     assert kicked == [], "the operator's own status write"
-    handlers.rankingmodel_event(event("4", {"phase": "Ready", "stableVersion": "2"}))   # forged by someone else
-    handlers.rankingmodel_event(event("5", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"}))
+    asyncio.run(handlers.rankingmodel_event(event("4", {"phase": "Ready", "stableVersion": "2"})))   # forged by someone else
+    asyncio.run(handlers.rankingmodel_event(event("5", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"})))
     assert kicked == [("reco", "m", "u9")] * 2
-    handlers.rankingmodel_event(event("6", {}, kind="DELETED"))
+    asyncio.run(handlers.rankingmodel_event(event("6", {}, kind="DELETED")))
     assert "u9" not in handlers._inputs_seen
+
+
+def test_every_event_handler_is_async_so_it_never_waits_behind_reconciles_on_kopfs_executor():
+    import kopf
+
+    registry = kopf.get_default_registry()
+    found = {h.id: asyncio.iscoroutinefunction(h.fn) for h in registry._watching.get_all_handlers()}
+    assert {"deployment_event", "service_event", "configmap_event", "rankingmodel_event", "node_event"} <= set(found)
+    assert all(found.values()), found

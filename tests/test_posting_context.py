@@ -3,6 +3,8 @@ Events in a kopf handler's context: kopf keeps its settings and Event queue in c
 set for its handlers only, and kopf.event() from a bare thread raises LookupError."""
 from __future__ import annotations
 
+import asyncio
+
 import contextvars
 import threading
 
@@ -49,7 +51,7 @@ def test_a_thread_of_rankops_own_posts_events_in_a_captured_kopf_context(monkeyp
     kopf_handler.run(lambda: (posting.settings_var.set(kopf.OperatorSettings()),
                               posting.event_queue_var.set(type("Q", (), {"put_nowait": queue.append})()),
                               posting.event_queue_loop_var.set(Loop())))
-    kopf_handler.run(handlers.rankingmodel_event, {"type": None, "object": BODY})
+    kopf_handler.run(asyncio.run, handlers.rankingmodel_event({"type": None, "object": BODY}))   # async, in its context
     captured = handlers.posting_context()
     assert captured is not None
     assert in_thread(lambda: captured.run(post)) == "posted"

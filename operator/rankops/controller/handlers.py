@@ -213,8 +213,11 @@ def _owner_kick(obj) -> None:
         KICKS.kick((meta["namespace"], owner["name"], owner["uid"]))
 
 
+# The event handlers are async: they only note what they see and queue kicks, never wait on the
+# API. A sync handler runs on kopf's executor, behind the reconciles there (create handlers and
+# ticks, up to seconds each): at N=1000 a Deployment that became Ready was seen minutes later.
 def _child_event(kind: str):
-    def on_child(event, **_):
+    async def on_child(event, **_):
         obj = event["object"]
         CHILDREN.observe(kind, obj, deleted=event.get("type") == "DELETED")
         if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
@@ -243,11 +246,11 @@ def models_by_input(namespace, name, uid, spec, **_):
 
 
 @kopf.on.event("", "v1", "configmaps")
-def configmap_event(event, models_by_input: kopf.Index, **_):
+async def configmap_event(event, models_by_input: kopf.Index, **_):
     obj = event["object"]
     meta = obj["metadata"]
     if names.LABEL_MODEL in (meta.get("labels") or {}):
-        _configmap_child(event)
+        await _configmap_child(event)
     if event.get("type") is not None:
         for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
             KICKS.kick(key)
@@ -263,7 +266,7 @@ def _non_spec_inputs(obj) -> str:
 
 
 @kopf.on.event(GROUP, VERSION, "rankingmodels")
-def rankingmodel_event(event, **_):
+async def rankingmodel_event(event, **_):
     """A change no spec handler sees (status written by someone else, a promote/abort/retry
     annotation): reconcile. The operator's own status writes and kopf's bookkeeping wake nothing."""
     if not _kopf_context:
@@ -283,7 +286,7 @@ _pool_generations: dict[str, int | None] = {}   # pool name -> the generation it
 
 
 @kopf.on.event(GROUP, VERSION, "gpunodepools")
-def gpunodepool_event(event, models_by_input: kopf.Index, pool_selectors: kopf.Index, **_):
+async def gpunodepool_event(event, models_by_input: kopf.Index, pool_selectors: kopf.Index, **_):
     meta = event["object"]["metadata"]
     name, deleted = meta["name"], event.get("type") == "DELETED"
     before = _pool_generations.pop(name, None) if deleted else _pool_generations.get(name, -1)
@@ -331,7 +334,7 @@ _nodes_seen: dict[str, str] = {}   # node name -> what the pools read of it (poo
 
 
 @kopf.on.event("", "v1", "nodes")
-def node_event(event, pool_selectors: kopf.Index, **_):
+async def node_event(event, pool_selectors: kopf.Index, **_):
     """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
     it is in. A heartbeat, or a re-validation with the same verdict, wakes none."""
     node = event["object"]
