@@ -148,7 +148,11 @@ def main() -> None:
               f"({_by_label(at_ready, 'rankops_api_requests_total', n)}); kopf's refused with 429: "
               f"{op.log_path.read_text(errors='replace').count('status=429')}")
 
-        time.sleep(min(args.interval, 10) + 5)   # let the last status writes and events settle
+        # Steady state starts once reconciles stop: kopf's executor may still be working through
+        # create handlers and ticks queued during the burst (no-ops by then, but requests).
+        quiet = _settle(port)
+        print(f"    reconciles stopped {quiet:.0f} s after all Ready")
+        time.sleep(5)
         before_op, before_api, t1 = operator_metrics(port), apiserver_requests(api), time.monotonic()
         time.sleep(args.idle)
         after_op, after_api, t2 = operator_metrics(port), apiserver_requests(api), time.monotonic()
@@ -210,6 +214,20 @@ def _by_label(text: str, metric: str, n: int) -> str:
         if m and m.group(1) == metric and float(m.group(3)) / n >= 0.05:
             found.append((float(m.group(3)) / n, m.group(2)))
     return ", ".join(f"{labels}: {count:.1f}" for count, labels in sorted(found, reverse=True))
+
+
+def _settle(port: int, still_s: float = 15.0, timeout: float = 600.0) -> float:
+    """Seconds until the operator's reconcile count stays the same for `still_s`."""
+    t0 = time.monotonic()
+    last, since = None, time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        count = scrape(operator_metrics(port), "rankops_reconciles_total")
+        if count != last:
+            last, since = count, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            return since - t0
+        time.sleep(1)
+    return timeout
 
 
 def _load() -> str:
