@@ -73,13 +73,3 @@ def test_every_event_handler_is_async_so_it_never_waits_behind_reconciles_on_kop
     found = {h.id: asyncio.iscoroutinefunction(h.fn) for h in registry._watching.get_all_handlers()}
     assert {"deployment_event", "service_event", "configmap_event", "rankingmodel_event", "node_event"} <= set(found)
     assert all(found.values()), found
-
-
-def test_a_new_model_is_kicked_at_once_and_one_listed_at_start_is_left_to_its_resume_handler(monkeypatch):
-    kicked = []
-    monkeypatch.setattr(handlers.KICKS, "kick", kicked.append)
-    new = {"metadata": {"namespace": "reco", "name": "n", "uid": "u-new", "resourceVersion": "1"}}
-    listed = {"metadata": {"namespace": "reco", "name": "l", "uid": "u-listed", "resourceVersion": "1"}}
-    asyncio.run(handlers.rankingmodel_event({"type": None, "object": listed}))
-    asyncio.run(handlers.rankingmodel_event({"type": "ADDED", "object": new}))
-    assert kicked == [("reco", "n", "u-new")]

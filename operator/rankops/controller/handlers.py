@@ -278,12 +278,6 @@ async def rankingmodel_event(event, **_):
         return
     seen, before = _non_spec_inputs(obj), _inputs_seen.get(meta["uid"])
     _inputs_seen[meta["uid"]] = seen
-    if event.get("type") == "ADDED" and before is None:
-        # A new model is reconciled at once on the kicks' pool: its create handler waits on kopf's
-        # executor behind other reconciles (at N=1000, 95 models had nothing after 3 min) and
-        # finds it done.
-        KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
-        return
     if before is not None and before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
         KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
 
