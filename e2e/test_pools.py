@@ -14,6 +14,7 @@ import json
 import re
 import secrets
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -204,6 +205,13 @@ def test_pool_runs_a_read_only_validator_on_exactly_its_nodes(k8s, make_pool, t4
     assert (status["ready"], status["failing"], status["pending"]) == (0, 0, 2)
     ready = _condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("Unknown", "ValidationPending")
+
+    # A deleted validator comes back by the drift check (DaemonSets are not watched), not at --resync.
+    # Settled first: while the pool's first reconciles run, one of them would re-create it anyway.
+    time.sleep(15)
+    k8s.apps.delete_namespaced_daemon_set(validator_name(name), RELEASE_NAMESPACE)
+    wait_for(lambda: (d := k8s.apps.read_namespaced_daemon_set(validator_name(name), RELEASE_NAMESPACE))
+             and d.metadata.uid != ds.metadata.uid, 75, f"validator DaemonSet of {name} re-created")
 
 
 def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(cluster, k8s, namespace,

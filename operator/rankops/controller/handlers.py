@@ -127,8 +127,7 @@ def configure(settings: kopf.OperatorSettings, **_):
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = OPERATOR.workers
     settings.watching.server_timeout = 300
-    if OPERATOR.service_monitors:
-        threading.Thread(target=_monitor_drift, daemon=True, name="servicemonitor-drift").start()
+    threading.Thread(target=_drift_checks, daemon=True, name="drift-checks").start()
 
 
 @kopf.on.login()
@@ -147,14 +146,27 @@ def posting_context() -> contextvars.Context | None:
     return _kopf_context[0] if _kopf_context else None
 
 
-def _monitor_drift() -> None:
-    """ServiceMonitors are not watched (their CRD is optional): one cluster-wide LIST every
-    MONITOR_CHECK_S finds the ones this process applied that are gone, and reconciles their models."""
+def _drift_checks() -> None:
+    """Children that are not watched, and whose deletion would otherwise wait for --resync: every
+    MONITOR_CHECK_S a LIST finds the ones this process applied that are gone, and reconciles their
+    owners. Validator DaemonSets (the chart grants them in its namespace only), and ServiceMonitors
+    when they are applied (their CRD is optional)."""
     from rankops.controller.kube import ApiMissing
 
     while True:
         time.sleep(MONITOR_CHECK_S)
         if PAUSE.paused:   # a standby lists nothing: the replica that acts checks
+            continue
+        try:
+            validators = OPERATOR.kube.list("DaemonSet", OPERATOR.namespace,
+                                            label_selector="app.kubernetes.io/name=rankops-validator")
+        except (ApiException, OSError) as exc:
+            logging.getLogger(__name__).debug("validator DaemonSet drift check skipped: %s", exc)
+        else:
+            present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
+            for key in pools.validators_gone(present):
+                POOL_KICKS.kick(key)
+        if not OPERATOR.service_monitors:
             continue
         try:
             listed = OPERATOR.kube.list("ServiceMonitor", None, label_selector=names.LABEL_MODEL)
