@@ -360,7 +360,9 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     # paused or not (as abort is); only the hold's moves (next step, promotion, deadline) wait.
     if phase == CANARY:
         number, held_step = current_step(spec, rollout)
-        last = number == len(spec.rollout.canary.step_plan())
+        plan = spec.rollout.canary.step_plan()
+        steps = len(plan)
+        last = number == steps
         duration = held_step.duration_seconds
         since = parse_time(rollout.get("stepSince") or rollout.get("canarySince"))
         held = (now - since).total_seconds() if since else 0.0
@@ -368,7 +370,6 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         step_age = held if since else (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
         promote = asked(PROMOTE_ANNOTATION, rollout)
         judged = _analyse(spec, rollout, observed, attempt) if since else None
-        steps = len(spec.rollout.canary.step_plan())
         where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
 
         def record_analysis() -> str:
@@ -392,7 +393,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
             move(PROMOTING, f"{why}{record_analysis()}; updating stable to {target}")
         elif held >= duration and canary_up:
             analysis = record_analysis()
-            upcoming = spec.rollout.canary.step_plan()[number]
+            upcoming = plan[number]
             rollout.update(step=number + 1, stepSince=iso(now))
             if judged is not None:   # the next step's weight takes effect now: its window starts at this reading
                 rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
