@@ -155,7 +155,7 @@ def _drift_checks() -> None:
 
     while True:
         time.sleep(MONITOR_CHECK_S)
-        if PAUSE.paused:   # a standby lists nothing: the replica that acts checks
+        if PAUSE.paused or OPERATOR.kube is None:   # a standby lists nothing: the replica that acts checks
             continue
         try:
             validators = OPERATOR.kube.list("DaemonSet", OPERATOR.namespace,
