@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import logging
 
-from kubernetes.client.exceptions import ApiException
-
 from rankops import metrics
 from rankops.controller import handlers, models
-from rankops.controller.kube import namespace_terminating
+from rankops.controller.kube import ApiError, namespace_terminating
 
 
-def _refused(status: int, body: dict) -> ApiException:
-    exc = ApiException(status=status, reason="Forbidden" if status == 403 else "Conflict")
+def _refused(status: int, body: dict) -> ApiError:
+    exc = ApiError(status=status, reason="Forbidden" if status == 403 else "Conflict")
     exc.body = json.dumps(body)
     return exc
 
@@ -56,7 +54,7 @@ def test_namespace_terminating_is_told_apart_from_other_refusals():
                                                 "message": "operation cannot be fulfilled: namespace is being terminated"}))
     assert not namespace_terminating(RBAC)
     assert not namespace_terminating(_refused(422, json.loads(TERMINATING.body)))
-    assert not namespace_terminating(_refused(403, {})) and not namespace_terminating(ApiException(status=403))
+    assert not namespace_terminating(_refused(403, {})) and not namespace_terminating(ApiError(status=403))
 
 
 def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch, caplog):

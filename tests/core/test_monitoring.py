@@ -9,12 +9,11 @@ import pathlib
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from rankops.api.rankingmodel import RankingModel
 from rankops.commands.render import load_documents, render_documents
 from rankops.controller import models
-from rankops.controller.kube import ApiMissing
+from rankops.controller.kube import ApiError, ApiMissing
 from rankops.render import names
 from rankops.render.desired import desired_objects, initial_state, monitoring_objects, resolve_shape
 from rankops.render.policy import TenantPolicy
@@ -153,7 +152,7 @@ def test_operator_applies_it_only_with_the_flag():
 
 
 @pytest.mark.parametrize("error", [ApiMissing("/apis/monitoring.coreos.com/v1/..."),
-                                   ApiException(status=403, reason="Forbidden")], ids=["no-crd", "forbidden"])
+                                   ApiError(status=403, reason="Forbidden")], ids=["no-crd", "forbidden"])
 def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, caplog, monkeypatch):
     monkeypatch.setattr(models, "_monitoring_notes", set())
     monkeypatch.setattr(models, "_monitors_applied", {})

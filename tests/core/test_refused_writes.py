@@ -7,10 +7,9 @@ import copy
 import json
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from rankops.controller import models, refusal, writes
-from rankops.controller.kube import KINDS, InvalidName
+from rankops.controller.kube import KINDS, ApiError, InvalidName
 from rankops.render import names
 
 NS, NAME, UID = "reco", "ranker", "uid-1"
@@ -35,8 +34,8 @@ def body(generation: int = 1, status: dict | None = None, **spec) -> dict:
     return doc
 
 
-def invalid(kind: str, field: str, message: str) -> ApiException:
-    exc = ApiException(status=422, reason="Unprocessable Entity")
+def invalid(kind: str, field: str, message: str) -> ApiError:
+    exc = ApiError(status=422, reason="Unprocessable Entity")
     exc.body = json.dumps({
         "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
         "message": f"{kind} is invalid: {field}: {message}",
@@ -185,8 +184,8 @@ def test_once_fixed_the_children_are_applied_and_degraded_clears(fresh_memory):
 
 def test_transient_errors_are_not_refusals():
     cluster = Cluster()
-    cluster.errors["ConfigMap"] = ApiException(status=503, reason="Service Unavailable")
-    with pytest.raises(ApiException):
+    cluster.errors["ConfigMap"] = ApiError(status=503, reason="Service Unavailable")
+    with pytest.raises(ApiError):
         models.reconcile(cluster, body(1))
     assert writes._refused == {}
 

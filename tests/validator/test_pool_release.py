@@ -7,10 +7,10 @@ import copy
 import types
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from rankops.controller.patching import apply_merge_patch
 from rankops.controller import pools
+from rankops.controller.kube import ApiError
 from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import validator_name
 from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, TAINT_KEY, label_value
@@ -72,7 +72,7 @@ class FakeKube:
             return None
         version = patch.get("metadata", {}).get("resourceVersion")
         if version and version != node["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(status=409, reason="Conflict")
         self.patches.append((name, patch))
         body = copy.deepcopy(patch)
         body.get("metadata", {}).pop("resourceVersion", None)
@@ -187,9 +187,9 @@ def test_other_api_errors_propagate():
     kube = FakeKube(nodes=[_marked("gpu-1", "t4")])
 
     def forbid(*_, **__):
-        raise ApiException(status=403, reason="Forbidden")
+        raise ApiError(status=403, reason="Forbidden")
     kube.merge_patch = forbid
-    with pytest.raises(ApiException) as caught:
+    with pytest.raises(ApiError) as caught:
         pools.release(kube, "t4", NS)
     assert caught.value.status == 403
 
@@ -221,7 +221,7 @@ def test_the_delete_handler_turns_api_errors_into_kopf_outcomes(monkeypatch, cap
 
     def release(kube, name, namespace):
         if status:
-            raise ApiException(status=status, reason="Nope")
+            raise ApiError(status=status, reason="Nope")
         return pools.Release(validators_stopped=False, cleared=["gpu-2", "gpu-1"])
     monkeypatch.setattr(pools, "release", release)
     call = handlers.gpunodepool_deleted(body={"metadata": {"name": "t4", "uid": "u1"}},

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -12,8 +13,15 @@ from rankops.commands.render import (add_pull_secret_flag, add_service_monitor_f
 def cmd_run(args: argparse.Namespace) -> int:
     from rankops.controller import memory
     memory.start()   # before any thread: glibc's heaps bounded, a burst's memory given back
+    from rankops.controller import transport
+
+    needs_client = transport.client_library_needed()
+    if needs_client is None:
+        # kopf imports the whole generated kubernetes client if it can (~865 modules, ~40 MiB
+        # resident) only to recognise its model objects in handler arguments, which rankops never
+        # passes: the operator's own Transport and kopf's loaders do without it.
+        sys.modules.setdefault("kubernetes", None)
     import kopf
-    from kubernetes import config
 
     from rankops.controller.context import OPERATOR
     from rankops.controller.kube import Kube
@@ -23,20 +31,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"rankops run: {exc}", file=sys.stderr)
         return 2
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
+    # Reconciles on kopf's workers and on the watch events' own pool at once, each a connection.
+    pool_size = 2 * OPERATOR.workers + 4
+    if needs_client is None:
+        try:
+            OPERATOR.kube = Kube(transport.Transport(transport.login, maxsize=pool_size))
+        except (kopf.LoginError, OSError, KeyError, TypeError, ValueError) as exc:
+            print(f"rankops run: no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)", file=sys.stderr)
+            return 2
+    else:
+        from kubernetes import client, config
         try:
             config.load_kube_config()
         except (config.ConfigException, OSError) as exc:
             print(f"rankops run: no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)", file=sys.stderr)
             return 2
-    from kubernetes import client
-
-    settings = client.Configuration.get_default_copy()
-    # Reconciles on kopf's workers and on the watch events' own pool at once, each a connection.
-    settings.connection_pool_maxsize = 2 * OPERATOR.workers + 4
-    OPERATOR.kube = Kube(client.ApiClient(settings))
+        settings = client.Configuration.get_default_copy()
+        settings.connection_pool_maxsize = pool_size
+        OPERATOR.kube = Kube(client.ApiClient(settings))
+        OPERATOR.client_library = True
     OPERATOR.namespace = args.operator_namespace
     OPERATOR.validator_service_account = args.validator_service_account
     OPERATOR.validator_image = args.validator_image
@@ -61,12 +74,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         priority = peering_mod.random_priority() if args.priority is None else args.priority
         peering = peering_mod.Peering(args.peering, priority, args.peering_lifetime)
         try:
-            peering_mod.ensure_peering_objects(OPERATOR.kube.api, peering.name, namespaces)
+            peering_mod.ensure_peering_objects(OPERATOR.kube, peering.name, namespaces)
         except RuntimeError as exc:
             print(f"rankops run: {exc}", file=sys.stderr)
             return 2
         peering_mod.register(peering)
     kopf.configure(verbose=args.verbose)
+    if needs_client:
+        logging.getLogger("rankops").info(
+            f"the kubeconfig's user needs an {needs_client} plugin: credentials and requests go through the "
+            "kubernetes client library, which costs ~40 MiB more memory than the operator's own transport")
     kopf.run(
         # Without --peering one replica (Recreate): no peering objects, no extra RBAC.
         standalone=peering is None,

@@ -10,6 +10,7 @@ from rankops.render.policy import TenantPolicy
 @dataclass
 class OperatorContext:
     kube: Kube | None = None
+    client_library: bool = False                    # credentials via the kubernetes package (exec, auth-provider)
     namespace: str = "rankops-system"               # where validator DaemonSets run
     validator_service_account: str = "rankops-validator"
     validator_image: str | None = None              # overrides the pools' validator image

@@ -19,7 +19,6 @@ import time
 from collections import defaultdict
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP, VERSION
@@ -27,7 +26,7 @@ from rankops.controller import cache, models, pools, session, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
-from rankops.controller.kube import namespace_terminating
+from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PAUSE
 from rankops.controller.plans import Plans
@@ -66,7 +65,7 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
                 written = OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"],
                                                     {"status": status_patch}, subresource="status")
                 _status_written[uid] = ((written or {}).get("metadata") or {}).get("resourceVersion")
-        except ApiException as exc:
+        except ApiError as exc:
             if namespace_terminating(exc):  # the namespace's deletion removes the object too
                 result_word = "skipped"
                 logger.debug(f"not reconciled: its namespace is being deleted ({exc.status} {exc.reason})")
@@ -91,7 +90,7 @@ def _namespace_going(name: str) -> bool:
     """The namespace is being deleted (or gone). Asked only when there are Events to post."""
     try:
         found = OPERATOR.kube.get("Namespace", None, name)
-    except ApiException:   # no right to read it (custom RBAC): post as before
+    except ApiError:   # no right to read it (custom RBAC): post as before
         return False
     return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
@@ -160,7 +159,7 @@ def _drift_checks() -> None:
         try:
             validators = OPERATOR.kube.list("DaemonSet", OPERATOR.namespace,
                                             label_selector="app.kubernetes.io/name=rankops-validator")
-        except (ApiException, OSError) as exc:
+        except (ApiError, OSError) as exc:
             logging.getLogger(__name__).debug("validator DaemonSet drift check skipped: %s", exc)
         else:
             present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
@@ -170,7 +169,7 @@ def _drift_checks() -> None:
             continue
         try:
             listed = OPERATOR.kube.list("ServiceMonitor", None, label_selector=names.LABEL_MODEL)
-        except (ApiMissing, ApiException, OSError) as exc:
+        except (ApiMissing, ApiError, OSError) as exc:
             logging.getLogger(__name__).debug("ServiceMonitor drift check skipped: %s", exc)
             continue
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
@@ -390,7 +389,7 @@ async def gpunodepool_deleted(body, logger, **_):
     metrics.forget_pool(name)
     try:
         released = await asyncio.to_thread(_release_pool, body)
-    except ApiException as exc:
+    except ApiError as exc:
         message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
         if exc.status == 403:  # retrying will not grant it: let the pool go, say what is left behind
             raise kopf.PermanentError(f"nodes keep the pool's rankops.io labels and taint: {message}") from exc

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any
 
 from rankops import metrics
+from rankops.controller.transport import Transport
 from rankops.render.names import FIELD_MANAGER
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 # What a name or namespace may be to go into a request path as one segment: every kind here is
 # named as a DNS subdomain or label. Anything else ("a/../../b", "..", "x?y") would ask for
@@ -68,6 +69,8 @@ KINDS: dict[str, Kind] = {
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes"),
     "Route": Kind("route.openshift.io/v1", "routes"),
     "ServiceMonitor": Kind("monitoring.coreos.com/v1", "servicemonitors"),
+    "ClusterKopfPeering": Kind("kopf.dev/v1", "clusterkopfpeerings", namespaced=False),
+    "KopfPeering": Kind("kopf.dev/v1", "kopfpeerings"),
 }
 
 
@@ -75,9 +78,26 @@ class ApiMissing(Exception):
     """The API group/kind is not served by this cluster (e.g. no Gateway API CRDs)."""
 
 
+class ApiError(Exception):
+    """A request the API server refused: `status` (403, 409, 422, 5xx...), `reason`, the raw `body`
+    (a Status object, as JSON bytes). The operator's own, so it needs no kubernetes package."""
+
+    def __init__(self, status: int, reason: str = "", body: bytes | None = None):
+        super().__init__(f"({status}) {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
 class Kube:
-    def __init__(self, api_client: client.ApiClient | None = None):
-        self.api = api_client or client.ApiClient()
+    """`api`: a Transport (`rankops run`), or a kubernetes ApiClient (dev tools, benchmarks, e2e;
+    none: the kubernetes client's default configuration)."""
+
+    def __init__(self, api: Transport | client.ApiClient | None = None):
+        if api is None:
+            from kubernetes import client
+            api = client.ApiClient()
+        self.api = api
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json", accept: str = "application/json") -> dict | None:
@@ -89,9 +109,7 @@ class Kube:
                 raise ApiMissing(path)
             return None
         if answer.status >= 400:
-            exc = ApiException(status=answer.status, reason=answer.reason)
-            exc.body = answer.data
-            raise exc
+            raise ApiError(answer.status, answer.reason, answer.data)
         return json.loads(answer.data) if answer.data else None
 
     def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict:
@@ -102,6 +120,11 @@ class Kube:
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
         return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]), body=obj, query=query,
                           content_type="application/apply-patch+yaml")
+
+    def create(self, obj: dict[str, Any]) -> dict:
+        """POST: ApiError 409 when it exists already."""
+        kind = KINDS[obj["kind"]]
+        return self._call("POST", kind.path(obj["metadata"].get("namespace")), body=obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         return self._call("GET", KINDS[kind].path(namespace, name))
@@ -149,13 +172,22 @@ class Answer:
     data: bytes
 
 
-def send(api: client.ApiClient, method: str, path: str, *, body: Any = None, query: list | None = None,
+def send(api: Transport | client.ApiClient, method: str, path: str, *, body: Any = None, query: list | None = None,
          headers: dict[str, str] | None = None, timeout: float = 30) -> Answer:
-    """One request on the kubernetes client's transport (its auth and TLS), any status answered.
+    """One request, any status answered: on a Transport, or on a kubernetes ApiClient's (its auth
+    and TLS). The client library is imported only for the latter: `rankops run` never loads it."""
+    if isinstance(api, Transport):
+        response = api.request(method, path, body=body, query=query, headers=headers, timeout=timeout)
+        return Answer(response.status, response.reason or "", response.data or b"")
+    return _send_on_client(api, method, path, body=body, query=query, headers=headers, timeout=timeout)
 
-    Works with both generations of the generated client: kubernetes >= 37 (param_serialize) and
-    the older one (call_api with a resource path), which fetch-model's botocore keeps us on.
-    """
+
+def _send_on_client(api: client.ApiClient, method: str, path: str, *, body: Any, query: list | None,
+                    headers: dict[str, str] | None, timeout: float) -> Answer:
+    """Works with both generations of the generated client: kubernetes >= 37 (param_serialize) and
+    the older one (call_api with a resource path), which fetch-model's botocore keeps us on."""
+    from kubernetes.client.exceptions import ApiException
+
     headers = dict(headers or {})
     if hasattr(api, "param_serialize"):
         method, url, headers, _, _ = api.param_serialize(method=method, resource_path=path, query_params=query or [],
@@ -174,10 +206,12 @@ def send(api: client.ApiClient, method: str, path: str, *, body: Any = None, que
     return Answer(response.status, response.reason or "", response.data or b"")
 
 
-def open_stream(api: client.ApiClient, path: str, query: list, timeout: float = 90) -> Any:
-    """A GET whose body is read as it comes (a watch): the urllib3 response; ApiException if refused."""
+def open_stream(api: Transport | client.ApiClient, path: str, query: list, timeout: float = 90) -> Any:
+    """A GET whose body is read as it comes (a watch): the urllib3 response; ApiError if refused."""
     headers = {"Accept": "application/json"}
-    if hasattr(api, "param_serialize"):
+    if isinstance(api, Transport):
+        response = api.request("GET", path, query=query, headers=headers, timeout=timeout, stream=True)
+    elif hasattr(api, "param_serialize"):
         method, url, headers, _, _ = api.param_serialize(method="GET", resource_path=path, query_params=query,
                                                          header_params=headers, auth_settings=["BearerToken"])
         response = api.call_api(method, url, header_params=headers, _request_timeout=timeout).response
@@ -185,9 +219,7 @@ def open_stream(api: client.ApiClient, path: str, query: list, timeout: float = 
         response = api.call_api(path, "GET", query_params=query, header_params=headers, auth_settings=["BearerToken"],
                                 _preload_content=False, _request_timeout=timeout, _return_http_data_only=True)
     if response.status >= 400:
-        exc = ApiException(status=response.status, reason=response.reason)
-        exc.body = response.data
-        raise exc
+        raise ApiError(response.status, response.reason or "", response.data)
     return response
 
 
@@ -201,7 +233,7 @@ def _is_missing_api(raw: bytes | None) -> bool:
     return details.get("kind") != "Status" or not details.get("details")
 
 
-def namespace_terminating(exc: ApiException) -> bool:
+def namespace_terminating(exc: ApiError) -> bool:
     """A write refused because its namespace is being deleted (403, or 409 for a name whose old
     object is going): expected while a namespace with RankingModels in it goes, not a fault."""
     if exc.status not in (403, 409):

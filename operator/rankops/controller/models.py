@@ -14,13 +14,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.controller import canary_metrics, writes
-from rankops.controller.kube import ApiMissing, InvalidName, Kube
+from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names, planned
@@ -161,7 +160,7 @@ def _credentials_missing(kube: Kube, rm: RankingModel) -> str | None:
     try:
         if kube.exists("Secret", namespace, secret):
             return None
-    except ApiException as exc:
+    except ApiError as exc:
         if exc.status != 403:
             raise
         if not _unchecked_secrets:   # said once per process: it is how the cluster admin set RBAC up
@@ -432,7 +431,7 @@ def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> N
         except ApiMissing:
             _note("missing", logging.INFO, "ServiceMonitors are on, but this cluster does not serve "
                   "monitoring.coreos.com/v1 servicemonitors (no Prometheus Operator CRDs): not creating them")
-        except ApiException as exc:
+        except ApiError as exc:
             _note(f"http-{exc.status}", logging.WARNING,
                   f"could not apply ServiceMonitor {obj['metadata']['namespace']}/{obj['metadata']['name']}: "
                   f"{exc.status} {exc.reason} (serving is unaffected; a 403 means the operator lacks "

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import kopf
 
+from rankops.controller.kube import ApiError, ApiMissing, Kube
+
 GROUP, VERSION = "kopf.dev", "v1"
 MAX_PRIORITY = 2**31 - 1
 
@@ -42,21 +44,17 @@ def peering_objects(name: str, namespaces: list[str]) -> list[tuple[str | None, 
             for ns in namespaces]
 
 
-def ensure_peering_objects(api_client, name: str, namespaces: list[str]) -> None:
+def ensure_peering_objects(kube: Kube, name: str, namespaces: list[str]) -> None:
     """Create the peering objects that do not exist yet (kopf only patches them)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    custom = client.CustomObjectsApi(api_client)
     for namespace, body in peering_objects(name, namespaces):
+        where = f"in namespace {namespace}" if namespace else "cluster-wide"
         try:
-            if namespace is None:
-                custom.create_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", body)
-            else:
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings", body)
-        except ApiException as exc:
+            kube.create(body)
+        except ApiMissing:
+            raise RuntimeError(f"cannot create the kopf peering object {name!r} {where}: this cluster does not "
+                               "serve kopf.dev/v1 (are the chart's kopf.dev CRDs installed?)") from None
+        except ApiError as exc:
             if exc.status != 409:  # another replica created it first
-                where = f"in namespace {namespace}" if namespace else "cluster-wide"
                 raise RuntimeError(f"cannot create the kopf peering object {name!r} {where}: "
                                    f"{exc.status} {exc.reason} (are the chart's kopf.dev CRDs installed?)") from exc
 

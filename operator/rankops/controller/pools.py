@@ -7,14 +7,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from rankops.api.conditions import now_iso
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 from rankops.controller.diffbase import essence_digest
-from rankops.controller.kube import Kube
+from rankops.controller.kube import ApiError, Kube
 from rankops.rollout.machine import Event
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.validator.daemonset import render_validator, validator_name
@@ -171,7 +170,7 @@ def clear_node_marks(kube: Kube, pool_name: str) -> Release:
                 if kube.merge_patch("Node", None, name, patch) is not None:
                     cleared.append(name)
                 break
-            except ApiException as exc:  # 409: the node changed since it was read; re-read, re-decide
+            except ApiError as exc:  # 409: the node changed since it was read; re-read, re-decide
                 if exc.status != 409 or attempt == 2:
                     raise
                 node = kube.get("Node", None, name)

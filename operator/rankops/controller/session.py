@@ -18,6 +18,9 @@ from typing import Any
 import aiohttp
 import kopf
 
+from rankops.controller import transport
+from rankops.controller.context import OPERATOR
+
 REQUESTS = 16       # kopf's own requests at once (the reconcilers have a connection pool of their own)
 WATCH_ROOM = 16     # watch streams per namespace watched; more kinds than rankops watches
 
@@ -30,8 +33,14 @@ def connection_limit(namespaces: list[str] | tuple[str, ...]) -> int:
 
 
 async def bounded_session(limit: int, **kwargs: Any) -> kopf.AiohttpSession:
-    """kopf's client login (kubeconfig or in-cluster), in a session of at most `limit` connections."""
-    info = kopf.login_via_client(**kwargs)
+    """The operator's credentials (in-cluster or kubeconfig), in a session of at most `limit`
+    connections: from kopf's own loaders as the reconcilers' Transport has them, or from the
+    kubernetes client where `rankops run` needs it (OPERATOR.client_library). kopf calls this
+    again on a 401, so a rotated ServiceAccount token is read afresh."""
+    if OPERATOR.client_library:
+        info = kopf.login_via_client(**kwargs)
+    else:
+        info = transport.login(kwargs.get("settings"))
     if info is None:
         raise kopf.LoginError("no Kubernetes credentials: set KUBECONFIG or run in a pod")
     session = aiohttp.ClientSession(

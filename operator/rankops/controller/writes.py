@@ -15,10 +15,8 @@ import logging
 import time
 from typing import Any, Callable
 
-from kubernetes.client.exceptions import ApiException
-
 from rankops.controller import refusal
-from rankops.controller.kube import ApiMissing, Kube, namespace_terminating
+from rankops.controller.kube import ApiError, ApiMissing, Kube, namespace_terminating
 from rankops.controller.unchanged import unchanged, with_digest
 
 log = logging.getLogger("rankops.writes")
@@ -36,7 +34,7 @@ class ChildRefused(Exception):
 
 def apply_all(kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -> None:
     """Apply `objects` (children of the object with metadata `meta`), or raise ChildRefused with
-    nothing written. Transient errors (409, 429, 5xx) propagate as ApiException."""
+    nothing written. Transient errors (409, 429, 5xx) propagate as ApiError."""
     uid, generation = meta.get("uid", ""), meta.get("generation")
     objects = [with_digest(obj) for obj in objects]
     digest = refusal.digest(objects)
@@ -78,7 +76,7 @@ def _observed(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
         return kube.get(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
     except ApiMissing:
         return None
-    except ApiException as exc:
+    except ApiError as exc:
         if refusal.is_refusal(exc.status):
             return None
         raise
@@ -89,7 +87,7 @@ def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
         kube.apply(obj, dry_run=dry_run)
     except ApiMissing:
         raise _Refusal(refusal.missing_api(obj)) from None
-    except ApiException as exc:
+    except ApiError as exc:
         if not refusal.is_refusal(exc.status) or namespace_terminating(exc):
             raise
         raise _Refusal(refusal.from_api_error(obj, exc.status, exc.reason, exc.body)) from None
