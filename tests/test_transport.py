@@ -191,3 +191,40 @@ def test_a_401_reads_the_credentials_again_once(plane, tmp_path, monkeypatch):
         assert t._credentials() == {"Authorization": f"Bearer {plane.token}"}
     finally:
         t.close()
+
+
+def test_peering_objects_are_created_through_kube(plane, monkeypatch):
+    """`rankops run --peering` creates kopf's peering objects (controller/peering.py): a cluster
+    without kopf's CRDs is told as such; with them, the second replica's create finds it there."""
+    import time
+
+    from rankops.controller import peering
+
+    monkeypatch.setenv("KUBECONFIG", str(plane.kubeconfig))
+    t = transport.Transport(transport.login, maxsize=2)
+    kube = Kube(t)
+    try:
+        with pytest.raises(RuntimeError, match="does not serve kopf.dev/v1"):
+            peering.ensure_peering_objects(kube, "p", [])
+        install = Path(__file__).resolve().parents[1] / "manifests" / "install.yaml"
+        crds = [d for d in yaml.safe_load_all(install.read_text())
+                if d and d["kind"] == "CustomResourceDefinition" and d["spec"]["group"] == "kopf.dev"]
+        assert len(crds) == 2
+        for crd in crds:
+            assert send(t, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd,
+                        headers={"Content-Type": "application/json"}).status == 201
+        deadline = time.monotonic() + 30
+        while True:   # served once Established and in discovery
+            try:
+                peering.ensure_peering_objects(kube, "p", ["default"])
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        peering.ensure_peering_objects(kube, "p", ["default"])   # already there: another replica made it
+        peering.ensure_peering_objects(kube, "p", [])
+        assert kube.get("KopfPeering", "default", "p")["metadata"]["name"] == "p"
+        assert kube.get("ClusterKopfPeering", None, "p")["kind"] == "ClusterKopfPeering"
+    finally:
+        t.close()
