@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")   # kopf's loader reads here
 REFRESH_S = 60.0
+USER_AGENT = "rankops-operator"   # what the API server's audit log and metrics name the requests by
 
 log = logging.getLogger("rankops.transport")
 
@@ -163,7 +164,8 @@ class Transport:
         # A dict body goes as JSON, which is also valid apply-patch YAML.
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
         for again in (False, True):
-            sent = {"Accept": "application/json", **(headers or {}), **self._credentials(again)}
+            sent = {"Accept": "application/json", "User-Agent": USER_AGENT, **(headers or {}),
+                    **self._credentials(again)}
             if data is not None:
                 sent.setdefault("Content-Type", "application/json")
             try:
