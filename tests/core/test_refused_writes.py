@@ -241,3 +241,33 @@ def test_names_that_are_not_one_path_segment_never_reach_a_url(name):
     with pytest.raises(InvalidName):
         KINDS["ConfigMap"].path(name or " ", "ok")
     assert KINDS["GpuNodePool"].path(None, "t4.pool-1") == "/apis/rankops.io/v1alpha1/gpunodepools/t4.pool-1"
+
+
+def test_a_new_models_children_are_written_without_a_dry_run_deployments_last():
+    cluster = Cluster()
+    models.reconcile(cluster, body(1))
+    assert cluster.writes and not [k for k, dry in cluster.writes if dry], cluster.writes
+    assert cluster.writes[-1] == ("Deployment", False), "no pod starts before its siblings are accepted"
+    assert ("ConfigMap", names.config_map_name(NAME, names.STABLE)) in cluster.objects
+
+
+@pytest.mark.parametrize("refused_kind", ["Deployment", "Service"])
+def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(fresh_memory, refused_kind):
+    cluster = Cluster()
+    cluster.errors[refused_kind] = invalid(refused_kind, "metadata.annotations", "bad")
+    status = models.reconcile(cluster, body(1)).status
+    assert cluster.objects == {}, "what the refused pass created is deleted"
+    assert ("Deployment", False) not in cluster.writes[:-1], "the Deployment is written last, if at all"
+    assert condition(status, "Degraded")["reason"] == "ChildRefused"
+
+    cluster.writes.clear()
+    fresh_memory["now"] += refusal.RETRY_MAX_S
+    models.reconcile(cluster, body(1, status))
+    assert cluster.writes and all(dry for _, dry in cluster.writes), "a model once refused dry-runs first"
+    assert cluster.objects == {}
+
+    del cluster.errors[refused_kind]
+    fresh_memory["now"] += refusal.RETRY_MAX_S
+    for _ in range(2):
+        status = models.reconcile(cluster, body(1, status)).status
+    assert status["phase"] == "Ready" and condition(status, "Degraded")["status"] == "False"

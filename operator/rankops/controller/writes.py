@@ -6,6 +6,11 @@ set of children is first applied as a dry run: if the API server refuses any of 
 none is written, so what serves stays as it was instead of a ConfigMap of the new spec beside a
 Deployment of the old one. A set applied before is applied straight away.
 
+A model none of whose children exists yet, and whose writes were never refused, has nothing
+serving to keep: its children are written without the dry run (half the writes of a new model),
+Deployments last, and a refusal deletes what that pass created, so a refused model still leaves
+no child behind, and no pod ever started. Its later passes dry-run first, as above.
+
 What was applied and what was refused is remembered per object in this process only: it saves
 dry runs and paces retries, and losing it on a restart costs one dry run, nothing else.
 """
@@ -41,14 +46,18 @@ def apply_all(kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -
     previous = _refused.get(uid)
     if refusal.backing_off(previous, generation, digest, clock()):
         raise ChildRefused(previous)
+    observed = [_observed(kube, obj) for obj in objects]
     # Only what differs from the child as observed is written (the others are as accepted before).
-    changed = [obj for obj in objects if not unchanged(obj, _observed(kube, obj))]
+    changed = [obj for obj, seen in zip(objects, observed) if not unchanged(obj, seen)]
     try:
-        if _applied.get(uid) != digest:
+        if previous is None and uid not in _applied and all(seen is None for seen in observed):
+            _create_all(kube, changed)
+        else:
+            if _applied.get(uid) != digest:
+                for obj in changed:
+                    _apply(kube, obj, dry_run=True)
             for obj in changed:
-                _apply(kube, obj, dry_run=True)
-        for obj in changed:
-            _apply(kube, obj, dry_run=False)
+                _apply(kube, obj, dry_run=False)
     except _Refusal as exc:
         refused = refusal.record(previous, generation, digest, exc.refusal, clock())
         _refused[uid] = refused
@@ -70,15 +79,39 @@ class _Refusal(Exception):
         self.refusal = found
 
 
+_UNREADABLE: dict[str, Any] = {"metadata": {"deletionTimestamp": "unknown"}}   # never `unchanged`
+
+
 def _observed(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The child as it is; None when it cannot be read (the apply then says why)."""
+    """The child as it is, None when it does not exist; _UNREADABLE when it cannot be read (the
+    apply then says why)."""
     try:
         return kube.get(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
     except ApiMissing:
-        return None
+        return _UNREADABLE
     except ApiError as exc:
         if refusal.is_refusal(exc.status):
-            return None
+            return _UNREADABLE
+        raise
+
+
+def _create_all(kube: Kube, objects: list[dict[str, Any]]) -> None:
+    """Create children none of which exists, Deployments last (no pod starts before the rest is
+    accepted); on a refusal, delete those this pass created and raise it."""
+    ordered = sorted(objects, key=lambda obj: obj["kind"] == "Deployment")
+    created: list[dict[str, Any]] = []
+    try:
+        for obj in ordered:
+            _apply(kube, obj, dry_run=False)
+            created.append(obj)
+    except _Refusal:
+        for obj in reversed(created):
+            meta = obj["metadata"]
+            try:
+                kube.delete(obj["kind"], meta.get("namespace"), meta["name"])
+            except ApiError as exc:   # the next pass finds it and dry-runs first: said, not fatal
+                log.warning(f"could not remove {obj['kind']} {meta['name']} after its sibling was refused: "
+                            f"{exc.status} {exc.reason}")
         raise
 
 
