@@ -30,9 +30,12 @@ CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job")
 Key = tuple[str, str, str]   # kind, namespace, name
 
 
-def _rv(obj: dict[str, Any]) -> int:
+def resource_version(of: dict[str, Any] | str | None) -> int:
+    """An object's resourceVersion (or one given as is) as a number; 0 when unknown. The API
+    server's are etcd revisions: numbers that grow, so newer is larger."""
+    value = of["metadata"].get("resourceVersion") if isinstance(of, dict) else of
     try:
-        return int(obj["metadata"].get("resourceVersion") or 0)
+        return int(value or 0)
     except (TypeError, ValueError):
         return 0
 
@@ -71,7 +74,7 @@ class Children:
 
     def observe(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> None:
         """A watch event, or this process's own write answered by the API server."""
-        key, rv = _key(kind, obj), _rv(obj)
+        key, rv = _key(kind, obj), resource_version(obj)
         with self._lock:
             self._merge(key, obj, rv, deleted)
 
@@ -106,7 +109,7 @@ class Children:
             for obj in items:
                 key = _key(kind, obj)
                 present.add(key)
-                self._merge(key, obj, _rv(obj), False)
+                self._merge(key, obj, resource_version(obj), False)
             for key in [k for k in self._objects if k[:2] == (kind, namespace or "") and k not in present]:
                 if self._objects[key].rv <= list_rv:   # gone by the time of the listing
                     self._merge(key, None, list_rv, True)
