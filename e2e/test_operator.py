@@ -137,11 +137,25 @@ def test_deleting_the_model_collects_its_children(k8s, namespace, operator):
     models.create(k8s, namespace, models.model_manifest("gone"))
     models.wait_ready(k8s, namespace, "gone")
     k8s.custom.delete_namespaced_custom_object(models.GROUP, models.VERSION, namespace, models.PLURAL, "gone")
-    wait_for(lambda: gone(lambda: models.get(k8s, namespace, "gone")), 30, "RankingModel deleted (finalizer released)")
+    wait_for(lambda: gone(lambda: models.get(k8s, namespace, "gone")), 30, "RankingModel deleted")
     for read in (lambda: _deployment(k8s, namespace, "gone"),
                  lambda: k8s.core.read_namespaced_config_map(names.config_map_name("gone", names.STABLE), namespace),
                  lambda: k8s.core.read_namespaced_service(names.serving_service_name("gone"), namespace)):
         wait_for(lambda read=read: gone(read), 60, "children garbage-collected")
+
+
+def test_a_model_an_older_operator_put_its_finalizer_on_is_released_and_deleted(k8s, namespace, operator):
+    """Operators before issue 13 reconciled models with kopf timers, and kopf put its finalizer on
+    every model that had one; this one has none: kopf takes the old finalizer off, so deleting
+    such a model is not held up forever."""
+    body = models.model_manifest("legacy")
+    body["metadata"]["finalizers"] = ["rankops.io/finalizer"]
+    models.create(k8s, namespace, body)
+    models.wait_ready(k8s, namespace, "legacy")
+    wait_for(lambda: not (models.get(k8s, namespace, "legacy")["metadata"].get("finalizers")), 30,
+             "the old finalizer taken off")
+    k8s.custom.delete_namespaced_custom_object(models.GROUP, models.VERSION, namespace, models.PLURAL, "legacy")
+    wait_for(lambda: gone(lambda: models.get(k8s, namespace, "legacy")), 30, "the model deleted")
 
 
 def test_operator_killed_mid_way_converges_without_duplicates(k8s, namespace, operator):

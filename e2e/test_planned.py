@@ -33,11 +33,11 @@ def test_an_auto_model_is_planned_once_and_not_again_after_a_restart(k8s, namesp
     assert deployment.spec.replicas == plan["replicas"] == rm["status"]["replicas"]
     assert len(planned_lines(operator, digest)) == 1, "planned once, however many reconciles"
 
-    # A restarted operator reconciles every model (kopf's resume), from the status it finds.
+    # A restarted operator reconciles every model (kopf lists them), from the status it finds.
     operator.stop()
     mark = operator.log_path.stat().st_size
     operator.start()
-    wait_for(lambda: "Handler 'rankingmodel_changed' succeeded" in operator.log_path.read_text(errors="replace")[mark:]
+    wait_for(lambda: f"reconciled {namespace}/auto generation 1" in operator.log_path.read_text(errors="replace")[mark:]
              and models.get(k8s, namespace, "auto"), 60, "the restarted operator resumed the model")
     models.patch_spec(k8s, namespace, "auto", {"version": "1", "resources": {"cpu": "2", "memory": "2Gi"}})
     models.wait_ready(k8s, namespace, "auto")

@@ -40,15 +40,17 @@ def acting(process: Any) -> bool:
 
 
 def handled(process: Any, after: int) -> list[str]:
-    """kopf's per-object lines (handlers, timers, events) logged after byte `after`."""
+    """The per-object lines (kopf's handlers and events, rankops' reconciles) logged after byte `after`."""
     text = process.log_path.read_text(errors="replace")[after:]
-    return [line for line in text.splitlines() if "kopf.objects" in line]
+    return [line for line in text.splitlines() if "kopf.objects" in line or _RECONCILED.search(line)]
+
+
+_RECONCILED = re.compile(r"rankops\.handlers .* reconciled \S+/\S+ generation")
 
 
 def changed(process: Any, after: int) -> bool:
-    """A RankingModel handled after byte `after`: resumed, created, or its spec updated (kopf names
-    the update handler 'rankingmodel_changed/spec')."""
-    return any(re.search(r"Handler 'rankingmodel_changed(/spec)?' succeeded", line) for line in handled(process, after))
+    """A RankingModel reconciled after byte `after`: first seen, created, or its spec updated."""
+    return any(_RECONCILED.search(line) for line in handled(process, after))
 
 
 def log_size(process: Any) -> int:

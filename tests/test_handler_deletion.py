@@ -66,7 +66,7 @@ def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch,
     monkeypatch.setattr(models, "reconcile", refuse)
     before = _skipped()
     with caplog.at_level(logging.DEBUG):
-        handlers._model(body, {}, logging.getLogger("test"))   # before: kopf.TemporaryError, logged at ERROR
+        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))   # before: kopf.TemporaryError, logged at ERROR
     assert _skipped() == before + 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -82,7 +82,7 @@ def test_other_refusals_still_raise(monkeypatch):
         raise RBAC
     monkeypatch.setattr(models, "reconcile", refuse)
     with pytest.raises(kopf.TemporaryError, match="403"):
-        handlers._model(body, {}, logging.getLogger("test"))
+        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
 
 
 def test_a_model_being_deleted_is_not_reconciled(monkeypatch):
@@ -90,7 +90,7 @@ def test_a_model_being_deleted_is_not_reconciled(monkeypatch):
     monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
     called = []
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: called.append(b))
-    handlers._model(body, {}, logging.getLogger("test"))
+    handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
     assert called == []
 
 
@@ -123,5 +123,5 @@ def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
                                 (None, [])):
         posted.clear()
         monkeypatch.setattr(handlers.OPERATOR, "kube", NamespacedKube(body, namespace))
-        handlers._model(body, {}, logging.getLogger("test"))
+        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
         assert posted == expected, namespace

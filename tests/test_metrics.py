@@ -156,7 +156,7 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     before = degraded(), rolled_back(), gate_fail()
 
     handlers._pool(pool, {}, logging.getLogger("test"))
-    handlers._model(model, {}, logging.getLogger("test"))
+    handlers._kicked((model["metadata"]["namespace"], model["metadata"]["name"], model["metadata"]["uid"]))
     assert (degraded(), rolled_back(), gate_fail()) == (before[0] + 1, before[1] + 1, before[2] + 1)
     assert sample("rankops_pool_nodes", {"pool": "a10-pool"}) == 2
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) == 1
@@ -166,7 +166,7 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     monkeypatch.setattr(pools, "release", lambda kube, name, namespace: released.append(name) or
                         pools.Release(validators_stopped=True))
     asyncio.run(handlers.gpunodepool_deleted(body=pool, logger=logging.getLogger("test")))
-    handlers.rankingmodel_deleted(body=model)
+    asyncio.run(handlers.rankingmodel_event({"type": "DELETED", "object": model}))
     assert released == ["a10-pool"], "the deleted pool's nodes are released too"
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) is None
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) is None

@@ -53,3 +53,23 @@ def test_an_unseen_or_recreated_model_is_read_from_the_api(reads):
     handlers.MODELS.observe("RankingModel", _model(30), deleted=True)
     handlers._current("RankingModel", _model(31)["metadata"])
     assert reads.gets == 3
+
+
+def test_a_namespace_is_asked_whether_it_goes_at_most_every_few_seconds(monkeypatch):
+    asked = []
+    now = {"t": 100.0}
+
+    class Namespaces:
+        def get(self, kind, namespace, name):
+            asked.append(name)
+            return {"metadata": {"name": name, **({"deletionTimestamp": "x"} if name == "going" else {})}}
+
+    monkeypatch.setattr(handlers.OPERATOR, "kube", Namespaces())
+    monkeypatch.setattr(handlers, "_namespaces_seen", {})
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: now["t"])
+    assert [handlers._namespace_going("reco") for _ in range(3)] == [False] * 3
+    assert handlers._namespace_going("going") is True
+    assert asked == ["reco", "going"], "one GET per namespace for a burst of Events"
+    now["t"] += handlers.NAMESPACE_ALIVE_S
+    assert handlers._namespace_going("reco") is False and handlers._namespace_going("going") is True
+    assert asked == ["reco", "going", "reco"], "a namespace alive is asked again soon: it may begin to go"

@@ -278,14 +278,3 @@ def test_a_pools_status_is_its_typed_model_too():
 def test_only_a_model_that_time_moves_on_is_rechecked_on_a_clock(status, generation, clock):
     assert sd.needs_clock(status, generation) is clock
 
-
-@pytest.mark.parametrize("phase", [WARMING, VERIFYING, CANARY_STARTING, CANARY, PROMOTING])
-def test_a_tick_always_reconciles_a_rollout_in_flight(phase):
-    assert sd.tick_reconciles({"rollout": {"phase": phase}}, since_last_reconcile_s=0.1, interval_s=10)
-
-
-@pytest.mark.parametrize("status", [{}, {"phase": "Pending"}, {"rollout": {"phase": PROMOTED}, "phase": "Degraded"}])
-def test_a_tick_of_a_model_only_waiting_stands_in_for_no_recent_reconcile(status):
-    assert not sd.tick_reconciles(status, since_last_reconcile_s=2, interval_s=10)
-    assert sd.tick_reconciles(status, since_last_reconcile_s=9.5, interval_s=10)
-    assert sd.tick_reconciles(status, since_last_reconcile_s=float("inf"), interval_s=10)

@@ -16,7 +16,7 @@ class OperatorContext:
     validator_image: str | None = None              # overrides the pools' validator image
     interval: float = 10.0                          # seconds between re-checks of an unsettled model
     resync: float = 600.0                           # seconds between re-checks of every model
-    workers: int = 8                                # reconciles at once, per pool (kopf's, watch events')
+    workers: int = 16                               # reconciles at once, per pool (kopf's, watch events')
     kopf_connections: int = 0                       # kopf's HTTP connections at most (0: no bound)
     service_monitors: bool = False                  # a ServiceMonitor per RankingModel, where served
     service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what Prometheus selects by

@@ -1,13 +1,15 @@
 """kopf handlers: thin wiring from watch events and timers to the reconcilers.
 
-Stacking on.create + on.update(spec) + on.resume makes the reconcile level-based; watches on the
-children (and on the pools and latency-profile ConfigMaps models name) reconcile the owning model
-when one changes or goes, so drift is repaired and Ready is seen as it happens. Reads of the
-children come from those watches (controller/cache.py). A timer at `--interval` runs only while a
-model is unsettled (a rollout in flight, not Ready yet, a refused write to retry): gate deadlines
-and the canary hold need a clock. Every model is reconciled again each `--resync` seconds.
-Pools alike: a change of a node they select (labels, verdict, GPU capacity) or of another pool
-reconciles them, and so does `--resync`; a settled pool costs no request in between.
+A RankingModel is reconciled from events: its own (listed at start-up, created, a new spec, an
+annotation or status someone else wrote), and those of its children and of the pools and
+latency-profile ConfigMaps it names, mapped to it, so drift is repaired and Ready is seen as it
+happens. Reads of the model and its children come from those watches (controller/cache.py).
+controller/clock.py reconciles a model `--interval` after its last reconcile while only time
+moves it on (a rollout in flight, not Ready yet, a refused write to retry: gate deadlines and the
+canary hold), and every model `--resync` after its last. Pools have kopf's create/update/resume
+handlers (their finalizer clears the nodes' marks): a change of a node they select (labels,
+verdict, GPU capacity) or of another pool reconciles them, and so does `--resync`; a settled pool
+costs no request in between.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from rankops.api.crdgen import GROUP, VERSION
 from rankops.controller import cache, models, pools, session, writes
 from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
+from rankops.controller.clock import Clock
 from rankops.controller.kicks import Kicks
 from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.patching import merge_patch
@@ -37,7 +40,7 @@ from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 _status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
-_reconciled_at: dict[str, float] = {}          # uid -> when its last reconcile here ended (monotonic)
+_reconciled_at: dict[str, tuple[float, int | None]] = {}   # uid -> when its last reconcile here ended, of what generation
 
 
 def _run(kind: str, reconcile, body, patch, logger) -> None:
@@ -58,6 +61,7 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         if kind == "RankingModel" and fresh["metadata"].get("deletionTimestamp"):
             return
         body = fresh
+        result, status_patch = None, None
         try:
             result = reconcile(body)
             result_word = metrics.reconcile_result(result.status)
@@ -77,7 +81,8 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
                                       f"{(exc.body or '')[:300]}", delay=10) from exc
         finally:
             metrics.observe_reconcile(kind, result_word, time.monotonic() - started)
-            _reconciled_at[uid] = time.monotonic()
+            if kind == "RankingModel":
+                _after_model_reconcile(body, result_word, result, status_patch)
     events = result.events
     if events and meta.get("namespace") and _namespace_going(meta["namespace"]):
         events = []   # refused while the namespace goes (kopf would retry each at ERROR); so is the object
@@ -88,6 +93,21 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         metrics.record_pool(body["metadata"]["name"], result.status)
     else:
         metrics.record_model(body, result.status, result.outcome, result.gate_results)
+
+
+def _after_model_reconcile(body, result_word: str, result, status_patch) -> None:
+    """Schedule the model's next reconcile by the clock, and say the reconciles that matter: the
+    first in this process, one of a new generation, one that changed status."""
+    meta = body["metadata"]
+    uid, generation = meta["uid"], meta.get("generation")
+    status = result.status if result is not None else None
+    CLOCK.reconciled((meta["namespace"], meta["name"], uid),
+                     status is None or status_decisions.needs_clock(status, generation))
+    before = _reconciled_at.get(uid)
+    _reconciled_at[uid] = (time.monotonic(), generation)
+    if before is None or before[1] != generation or status_patch:
+        why = "first here" if before is None else "new generation" if before[1] != generation else "status changed"
+        log.info(f"reconciled {meta['namespace']}/{meta['name']} generation {generation}: {result_word} ({why})")
 
 
 # RankingModels as their watch and this process's status writes show them: a reconcile reads its
@@ -106,13 +126,26 @@ def _current(kind: str, meta) -> dict | None:
     return OPERATOR.kube.get(kind, meta.get("namespace"), meta["name"])
 
 
+# What _namespace_going last found, by namespace: (when, going). A namespace alive is asked again
+# after NAMESPACE_ALIVE_S (at N=1000 new models it was a GET per model for its Ready Event);
+# one going, after NAMESPACE_GOING_S (one of the same name may be created once it is gone). An
+# Event posted into a namespace that began to go in between is refused, and kopf says so at WARNING.
+_namespaces_seen: dict[str, tuple[float, bool]] = {}
+NAMESPACE_ALIVE_S, NAMESPACE_GOING_S = 2.0, 30.0
+
+
 def _namespace_going(name: str) -> bool:
     """The namespace is being deleted (or gone). Asked only when there are Events to post."""
+    seen = _namespaces_seen.get(name)
+    if seen and time.monotonic() - seen[0] < (NAMESPACE_GOING_S if seen[1] else NAMESPACE_ALIVE_S):
+        return seen[1]
     try:
         found = OPERATOR.kube.get("Namespace", None, name)
     except ApiError:   # no right to read it (custom RBAC): post as before
         return False
-    return found is None or bool(found["metadata"].get("deletionTimestamp"))
+    going = found is None or bool(found["metadata"].get("deletionTimestamp"))
+    _namespaces_seen[name] = (time.monotonic(), going)
+    return going
 
 
 CHILDREN = cache.Children(relist_s=OPERATOR.resync)
@@ -124,10 +157,6 @@ def _reconcile_model(body):
                             service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
                             pull_secrets=tuple(OPERATOR.image_pull_secrets),
                             metrics_networks=tuple(OPERATOR.pod_metrics_networks), plans=PLANS)
-
-
-def _model(body, patch, logger):
-    _run("RankingModel", _reconcile_model, body, patch, logger)
 
 
 def _pool(body, patch, logger):
@@ -202,34 +231,6 @@ def _drift_checks() -> None:
             KICKS.kick(key, posting_context())   # this thread has no kopf context to post Events with
 
 
-@kopf.on.resume(GROUP, VERSION, "rankingmodels")
-@kopf.on.create(GROUP, VERSION, "rankingmodels")
-@kopf.on.update(GROUP, VERSION, "rankingmodels", field="spec")
-def rankingmodel_changed(body, patch, logger, **_):
-    _model(body, patch, logger)
-
-
-def _unsettled(body, **_) -> bool:
-    return status_decisions.needs_clock(body.get("status") or {}, body["metadata"].get("generation"))
-
-
-# Its first tick after `--interval`, not at once: the create/resume handler reconciles a model it
-# has just seen, and both at once held two of kopf's workers on one model's lock (a burst of new
-# models waited behind their own first ticks).
-@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.interval, initial_delay=OPERATOR.interval,
-            sharp=False, when=_unsettled)
-def rankingmodel_tick(body, patch, logger, **_):
-    since = time.monotonic() - _reconciled_at.get(body["metadata"]["uid"], float("-inf"))
-    if not status_decisions.tick_reconciles(body.get("status") or {}, since, OPERATOR.interval):
-        return
-    _model(body, patch, logger)
-
-
-@kopf.timer(GROUP, VERSION, "rankingmodels", interval=OPERATOR.resync, initial_delay=OPERATOR.resync, sharp=False)
-def rankingmodel_resync(body, patch, logger, **_):
-    _model(body, patch, logger)
-
-
 def _kicked(key) -> None:
     namespace, name, uid = key
     _run("RankingModel", _reconcile_model, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}, None, log)
@@ -240,6 +241,9 @@ def _kicked(key) -> None:
 KICKS = Kicks(_kicked, workers=OPERATOR.workers, delay_s=0.25, paused=lambda: PAUSE.paused)
 # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
 PLANS = Plans(done=KICKS.kick)
+# Reconciles no event asks for (gate deadlines, the canary hold, --resync); its thread has no
+# kopf context of its own to post Events with.
+CLOCK = Clock(lambda key: KICKS.kick(key, posting_context()), OPERATOR.interval, OPERATOR.resync)
 
 
 def _owner_kick(obj) -> None:
@@ -296,30 +300,46 @@ async def configmap_event(event, models_by_input: kopf.Index, **_):
 
 
 MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
-_inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads besides its spec
+_inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads of it, at its last event
 
 
-def _non_spec_inputs(obj) -> str:
+def _model_inputs(obj) -> str:
     annotations = obj["metadata"].get("annotations") or {}
-    return essence_digest([obj.get("status"), {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
+    return essence_digest([obj["metadata"].get("generation"), obj.get("status"),
+                           {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
 
 
+# A model is reconciled from its own events, as its children are: when kopf lists it (at start-up:
+# every model, as kopf's resume did), when it is created, and when what a reconcile reads of it
+# changes: its spec (a new generation), a promote/abort/retry annotation, a status someone else
+# wrote. The operator's own status writes and metadata edits wake nothing. No kopf change handler:
+# those wrote two annotations and a finalizer into every new model (and, under load, ran the
+# creation handler again on an older body, after their consistency wait); events come in order.
 @kopf.on.event(GROUP, VERSION, "rankingmodels")
 async def rankingmodel_event(event, **_):
-    """A change no spec handler sees (status written by someone else, a promote/abort/retry
-    annotation): reconcile. The operator's own status writes and kopf's bookkeeping wake nothing."""
     if not _kopf_context:
         _kopf_context.append(contextvars.copy_context())
     obj = event["object"]
     meta = obj["metadata"]
     MODELS.observe("RankingModel", obj, deleted=event.get("type") == "DELETED")
     if event.get("type") == "DELETED":
-        _inputs_seen.pop(meta["uid"], None)
+        forget_model(meta)
         return
-    seen, before = _non_spec_inputs(obj), _inputs_seen.get(meta["uid"])
+    seen, before = _model_inputs(obj), _inputs_seen.get(meta["uid"])
     _inputs_seen[meta["uid"]] = seen
-    if before is not None and before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
+    if before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
         KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
+
+
+def forget_model(meta) -> None:
+    """A deleted model: drop its series (they would feed alerts until a restart) and what this
+    process remembers of it."""
+    uid = meta["uid"]
+    metrics.forget_model(meta["namespace"], meta["name"])
+    writes.forget(uid)
+    CLOCK.forget((meta["namespace"], meta["name"], uid))
+    for memory in (_inputs_seen, _status_written, _reconciled_at):
+        memory.pop(uid, None)
 
 
 _pool_generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
@@ -389,17 +409,6 @@ async def node_event(event, pool_selectors: kopf.Index, **_):
     uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
     for pool in pools.pools_of_node(node, selectors):
         POOL_KICKS.kick((pool, uids[pool]))
-
-
-# optional: no finalizer of its own (the timer already makes kopf add one); it only drops the
-# deleted model's series, which would otherwise keep feeding alerts until the operator restarts,
-# and what controller.writes remembers of it.
-@kopf.on.delete(GROUP, VERSION, "rankingmodels", optional=True)
-def rankingmodel_deleted(body, **_):
-    metrics.forget_model(body["metadata"]["namespace"], body["metadata"]["name"])
-    writes.forget(body["metadata"]["uid"])
-    _status_written.pop(body["metadata"]["uid"], None)
-    _reconciled_at.pop(body["metadata"]["uid"], None)
 
 
 def _release_pool(body) -> pools.Release:

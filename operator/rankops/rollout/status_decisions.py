@@ -68,17 +68,6 @@ def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
         or status.get("observedGeneration") != generation
 
 
-def tick_reconciles(status: dict[str, Any], since_last_reconcile_s: float, interval_s: float) -> bool:
-    """Whether a tick of the `--interval` clock reconciles a model `needs_clock` keeps ticking.
-    A rollout in flight: always (only time meets its gate deadlines and canary hold). A model only
-    waiting (for Ready, for a refused write's retry) is moved on by its children's events, so a
-    reconcile within the last interval stands for the tick: in a burst of new models the ticks
-    otherwise re-ran most of them right after their creation."""
-    if (status.get("rollout") or {}).get("phase") in ACTIVE:
-        return True
-    return since_last_reconcile_s >= 0.9 * interval_s
-
-
 def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
     """The canary's share of traffic now, in percent (None: no canary)."""
     canary = decision.serving.canary_version
