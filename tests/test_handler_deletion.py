@@ -35,6 +35,9 @@ class FakeKube:
     def get(self, kind, namespace, name):
         return self.body
 
+    def list_versioned(self, kind, namespace=None, label_selector=None):
+        return [], 0
+
     def merge_patch(self, *args, **kwargs):
         raise AssertionError("no status write expected")
 
@@ -103,7 +106,7 @@ class NamespacedKube(FakeKube):
         return self.namespace if kind == "Namespace" else self.body
 
     def merge_patch(self, *args, **kwargs):
-        pass
+        return self.body
 
 
 def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
@@ -122,6 +125,7 @@ def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
                                 ({"metadata": {"name": "e2e-x", "deletionTimestamp": "2026-12-01T00:00:00Z"}}, []),
                                 (None, [])):
         posted.clear()
+        monkeypatch.setattr(handlers, "_namespaces_seen", {})   # what was found a moment ago is kept
         monkeypatch.setattr(handlers.OPERATOR, "kube", NamespacedKube(body, namespace))
         handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
         assert posted == expected, namespace

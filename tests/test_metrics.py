@@ -135,8 +135,12 @@ class FakeKube:
     def get(self, kind, namespace, name):
         return self.objects.get(name)
 
+    def list_versioned(self, kind, namespace=None, label_selector=None):
+        return [], 0
+
     def merge_patch(self, kind, namespace, name, patch, subresource=None):
         self.objects[name].setdefault("status", {}).update(patch.get("status", {}))
+        return self.objects[name]
 
 
 def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):

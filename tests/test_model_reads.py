@@ -15,6 +15,9 @@ class CountingKube:
         self.gets += 1
         return self.answer
 
+    def list_versioned(self, kind, namespace=None, label_selector=None):
+        return [], 0
+
 
 def _model(rv: int, uid: str = "uid-m") -> dict:
     return {"metadata": {"name": "m", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)},
@@ -73,3 +76,49 @@ def test_a_namespace_is_asked_whether_it_goes_at_most_every_few_seconds(monkeypa
     now["t"] += handlers.NAMESPACE_ALIVE_S
     assert handlers._namespace_going("reco") is False and handlers._namespace_going("going") is True
     assert asked == ["reco", "going", "reco"], "a namespace alive is asked again soon: it may begin to go"
+
+
+def test_a_model_whose_deleted_event_was_missed_is_dropped_by_the_next_listing(reads, monkeypatch):
+    handlers.MODELS.observe("RankingModel", _model(10))
+    handlers.MODELS.listed("RankingModel", "ns", [], 12)   # listed after it went
+    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
+
+
+def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
+    from rankops.controller import models
+    from rankops.controller.clock import Clock
+
+    class Gone:
+        def get(self, kind, namespace, name):
+            return None if kind == "Namespace" else _model(5)
+
+        def list_versioned(self, kind, namespace=None, label_selector=None):
+            return [], 0
+
+        def merge_patch(self, *a, **kw):
+            return None   # 404
+
+    scheduled = []
+    clock = Clock(lambda key: None, 10, 600, start=False)
+    monkeypatch.setattr(clock, "reconciled", lambda key, needs: scheduled.append(key))
+    monkeypatch.setattr(handlers, "CLOCK", clock)
+    monkeypatch.setattr(handlers, "MODELS", cache.Children())
+    monkeypatch.setattr(handlers.OPERATOR, "kube", Gone())
+    monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result({"phase": "Pending"}))
+    handlers.MODELS.observe("RankingModel", _model(5))
+    handlers._kicked(("ns", "m", "uid-m"))
+    assert scheduled == [], "not put back on the clock"
+    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
+
+
+def test_a_paused_replica_forgets_what_its_stopped_watches_told_it(monkeypatch):
+    monkeypatch.setattr(handlers, "_inputs_seen", {"uid-m": "digest"})
+    handlers.MODELS.observe("RankingModel", _model(7, uid="uid-paused"))
+    handlers.CHILDREN.listed("Deployment", "ns", [], 1)
+    from rankops.controller.peering import PauseState
+    state = PauseState()
+    state.on_pause.append(handlers._forget_the_cluster)
+    state.set(True)
+    assert handlers._inputs_seen == {}, "on resume, kopf's listing reconciles every model again"
+    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
+    assert handlers.CHILDREN.needs_listing("Deployment", "ns")

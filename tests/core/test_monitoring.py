@@ -184,8 +184,11 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
         def get(self, kind, namespace, name):
             return body
 
+        def list_versioned(self, kind, namespace=None, label_selector=None):
+            return [], 0
+
         def merge_patch(self, *a, **kw):
-            pass
+            return body
 
     def fake_reconcile(kube, b, **kwargs):
         seen.update(kwargs)
@@ -199,7 +202,7 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     monkeypatch.setattr(handlers.OPERATOR, "image_pull_secrets", ["regcred"])
     monkeypatch.setattr(handlers.OPERATOR, "pod_metrics_networks", ["127.0.0.0/8"])
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
-    handlers._model(body, {}, logging.getLogger("test"))
+    handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
                     "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",), "plans": handlers.PLANS}
 

@@ -271,3 +271,18 @@ def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(fresh
     for _ in range(2):
         status = models.reconcile(cluster, body(1, status)).status
     assert status["phase"] == "Ready" and condition(status, "Degraded")["status"] == "False"
+
+
+def test_a_refused_new_model_leaves_alone_what_another_manager_made_under_a_childs_name():
+    class Shared(Cluster):
+        def apply(self, obj, dry_run=False):
+            answer = super().apply(obj, dry_run)
+            if obj["kind"] == "ConfigMap":   # it was there, made by someone else, unknown to the cache
+                answer = {**answer, "metadata": {**answer["metadata"],
+                                                 "managedFields": [{"manager": "kubectl"}, {"manager": "rankops"}]}}
+            return answer
+
+    cluster = Shared()
+    cluster.errors["Deployment"] = invalid("Deployment", "metadata.annotations", "bad")
+    models.reconcile(cluster, body(1))
+    assert [kind for kind, _ in cluster.objects] == ["ConfigMap"], "only what this pass made is deleted"

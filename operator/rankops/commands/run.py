@@ -115,10 +115,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validator-image", default=os.environ.get("RANKOPS_VALIDATOR_IMAGE"),
                    help="override every pool's validator image")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
-                   help="seconds between re-checks of a model with a rollout in flight or not Ready yet (gate "
-                        "deadlines, canary hold)")
+                   help="seconds after its last reconcile that a model with a rollout in flight or not Ready yet "
+                        "is re-checked (gate deadlines, canary hold)")
     p.add_argument("--resync", type=float, default=float(os.environ.get("RANKOPS_RESYNC", "600")),
-                   help="seconds between level-based re-checks of every model and pool; changes to a model, its "
+                   help="seconds between level-based re-checks of every model (after its last reconcile) and "
+                        "pool; changes to a model, its "
                         "children, its pool or profile ConfigMap, and to a pool's nodes, are reconciled as they "
                         "are watched")
     add_service_monitor_flags(p, env=True)

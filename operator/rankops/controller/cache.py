@@ -97,6 +97,17 @@ class Children:
             current = self._objects.pop(key, None)
             self._gone[key] = max(self._gone.get(key, 0), current.rv if current else 0)
 
+    def forget_listings(self) -> None:
+        """Every (kind, namespace) is listed again at its next read (what is held may be stale)."""
+        with self._lock:
+            self._listed.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._objects.clear()
+            self._gone.clear()
+            self._listed.clear()
+
     def needs_listing(self, kind: str, namespace: str) -> bool:
         with self._lock:
             at = self._listed.get((kind, namespace or ""))

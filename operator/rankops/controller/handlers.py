@@ -50,9 +50,10 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
     started = time.monotonic()
     result_word = "error"
     with _locks[uid]:
-        # kopf's body may predate the status this process wrote a moment ago (timer and event
-        # handlers overlap): reconcile the object as it is now, and write its status here, under
-        # the lock, so no transition (and its Event) is computed twice or lost.
+        # The body asked with may predate the status this process wrote a moment ago: reconcile
+        # the object as it is now (a model: as its watch shows it, once that has caught up with
+        # this process's last status write), and write its status here, under the lock, so no
+        # transition (and its Event) is computed twice or lost.
         fresh = _current(kind, meta)
         if fresh is None or fresh["metadata"]["uid"] != uid:
             return
@@ -69,6 +70,11 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
             if status_patch:
                 written = OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"],
                                                     {"status": status_patch}, subresource="status")
+                if written is None and kind == "RankingModel":   # 404: deleted, its DELETED event missed
+                    MODELS.observe(kind, {"metadata": dict(fresh["metadata"], resourceVersion="0")}, deleted=True)
+                    forget_model(fresh["metadata"])
+                    result_word = "skipped"
+                    return
                 _status_written[uid] = ((written or {}).get("metadata") or {}).get("resourceVersion")
                 if written and kind == "RankingModel":
                     MODELS.observe(kind, written)
@@ -81,7 +87,7 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
                                       f"{(exc.body or '')[:300]}", delay=10) from exc
         finally:
             metrics.observe_reconcile(kind, result_word, time.monotonic() - started)
-            if kind == "RankingModel":
+            if kind == "RankingModel" and result_word != "skipped":
                 _after_model_reconcile(body, result_word, result, status_patch)
     events = result.events
     if events and meta.get("namespace") and _namespace_going(meta["namespace"]):
@@ -114,12 +120,16 @@ def _after_model_reconcile(body, result_word: str, result, status_patch) -> None
 # model from here, not with a GET (at N=1000, 4.9 GETs per new model), when what is here is at
 # least as new as the last status this process wrote; otherwise (not seen yet, or the watch lags
 # behind that write) from the API.
-MODELS = cache.Children()
+MODELS = cache.Children(relist_s=OPERATOR.resync)
 
 
 def _current(kind: str, meta) -> dict | None:
     if kind == "RankingModel":
-        seen = MODELS.get(kind, meta.get("namespace"), meta["name"])
+        namespace = meta.get("namespace")
+        if MODELS.needs_listing(kind, namespace):   # once, then each --resync: a DELETED a broken watch missed
+            items, version = OPERATOR.kube.list_versioned(kind, namespace)
+            MODELS.listed(kind, namespace, items, version)
+        seen = MODELS.get(kind, namespace, meta["name"])
         if seen is not None and seen["metadata"].get("uid") == meta["uid"] \
                 and cache.resource_version(seen) >= cache.resource_version(_status_written.get(meta["uid"])):
             return seen
@@ -175,11 +185,6 @@ def configure(settings: kopf.OperatorSettings, **_):
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = OPERATOR.workers
     settings.watching.server_timeout = 300
-    # After its own patch kopf waits for the watch to bring that version back before it runs the
-    # change handlers again; past this timeout it goes on with the older body, which lacks its
-    # diff base, and runs the creation handler again. Its 5 s were passed at N=1000 under load
-    # (2.4 creation runs per model, each a reconcile and a patch): the version always comes, later.
-    settings.persistence.consistency_timeout = 30
     threading.Thread(target=_drift_checks, daemon=True, name="drift-checks").start()
 
 
@@ -325,10 +330,25 @@ async def rankingmodel_event(event, **_):
     if event.get("type") == "DELETED":
         forget_model(meta)
         return
+    if meta["uid"] not in _inputs_seen:   # a namespace of this name may have been deleted and made again
+        _namespaces_seen.pop(meta["namespace"], None)
     seen, before = _model_inputs(obj), _inputs_seen.get(meta["uid"])
     _inputs_seen[meta["uid"]] = seen
     if before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):
         KICKS.kick((meta["namespace"], meta["name"], meta["uid"]))
+
+
+def _forget_the_cluster() -> None:
+    """This replica is paused (kopf peering): its watches stop while a peer acts, so what it holds
+    goes stale. When it resumes, kopf lists every model again and each is reconciled as at
+    start-up (nothing is remembered as seen), from the API and fresh listings."""
+    _inputs_seen.clear()
+    MODELS.clear()
+    CHILDREN.forget_listings()
+    _namespaces_seen.clear()
+
+
+PAUSE.on_pause.append(_forget_the_cluster)
 
 
 def forget_model(meta) -> None:

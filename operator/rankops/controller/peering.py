@@ -14,6 +14,7 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import kopf
 
@@ -76,13 +77,20 @@ class PauseState(logging.Filter):
         self._paused = threading.Event()
         if paused:
             self._paused.set()
+        # Called as this replica is paused: what it remembers of the cluster stops being kept
+        # up to date (its watches stop) while a peer acts.
+        self.on_pause: list[Callable[[], None]] = []
 
     @property
     def paused(self) -> bool:
         return self._paused.is_set()
 
     def set(self, paused: bool) -> None:
+        was = self.paused
         (self._paused.set if paused else self._paused.clear)()
+        if paused and not was:
+            for forget in self.on_pause:
+                forget()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from rankops.controller import refusal
 from rankops.controller.kube import ApiError, ApiMissing, Kube, namespace_terminating
 from rankops.controller.unchanged import unchanged, with_digest
+from rankops.render.names import FIELD_MANAGER
 
 log = logging.getLogger("rankops.writes")
 
@@ -102,8 +103,8 @@ def _create_all(kube: Kube, objects: list[dict[str, Any]]) -> None:
     created: list[dict[str, Any]] = []
     try:
         for obj in ordered:
-            _apply(kube, obj, dry_run=False)
-            created.append(obj)
+            if _only_ours(_apply(kube, obj, dry_run=False)):
+                created.append(obj)
     except _Refusal:
         for obj in reversed(created):
             meta = obj["metadata"]
@@ -115,9 +116,16 @@ def _create_all(kube: Kube, objects: list[dict[str, Any]]) -> None:
         raise
 
 
-def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+def _only_ours(answer: dict[str, Any] | None) -> bool:
+    """The applied object has no field of another manager: it did not exist before this pass (an
+    object of the same name that something else made, and this cache did not know, is left be)."""
+    managers = {m.get("manager") for m in ((answer or {}).get("metadata") or {}).get("managedFields") or []}
+    return managers <= {FIELD_MANAGER}
+
+
+def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> dict[str, Any] | None:
     try:
-        kube.apply(obj, dry_run=dry_run)
+        return kube.apply(obj, dry_run=dry_run)
     except ApiMissing:
         raise _Refusal(refusal.missing_api(obj)) from None
     except ApiError as exc:
