@@ -12,7 +12,12 @@ child ConfigMap and a deleted Deployment to come back (median, max); the operato
 (now and peak), and the load average (the machine may be shared).
 
     .venv/bin/python benchmarks/reconcile_bench.py [--models 100] [--idle 60] [--interval 10] [--samples 5]
-        [--no-raw] [--profile-memory DUMP]
+        [--no-raw] [--profile-memory DUMP] [--profile-cpu PREFIX]
+
+Both "all Ready" times come from a watch started before the work (no polling), and each phase
+also prints the CPU seconds of every process on the machine (the API server, the controller
+manager, etcd, the operator...) and, for the operator, a timeline (when its Deployments were
+created and Available and its models Ready) and the API server's requests by verb and resource.
 
 `--profile-memory DUMP`: the operator runs under tracemalloc (slower, more memory: for finding
 where memory goes, not for the RSS figure) and writes its top allocations to DUMP after the idle window,
@@ -38,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.models import GROUP, PLURAL, VERSION, model_manifest  # noqa: E402
-from rankops.controller.kube import send  # noqa: E402
+from rankops.controller.kube import open_stream, send  # noqa: E402
 from rankops.devcluster.binaries import ensure_binaries  # noqa: E402
 from rankops.devcluster.cluster import add_nodes, api_client  # noqa: E402
 from rankops.devcluster.controlplane import LocalControlPlane  # noqa: E402
@@ -62,12 +67,62 @@ def scrape(text: str, metric: str, where: str = "") -> float:
     return total
 
 
-def apiserver_requests(api) -> float:
-    """apiserver_request_total summed (WATCHes count once, when opened), read as the admin."""
+def apiserver_metrics(api) -> str:
     answer = send(api, "GET", "/metrics", headers={"Accept": "text/plain"}, timeout=120)
     if answer.status != 200:
         raise RuntimeError(f"/metrics answered {answer.status}")
-    return scrape(answer.data.decode(), "apiserver_request_total")
+    return answer.data.decode()
+
+
+def apiserver_requests(api) -> float:
+    """apiserver_request_total summed (WATCHes count once, when opened), read as the admin."""
+    return scrape(apiserver_metrics(api), "apiserver_request_total")
+
+
+def requests_by_kind(text: str) -> dict[str, float]:
+    """apiserver_request_total by verb, resource[/subresource] and dry run (all clients)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) != "apiserver_request_total":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        key = f"{labels.get('verb')} {labels.get('resource')}" + (f"/{labels['subresource']}" if labels.get("subresource") else "") \
+            + (" dry-run" if labels.get("dry_run") else "")
+        found[key] = found.get(key, 0.0) + float(m.group(3))
+    return found
+
+
+def requests_between(before: str, after: str, n: float, floor: float = 0.05) -> str:
+    was, now = requests_by_kind(before), requests_by_kind(after)
+    delta = sorted(((now[k] - was.get(k, 0.0)) / n, k) for k in now)
+    return ", ".join(f"{k}: {v:.2f}" for v, k in reversed(delta) if v >= floor)
+
+
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user + system) so far of every process on this machine, by command name."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if name.startswith("python") or name == "rankops":   # the operator, or this script
+            try:
+                argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                argv = []
+            name = "operator" if b"run" in argv else "bench" if any(a.endswith(b"_bench.py") for a in argv) else name
+        found[name] = found.get(name, 0.0) + (int(rest[11]) + int(rest[12])) / ticks
+    return found
+
+
+def cpu_between(before: dict[str, float], after: dict[str, float], top: int = 7) -> str:
+    """The processes that used the most CPU in between (a process that ended is not counted)."""
+    used = sorted(((after[k] - before.get(k, 0.0)), k) for k in after)
+    return ", ".join(f"{k} {v:.0f} s" for v, k in reversed(used[-top:]) if v >= 1)
 
 
 def operator_metrics(port: int) -> str:
@@ -75,10 +130,83 @@ def operator_metrics(port: int) -> str:
         return response.read().decode()
 
 
-def all_ready(custom, n: int) -> int:
-    items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
-    return sum(1 for rm in items if (rm.get("status") or {}).get("phase") == "Ready"
-               and rm["status"].get("observedGeneration") == rm["metadata"]["generation"])
+def model_ready(rm: dict) -> bool:
+    return (rm.get("status") or {}).get("phase") == "Ready" \
+        and rm["status"].get("observedGeneration") == rm["metadata"]["generation"]
+
+
+def deployment_ready(d: dict) -> bool:
+    spec, st = d.get("spec") or {}, d.get("status") or {}
+    want = spec.get("replicas", 1)
+    return st.get("readyReplicas", 0) == want and st.get("updatedReplicas", 0) == want \
+        and st.get("observedGeneration", 0) >= d["metadata"].get("generation", 0)
+
+
+class ReadyWatch(threading.Thread):
+    """Counts the objects at `path` that are ready, from a watch (started before the work it
+    times): no listing every half second, which cost the API server more while the operator ran
+    (models were polled from their creation; the raw Deployments only once applied)."""
+
+    def __init__(self, api, path: str, is_ready, n: int):
+        super().__init__(daemon=True)
+        self.api, self.path, self.is_ready, self.n = api, path, is_ready, n
+        self.ready: set[str] = set()
+        self.at: float | None = None
+        self.done = threading.Event()
+        self.started_watching = threading.Event()
+
+    def run(self) -> None:
+        import json as _json
+        version = None
+        while not self.done.is_set():
+            query = [("watch", "true"), ("timeoutSeconds", "60"), ("allowWatchBookmarks", "true")]
+            if version:
+                query.append(("resourceVersion", version))
+            response = open_stream(self.api, self.path, query)
+            self.started_watching.set()
+            for line in _lines(response):
+                event = _json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":   # e.g. 410 Gone: start over
+                    version = None
+                    break
+                version = obj["metadata"].get("resourceVersion") or version
+                if event["type"] == "BOOKMARK":
+                    continue
+                name = obj["metadata"]["name"]
+                if event["type"] != "DELETED" and self.is_ready(obj):
+                    self.ready.add(name)
+                else:
+                    self.ready.discard(name)
+                if len(self.ready) >= self.n:
+                    self.at = time.monotonic()
+                    self.done.set()
+                    break
+            response.release_conn()
+
+    def wait(self, timeout: float, what: str) -> float:
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"{what}: {len(self.ready)} of {self.n} after {timeout:.0f} s")
+        return self.at
+
+
+def _lines(response):
+    """The newline-separated JSON events of a watch response, as they come."""
+    buffer = b""
+    for chunk in response.stream(65536):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+
+
+def ready_watch(api, path: str, is_ready, n: int) -> ReadyWatch:
+    watcher = ReadyWatch(api, path, is_ready, n)
+    watcher.start()
+    if not watcher.started_watching.wait(30):
+        raise TimeoutError(f"watch of {path} did not start")
+    return watcher
 
 
 def wait(predicate, timeout: float, what: str, interval: float = 0.05):
@@ -101,10 +229,16 @@ def main() -> None:
     parser.add_argument("--no-raw", dest="raw", action="store_false", help="skip the raw server-side apply baseline")
     parser.add_argument("--raw-threads", type=int, default=16, help="parallel applies of the baseline")
     parser.add_argument("--profile-memory", metavar="DUMP", help="tracemalloc in the operator, top allocations to DUMP")
+    parser.add_argument("--profile-cpu", metavar="PREFIX",
+                        help="during the burst (from 20 s after the models are created, 40 s): the API server's "
+                             "CPU profile to PREFIX.apiserver.pprof (go tool pprof -top) and the operator's "
+                             "(py-spy, if installed) to PREFIX.operator.txt")
     args = parser.parse_args()
     from kubernetes import client
 
     n = args.models
+    if args.profile_cpu:
+        os.environ["RANKOPS_DEV_APISERVER_PROFILING"] = "1"
     bin_dir = ensure_binaries()
     work = Path(tempfile.mkdtemp(prefix="reconcile-bench-"))
     plane = LocalControlPlane(bin_dir, log=lambda _: None).start()
@@ -130,18 +264,26 @@ def main() -> None:
         op.start()
         print(f"operator log {work / 'operator.log'}")
 
-        t0 = time.monotonic()
+        burst_before, cpu_before = apiserver_metrics(api), cpu_by_process()
+        models_ready = ready_watch(api, f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}", model_ready, n)
+        t0, wall0 = time.monotonic(), time.time()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda i: custom.create_namespaced_custom_object(
                 GROUP, VERSION, NAMESPACE, PLURAL, model_manifest(f"m{i:04d}")), range(n)))
         created = time.monotonic() - t0
-        wait(lambda: all_ready(custom, n) == n, 60 + 3 * n, "all Ready", interval=0.5)
-        took = time.monotonic() - t0
+        if args.profile_cpu:
+            threading.Thread(target=_profile_cpu, args=(api, op.process.pid, args.profile_cpu, t0 + 20, 40),
+                             daemon=True).start()
+        took = models_ready.wait(60 + 3 * n, "all Ready") - t0
         at_ready = operator_metrics(port)
         print(f"operator: all {n} Ready {took:.1f} s (creates took {created:.1f} s)"
               + (f"; raw apply {raw:.1f} s; ratio {took / raw:.2f}x" if raw else "")
               + f"; operator CPU {scrape(at_ready, 'process_cpu_seconds_total'):.0f} s so far, "
               f"RSS {scrape(at_ready, 'process_resident_memory_bytes') / 2**20:.0f} MiB; load average {_load()}")
+        print(_timeline(apps, custom, wall0))
+        print(f"    CPU until then: {cpu_between(cpu_before, cpu_by_process())}")
+        print(f"    API server requests per model until then (all clients): "
+              f"{requests_between(burst_before, apiserver_metrics(api), n)}")
         model_reconciles = scrape(at_ready, "rankops_reconciles_total", 'kind="RankingModel"')
         print(f"    until then, per model: {model_reconciles / n:.1f} "
               f"reconciles, {scrape(at_ready, 'rankops_api_requests_total') / n:.1f} requests of the reconcilers "
@@ -153,9 +295,11 @@ def main() -> None:
         quiet = _settle(port)
         print(f"    reconciles stopped {quiet:.0f} s after all Ready")
         time.sleep(5)
-        before_op, before_api, t1 = operator_metrics(port), apiserver_requests(api), time.monotonic()
+        before_op, before_text, t1 = operator_metrics(port), apiserver_metrics(api), time.monotonic()
         time.sleep(args.idle)
-        after_op, after_api, t2 = operator_metrics(port), apiserver_requests(api), time.monotonic()
+        after_op, after_text, t2 = operator_metrics(port), apiserver_metrics(api), time.monotonic()
+        before_api = scrape(before_text, "apiserver_request_total")
+        after_api = scrape(after_text, "apiserver_request_total")
         minutes = (t2 - t1) / 60
         own = (scrape(after_op, "rankops_api_requests_total") - scrape(before_op, "rankops_api_requests_total"))
         by = {}
@@ -164,6 +308,8 @@ def main() -> None:
             if m and m.group(1) == "rankops_api_requests_total":
                 by[m.group(2)] = float(m.group(3)) - scrape(before_op, "rankops_api_requests_total", m.group(2))
         total = after_api - before_api
+        print(f"    API server requests per model per minute in that window (all clients): "
+              f"{requests_between(before_text, after_text, n * (t2 - t1) / 60, floor=0.01)}")
         print(f"steady state over {t2 - t1:.0f} s: operator's own requests {own / n / minutes:.2f} per model per minute")
         for labels, count in sorted(by.items(), key=lambda kv: -kv[1]):
             if count:
@@ -205,6 +351,49 @@ def main() -> None:
         if op is not None:
             op.kill()
         plane.stop()
+
+
+def _timeline(apps, custom, wall0: float) -> str:
+    """When, after the models were created, their stable Deployments were created and became
+    Available, and the models Ready (from the objects' own timestamps, whole seconds): which of
+    the operator's writes, the control plane's work and the operator's status lags."""
+    from datetime import datetime
+
+    def since(stamp: str | None) -> float | None:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - wall0 if stamp else None
+
+    def conditions(obj, kind: str):
+        return next((since(c.get("lastTransitionTime")) for c in (obj.get("status") or {}).get("conditions") or []
+                     if c.get("type") == kind and c.get("status") == "True"), None)
+
+    deployments = apps.api_client.sanitize_for_serialization(apps.list_namespaced_deployment(NAMESPACE).items)
+    models = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
+    rows = (("stable Deployment created", [since(d["metadata"].get("creationTimestamp")) for d in deployments]),
+            ("Deployment Available", [conditions(d, "Available") for d in deployments]),
+            ("model Ready", [conditions(m, "Ready") for m in models]))
+    out = []
+    for what, values in rows:
+        values = sorted(v for v in values if v is not None)
+        if values:
+            out.append(f"{what} p50 {values[len(values) // 2]:.0f} s, p90 {values[int(len(values) * 0.9)]:.0f} s, "
+                       f"last {values[-1]:.0f} s")
+    return "    timeline: " + "; ".join(out)
+
+
+def _profile_cpu(api, operator_pid: int, prefix: str, start: float, seconds: int) -> None:
+    import shutil
+    import subprocess
+
+    time.sleep(max(0.0, start - time.monotonic()))
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    operator = subprocess.Popen([spy, "record", "-p", str(operator_pid), "-d", str(seconds), "-f", "raw",
+                                 "-o", f"{prefix}.operator.txt", "--nonblocking"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if Path(spy).exists() else None
+    answer = send(api, "GET", "/debug/pprof/profile", query=[("seconds", str(seconds))], timeout=seconds + 60)
+    Path(f"{prefix}.apiserver.pprof").write_bytes(answer.data)
+    if operator:
+        operator.wait(timeout=120)
+    print(f"    CPU profiles: {prefix}.apiserver.pprof ({answer.status}), {prefix}.operator.txt")
 
 
 def _by_label(text: str, metric: str, n: int) -> str:
@@ -259,20 +448,16 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
         rm = RankingModel.model_validate(body)   # no uid: no ownerReference
         objects += desired_objects(rm, initial_state(rm), resolve_shape(rm.spec))
     kube = Kube(api)
+    deployments_ready = ready_watch(api, f"/apis/apps/v1/namespaces/{RAW_NAMESPACE}/deployments", deployment_ready, n)
+    cpu_before = cpu_by_process()
     t0 = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(kube.apply, objects))
     applied = time.monotonic() - t0
-
-    def ready() -> bool:
-        items = apps.list_namespaced_deployment(RAW_NAMESPACE).items
-        return sum(1 for d in items if (d.status.ready_replicas or 0) == d.spec.replicas
-                   and (d.status.updated_replicas or 0) == d.spec.replicas
-                   and (d.status.observed_generation or 0) >= d.metadata.generation) == n
-    wait(ready, 60 + 3 * n, "raw Deployments Ready", interval=0.5)
-    took = time.monotonic() - t0
+    took = deployments_ready.wait(60 + 3 * n, "raw Deployments Ready") - t0
     print(f"raw parallel server-side apply of {len(objects)} objects ({threads} at a time): all {n} Deployments "
           f"Ready {took:.1f} s (applies took {applied:.1f} s); load average {_load()}")
+    print(f"    CPU until then: {cpu_between(cpu_before, cpu_by_process())}")
     t1 = time.monotonic()
     core.delete_namespace(RAW_NAMESPACE)
     wait(lambda: not _exists(core.read_namespace, RAW_NAMESPACE), 600, "raw namespace gone", interval=1)

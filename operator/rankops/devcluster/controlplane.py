@@ -193,6 +193,17 @@ class LocalControlPlane:
             self.failed = True
         self.stop()
 
+    def _audit_flags(self) -> list[str]:
+        """RANKOPS_DEV_APISERVER_AUDIT=FILE: who asks what, one JSON line a request (metadata only),
+        for finding which client makes a request (a benchmark's question), never on by default."""
+        path = os.environ.get("RANKOPS_DEV_APISERVER_AUDIT")
+        if not path:
+            return []
+        policy = self.work_dir / "audit-policy.yaml"
+        policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                          "rules:\n- level: Metadata\n")
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={path}", "--audit-log-format=json"]
+
     # -- steps --------------------------------------------------------------------------------
 
     def _start_all(self, deadline: float) -> None:
@@ -238,7 +249,9 @@ class LocalControlPlane:
             # node-selector and defaultTolerations annotations), keeping every other pod on kwok's.
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             "--enable-priority-and-fairness=false",  # one user, no need for fairness queues
-            "--profiling=false",
+            # /debug/pprof, for benchmarks/reconcile_bench.py --profile-cpu only.
+            f"--profiling={'true' if os.environ.get('RANKOPS_DEV_APISERVER_PROFILING') else 'false'}",
+            *self._audit_flags(),
         ])
         ca_file = pki / "apiserver.crt"
         self._wait("the API server's certificate", deadline, ca_file.exists)
