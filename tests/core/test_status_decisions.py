@@ -278,3 +278,13 @@ def test_a_pools_status_is_its_typed_model_too():
 def test_only_a_model_that_time_moves_on_is_rechecked_on_a_clock(status, generation, clock):
     assert sd.needs_clock(status, generation) is clock
 
+
+
+def test_only_a_first_status_that_would_say_pending_and_nothing_else_may_wait():
+    pending = {"phase": "Pending", "conditions": [{"type": "Degraded", "status": "False", "reason": "AsExpected"}]}
+    assert sd.first_status_can_wait({}, pending)
+    assert not sd.first_status_can_wait({"phase": "Pending"}, pending), "a model with a status: written as it changes"
+    assert not sd.first_status_can_wait({}, {**pending, "phase": "Ready"})
+    assert not sd.first_status_can_wait({}, {**pending, "conditions": [
+        {"type": "Degraded", "status": "True", "reason": "NoReadyNodes"}]}), "a problem is said at once"
+    assert not sd.first_status_can_wait({}, {**pending, "rollout": {"phase": WARMING}})

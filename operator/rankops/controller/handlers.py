@@ -65,6 +65,9 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         result, status_patch = None, None
         try:
             result = reconcile(body)
+            if kind == "RankingModel" and uid not in _reconciled_at \
+                    and status_decisions.first_status_can_wait(body.get("status") or {}, result.status):
+                result = models.Result(body.get("status") or {})   # written, and said, by its next reconcile
             result_word = metrics.reconcile_result(result.status)
             status_patch = merge_patch(body.get("status") or {}, result.status)
             if status_patch:

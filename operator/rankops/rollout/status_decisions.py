@@ -133,6 +133,17 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
     return StatusDecision(typed_status(status), tuple(events))
 
 
+def first_status_can_wait(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a new model's first status (it has none yet) may be left unwritten for one reconcile:
+    it would only say Pending, waiting for the replicas just created, nothing wrong and no rollout.
+    The reconcile that sees them Ready (a Deployment event), or the clock's at --interval, writes
+    it; in a burst of new models that is one status write per model instead of two."""
+    if old.get("phase") or new.get("phase") != "Pending" or (new.get("rollout") or {}).get("phase") in ACTIVE:
+        return False
+    degraded = get_condition(new.get("conditions") or [], DEGRADED)
+    return not degraded or degraded.get("status") != "True"
+
+
 def degraded_reason(facts: Facts, failed: dict[str, Any] | None) -> tuple[str, str]:
     """Degraded's (reason, message): the first of what is wrong, most serious first."""
     if failed:
