@@ -288,3 +288,11 @@ def test_only_a_first_status_that_would_say_pending_and_nothing_else_may_wait():
     assert not sd.first_status_can_wait({}, {**pending, "conditions": [
         {"type": "Degraded", "status": "True", "reason": "NoReadyNodes"}]}), "a problem is said at once"
     assert not sd.first_status_can_wait({}, {**pending, "rollout": {"phase": WARMING}})
+
+
+def test_a_model_whose_pending_was_not_written_says_its_first_ready():
+    ready = sd.decide(spec("1"), {}, idle(), facts()).status
+    event = sd.first_ready_event({}, ready)
+    assert (event.type, event.reason) == ("Normal", "Ready") and "4/4 replicas" in event.message
+    assert sd.first_ready_event({"phase": "Pending"}, ready) is None, "a written Pending flips in decide()"
+    assert sd.first_ready_event({}, sd.decide(spec("1"), {}, idle(), facts(stable=sd.StableView())).status) is None

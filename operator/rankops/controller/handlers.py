@@ -65,9 +65,8 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         result, status_patch = None, None
         try:
             result = reconcile(body)
-            if kind == "RankingModel" and uid not in _reconciled_at \
-                    and status_decisions.first_status_can_wait(body.get("status") or {}, result.status):
-                result = models.Result(body.get("status") or {})   # written, and said, by its next reconcile
+            if kind == "RankingModel":
+                result = _first_status(uid, body.get("status") or {}, result)
             result_word = metrics.reconcile_result(result.status)
             status_patch = merge_patch(body.get("status") or {}, result.status)
             if status_patch:
@@ -102,6 +101,23 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
         metrics.record_pool(body["metadata"]["name"], result.status)
     else:
         metrics.record_model(body, result.status, result.outcome, result.gate_results)
+
+
+_first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
+
+
+def _first_status(uid: str, old: dict, result):
+    """A new model's first status that would only say Pending is left to its next reconcile (one
+    status write per new model, not two); that one says its first Ready, which has no flip."""
+    if uid not in _reconciled_at and status_decisions.first_status_can_wait(old, result.status):
+        _first_status_waiting.add(uid)
+        return models.Result(old)   # nothing written, nothing said
+    if uid in _first_status_waiting:
+        _first_status_waiting.discard(uid)
+        ready = status_decisions.first_ready_event(old, result.status)
+        if ready is not None:
+            result.events.append(ready)
+    return result
 
 
 def _after_model_reconcile(body, result_word: str, result, status_patch) -> None:
@@ -363,6 +379,7 @@ def forget_model(meta) -> None:
     CLOCK.forget((meta["namespace"], meta["name"], uid))
     for memory in (_inputs_seen, _status_written, _reconciled_at):
         memory.pop(uid, None)
+    _first_status_waiting.discard(uid)
 
 
 _pool_generations: dict[str, int | None] = {}   # pool name -> the generation its last event had

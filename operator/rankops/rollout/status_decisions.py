@@ -144,6 +144,15 @@ def first_status_can_wait(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return not degraded or degraded.get("status") != "True"
 
 
+def first_ready_event(old: dict[str, Any], new: dict[str, Any]) -> Event | None:
+    """The Ready Event of a model whose first status, Pending, was left unwritten
+    (first_status_can_wait): `decide` says a flip of Ready, and this one had no Ready to flip from."""
+    ready = get_condition(new.get("conditions") or [], READY)
+    if old.get("phase") or not ready or ready.get("status") != "True":
+        return None
+    return Event("Normal", "Ready", ready.get("message", ""))
+
+
 def degraded_reason(facts: Facts, failed: dict[str, Any] | None) -> tuple[str, str]:
     """Degraded's (reason, message): the first of what is wrong, most serious first."""
     if failed:
