@@ -127,7 +127,7 @@ def test_a_paused_replica_forgets_what_its_stopped_watches_told_it(monkeypatch):
 def test_a_new_models_pending_is_left_unwritten_once_and_its_first_ready_is_said(monkeypatch):
     from rankops.controller import models
 
-    monkeypatch.setattr(handlers, "_reconciled_at", {})
+    monkeypatch.setattr(handlers, "_reconciled_generation", {})
     monkeypatch.setattr(handlers, "_first_status_waiting", set())
     pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False", "message": "0/1"},
                                                   {"type": "Degraded", "status": "False"}]}
@@ -135,8 +135,8 @@ def test_a_new_models_pending_is_left_unwritten_once_and_its_first_ready_is_said
                                               {"type": "Degraded", "status": "False"}]}
     first = handlers._first_status("u", {}, models.Result(pending))
     assert first.status == {} and first.events == [], "nothing written or said"
-    handlers._reconciled_at["u"] = (0.0, 1)
+    handlers._reconciled_generation["u"] = 1
     second = handlers._first_status("u", {}, models.Result(ready))
     assert second.status == ready and [(e.reason, e.message) for e in second.events] == [("Ready", "1/1 Ready")]
-    handlers._reconciled_at["v"] = (0.0, 1)   # reconciled here before: a Pending is written as it comes
+    handlers._reconciled_generation["v"] = 1   # reconciled here before: a Pending is written as it comes
     assert handlers._first_status("v", {}, models.Result(pending)).status == pending

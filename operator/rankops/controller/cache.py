@@ -108,6 +108,12 @@ class Children:
             self._gone.clear()
             self._listed.clear()
 
+    def fill(self, kube: Kube, kind: str, namespace: str, label_selector: str | None = None) -> None:
+        """List `kind` in `namespace` if it was never listed, or not for `relist_s`."""
+        if self.needs_listing(kind, namespace):
+            items, rv = kube.list_versioned(kind, namespace, label_selector=label_selector)
+            self.listed(kind, namespace, items, rv)
+
     def needs_listing(self, kind: str, namespace: str) -> bool:
         with self._lock:
             at = self._listed.get((kind, namespace or ""))
@@ -151,9 +157,7 @@ class CachedKube:
         return getattr(self.kube, name)
 
     def _fill(self, kind: str, namespace: str) -> None:
-        if self.children.needs_listing(kind, namespace):
-            items, rv = self.kube.list_versioned(kind, namespace, label_selector=LABEL_MODEL)
-            self.children.listed(kind, namespace, items, rv)
+        self.children.fill(self.kube, kind, namespace, label_selector=LABEL_MODEL)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         if kind not in CACHED_KINDS or not namespace:

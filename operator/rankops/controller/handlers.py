@@ -40,7 +40,7 @@ from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_
 log = logging.getLogger("rankops.handlers")
 _locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 _status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
-_reconciled_at: dict[str, tuple[float, int | None]] = {}   # uid -> when its last reconcile here ended, of what generation
+_reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
 
 
 def _run(kind: str, reconcile, body, patch, logger) -> None:
@@ -73,7 +73,7 @@ def _run(kind: str, reconcile, body, patch, logger) -> None:
                 written = OPERATOR.kube.merge_patch(kind, meta.get("namespace"), meta["name"],
                                                     {"status": status_patch}, subresource="status")
                 if written is None and kind == "RankingModel":   # 404: deleted, its DELETED event missed
-                    MODELS.observe(kind, {"metadata": dict(fresh["metadata"], resourceVersion="0")}, deleted=True)
+                    MODELS.forget(kind, meta.get("namespace"), meta["name"])
                     forget_model(fresh["metadata"])
                     result_word = "skipped"
                     return
@@ -109,7 +109,7 @@ _first_status_waiting: set[str] = set()   # uids whose first status (Pending) wa
 def _first_status(uid: str, old: dict, result):
     """A new model's first status that would only say Pending is left to its next reconcile (one
     status write per new model, not two); that one says its first Ready, which has no flip."""
-    if uid not in _reconciled_at and status_decisions.first_status_can_wait(old, result.status):
+    if uid not in _reconciled_generation and status_decisions.first_status_can_wait(old, result.status):
         _first_status_waiting.add(uid)
         return models.Result(old)   # nothing written, nothing said
     if uid in _first_status_waiting:
@@ -128,10 +128,10 @@ def _after_model_reconcile(body, result_word: str, result, status_patch) -> None
     status = result.status if result is not None else None
     CLOCK.reconciled((meta["namespace"], meta["name"], uid),
                      status is None or status_decisions.needs_clock(status, generation))
-    before = _reconciled_at.get(uid)
-    _reconciled_at[uid] = (time.monotonic(), generation)
-    if before is None or before[1] != generation or status_patch:
-        why = "first here" if before is None else "new generation" if before[1] != generation else "status changed"
+    first, before = uid not in _reconciled_generation, _reconciled_generation.get(uid)
+    _reconciled_generation[uid] = generation
+    if first or before != generation or status_patch:
+        why = "first here" if first else "new generation" if before != generation else "status changed"
         log.info(f"reconciled {meta['namespace']}/{meta['name']} generation {generation}: {result_word} ({why})")
 
 
@@ -145,9 +145,7 @@ MODELS = cache.Children(relist_s=OPERATOR.resync)
 def _current(kind: str, meta) -> dict | None:
     if kind == "RankingModel":
         namespace = meta.get("namespace")
-        if MODELS.needs_listing(kind, namespace):   # once, then each --resync: a DELETED a broken watch missed
-            items, version = OPERATOR.kube.list_versioned(kind, namespace)
-            MODELS.listed(kind, namespace, items, version)
+        MODELS.fill(OPERATOR.kube, kind, namespace)   # once, then each --resync: a DELETED a broken watch missed
         seen = MODELS.get(kind, namespace, meta["name"])
         if seen is not None and seen["metadata"].get("uid") == meta["uid"] \
                 and cache.resource_version(seen) >= cache.resource_version(_status_written.get(meta["uid"])):
@@ -377,7 +375,7 @@ def forget_model(meta) -> None:
     metrics.forget_model(meta["namespace"], meta["name"])
     writes.forget(uid)
     CLOCK.forget((meta["namespace"], meta["name"], uid))
-    for memory in (_inputs_seen, _status_written, _reconciled_at):
+    for memory in (_inputs_seen, _status_written, _reconciled_generation):
         memory.pop(uid, None)
     _first_status_waiting.discard(uid)
 
