@@ -302,7 +302,13 @@ class WarmReplicas(ApiModel):
         "rollout.warmup.maxP99Ms."))] = None
     deadline_seconds: Annotated[int, Field(ge=10, le=3600, description=(
         "A pod still not warm after this long warming goes Ready anyway and says so in its log (a model "
-        "slower than its bound must not lose every replica)."))] = 300
+        "slower than its bound must not lose every replica); never one whose last round failed more than "
+        "maxErrorRatio."))] = 300
+    max_error_ratio: Annotated[float, Field(ge=0, lt=1, description=(
+        "A round failing more than this share of its requests is a failing round; 3 in a row (or one at "
+        "the deadline) keep the pod un-Ready: its warm container exits with the reason, which the model's "
+        "Degraded condition (WarmupFailing) and an Event name. Rounds with errors back off (1 s doubling, "
+        "at most 30 s)."))] = 0.01
 
 
 class Resources(ApiModel):

@@ -30,6 +30,7 @@ from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import status_decisions
+from rankops.rollout import warming
 from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Decision, Event, GateObservation,
                                      Observed, attempt_id, iso, passed_gates, step)
 from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
@@ -136,6 +137,17 @@ def _canary_pods(kube: Kube, namespace: str, model: str) -> list[tuple[dict, Pod
     bound = {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}
     nodes = {node: kube.get("Node", None, node) for node in sorted(bound)}
     return [(p, observe_pod(p, nodes.get((p.get("spec") or {}).get("nodeName")))) for p in pods]
+
+
+def _warm_failing(kube: Kube, namespace: str, model: str, canary_pods: list[tuple[dict, PodObservation]],
+                  stable_dep: dict | None, now: dt.datetime) -> tuple[str, ...]:
+    """The pods kept un-Ready because the model fails its warm requests (rollout.warming decides):
+    the canary's, already listed; the others' only while the stable has been un-Available a while."""
+    pods = [pod for pod, _ in canary_pods]
+    if warming.reads_all_pods(stable_dep, now):
+        pods += [p for p in kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
+                 if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) != names.CANARY]
+    return warming.warm_failures(pods)
 
 
 def _set_canary_traffic(kube: Kube, namespace: str, pods: list[tuple[dict, PodObservation]], version: str,
@@ -343,6 +355,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     events += decision.events
     canary = decision.serving.canary_version
     c_ready = ready_count((seen for _, seen in canary_pods), canary) if canary else 0
+    warm_failing = _warm_failing(kube, namespace, name, canary_pods, stable_dep, now)
 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
@@ -357,7 +370,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
                               unapplied_events, now)
 
     return Result(_status(rm, status, decision, resolved, plan_status, stable_dep, c_ready, pool_note, gen, events,
-                          now, placement, notes),
+                          now, placement, notes, warm_failing),
                   events, decision.outcome,
                   [g for g in decision.gates if g not in (status.get("gates") or [])])
 
@@ -450,7 +463,8 @@ def _note(key: str, level: int, message: str) -> None:
 def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape,
             plan_status: dict[str, Any] | None, stable_dep: dict | None,
             canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event], now: dt.datetime,
-            placement: tuple[str, str] | None = None, notes: list[str] = ()) -> dict[str, Any]:
+            placement: tuple[str, str] | None = None, notes: list[str] = (),
+            warm_failing: tuple[str, ...] = ()) -> dict[str, Any]:
     """`placement`: (reason, message) when no ready node can run the image (image_fit);
     `notes`: what rankops could not check, said in Degraded's message when nothing is wrong."""
     desired, ready, settled, version = _deployment_view(stable_dep)
@@ -460,6 +474,6 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
         canary_ready=canary_ready, replicas=resolved.replicas,
         plan=plan_status,
         problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool_note,
-        placement=placement, notes=tuple(notes)))
+        placement=placement, notes=tuple(notes), warm_failing=warm_failing))
     events += decided.events
     return decided.status

@@ -7,10 +7,15 @@ replay rounds of warm requests until one round has no error and a client P99 wit
 Only then does its readiness endpoint answer 200, so the pod (Ready only when every container
 is) joins the Services warm. Triton's own readiness is unchanged.
 
-It fails open: a replica that is still not under the bound when the deadline passes, or whose
-rounds stopped getting faster above it, goes Ready anyway and says so in its log (a model that is simply slower than its bound must not lose every
-replica at once; the warmup gate judges the canary on the numbers). The requests and the replay
-are the warmup gate's (gates/warmup.py); one JSON line per step goes to stdout.
+It fails open on slowness only: a replica that is still not under the bound when the deadline
+passes, or whose rounds stopped getting faster above it, goes Ready anyway and says so in its log
+(a model that is simply slower than its bound must not lose every replica at once; the warmup
+gate judges the canary on the numbers). It never fails open on errors: rounds that see errors
+back off (exponential, capped), and once FAILING_ROUNDS rounds in a row failed more than
+`max_error_ratio` of their requests (or the deadline passes on such a round) the container
+exits 1 with the reason in its termination message: the pod stays un-Ready (the kubelet restarts
+the container with its own back-off) and the operator reads why from the pod's status. The
+requests and the replay are the warmup gate's (gates/warmup.py); one JSON line per step goes to stdout.
 """
 from __future__ import annotations
 
@@ -27,8 +32,10 @@ from rankops.gates.client import Endpoint, GateClientError, InputsMismatch, Mode
 from rankops.gates.samples import Sample, SamplesError
 from rankops.gates.warmup import Observations, WarmupConfig, _send, latency_stats, replay
 
-WAITING, WARMING, WARM = "WaitingForTriton", "Warming", "Warm"
+WAITING, WARMING, WARM, FAILING = "WaitingForTriton", "Warming", "Warm", "Failing"
 TRITON_GONE = "TritonWentAway"
+WARMUP_FAILING = "WarmupFailing"    # the termination message's reason, read by the operator
+NOT_WARM_IN_TIME = "NotWarmInTime"  # the log's reason for a pod that went Ready above the bound
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,8 @@ class WarmConfig:
     requests: int = 200           # warm requests per round
     concurrency: int = 2
     max_p99_ms: float = 15.0
-    timeout_s: float = 300.0      # fail open after this long warming
+    timeout_s: float = 300.0      # fail open after this long warming (on slowness, never on errors)
+    max_error_ratio: float = 0.01  # a round failing more of its requests than this is a failing round
     poll_s: float = 1.0           # how often Triton's readiness is asked
     unique: bool = False          # different data per request: a response cache cannot answer
     metrics_url: str = ""         # Triton's metrics HOST:PORT: its own averages are logged per round
@@ -60,6 +68,10 @@ class RoundResult:
     def within(self, bound_ms: float) -> bool:
         return self.errors == 0 and self.p99_ms is not None and self.p99_ms <= bound_ms
 
+    def failing(self, max_error_ratio: float) -> bool:
+        """More of its requests failed than the bound allows (a round that sent nothing failed)."""
+        return self.requests == 0 or self.errors / self.requests > max_error_ratio
+
     def record(self, bound_ms: float) -> dict[str, Any]:
         return {"event": "round", "round": self.number, "requests": self.requests, "errors": self.errors,
                 **{k: round(v, 3) for k, v in self.stats.items()}, "maxP99Ms": bound_ms,
@@ -79,21 +91,63 @@ def judge_round(number: int, observations: Observations, server: dict[str, Any] 
 
 
 PLATEAU_ROUNDS, PLATEAU_GAIN = 2, 0.9
+FAILING_ROUNDS = 3                   # failing rounds in a row: the model fails, warming cannot help
+BACKOFF_BASE_S, BACKOFF_CAP_S = 1.0, 30.0
 
 
-def outcome(rounds: Sequence[RoundResult], bound_ms: float, elapsed_s: float, timeout_s: float) -> str | None:
-    """'warm' once the last round is within the bound; 'plateau' when the last PLATEAU_ROUNDS
-    error-free rounds did not get 10% faster than the best before them (as warm as it gets: more
-    rounds would only delay it); 'timeout' past the deadline; None: another round."""
+def outcome(rounds: Sequence[RoundResult], bound_ms: float, elapsed_s: float, timeout_s: float,
+            max_error_ratio: float = 0.01) -> str | None:
+    """'warm' once the last round is within the bound; 'failing' once the last FAILING_ROUNDS
+    rounds, or the last one at the deadline, failed more than `max_error_ratio` of their requests;
+    'plateau' when the last PLATEAU_ROUNDS error-free rounds did not get 10% faster than the best
+    before them (as warm as it gets: more rounds would only delay it); 'timeout' past the deadline
+    (slow, not failing: it fails open); None: another round."""
     if rounds and rounds[-1].within(bound_ms):
         return "warm"
+    failing = [r.failing(max_error_ratio) for r in rounds[-FAILING_ROUNDS:]]
+    if len(failing) == FAILING_ROUNDS and all(failing):
+        return "failing"
     if elapsed_s >= timeout_s:
-        return "timeout"
+        return "failing" if failing and failing[-1] else "timeout"
     earlier, last = rounds[:-PLATEAU_ROUNDS], rounds[-PLATEAU_ROUNDS:]
     if earlier and len(last) == PLATEAU_ROUNDS and all(r.errors == 0 and r.p99_ms is not None for r in rounds):
         if min(r.p99_ms for r in last) >= PLATEAU_GAIN * min(r.p99_ms for r in earlier):
             return "plateau"
     return None
+
+
+def backoff_s(rounds: Sequence[RoundResult]) -> float:
+    """The pause before the next round: none after an error-free round; after n rounds in a row
+    with errors, BACKOFF_BASE_S * 2**(n-1), at most BACKOFF_CAP_S (a failing model is not hammered:
+    902 rounds back to back once sent it 180,000 requests in 300 s)."""
+    streak = 0
+    for r in reversed(rounds):
+        if not r.errors and r.requests:
+            break
+        streak += 1
+    return 0.0 if not streak else min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (streak - 1))
+
+
+def failing_message(rounds: Sequence[RoundResult], max_error_ratio: float) -> str:
+    """What the failing rounds saw, for the termination message and the operator's condition:
+    e.g. "75% of 600 warm requests failed in the last 3 rounds (at most 1% may): <first error>"."""
+    last = [r for r in rounds[-FAILING_ROUNDS:] if r.failing(max_error_ratio)] or list(rounds[-1:])
+    sent, failed = sum(r.requests for r in last), sum(r.errors for r in last)
+    first = next((r.first_error for r in last if r.first_error), None) or "no request could be sent"
+    share = f"{failed / sent:.0%} of {sent}" if sent else f"{failed} of 0"
+    rounds_said = "the last round" if len(last) == 1 else f"the last {len(last)} rounds"
+    bound = f"{max_error_ratio:.2%}".replace(".00%", "%")
+    return f"{share} warm requests failed in {rounds_said} (at most {bound} may): {first[:300]}"
+
+
+def termination_message(summary: dict[str, Any]) -> str:
+    """The JSON the operator reads from the container's termination message (kept well under the
+    kubelet's 4096 bytes)."""
+    keep = ("reason", "message", "rounds", "errorRatio", "warmRequests", "warmingS")
+    data = {k: summary[k] for k in keep if k in summary}
+    if isinstance(data.get("message"), str):
+        data["message"] = data["message"][:1000]   # the message is trimmed, never the JSON
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _ms(value: float | None) -> float | None:
@@ -153,19 +207,25 @@ class Warmer:
     def _log(self, record: dict[str, Any]) -> None:
         self.emit({"at": now(), **record})
 
-    def run(self) -> None:
+    def run(self) -> dict[str, Any] | None:
+        """Until stopped (None), or until the model fails its warm requests: that summary (the
+        caller exits with it, so the pod stays un-Ready and its status says why)."""
         while not self.stop.is_set():
             self.state.set(WAITING)
             waited = self._wait_for_triton()
             if waited is None:
-                return
+                return None
             summary = self.warm(waited)
             summary = {"at": now(), **summary}
             self.emit(summary)
             if summary.get("reason") == TRITON_GONE:
                 continue  # it went away while warming: wait for its next start
+            if summary.get("reason") == WARMUP_FAILING:
+                self.state.set(FAILING, summary)
+                return summary
             self.state.set(WARM, summary)
             self._watch()
+        return None
 
     def _wait_for_triton(self) -> float | None:
         start = time.monotonic()
@@ -224,7 +284,11 @@ class Warmer:
                 return {**base, "ready": "notWarmed", "reason": TRITON_GONE, "rounds": len(rounds),
                         "message": f"Triton stopped answering while warming: {result.first_error}",
                         "warmingS": round(time.monotonic() - start, 2)}
-            verdict = outcome(rounds, cfg.max_p99_ms, time.monotonic() - start, cfg.timeout_s)
+            verdict = outcome(rounds, cfg.max_p99_ms, time.monotonic() - start, cfg.timeout_s, cfg.max_error_ratio)
+            pause = backoff_s(rounds) if verdict is None else 0.0
+            if pause:   # not past the deadline: the last round there decides
+                self._log({"event": "backoff", "seconds": pause, "afterRounds": len(rounds)})
+                self.stop.wait(max(0.0, min(pause, cfg.timeout_s - (time.monotonic() - start))))
         last = rounds[-1] if rounds else None
         summary = {**base, "ready": verdict or "timeout", "rounds": len(rounds),
                    "coldRequests": cold.sent, "coldErrors": cold.error_count, "coldMaxMs": _ms(cold_stats.get("maxMs")),
@@ -232,10 +296,16 @@ class Warmer:
                    "p50Ms": _ms(last.stats.get("p50Ms")) if last else None,
                    "p99Ms": _ms(last.p99_ms) if last else None,
                    "warmingS": round(time.monotonic() - start, 2)}
-        if verdict == "plateau":
+        if verdict == "failing":
+            failed = [r for r in rounds[-FAILING_ROUNDS:] if r.failing(cfg.max_error_ratio)]
+            summary.update(reason=WARMUP_FAILING, message=failing_message(rounds, cfg.max_error_ratio),
+                           errorRatio=round(sum(r.errors for r in failed) / max(1, sum(r.requests for r in failed)), 4),
+                           maxErrorRatio=cfg.max_error_ratio)
+        elif verdict == "plateau":
             summary["message"] = (f"P99 stopped improving above the bound ({_ms(last.p99_ms)} ms > "
                                   f"{cfg.max_p99_ms:g} ms after {len(rounds)} rounds): as warm as it gets, taking traffic")
         elif verdict != "warm" and last is not None:
+            summary["reason"] = NOT_WARM_IN_TIME
             summary["message"] = (f"still not warm after {cfg.timeout_s:g}s (last round: P99 {_ms(last.p99_ms)} ms, "
                                   f"{last.errors} errors, bound {cfg.max_p99_ms:g} ms): taking traffic anyway")
         return summary

@@ -10,7 +10,9 @@ import threading
 from rankops.gates.client import Endpoint
 from rankops.gates.samples import (Sample, SamplesError, generate_samples, load_samples, parse_batch_sizes,
                                    parse_input_spec)
-from rankops.gates.warm import WARM, WarmConfig, Warmer, WarmState, host_port, now, serve_readiness
+from rankops.gates.verdict import default_verdict_file
+from rankops.gates.warm import (WARM, WarmConfig, Warmer, WarmState, host_port, now, serve_readiness,
+                                termination_message)
 
 DEFAULT_PORT = 8090
 
@@ -30,7 +32,13 @@ def add_commands(subparsers) -> None:
     warm.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     warm.add_argument("--max-p99-ms", type=float, required=True, help="a round within this client P99 is warm")
     warm.add_argument("--deadline-s", type=float, default=300.0,
-                      help="not warm after this long: ready anyway, said in the log (default 300)")
+                      help="not warm after this long: ready anyway, said in the log (default 300); "
+                           "never when the last round failed more than --max-error-ratio")
+    warm.add_argument("--max-error-ratio", type=float, default=0.01,
+                      help="3 rounds in a row failing more than this share of their requests: exit 1, the "
+                           "reason in the termination message, the pod stays un-Ready (default 0.01)")
+    warm.add_argument("--termination-file", default=None,
+                      help="where the failure is written (default /dev/termination-log when it exists)")
     warm.add_argument("--samples", metavar="FILE", help="recorded JSON Lines requests; when the file is missing, "
                                                         "the generated ones are sent (and the log says so)")
     warm.add_argument("--generate-samples", type=int, default=0, metavar="N", help="generate N random requests")
@@ -78,7 +86,8 @@ def _warm(args: argparse.Namespace) -> int:
         return 0
     metrics = host_port(args.host, args.metrics_port) if args.metrics_port else ""
     config = WarmConfig(requests=args.requests, concurrency=args.concurrency, max_p99_ms=args.max_p99_ms,
-                        timeout_s=args.deadline_s, unique=args.unique_requests, metrics_url=metrics)
+                        timeout_s=args.deadline_s, unique=args.unique_requests, metrics_url=metrics,
+                        max_error_ratio=args.max_error_ratio)
     problem = _check(config)
     if problem:
         print(f"rankops warm: {problem}", file=sys.stderr)
@@ -88,8 +97,21 @@ def _warm(args: argparse.Namespace) -> int:
                         timeout_s=args.request_timeout_s)
     _emit({"at": now(), "event": "start", "samples": len(samples), "source": source,
            "readiness": f"http://{host_port(args.host, args.port)}/ready"})
-    Warmer(endpoint, samples, config, state, _emit).run()
-    return 0
+    failed = Warmer(endpoint, samples, config, state, _emit).run()
+    if failed is None:
+        return 0
+    # The model fails its requests: exit, so the pod stays un-Ready and its status (the termination
+    # message, then the kubelet's restart back-off) says why, where the operator reads it.
+    path = args.termination_file or default_verdict_file()
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(termination_message(failed))
+        except OSError as exc:
+            print(f"rankops warm: cannot write the termination message to {path}: {exc.strerror}", file=sys.stderr)
+    print(f"rankops warm: {failed['reason']}: {failed['message']}", file=sys.stderr)
+    server.shutdown()
+    return 1
 
 
 def _check(config: WarmConfig) -> str | None:
@@ -100,4 +122,6 @@ def _check(config: WarmConfig) -> str | None:
         return problem
     if config.timeout_s < 0:
         return f"--deadline-s must be 0 or more, got {config.timeout_s}"
+    if not 0 <= config.max_error_ratio < 1:
+        return f"--max-error-ratio must be in [0, 1), got {config.max_error_ratio}"
     return None

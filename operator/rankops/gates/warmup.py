@@ -90,9 +90,9 @@ def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConf
     except ServerUnreachable as exc:
         return error_verdict(GATE, "ServerUnreachable", str(exc))
     except ModelNotReady as exc:
-        return Verdict(GATE, "fail", "ModelNotReady", str(exc), {"requests": 0, "errors": 0})
+        return Verdict(GATE, "fail", "ModelNotReady", str(exc), Counts(0, 0, 0, 0).metrics())
     except InputsMismatch as exc:
-        return Verdict(GATE, "fail", "InputsMismatch", str(exc), {"requests": 0, "errors": 0})
+        return Verdict(GATE, "fail", "InputsMismatch", str(exc), Counts(0, 0, 0, 0).metrics())
     except SamplesError as exc:
         return error_verdict(GATE, "BadSamples", str(exc))
 
@@ -353,10 +353,35 @@ def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float]:
     return {"p50Ms": float(p50), "p95Ms": float(p95), "p99Ms": float(p99), "maxMs": float(values.max())}
 
 
+@dataclass(frozen=True)
+class Counts:
+    """One count of what the gate sent and what failed: its summary and its metrics both say
+    these numbers (they once disagreed: "18 of 30 requests failed" beside `requests: 14, errors: 18`,
+    the summary counting the cold pass and the metrics' requests not)."""
+    requests: int         # warm requests sent (what rollout.warmup.requests asks for)
+    errors: int           # of them, failed
+    cold_requests: int    # the cold pass's
+    cold_errors: int
+
+    @classmethod
+    def of(cls, cold: Observations, warm: Observations) -> "Counts":
+        return cls(warm.sent, warm.error_count, cold.sent, cold.error_count)
+
+    def metrics(self) -> dict[str, int]:
+        return {"requests": self.requests, "errors": self.errors,
+                "coldRequests": self.cold_requests, "coldErrors": self.cold_errors}
+
+    def failed(self) -> str:
+        """What failed, in the metrics' own numbers: warm requests, then the cold pass."""
+        return (f"{self.errors} of {self.requests} warm requests failed "
+                f"({self.cold_errors} of {self.cold_requests} in the cold pass)")
+
+
 def _verdict(cold: Observations, warm: Observations, config: WarmupConfig, distinct: int,
              server: dict[str, Any] | None = None) -> Verdict:
     all_latencies = [v for values in warm.latencies_ms.values() for v in values]
-    errors = cold.error_count + warm.error_count
+    counts = Counts.of(cold, warm)
+    errors = counts.errors + counts.cold_errors
     per_batch = {}
     for batch in sorted(set(warm.latencies_ms) | set(warm.errors)):
         per_batch[str(batch)] = {"requests": len(warm.latencies_ms.get(batch, [])) + warm.errors.get(batch, 0),
@@ -365,26 +390,21 @@ def _verdict(cold: Observations, warm: Observations, config: WarmupConfig, disti
     stats = latency_stats(all_latencies)
     server = server or {}
     metrics = {
-        "requests": warm.sent,
-        "errors": errors,
+        **counts.metrics(),
         **stats,
         "maxP99Ms": config.max_p99_ms,
         "concurrency": config.concurrency,
         "throughputRps": (len(all_latencies) / warm.elapsed_s) if warm.elapsed_s > 0 else 0.0,
         "distinctSamples": warm.sent if config.unique else distinct,
-        "coldRequests": cold.sent,
-        "coldErrors": cold.error_count,
         "coldMaxMs": latency_stats([v for vs in cold.latencies_ms.values() for v in vs]).get("maxMs"),
         "server": server,
         "perBatchSize": per_batch,
         "errorExamples": (cold.error_examples + warm.error_examples)[:ERROR_EXAMPLES],
     }
     if errors:
-        sent = cold.sent + warm.sent
-        stopped = " (stopped early)" if warm.sent < config.requests else ""
+        stopped = f" (stopped early, of {config.requests})" if warm.sent < config.requests else ""
         first = (cold.error_examples + warm.error_examples or ["unknown error"])[0]
-        return Verdict(GATE, "fail", "RequestsFailed",
-                       f"{errors} of {sent} requests failed{stopped}; first error: {first}", metrics)
+        return Verdict(GATE, "fail", "RequestsFailed", f"{counts.failed()}{stopped}; first error: {first}", metrics)
     judged_on_server = bool(server.get("judged"))
     p99 = server["p99Ms"] if judged_on_server else stats["p99Ms"]
     metrics["judgedP99Ms"], metrics["judgedOn"] = p99, "server" if judged_on_server else "client"

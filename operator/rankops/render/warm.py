@@ -41,6 +41,7 @@ def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_p
                "--metrics-port", str(metrics_port), "--port", str(WARM_PORT), "--model", model,
                "--requests", str(w.requests), "--concurrency", str(w.concurrency),
                "--max-p99-ms", str(w.max_p99_ms or gate.max_p99_ms), "--deadline-s", str(w.deadline_seconds),
+               "--max-error-ratio", f"{w.max_error_ratio:g}",
                # With the response cache on, every request differs: the model is warmed, not the cache.
                *(["--unique-requests"] if spec.response_cache else []), *args]
     container = {
@@ -52,6 +53,10 @@ def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_p
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [{"name": "warm", "containerPort": WARM_PORT}],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "warm"}, "periodSeconds": 2, "failureThreshold": 1},
+        # A model failing its warm requests exits with the reason here (the operator reads it from
+        # the pod's status); a crash leaves its log's tail instead.
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "warm"}, "periodSeconds": 10, "failureThreshold": 6},
         "resources": {"requests": warm_resources(spec), "limits": warm_resources(spec)},
         "securityContext": security_context,

@@ -17,6 +17,7 @@ from rankops.render import names
 from rankops.render.desired import effective_weight
 from rankops.rollout.jobs import REFERENCE_TRACK
 from rankops.rollout.machine import ACTIVE, ROLLED_BACK, Decision, Event, attempt_id
+from rankops.rollout import warming
 
 SPEC_NOT_APPLIED = "SpecNotApplied"   # Ready's reason while a generation cannot be applied
 
@@ -45,6 +46,7 @@ class Facts:
     pool_note: str | None = None               # the pool has no validated ready node
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
     notes: tuple[str, ...] = ()                # what rankops could not check
+    warm_failing: tuple[str, ...] = ()         # pods un-Ready as their model fails its warm requests (rollout.warming)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ def degraded_reason(facts: Facts, failed: dict[str, Any] | None) -> tuple[str, s
         return "NoReadyNodes", facts.pool_note
     if facts.placement:
         return facts.placement
+    if facts.warm_failing:
+        return warming.WARMUP_FAILING, warming.describe(facts.warm_failing)
     if facts.unbatched:
         return "RequestsNotBatched", "; ".join(facts.unbatched)
     if facts.problems:
