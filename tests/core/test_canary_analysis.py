@@ -75,5 +75,14 @@ def test_the_operator_reads_only_ready_serving_pods_in_its_networks():
     pods = [pod("c0", "canary", "127.77.0.3"), pod("c1", "canary", "127.77.0.4", ready=False),
             pod("s0", "stable", "127.77.0.2"), pod("s1", "stable", "10.244.0.9"),
             pod("r0", "reference", "127.77.0.5"), pod("s2", "stable", "127.77.0.6", traffic="off")]
-    assert serving_pods(pods, ["127.0.0.0/8"]) == {"canary": [("c0", "127.77.0.3")], "stable": [("s0", "127.77.0.2")]}
-    assert [name for name, _ in serving_pods(pods, [])["stable"]] == ["s0", "s1"]
+    found, refused = serving_pods(pods, ["127.0.0.0/8"])
+    assert found == {"canary": [("c0", "127.77.0.3")], "stable": [("s0", "127.77.0.2")]}
+    # A serving pod outside the networks is not read, and said: the analysis cannot judge it.
+    assert len(refused) == 1 and refused[0].startswith("s1 (10.244.0.9): outside the networks")
+    assert "--pod-metrics-network 127.0.0.0/8" in refused[0]
+    assert [name for name, _ in serving_pods(pods, [])[0]["stable"]] == ["s0", "s1"]
+
+
+def test_metrics_without_a_series_of_the_model_are_not_a_reading():
+    assert not parse('nv_inference_request_success{model="other",version="1"} 5000', "ranker").seen
+    assert parse('nv_inference_request_success{model="ranker",version="1"} 0', "ranker").seen

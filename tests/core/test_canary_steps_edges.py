@@ -38,7 +38,9 @@ def test_steps_shortened_below_the_recorded_step_hold_the_last_one_and_promote()
     shorter = model("2", canary={"steps": [{"weight": 30, "durationSeconds": 60}]})
     d, s = drive(shorter, s, 70, **up(2))
     assert s["rollout"]["phase"] == "Canary" and d.serving.canary_weight == 30
-    d, s = drive(shorter, s, 64 + 60, **up(2))
+    d, s = drive(shorter, s, 70 + 59, **up(2))        # its hold started when its 2 pods served (70)
+    assert s["rollout"]["phase"] == "Canary"
+    d, s = drive(shorter, s, 70 + 60, **up(2))
     assert s["rollout"]["phase"] == "Promoting"
 
 

@@ -111,7 +111,9 @@ class Model:
                      "inputs": [{"name": "x", "dataType": "FP32", "dims": [4]}],
                      "outputs": [{"name": "s", "dataType": "FP32", "dims": [1]}],
                      "batching": {"maxBatchSize": 8},
-                     "rollout": {"canary": {"weight": 50, "durationSeconds": 60}}},
+                     # No Triton here to read: each hold ends on the clock, by explicit policy.
+                     "rollout": {"canary": {"weight": 50, "durationSeconds": 60, "analysis": {
+                         "onNoVerdict": "promote", "maxExtensionSeconds": 0}}}},
         }
         self.t = 0
         self.pull_secrets: tuple[str, ...] = ()   # rankops run --image-pull-secret
@@ -229,7 +231,14 @@ def test_the_canary_is_not_promoted_when_its_pods_node_is_gone():
     for pod in canary:
         cluster.delete("Pod", "reco", pod["metadata"]["name"])
     cluster.run_deployment(names.CANARY, node="gpu-2")
-    assert rm.reconcile()["rollout"]["phase"] == "Promoting"
+    # It serves from now: a whole hold before promotion (the time the canary was down counts not).
+    assert rm.reconcile()["rollout"]["phase"] == "Canary"
+    assert rm.reconcile(50)["rollout"]["phase"] == "Canary"
+    status = rm.reconcile(10)
+    assert status["rollout"]["phase"] == "Promoting"
+    canary = next(g for g in status["gates"] if g["gate"] == "canary")
+    assert (canary["outcome"], canary["reason"], canary["metrics"]["windowSeconds"]) == \
+        ("inconclusive", "PromotedWithoutVerdict", 60)
 
 
 def test_image_pull_secrets_reach_the_model_pods_and_the_gate_jobs():

@@ -232,6 +232,17 @@ class CanaryStep(ApiModel):
         "How long the step holds its weight; the canary analysis judges this step's own window."))]
 
 
+class NoVerdictPolicy(str, Enum):
+    rollback = "rollback"
+    hold = "hold"
+    promote = "promote"
+
+
+class CanaryCapacity(str, Enum):
+    surge = "surge"
+    replace = "replace"
+
+
 class CanaryAnalysis(ApiModel):
     """Bounds the canary is held to while it serves, from each serving pod's Triton metrics."""
     enabled: Annotated[bool, Field(description=(
@@ -244,7 +255,16 @@ class CanaryAnalysis(ApiModel):
     max_p99_vs_stable: Annotated[float | None, Field(ge=1, le=1000, description=(
         "Bound on canary P99 / stable P99 measured over the same window; null: not compared."))] = 1.5
     min_requests: Annotated[int, Field(ge=1, le=10_000_000, description=(
-        "Fewer canary requests in a window: no verdict from it (the hold decides alone)."))] = 100
+        "Canary requests a step's window needs before it can be judged; with fewer, the step's hold is "
+        "extended (up to maxExtensionSeconds) until the canary has served that many."))] = 100
+    max_extension_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
+        "How long past a step's durationSeconds its hold is extended while the analysis has no verdict "
+        "(too few canary requests, or no pod's metrics could be read); then onNoVerdict decides."))] = 600
+    on_no_verdict: Annotated[NoVerdictPolicy, Field(description=(
+        "What happens to a step whose analysis still has no verdict at the end of its extension: `rollback` "
+        "(the default), `hold` (the rollout waits for a person: annotation rankops.io/promote or "
+        "rankops.io/abort, said in status and an Event) or `promote` (moves on without a verdict, recorded "
+        "in status.gates as such). With enabled: false the canary is held for its duration alone."))] = NoVerdictPolicy.rollback
 
 
 class Canary(ApiModel):
@@ -260,6 +280,11 @@ class Canary(ApiModel):
     traffic: Annotated[TrafficMode, Field(description=(
         "How the weight is honoured: `replicas` (ratio of Ready pods behind the shared Service, approximate), "
         "`gatewayAPI` (HTTPRoute backend weights, exact) or `openshiftRoute` (Route alternateBackends)."))] = TrafficMode.replicas
+    capacity: Annotated[CanaryCapacity, Field(description=(
+        "Where the canary's GPUs come from: `surge` (beside all stable replicas: needs room for the canary's "
+        "pods) or `replace` (the canary takes stable replicas' GPUs: from the canary's start to the end of "
+        "the rollout the stable runs that many fewer, at most planning.failureTolerance of them (1 without "
+        "planning) and never its last; for GPU-tight clusters)."))] = CanaryCapacity.surge
     parent_ref: Annotated[str | None, Field(pattern=bounds.PARENT_REF, max_length=bounds.DNS_SUBDOMAIN_MAX + 64, description=(
         "gatewayAPI mode: the Gateway (name or namespace/name) the HTTPRoute attaches to."))] = None
 
@@ -481,6 +506,20 @@ class RolloutStatus(ApiModel):
         "The rankops.io/abort value acted on last, kept from rollout to rollout: a value acts once."))] = None
     promoted: Annotated[str | None, Field(description=(
         "The rankops.io/promote value acted on last, kept from rollout to rollout: a value acts once."))] = None
+    canary_down_since: Annotated[str | None, Field(description=(
+        "During Canary: when the canary stopped serving at its step's weight (a pod lost, not Ready, not "
+        "scheduled); the step's hold and its analysis window restart once it is back."))] = None
+    hold_extended_since: Annotated[str | None, Field(description=(
+        "During Canary: when the step's hold ended without a verdict and was extended "
+        "(rollout.canary.analysis.maxExtensionSeconds)."))] = None
+    awaiting_decision: Annotated[str | None, Field(description=(
+        "During Canary with analysis.onNoVerdict hold: why the rollout waits for a person "
+        "(annotation rankops.io/promote or rankops.io/abort)."))] = None
+    analysis_problem: Annotated[str | None, Field(description=(
+        "During Canary: why the canary analysis cannot judge now (pods whose metrics could not be read and "
+        "why), said by Degraded (CanaryNotJudged) and its Warning Event while it lasts."))] = None
+    unschedulable: Annotated[str | None, Field(description=(
+        "Canary pods the scheduler cannot place, with its reason (e.g. Insufficient nvidia.com/gpu)."))] = None
     analysis_baseline: Annotated[dict[str, Any] | None, Field(
         description=("Canary analysis: each serving pod's Triton counters when the canary's traffic began (by "
                      "track and pod), the start of the window the canary is judged on; kept so a restarted "

@@ -28,28 +28,45 @@ def readable(address: str | None, networks: Sequence[str]) -> bool:
     return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
 
 
-def serving_pods(pods: list[dict[str, Any]], networks: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-    """track -> (pod name, pod IP) of the Ready pods behind the serving Service (pure)."""
+def serving_pods(pods: list[dict[str, Any]], networks: Sequence[str]
+                 ) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """track -> (pod name, pod IP) of the Ready pods behind the serving Service, and those of them
+    that may not be read (outside `networks`), each as "pod (ip): why" (pure)."""
     found: dict[str, list[tuple[str, str]]] = {"canary": [], "stable": []}
+    refused: list[str] = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         labels = meta.get("labels") or {}
         track = TRACKS.get(labels.get(names.LABEL_TRACK, ""))
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if track and ready and labels.get(names.LABEL_TRAFFIC) == "on" and not meta.get("deletionTimestamp") \
-                and readable(status.get("podIP"), networks):
+        if not (track and ready and labels.get(names.LABEL_TRAFFIC) == "on" and not meta.get("deletionTimestamp")):
+            continue
+        if readable(status.get("podIP"), networks):
             found[track].append((meta["name"], status["podIP"]))
-    return found
+        else:
+            refused.append(f"{meta['name']} ({status.get('podIP') or 'no IP'}): outside the networks the operator "
+                           f"may read (rankops run --pod-metrics-network {','.join(networks)})")
+    return found, refused
 
 
-def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()) -> dict[str, dict[str, Any]] | None:
-    """track -> pod -> ModelCounters, for the machine's Observed.track_metrics; None without a canary reading."""
+def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
+         ) -> tuple[dict[str, dict[str, Any]] | None, tuple[str, ...]]:
+    """(track -> pod -> ModelCounters, for the machine's Observed.track_metrics, None without a
+    canary reading; the pods that could not be read, each "pod (ip): cause", for its
+    Observed.metrics_problems)."""
     pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
     readings: dict[str, dict[str, Any]] = {"canary": {}, "stable": {}}
-    for track, found in serving_pods(pods, networks).items():
-        for pod, address in found:
+    found, problems = serving_pods(pods, networks)
+    for track, located in found.items():
+        for pod, address in located:
             try:
-                readings[track][pod] = scrape(f"{address}:{METRICS_PORT}", model, timeout_s=1.0)
-            except MetricsUnavailable:
+                counters = scrape(f"{address}:{METRICS_PORT}", model, timeout_s=1.0)
+            except MetricsUnavailable as exc:
+                problems.append(f"{pod} ({address}): {exc}")
                 continue
-    return readings if readings["canary"] else None
+            if not counters.seen:
+                problems.append(f"{pod} ({address}): Triton's metrics have no series for model {model} "
+                                "(metrics off for it, or the model is not loaded)")
+                continue
+            readings[track][pod] = counters
+    return (readings if readings["canary"] else None), tuple(problems)

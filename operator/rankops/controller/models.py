@@ -344,13 +344,14 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         if rollout and rollout.get("phase") in ACTIVE else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
     # While the canary serves: both tracks' Triton numbers, for the canary analysis.
-    track_metrics = canary_metrics.read(kube, namespace, name, metrics_networks) \
-        if (rollout or {}).get("phase") == CANARY else None
+    track_metrics, metrics_problems = canary_metrics.read(kube, namespace, name, metrics_networks) \
+        if (rollout or {}).get("phase") == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
 
     decision = step(rm.spec, status, Observed(
         now=now, canary_pods=tuple(seen for _, seen in canary_pods), canary_desired=c_desired,
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
-        gates=gates_seen, annotations=meta.get("annotations") or {}, track_metrics=track_metrics))
+        gates=gates_seen, annotations=meta.get("annotations") or {}, track_metrics=track_metrics,
+        metrics_problems=metrics_problems, replicas=resolved.replicas))
     unapplied_events = list(events)   # the decision's own events only count once it is applied
     events += decision.events
     canary = decision.serving.canary_version

@@ -40,6 +40,7 @@ class MetricsUnavailable(Exception):
 class ModelCounters:
     values: dict[str, float]
     quantiles_us: dict[float, float]     # the latency summary's quantiles, when Triton reports it
+    seen: bool = True                    # some series of the model was there (False: none at all)
 
     def minus(self, before: "ModelCounters") -> dict[str, float]:
         return {k: self.values.get(k, 0.0) - before.values.get(k, 0.0) for k in COUNTERS}
@@ -50,6 +51,7 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
     values = {k: 0.0 for k in COUNTERS}
     names = {v: k for k, v in COUNTERS.items()}
     quantiles: dict[float, float] = {}
+    seen = False
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -64,11 +66,12 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
         except ValueError:
             continue
         name = match.group("name")
+        seen = seen or name in names or name == SUMMARY
         if name in names:
             values[names[name]] += value
         elif name == SUMMARY and "quantile" in labels and value == value:   # NaN when empty
             quantiles[float(labels["quantile"])] = value
-    return ModelCounters(values, quantiles)
+    return ModelCounters(values, quantiles, seen)
 
 
 def scrape(url: str, model: str, version: str = "", timeout_s: float = 5.0) -> ModelCounters:

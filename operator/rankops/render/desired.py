@@ -25,6 +25,7 @@ class ServingState:
     canary_traffic: bool = False   # gates passed: canary pods may join the serving Service
     canary_replicas: int = 0
     canary_weight: int = 0         # percent of traffic the canary gets while it takes traffic
+    stable_lent: int = 0           # stable replicas whose GPUs the canary takes (canary.capacity: replace)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
                     pool_requirements: Any = None, policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
     covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
-    objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas, True,
+    objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas - state.stable_lent, True,
                             resolved.shape, pool_requirements, covering, policy)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,

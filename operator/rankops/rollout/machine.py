@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.api.rankingmodel import RankingModelSpec, TorchscriptReference, TrafficMode
+from rankops.api.rankingmodel import (CanaryCapacity, NoVerdictPolicy, RankingModelSpec, TorchscriptReference,
+                                     TrafficMode)
 from rankops.render.desired import ServingState, canary_replicas_for
 from rankops.rollout import canary_analysis
 from rankops.rollout.readiness import PodObservation, ready_count
@@ -71,6 +72,10 @@ class Observed:
     # During Canary: each serving pod's Triton counters read now, by track ("canary", "stable");
     # None when they were not read (no reachable pod).
     track_metrics: dict[str, dict[str, Any]] | None = None
+    # During Canary: the serving pods whose metrics could not be read, each "pod (ip): cause".
+    metrics_problems: tuple[str, ...] = ()
+    # The stable replicas the model wants (spec.replicas, or the plan's), before any is lent to the canary.
+    replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -210,11 +215,48 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
 
 
 def _canary_result(version: str, attempt: str, judged: canary_analysis.Judgement, now: dt.datetime,
-                   step: int, steps: int) -> dict[str, Any]:
+                   step: int, steps: int, window: dict[str, Any]) -> dict[str, Any]:
+    """status.gates' canary entry: the outcome and what it was judged on (both tracks' requests,
+    failures and P99s, the bounds, and the window: its start and the seconds the canary served)."""
     outcome = {canary_analysis.FAIL: "fail", canary_analysis.PASS: "pass"}.get(judged.outcome, "inconclusive")
     where = f"step {step}/{steps}: " if steps > 1 else ""
     return {"gate": "canary", "version": version, "attempt": attempt, "outcome": outcome, "reason": judged.reason,
-            "summary": where + judged.summary, "metrics": {**judged.metrics, "step": step}, "finishedAt": iso(now)}
+            "summary": where + judged.summary, "metrics": {**judged.metrics, "step": step, **window},
+            "finishedAt": iso(now)}
+
+
+def lendable_replicas(spec: RankingModelSpec) -> int:
+    """Stable replicas a `capacity: replace` canary may take: the replicas the model may lose and
+    still meet its SLO (planning.failureTolerance; 1, the planner's default, without planning)."""
+    tolerance = spec.planning.failure_tolerance if spec.planning is not None else 1
+    return max(0, tolerance)
+
+
+def canary_size(spec: RankingModelSpec, stable_size: int, weight: int) -> tuple[int, int]:
+    """(canary pods, stable replicas lent to them) for a step of `weight` percent beside a stable of
+    `stable_size` replicas (the model's, not the Deployment's: lending shrinks that one).
+
+    `replicas` traffic splits by Ready pods, so a surge canary needs w/(100-w) of the stable's count
+    and a replacing one w% of it; exact routing gives the canary the stable's pods for its share.
+    Replace lends at most lendable_replicas and keeps one stable replica; without any to lend the
+    canary surges."""
+    exact_share = max(1, math.ceil(stable_size * weight / 100))
+    if spec.rollout.canary.capacity is CanaryCapacity.replace:
+        lend = min(exact_share, lendable_replicas(spec), max(stable_size - 1, 0))
+        if lend > 0:
+            return lend, lend
+    if spec.rollout.canary.traffic is TrafficMode.replicas:
+        return canary_replicas_for(stable_size, weight), 0
+    return exact_share, 0
+
+
+def _unschedulable(pods: tuple[PodObservation, ...], version: str) -> str | None:
+    """The scheduler's word on the canary pods of `version` it cannot place, e.g.
+    '1 pod unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu'."""
+    stuck = [p for p in pods if p.version == version and p.unschedulable and not p.deleting]
+    if not stuck:
+        return None
+    return f"{len(stuck)} pod{'s' if len(stuck) > 1 else ''} unschedulable: {stuck[0].unschedulable}"
 
 
 def current_step(spec: RankingModelSpec, rollout: dict[str, Any] | None) -> tuple[int, Any]:
@@ -223,6 +265,189 @@ def current_step(spec: RankingModelSpec, rollout: dict[str, Any] | None) -> tupl
     plan = spec.rollout.canary.step_plan()
     number = min(max(int((rollout or {}).get("step") or 1), 1), len(plan))
     return number, plan[number - 1]
+
+
+def _capacity_hint(spec: RankingModelSpec) -> str:
+    if spec.rollout.canary.capacity is CanaryCapacity.surge and lendable_replicas(spec) > 0:
+        return ("; on a cluster without room for the canary, rollout.canary.capacity: replace lets it take a "
+                "stable replica's GPU")
+    return ""
+
+
+def _no_verdict_result(version: str, attempt: str, now: dt.datetime, step: int, steps: int, reason: str,
+                       summary: str, window: dict[str, Any]) -> dict[str, Any]:
+    where = f"step {step}/{steps}: " if steps > 1 else ""
+    return {"gate": "canary", "version": version, "attempt": attempt, "outcome": "inconclusive", "reason": reason,
+            "summary": where + summary, "metrics": {"step": step, **window}, "finishedAt": iso(now)}
+
+
+def _hold_canary(spec: RankingModelSpec, rollout: dict[str, Any], gates: list[dict[str, Any]], observed: Observed,
+                 events: list[Event], move: Any, roll_back: Any, *, traffic_on: bool, stable: str, stable_size: int,
+                 paused: bool, promote: str | None) -> list[dict[str, Any]]:
+    """One reconcile of the Canary phase: the step's hold, judged on evidence; returns status.gates.
+
+    The hold counts only time in which the canary served at its step's weight (every pod of the
+    step Ready on a live node, traffic on): when the canary stops serving, the step's clock and
+    its analysis window start again once it is back. A step moves on with a passing verdict, or
+    with analysis off (the clock alone, by the spec's choice); without a verdict its hold is
+    extended up to analysis.maxExtensionSeconds, then analysis.onNoVerdict decides. A failing
+    verdict rolls back at once, paused or not.
+    """
+    now, target, attempt = observed.now, rollout["version"], attempt_id(rollout)
+    analysis = spec.rollout.canary.analysis
+    timeout = spec.rollout.gate_jobs.timeout_seconds
+    plan = spec.rollout.canary.step_plan()
+    number, held_step = current_step(spec, rollout)
+    steps, last = len(plan), number == len(plan)
+    duration = held_step.duration_seconds
+    where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
+    wanted = max(observed.canary_desired, canary_size(spec, stable_size, held_step.weight)[0])
+    ready = ready_count(observed.canary_pods, target)
+    serving = traffic_on and ready >= wanted
+    # (A record of an operator before steps has only canarySince.)
+    since = parse_time(rollout.get("stepSince") or (None if rollout.get("canaryDownSince")
+                                                    else rollout.get("canarySince")))
+
+    # Whatever part of its weight the canary serves, its failures count: a failing canary is rolled
+    # back at once, paused or not, at full weight or not.
+    judged = _analyse(spec, rollout, observed, attempt) if traffic_on else None
+    if judged is not None and judged.outcome == canary_analysis.FAIL:
+        held = int((now - since).total_seconds()) if since else 0
+        gates = [g for g in gates if g.get("gate") != "canary"] + [_canary_result(
+            target, attempt, judged, now, number, steps,
+            {"windowStart": iso(since) if since else None, "windowSeconds": held})]
+        roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; stable {stable} untouched")
+        return gates
+
+    if serving and since is None:   # the step's weight is served from now: its hold starts (again)
+        if rollout.get("canaryDownSince"):
+            events.append(Event("Normal", "CanaryServing", f"canary {target} serves its weight{where} with "
+                                                           f"{ready}/{wanted} pods: its {duration}s hold starts"))
+        rollout.pop("canaryDownSince", None)
+        rollout.pop("holdExtendedSince", None)
+        rollout["canarySince"] = rollout.get("canarySince") or iso(now)
+        rollout["stepSince"] = iso(now)
+        since = now
+    elif since is not None and not serving:
+        held = int((now - since).total_seconds())
+        rollout.pop("stepSince", None)
+        rollout.pop("analysisBaseline", None)
+        rollout.pop("holdExtendedSince", None)
+        rollout["canaryDownSince"] = iso(now)
+        stuck = rollout.get("unschedulable")
+        rollout["message"] = (f"canary {target} stopped serving{where} after {held}s of its {duration}s hold "
+                              f"({ready}/{wanted} pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+                              "): the hold and its analysis start again once every pod serves")
+        events.append(Event("Warning", "CanaryNotServing", rollout["message"]))
+        since = None
+
+    if since is None:   # not serving at the step's weight (yet, or any more): it has timeoutSeconds to
+        waiting = parse_time(rollout.get("canaryDownSince") or rollout.get("phaseSince")) or now
+        if (now - waiting).total_seconds() > timeout and not paused:
+            stuck = rollout.get("unschedulable")
+            roll_back("canary", f"canary {target} not serving{where} within {timeout}s ({ready}/{wanted} pods "
+                                f"Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+                                f"); stable {stable} untouched")
+        elif rollout.get("unschedulable"):
+            rollout["message"] = (f"waiting for canary {target}{where} ({ready}/{wanted} pods Ready): "
+                                  f"{rollout['unschedulable']}" + _capacity_hint(spec))
+        return gates
+
+    held = (now - since).total_seconds()
+    window = {"windowStart": iso(since), "windowSeconds": int(held)}
+    # Why no verdict can be given now.
+    blind = ("metrics not read from " + "; ".join(observed.metrics_problems)) \
+        if analysis.enabled and observed.metrics_problems else None
+    problem = None
+    if analysis.enabled and judged is None:
+        problem = blind or "no canary pod taking traffic has been read yet"
+    elif judged is not None and judged.outcome == canary_analysis.WAIT:
+        problem = judged.summary
+    # Kept in the record while it lasts: Degraded says it (CanaryNotJudged, with its Event, once).
+    if blind:
+        rollout["analysisProblem"] = blind
+    else:
+        rollout.pop("analysisProblem", None)
+
+    def record(entry: dict[str, Any]) -> None:
+        nonlocal gates
+        gates = [g for g in gates if g.get("gate") != "canary"] + [entry]
+
+    def judged_entry() -> dict[str, Any]:
+        return _canary_result(target, attempt, judged, now, number, steps, window)
+
+    def advance(why: str, note: str) -> None:
+        rollout.pop("awaitingDecision", None)
+        rollout.pop("holdExtendedSince", None)
+        if last or promote:
+            if promote:
+                rollout["promoted"] = promote
+            move(PROMOTING, f"{why}{note}; updating stable to {target}")
+            return
+        upcoming = plan[number]
+        rollout.update(step=number + 1, canaryDownSince=iso(now))   # serving the new weight starts its hold
+        rollout.pop("stepSince", None)
+        if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
+            rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
+                track: {pod: dict(c.values) for pod, c in pods.items()}
+                for track, pods in observed.track_metrics.items()}}
+        rollout["message"] = (f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
+                              f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s{note}")
+        events.append(Event("Normal", "CanaryStepPassed", rollout["message"]))
+
+    if paused:
+        return gates
+    verdict = judged is not None and judged.outcome == canary_analysis.PASS
+    if promote:
+        if verdict:
+            record(judged_entry())
+        else:
+            record(_no_verdict_result(target, attempt, now, number, steps, "PromotedByAnnotation",
+                                      f"promoted by annotation {PROMOTE_ANNOTATION} without a verdict"
+                                      + (f" ({problem})" if problem else ""), window))
+        advance("promoted by annotation" if held < duration else f"canary held {int(held)}s{where}",
+                f"; canary analysis: {judged.summary}" if verdict else f"; no canary verdict ({problem})"
+                if problem else "")
+        return gates
+    if held < duration:
+        return gates
+    if not analysis.enabled:
+        record(_no_verdict_result(target, attempt, now, number, steps, "AnalysisDisabled",
+                                  f"held {int(held)}s with rollout.canary.analysis.enabled false: not judged",
+                                  window))
+        advance(f"canary held {int(held)}s{where}", "; canary analysis off (rollout.canary.analysis.enabled false)")
+        return gates
+    if verdict:
+        record(judged_entry())
+        advance(f"canary held {int(held)}s{where}", f"; canary analysis: {judged.summary}")
+        return gates
+    # The hold is over but nothing judged the canary: extend it, then let the policy decide.
+    if held < duration + analysis.max_extension_seconds:
+        if not rollout.get("holdExtendedSince"):
+            rollout["holdExtendedSince"] = iso(now)
+            rollout["message"] = (f"canary {target}{where} held {int(held)}s without a verdict ({problem}): hold "
+                                  f"extended up to {analysis.max_extension_seconds}s (analysis.maxExtensionSeconds)")
+            events.append(Event("Warning", "CanaryHoldExtended", rollout["message"]))
+        return gates
+    policy = analysis.on_no_verdict
+    summary = (f"no verdict after {int(held)}s serving ({duration}s hold + {analysis.max_extension_seconds}s "
+               f"extension): {problem}")
+    if policy is NoVerdictPolicy.promote:
+        record(_no_verdict_result(target, attempt, now, number, steps, "PromotedWithoutVerdict",
+                                  f"{summary}; moved on by analysis.onNoVerdict promote", window))
+        advance(f"canary held {int(held)}s{where}", f"; no canary verdict ({problem}), onNoVerdict promote")
+    elif policy is NoVerdictPolicy.hold:
+        if not rollout.get("awaitingDecision"):
+            rollout["awaitingDecision"] = (f"{summary}; onNoVerdict hold: annotate rankops.io/promote={target} "
+                                           f"to move on, or rankops.io/abort={target} to roll back")
+            rollout["message"] = f"canary {target}{where} awaits a decision: {rollout['awaitingDecision']}"
+            record(_no_verdict_result(target, attempt, now, number, steps, "AwaitingDecision", summary, window))
+            events.append(Event("Warning", "CanaryAwaitingDecision", rollout["message"]))
+    else:
+        record(_no_verdict_result(target, attempt, now, number, steps, "NoVerdict", summary, window))
+        roll_back("canary", f"canary {target}{where}: {summary}; rolled back by analysis.onNoVerdict rollback; "
+                            f"stable {stable} untouched")
+    return gates
 
 
 def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> Decision:
@@ -285,6 +510,9 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     timeout = spec.rollout.gate_jobs.timeout_seconds
     canary_ready = ready_count(observed.canary_pods, target)
     canary_up = observed.canary_desired > 0 and canary_ready >= observed.canary_desired
+    # The model's stable size (not the Deployment's, which a replacing canary shrinks; with
+    # batching: auto the plan's replicas, not spec.replicas).
+    stable_size = observed.replicas or observed.stable_desired or spec.replicas
 
     def move(to: str, message: str, reason: str | None = None, warning: bool = False) -> None:
         nonlocal phase
@@ -310,13 +538,24 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         roll_back("manual", f"rollout of version {target} aborted by annotation {ABORT_ANNOTATION}; "
                             f"stable {stable} untouched")
 
+    stuck = _unschedulable(observed.canary_pods, target) if phase in (CANARY_STARTING, CANARY) else None
+    # Kept in the record while it lasts: Degraded says it (PodsUnschedulable, with its Event), and
+    # the rollout's message says what it waits for.
+    if stuck:
+        rollout["unschedulable"] = stuck
+    else:
+        rollout.pop("unschedulable", None)
     if not paused and phase == CANARY_STARTING:
         if canary_up:
             move(WARMING, f"canary {target} Ready ({canary_ready}/{observed.canary_desired} pods); "
                           "running the warmup gate")
         elif phase_age > timeout:
             roll_back("canary", f"canary {target} not Ready after {timeout}s "
-                                f"({canary_ready}/{observed.canary_desired} pods Ready on live nodes)")
+                                f"({canary_ready}/{observed.canary_desired} pods Ready on live nodes"
+                                + (f"; {stuck}" if stuck else "") + ")")
+        elif stuck:
+            rollout["message"] = (f"waiting for canary {target} ({canary_ready}/{observed.canary_desired} pods "
+                                  f"Ready): {stuck}" + _capacity_hint(spec))
 
     if not paused and phase in GATE_OF_PHASE:
         gate = GATE_OF_PHASE[phase]
@@ -354,59 +593,11 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     # so no request is served by a version whose status does not yet show both verdicts.
     recorded = status.get("rollout") or {}
     recorded_here = recorded.get("version") == target and attempt_id(recorded) == attempt
-    if phase == CANARY and recorded_here and recorded.get("phase") == CANARY and not rollout.get("canarySince"):
-        rollout["canarySince"] = rollout["stepSince"] = iso(now)   # holds count from the step traffic is on
-    # While paused the canary still serves, so it is still judged: a failing canary is rolled back
-    # paused or not (as abort is); only the hold's moves (next step, promotion, deadline) wait.
     if phase == CANARY:
-        number, held_step = current_step(spec, rollout)
-        plan = spec.rollout.canary.step_plan()
-        steps = len(plan)
-        last = number == steps
-        duration = held_step.duration_seconds
-        since = parse_time(rollout.get("stepSince") or rollout.get("canarySince"))
-        held = (now - since).total_seconds() if since else 0.0
-        # Not since phase_age: that is the age of the phase this reconcile may have just left.
-        step_age = held if since else (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
-        promote = asked(PROMOTE_ANNOTATION, rollout)
-        judged = _analyse(spec, rollout, observed, attempt) if since else None
-        where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
-
-        def record_analysis() -> str:
-            nonlocal gates
-            if judged is None:
-                return ""
-            gates = [g for g in gates if g.get("gate") != "canary"] + \
-                [_canary_result(target, attempt, judged, now, number, steps)]
-            return f"; canary analysis: {judged.summary}"
-
-        if judged is not None and judged.outcome == canary_analysis.FAIL:
-            record_analysis()
-            roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; "
-                                f"stable {stable} untouched")
-        elif paused:
-            pass
-        elif (held >= duration or promote) and canary_up and (last or promote):
-            why = "promoted by annotation" if promote and held < duration else f"canary held {int(held)}s{where}"
-            if promote:
-                rollout["promoted"] = promote
-            move(PROMOTING, f"{why}{record_analysis()}; updating stable to {target}")
-        elif held >= duration and canary_up:
-            analysis = record_analysis()
-            upcoming = plan[number]
-            rollout.update(step=number + 1, stepSince=iso(now))
-            if judged is not None:   # the next step's weight takes effect now: its window starts at this reading
-                rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
-                    track: {pod: dict(c.values) for pod, c in pods.items()}
-                    for track, pods in (observed.track_metrics or {}).items()}}
-            rollout["message"] = (f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
-                                  f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s"
-                                  f"{analysis}")
-            events.append(Event("Normal", "CanaryStepPassed", rollout["message"]))
-            number, held_step = number + 1, upcoming
-        elif step_age > duration + timeout:
-            roll_back("canary", f"canary {target} not Ready on live nodes {timeout}s after its {duration}s hold"
-                                f"{where} ({canary_ready}/{observed.canary_desired} pods); stable {stable} untouched")
+        gates = _hold_canary(spec, rollout, gates, observed, events, move, roll_back,
+                             traffic_on=recorded_here and recorded.get("phase") == CANARY,
+                             stable=stable, stable_size=stable_size, paused=paused, promote=asked(PROMOTE_ANNOTATION, rollout))
+        phase = rollout["phase"]
 
     if phase == PROMOTING:
         rolled = (observed.stable_template_version == target
@@ -422,19 +613,15 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     if phase == ROLLED_BACK:
         return Decision(stable, ServingState(stable), rollout, gates, events=tuple(events), outcome=ROLLED_BACK)
 
-    # Active rollout: render the canary beside the stable, at the weight of the step it holds.
+    # Active rollout: render the canary beside the stable (or in its lent replicas), at the weight
+    # of the step it holds.
     weight = current_step(spec, rollout)[1].weight
-    # Exact routing sends the weight to the canary whatever its size: it gets the stable's pods
-    # for that share (one pod at 50% of a 4-pod model would carry 4x a stable pod's load).
-    # Sized on the stable as deployed: with batching: auto its replicas are the plan's, not spec.replicas.
-    stable_size = observed.stable_desired or spec.replicas
-    canary_replicas = canary_replicas_for(stable_size, weight) \
-        if spec.rollout.canary.traffic is TrafficMode.replicas else max(1, math.ceil(stable_size * weight / 100))
+    canary_replicas, lent = canary_size(spec, stable_size, weight)
     taking_traffic = phase in (CANARY, PROMOTING) and recorded.get("phase") in (CANARY, PROMOTING) and recorded_here
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
         canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas,
-        canary_weight=weight)
+        canary_weight=weight, stable_lent=lent)
     jobs = (GATE_OF_PHASE[phase],) if phase in GATE_OF_PHASE else ()
     reference = reference_version_of(spec, stable) if phase in (WARMING, VERIFYING) else None
     outcome = SUPERSEDED if any(e.reason == "RolloutSuperseded" for e in events) else None

@@ -23,11 +23,23 @@ class PodObservation:
     deleting: bool           # deletionTimestamp set
     node: str | None         # spec.nodeName
     node_ready: bool         # that node exists, is not being deleted and says Ready
+    unschedulable: str | None = None   # the scheduler's message while it cannot place the pod
 
 
 def _condition_true(obj: dict[str, Any], kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True"
                for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def unschedulable_message(pod: dict[str, Any]) -> str | None:
+    """The scheduler's reason a pod is not placed (PodScheduled False, Unschedulable), e.g.
+    '0/3 nodes are available: 3 Insufficient nvidia.com/gpu.'; None once it is bound."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return (c.get("message") or "no node fits").strip()
+    return None
 
 
 def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None) -> PodObservation:
@@ -37,7 +49,8 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None) -> PodObservat
         and _condition_true(node, "Ready")
     return PodObservation(name=meta.get("name", ""), version=(meta.get("labels") or {}).get(names.LABEL_VERSION),
                           ready=_condition_true(pod, "Ready"), deleting=bool(meta.get("deletionTimestamp")),
-                          node=(pod.get("spec") or {}).get("nodeName"), node_ready=bool(node_ready))
+                          node=(pod.get("spec") or {}).get("nodeName"), node_ready=bool(node_ready),
+                          unschedulable=unschedulable_message(pod))
 
 
 def counts_ready(pod: PodObservation, version: str) -> bool:

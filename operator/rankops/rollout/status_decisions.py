@@ -44,6 +44,7 @@ class Facts:
     problems: tuple[str, ...] = ()             # what the plan predicts will go wrong
     unbatched: tuple[str, ...] = ()            # inputs that keep Triton from batching requests
     pool_note: str | None = None               # the pool has no validated ready node
+    unschedulable: str | None = None           # stable pods the scheduler cannot place, and why
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
     notes: tuple[str, ...] = ()                # what rankops could not check
     warm_failing: tuple[str, ...] = ()         # pods un-Ready as their model fails its warm requests (rollout.warming)
@@ -98,14 +99,14 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
                                ready_msg, gen, facts.now)
     if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
         events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
-    conditions = set_condition(
-        conditions, PROGRESSING, active or not is_ready,
-        rollout["phase"] if active else ("Deploying" if not is_ready else "Stable"),
-        rollout["message"] if active else ready_msg, gen, facts.now)
+    progressing = ("AwaitingDecision" if rollout.get("awaitingDecision") else rollout["phase"]) if active \
+        else ("Deploying" if not is_ready else "Stable")
+    conditions = set_condition(conditions, PROGRESSING, active or not is_ready, progressing,
+                               rollout["message"] if active else ready_msg, gen, facts.now)
 
     failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == spec.version \
         else None
-    reason, message = degraded_reason(facts, failed)
+    reason, message = degraded_reason(facts, failed, rollout if active else None)
     was = get_condition(conditions, DEGRADED)
     degraded = reason != "AsExpected"
     conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen, facts.now)
@@ -155,10 +156,18 @@ def first_ready_event(old: dict[str, Any], new: dict[str, Any]) -> Event | None:
     return Event("Normal", "Ready", ready.get("message", ""))
 
 
-def degraded_reason(facts: Facts, failed: dict[str, Any] | None) -> tuple[str, str]:
-    """Degraded's (reason, message): the first of what is wrong, most serious first."""
+def degraded_reason(facts: Facts, failed: dict[str, Any] | None,
+                    active: dict[str, Any] | None = None) -> tuple[str, str]:
+    """Degraded's (reason, message): the first of what is wrong, most serious first. `active`:
+    the rollout in flight, whose canary may be unplaceable or unjudgeable."""
     if failed:
         return "RolledBack", failed.get("message", "")
+    if facts.unschedulable:
+        return "PodsUnschedulable", facts.unschedulable
+    if active and active.get("unschedulable"):
+        return "PodsUnschedulable", f"canary {active['version']}: {active['unschedulable']}"
+    if active and active.get("analysisProblem"):
+        return "CanaryNotJudged", f"canary analysis of {active['version']}: {active['analysisProblem']}"
     if facts.pool_note:
         return "NoReadyNodes", facts.pool_note
     if facts.placement:
