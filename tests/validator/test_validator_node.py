@@ -14,8 +14,8 @@ from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.host import HostView
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
-                                    LABEL_DRIVER_MINOR, LABEL_OS, LABEL_POOL,
-                                    LABEL_READY, TAINT_KEY, clear_marks_patch, label_value, node_patch,
+                                    LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL,
+                                    LABEL_READY, LABEL_TOPOLOGY_ALIGNED, TAINT_KEY, clear_marks_patch, label_value, node_patch,
                                     run_on_node)
 from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
 from rankops.validator.report import validate_host
@@ -41,7 +41,9 @@ def test_labels_and_annotation_of_a_ready_node(build_host):
     patch = node_patch(_report(build_host), "t4-pool", True, _node(taints=[OTHER_TAINT]))
     assert patch["metadata"]["labels"] == {LABEL_READY: "true", LABEL_POOL: "t4-pool", LABEL_DRIVER: "535.104.05",
                                            LABEL_CUDA: "12.2", LABEL_OS: "rhel-8.9",
-                                           LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104"}
+                                           LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104",
+                                           # the base host has no CPU sysfs, tuned or kubelet config
+                                           LABEL_LATENCY_TUNED: "unknown", LABEL_TOPOLOGY_ALIGNED: "unknown"}
     report = json.loads(patch["metadata"]["annotations"][ANNOTATION_REPORT])
     assert report["ready"] is True and report["node"] == "gpu-1" and "remedy" not in report["checks"][0]
     assert "spec" not in patch  # taints untouched

@@ -818,8 +818,10 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 
 
 def run_checks(host: HostView, requirements: NodeRequirements, gpu: Read[GpuFacts]) -> list[CheckResult]:
+    from rankops.validator import latency  # imported here: it builds on this module's CheckResult
+
     results = []
-    for check_id, check in CHECKS:
+    for check_id, check in CHECKS + latency.checks_for(requirements):
         try:
             results.append(check(host, requirements, gpu))
         except Exception as exc:  # a bug in one check must not cost the node its other verdicts

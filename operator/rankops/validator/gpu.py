@@ -27,6 +27,15 @@ class Gpu:
     slowdown_temperature_c: int | None = None
     throttle_reasons: tuple[str, ...] = ()
     ecc_uncorrectable: int | None = None  # volatile (since the driver loaded)
+    # What the latency checks read (validator.latency); None where the source does not say.
+    pci_bus_id: str | None = None              # "00000000:00:1E.0" as NVML spells it
+    persistence_mode: bool | None = None
+    compute_mode: str | None = None            # Default, Exclusive_Process, Prohibited
+    graphics_clock_mhz: int | None = None      # now
+    applications_graphics_clock_mhz: int | None = None  # the target set by nvidia-smi -ac
+    max_graphics_clock_mhz: int | None = None
+    idle: bool | None = None                   # the gpu_idle clocks event reason is active
+    compute_processes: tuple[str, ...] = ()    # names (or pids) of the processes using it
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,30 @@ def _throttle_reasons(gpu: ET.Element) -> tuple[str, ...]:
     return tuple(active)
 
 
+def _event_reason_active(gpu: ET.Element, reason: str) -> bool | None:
+    for block in ("clocks_event_reasons", "clocks_throttle_reasons"):
+        for prefix in ("clocks_event_reason_", "clocks_throttle_reason_"):
+            value = gpu.findtext(f"{block}/{prefix}{reason}")
+            if value is not None:
+                return value.strip() == "Active"
+    return None
+
+
+def _enabled(text: str | None) -> bool | None:
+    value = (text or "").strip()
+    return True if value == "Enabled" else False if value == "Disabled" else None
+
+
+def _processes(gpu: ET.Element) -> tuple[str, ...]:
+    """Compute processes (type C, or M+C for an MPS client; M is the MPS server itself)."""
+    names = []
+    for process in gpu.findall("processes/process_info"):
+        kind = (process.findtext("type") or "C").strip()
+        if "C" in kind:
+            names.append((process.findtext("process_name") or process.findtext("pid") or "?").strip())
+    return tuple(names)
+
+
 def parse_nvidia_smi_xml(text: str) -> Read[GpuFacts]:
     try:
         root = ET.fromstring(text)
@@ -103,6 +136,14 @@ def parse_nvidia_smi_xml(text: str) -> Read[GpuFacts]:
             slowdown_temperature_c=slowdown,
             throttle_reasons=_throttle_reasons(element),
             ecc_uncorrectable=_ecc_uncorrectable(element),
+            pci_bus_id=(element.findtext("pci/pci_bus_id") or element.get("id") or "").strip() or None,
+            persistence_mode=_enabled(element.findtext("persistence_mode")),
+            compute_mode=(element.findtext("compute_mode") or "").strip() or None,
+            graphics_clock_mhz=_number(element.findtext("clocks/graphics_clock")),
+            applications_graphics_clock_mhz=_number(element.findtext("applications_clocks/graphics_clock")),
+            max_graphics_clock_mhz=_number(element.findtext("max_clocks/graphics_clock")),
+            idle=_event_reason_active(element, "gpu_idle"),
+            compute_processes=_processes(element),
         ))
     if not gpus:
         return Read.missing("nvidia-smi XML lists no <gpu>")
@@ -148,6 +189,7 @@ def from_nvml() -> Read[GpuFacts]:
                 throttle_reasons=_nvml_throttle(pynvml, handle),
                 ecc_uncorrectable=_nvml_optional(lambda: pynvml.nvmlDeviceGetTotalEccErrors(
                     handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)),
+                **_nvml_latency_facts(pynvml, handle),
             ))
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12020
@@ -172,6 +214,37 @@ def _nvml_optional(query) -> int | None:
         return int(query())
     except Exception:  # not supported on this board (e.g. ECC on consumer cards)
         return None
+
+
+_NVML_COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+
+def _nvml_latency_facts(pynvml, handle) -> dict:
+    """The same facts as the XML's persistence_mode, compute_mode, clocks and processes."""
+    def text(query):
+        try:
+            value = query()
+            return value.decode() if isinstance(value, bytes) else str(value)
+        except Exception:
+            return None
+    persistence = _nvml_optional(lambda: pynvml.nvmlDeviceGetPersistenceMode(handle))
+    mode = _nvml_optional(lambda: pynvml.nvmlDeviceGetComputeMode(handle))
+    reasons = _nvml_optional(lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+    try:
+        processes = tuple(str(p.pid) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    except Exception:
+        processes = ()
+    graphics = getattr(pynvml, "NVML_CLOCK_GRAPHICS", 0)  # 0 in nvml.h
+    return {
+        "pci_bus_id": text(lambda: pynvml.nvmlDeviceGetPciInfo(handle).busId),
+        "persistence_mode": None if persistence is None else persistence == 1,
+        "compute_mode": _NVML_COMPUTE_MODES.get(mode) if mode is not None else None,
+        "graphics_clock_mhz": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, graphics)),
+        "applications_graphics_clock_mhz": _nvml_optional(lambda: pynvml.nvmlDeviceGetApplicationsClock(handle, graphics)),
+        "max_graphics_clock_mhz": _nvml_optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, graphics)),
+        "idle": None if reasons is None else bool(reasons & 0x1),  # nvmlClocksThrottleReasonGpuIdle
+        "compute_processes": processes,
+    }
 
 
 def _nvml_throttle(pynvml, handle) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu as gpu_facts
+from rankops.validator import latency
 from rankops.validator.host import HostView
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import Report, validate_host
@@ -28,12 +29,15 @@ LABEL_OS = "rankops.io/os"
 # needs "branch >= 560" or "branch 535 and minor >= 86" (validator.image_fit).
 LABEL_DRIVER_BRANCH = "rankops.io/driver-branch"
 LABEL_DRIVER_MINOR = "rankops.io/driver-minor"
+# true / false / unknown from the latency checks (validator.latency); absent with latencyTuning: off.
+LABEL_LATENCY_TUNED = "rankops.io/latency-tuned"
+LABEL_TOPOLOGY_ALIGNED = "rankops.io/topology-aligned"
 ANNOTATION_REPORT = "rankops.io/validation-report"
 TAINT_KEY = "rankops.io/gpu-unvalidated"
 TAINT_EFFECT = "NoSchedule"
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
 VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH,
-                     LABEL_DRIVER_MINOR)
+                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED)
 NOT_OWNED = 3   # run_on_node's exit status on a node its pool does not own
 
 log = logging.getLogger("rankops.validator")
@@ -78,6 +82,8 @@ def node_patch(report: Report, pool_name: str, taint_failing: bool, node: dict[s
         LABEL_CUDA: label_value(report.cuda_version),
         LABEL_OS: label_value(report.os),
         **driver_number_labels(report.driver_version),
+        LABEL_LATENCY_TUNED: latency.label_value(report.checks, latency.LATENCY_TUNED_CHECKS),
+        LABEL_TOPOLOGY_ALIGNED: latency.label_value(report.checks, latency.TOPOLOGY_ALIGNED_CHECKS),
     }
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": {ANNOTATION_REPORT: _annotation(report)}}}
     current = list((node.get("spec") or {}).get("taints") or [])

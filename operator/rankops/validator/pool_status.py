@@ -14,7 +14,8 @@ from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.validator.image_fit import newest_release
-from rankops.validator.node import ANNOTATION_REPORT, LABEL_DRIVER, LABEL_POOL, LABEL_READY, label_value
+from rankops.validator.node import (ANNOTATION_REPORT, LABEL_DRIVER, LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY,
+                                    LABEL_TOPOLOGY_ALIGNED, label_value)
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import requirements_digest
 
@@ -65,6 +66,7 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
     counts = {"ready": 0, "failing": 0, "pending": 0}
     drivers: set[str] = set()
     by_check: dict[str, list[str]] = {}
+    tuned = {LABEL_LATENCY_TUNED: 0, LABEL_TOPOLOGY_ALIGNED: 0}  # `kubectl get gnp`'s Tuned and Aligned
     owned = [n for n in nodes if claims is None or claims[_name(n)].owned]
     for node in owned:
         verdict, blocking = _node_verdict(node, pool.name, digest)
@@ -72,6 +74,9 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
         driver = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_DRIVER)
         if verdict == "ready" and driver:
             drivers.add(driver)
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        for label in tuned:
+            tuned[label] += verdict != "pending" and labels.get(label) == "true"
         name = str((node.get("metadata") or {}).get("name", "?"))
         for check in blocking:
             by_check.setdefault(check, []).append(name)
@@ -83,7 +88,8 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
     # newestTriton cannot land on every ready node (validator.image_fit).
     ordered = sorted(drivers, key=lambda d: [int(p) if p.isdigit() else 0 for p in d.split(".")])
     return {"nodes": len(owned), **counts, "excluded": len(nodes) - len(owned), "failingByCheck": failing_by_check,
-            "driverVersions": ", ".join(ordered) or None, "newestTriton": newest_release(ordered)}
+            "driverVersions": ", ".join(ordered) or None, "newestTriton": newest_release(ordered),
+            "latencyTuned": tuned[LABEL_LATENCY_TUNED], "topologyAligned": tuned[LABEL_TOPOLOGY_ALIGNED]}
 
 
 def _listed(names: list[str]) -> str:

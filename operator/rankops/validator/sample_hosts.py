@@ -19,6 +19,13 @@ from pathlib import Path
 KERNEL = "4.18.0-513.5.1.el8_9.x86_64"
 DRIVER = "535.104.05"
 NVIDIA_SMI_T4 = Path(__file__).resolve().parent / "nvidia-smi-t4-535.xml"  # package data
+# The same GPU after `nvidia-smi -pm 0`; `-lgc 1590,1590` (idle, yet at 1590 MHz); `-ac 5001,1590`;
+# two Triton processes time-slicing it; and the two as MPS clients (Exclusive_Process).
+NVIDIA_SMI_T4_PERSISTENCE_OFF = NVIDIA_SMI_T4.with_name("nvidia-smi-t4-535-persistence-off.xml")
+NVIDIA_SMI_T4_CLOCKS_LOCKED = NVIDIA_SMI_T4.with_name("nvidia-smi-t4-535-clocks-locked.xml")
+NVIDIA_SMI_T4_APPLICATIONS_MAX = NVIDIA_SMI_T4.with_name("nvidia-smi-t4-535-applications-max.xml")
+NVIDIA_SMI_T4_SHARED = NVIDIA_SMI_T4.with_name("nvidia-smi-t4-535-shared.xml")
+NVIDIA_SMI_T4_MPS = NVIDIA_SMI_T4.with_name("nvidia-smi-t4-535-mps.xml")
 
 
 class Dir:
@@ -191,6 +198,105 @@ BASE: dict = {
 }
 
 
+# ---------------------------------------------------------------- latency layouts (validator.latency)
+# A two-socket server cut down to 4 CPUs: cpu0-1 on NUMA node 0 (with the GPU), cpu2-3 on node 1.
+# sysfs as the kernel documents it: admin-guide/pm/cpufreq.rst (cpuN/cpufreq/scaling_governor,
+# scaling_driver), intel_pstate.rst (intel_pstate/status), cpuidle.rst (cpuN/cpuidle/stateM/name,
+# desc, latency, residency, disable); /sys/bus/pci/devices/<address> is a link into /sys/devices.
+INTEL_IDLE_STATES = (("POLL", "CPUIDLE CORE POLL IDLE", 0, 0), ("C1", "MWAIT 0x00", 2, 2),
+                     ("C1E", "MWAIT 0x01", 10, 20), ("C6", "MWAIT 0x20", 170, 600))
+ACPI_IDLE_STATES = (("POLL", "CPUIDLE CORE POLL IDLE", 0, 0), ("C1", "ACPI FFH MWAIT 0x0", 1, 2))
+NUMA_CPUS = {0: (0, 1), 1: (2, 3)}
+GPU_PCI = "0000:00:1e.0"
+
+
+def cpu_tree(governor: str | None, driver: str = "intel_pstate", pstate_status: str | None = "active",
+             idle_driver: str = "intel_idle", idle_states=INTEL_IDLE_STATES, disabled: tuple[str, ...] = (),
+             gpu_numa_node: int = 0) -> dict:
+    files: dict = {"sys/devices/system/cpu/cpuidle/current_driver": f"{idle_driver}\n",
+                   "sys/devices/system/cpu/online": "0-3\n"}
+    if pstate_status:
+        files["sys/devices/system/cpu/intel_pstate/status"] = f"{pstate_status}\n"
+    for node, cpus in NUMA_CPUS.items():
+        files[f"sys/devices/system/node/node{node}/cpulist"] = f"{cpus[0]}-{cpus[-1]}\n"
+        for cpu in cpus:
+            base = f"sys/devices/system/cpu/cpu{cpu}"
+            files[f"{base}/topology/physical_package_id"] = f"{node}\n"
+            if governor:
+                files[f"{base}/cpufreq/scaling_governor"] = f"{governor}\n"
+                files[f"{base}/cpufreq/scaling_driver"] = f"{driver}\n"
+            for index, (name, desc, latency, residency) in enumerate(idle_states):
+                state = f"{base}/cpuidle/state{index}"
+                files.update({f"{state}/name": f"{name}\n", f"{state}/desc": f"{desc}\n",
+                              f"{state}/latency": f"{latency}\n", f"{state}/residency": f"{residency}\n",
+                              f"{state}/disable": "1\n" if name in disabled else "0\n"})
+    device = f"sys/devices/pci0000:00/{GPU_PCI}"
+    files[f"{device}/numa_node"] = f"{gpu_numa_node}\n"
+    files[f"{device}/vendor"] = "0x10de\n"
+    files[f"sys/bus/pci/devices/{GPU_PCI}"] = Link(f"../../../devices/pci0000:00/{GPU_PCI}")
+    return files
+
+
+def kubelet_yaml(cpu_policy: str | None, topology_policy: str | None) -> str:
+    """/var/lib/kubelet/config.yaml as kubeadm writes it (KubeletConfiguration v1beta1)."""
+    lines = ["apiVersion: kubelet.config.k8s.io/v1beta1", "kind: KubeletConfiguration",
+             "authentication:", "  anonymous:", "    enabled: false", "  webhook:", "    enabled: true",
+             "  x509:", "    clientCAFile: /etc/kubernetes/pki/ca.crt", "authorization:", "  mode: Webhook",
+             "cgroupDriver: systemd", "clusterDNS:", "- 10.96.0.10", "clusterDomain: cluster.local",
+             "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock"]
+    if cpu_policy:
+        lines += [f"cpuManagerPolicy: {cpu_policy}", "reservedSystemCPUs: \"0\""]
+    if topology_policy:
+        lines += [f"topologyManagerPolicy: {topology_policy}", "topologyManagerScope: container"]
+    return "\n".join(lines + ["rotateCertificates: true", "staticPodPath: /etc/kubernetes/manifests", ""])
+
+
+# OpenShift's machine-config operator writes the kubelet's config as JSON; a PerformanceProfile's
+# KubeletConfig sets the CPU, topology and memory managers.
+OPENSHIFT_KUBELET_CONF = (
+    '{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","staticPodPath":'
+    '"/etc/kubernetes/manifests","syncFrequency":"0s","authentication":{"x509":{"clientCAFile":'
+    '"/etc/kubernetes/kubelet-ca.crt"},"webhook":{"cacheTTL":"0s"},"anonymous":{"enabled":false}},'
+    '"cgroupDriver":"systemd","cpuManagerPolicy":"static","cpuManagerReconcilePeriod":"5s",'
+    '"memoryManagerPolicy":"Static","topologyManagerPolicy":"single-numa-node","reservedSystemCPUs":"0",'
+    '"reservedMemory":[{"numaNode":0,"limits":{"memory":"1100Mi"}}],"systemReserved":{"memory":"500Mi"},'
+    '"kubeReserved":{"memory":"500Mi"},"containerRuntimeEndpoint":"/var/run/crio/crio.sock"}\n')
+
+TUNED_LATENCY = {
+    **cpu_tree("performance"),
+    "etc/tuned/active_profile": "latency-performance\n",
+    "etc/tuned/profile_mode": "manual\n",
+    "proc/sys/vm/overcommit_memory": "1\n",
+    "var/lib/kubelet/config.yaml": kubelet_yaml("static", "single-numa-node"),
+}
+# RHEL 8's defaults on a server nobody tuned: intel_pstate's powersave, every C-state, balanced.
+UNTUNED = {
+    **cpu_tree("powersave"),
+    "etc/tuned/active_profile": "balanced\n",
+    "etc/tuned/profile_mode": "auto\n",
+    "proc/sys/vm/overcommit_memory": "0\n",
+    "var/lib/kubelet/config.yaml": kubelet_yaml(None, None),
+}
+# A PerformanceProfile (Node Tuning Operator): workloadHints.highPowerConsumption puts
+# processor.max_cstate=1 intel_idle.max_cstate=0 on the command line; intel_pstate=disable leaves
+# acpi-cpufreq, whose governor tuned sets to performance.
+OPENSHIFT_CMDLINE = (f"BOOT_IMAGE=(hd0,gpt3)/ostree/rhcos-4.14/vmlinuz-{KERNEL} ignition.platform.id=metal "
+                     "ostree=/ostree/boot.1/rhcos/0 root=UUID=4d3c1b35 rw rootflags=prjquota boot=UUID=8b2c5d1a "
+                     "skew_tick=1 tsc=reliable rcupdate.rcu_normal_after_boot=1 nohz=on rcu_nocbs=2-3 "
+                     "tuned.non_isolcpus=00000003 systemd.cpu_affinity=0,1 intel_iommu=on iommu=pt isolcpus=managed_irq,2-3 "
+                     "intel_pstate=disable nosoftlockup processor.max_cstate=1 intel_idle.max_cstate=0 "
+                     "rd.driver.blacklist=nouveau\n")
+OPENSHIFT_TUNED = {
+    **cpu_tree("performance", driver="acpi-cpufreq", pstate_status=None, idle_driver="acpi_idle",
+               idle_states=ACPI_IDLE_STATES),
+    "etc/tuned/active_profile": "openshift-node-performance-rankops-t4\n",
+    "etc/tuned/profile_mode": "manual\n",
+    "proc/sys/vm/overcommit_memory": "1\n",
+    "proc/cmdline": OPENSHIFT_CMDLINE,
+    "etc/kubernetes/kubelet.conf": OPENSHIFT_KUBELET_CONF,
+}
+
+
 @dataclass(frozen=True)
 class Scenario:
     description: str
@@ -199,10 +305,18 @@ class Scenario:
     ready: bool = True
     blocking: tuple[str, ...] = ()  # the required checks expected to fail or be unknown
     nvidia_smi: bool = True  # False where nvidia-smi fails: no nvidia module loaded, or NVML mismatch
+    gpu_xml: Path = NVIDIA_SMI_T4  # what `nvidia-smi -q -x` says there
+    # The node labels rankops.io/latency-tuned and rankops.io/topology-aligned the report makes
+    latency_tuned: str | None = "false"
+    topology_aligned: str | None = "unknown"
 
 
 T4_REQUIREMENTS = {"minDriverVersion": "535.104.05", "cudaVersion": "12.2", "gpuProducts": ["Tesla-T4"],
                    "minGpuMemoryMiB": 15000}
+LATENCY_REQUIRE = {**T4_REQUIREMENTS, "latencyTuning": "require"}
+# Each latency check that fails on UNTUNED, in the order the report lists them.
+UNTUNED_BLOCKING = ("cpu-frequency", "cpu-idle", "tuned", "overcommit-memory", "gpu-persistence", "gpu-clocks",
+                    "topology")
 
 SCENARIOS: dict[str, Scenario] = {
     "healthy-rhel89": Scenario("RHEL 8.9, driver 535.104.05, T4, CRI-O + CDI", requirements=T4_REQUIREMENTS),
@@ -216,11 +330,13 @@ SCENARIOS: dict[str, Scenario] = {
         "sys/module/nvidia": None,
         "etc/modprobe.d/blacklist-nouveau.conf": None,
         "proc/cmdline": f"BOOT_IMAGE=(hd0,gpt2)/boot/vmlinuz-{KERNEL} root=UUID=d35fe619 ro console=ttyS0,115200n8\n",
-    }, ready=False, blocking=("nouveau", "nvidia-module", "nvml"), nvidia_smi=False),
+    }, ready=False, blocking=("nouveau", "nvidia-module", "nvml"), nvidia_smi=False,
+        latency_tuned="unknown"),
     "driver-mismatch": Scenario("dnf update replaced the libraries with 535.129.03; the old module is still loaded", {
         **{path: None for path in driver_libraries(DRIVER)},
         **driver_libraries("535.129.03"),
-    }, ready=False, blocking=("nvml",), nvidia_smi=False),
+    }, ready=False, blocking=("nvml",), nvidia_smi=False,
+        latency_tuned="unknown"),
     "secureboot-unsigned": Scenario("Secure Boot on, DKMS-built module unsigned (taint E)", {
         f"sys/firmware/efi/efivars/SecureBoot-{EFI_GUID}": efi_var(1),
         "sys/module/nvidia/taint": "POE\n",
@@ -243,7 +359,8 @@ SCENARIOS: dict[str, Scenario] = {
         "proc/driver/nvidia": None,
         "sys/module/nvidia": None,
         "usr/lib/modules/4.18.0-553.el8_10.x86_64/kernel/fs/xfs/xfs.ko.xz": Bytes(b"\xfd7zXZ\x00"),
-    }, ready=False, blocking=("nvidia-module", "nvml", "dkms"), nvidia_smi=False),
+    }, ready=False, blocking=("nvidia-module", "nvml", "dkms"), nvidia_smi=False,
+        latency_tuned="unknown"),
     "libraries-unlisted": Scenario("driver libraries in /usr/lib64/nvidia, which ld.so.conf does not list", {
         **{path: None for path in driver_libraries(DRIVER)},
         **driver_libraries(DRIVER, "usr/lib64/nvidia"),
@@ -267,12 +384,45 @@ SCENARIOS: dict[str, Scenario] = {
         "proc/sys/kernel/osrelease": "",
         "sys/fs/selinux/enforce": "",
     }, ready=False, blocking=("os", "nouveau", "nvidia-module", "nvml", "dkms", "selinux")),
+    # latency layouts: requirements.latencyTuning require (warn where named so)
+    "latency-tuned": Scenario("tuned latency-performance (deep C-states held off by force_latency), governor "
+                              "performance, overcommit 1, GPU clocks locked (-lgc), kubelet static + single-numa-node",
+                              TUNED_LATENCY, LATENCY_REQUIRE, gpu_xml=NVIDIA_SMI_T4_CLOCKS_LOCKED,
+                              latency_tuned="true", topology_aligned="true"),
+    "latency-untuned": Scenario("RHEL 8 defaults: powersave, every C-state, tuned balanced, overcommit 0, persistence "
+                                "off, default clocks, kubelet without CPU or topology manager",
+                                UNTUNED, LATENCY_REQUIRE, ready=False, blocking=UNTUNED_BLOCKING,
+                                gpu_xml=NVIDIA_SMI_T4_PERSISTENCE_OFF, topology_aligned="false"),
+    "latency-untuned-warn": Scenario("the untuned node in a pool with latencyTuning: warn (advisory: still ready)",
+                                     UNTUNED, {**T4_REQUIREMENTS, "latencyTuning": "warn"},
+                                     gpu_xml=NVIDIA_SMI_T4_PERSISTENCE_OFF, topology_aligned="false"),
+    "latency-off": Scenario("the untuned node in a pool with latencyTuning: off (no latency checks, no labels)",
+                            UNTUNED, {**T4_REQUIREMENTS, "latencyTuning": "off"},
+                            gpu_xml=NVIDIA_SMI_T4_PERSISTENCE_OFF, latency_tuned=None, topology_aligned=None),
+    "openshift-performance-profile": Scenario(
+        "OpenShift node tuned by a PerformanceProfile: openshift-node-performance-*, max_cstate on the command "
+        "line, acpi-cpufreq at performance, kubelet.conf (JSON) static + single-numa-node, -ac at the max",
+        OPENSHIFT_TUNED, LATENCY_REQUIRE, gpu_xml=NVIDIA_SMI_T4_APPLICATIONS_MAX,
+        latency_tuned="true", topology_aligned="true"),
+    "gpu-time-sliced": Scenario("tuned node whose GPU two Triton processes time-slice, no MPS", TUNED_LATENCY,
+                                LATENCY_REQUIRE, ready=False, blocking=("gpu-sharing",),
+                                gpu_xml=NVIDIA_SMI_T4_SHARED, topology_aligned="true"),
+    "gpu-mps": Scenario("tuned node whose GPU two Triton processes share through MPS (control daemon running)", {
+        **TUNED_LATENCY,
+        "proc/48100/comm": "nvidia-cuda-mps-control\n",
+        "proc/48102/comm": "nvidia-cuda-mps-server\n",
+    }, LATENCY_REQUIRE, gpu_xml=NVIDIA_SMI_T4_MPS, latency_tuned="true", topology_aligned="true"),
+    "latency-unreadable": Scenario("tuned GPU, but no tuned, no cpufreq/cpuidle sysfs, no kubelet config, and "
+                                   "overcommit_memory unreadable: unknown, which require does not accept", {
+        "proc/sys/vm/overcommit_memory": Dir(),
+    }, LATENCY_REQUIRE, ready=False, blocking=("cpu-frequency", "cpu-idle", "tuned", "overcommit-memory", "topology"),
+        gpu_xml=NVIDIA_SMI_T4_CLOCKS_LOCKED, latency_tuned="unknown"),
 }
 
 
 def nvidia_smi_xml(scenario: str) -> Path | None:
     """The `nvidia-smi -q -x` output of the scenario's GPU, or None where nvidia-smi would fail."""
-    return NVIDIA_SMI_T4 if SCENARIOS[scenario].nvidia_smi else None
+    return SCENARIOS[scenario].gpu_xml if SCENARIOS[scenario].nvidia_smi else None
 
 
 def write_entry(root: Path, relative: str, content) -> None:
