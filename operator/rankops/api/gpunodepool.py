@@ -46,6 +46,15 @@ class OsRequirement(ApiModel):
     major: Annotated[int, Field(ge=8, le=8, description="Major OS version; rankops validates RHEL 8.")] = 8
 
 
+class LatencyTuning(str, Enum):
+    """How much the latency checks (CPU power states, tuned, NUMA alignment, GPU persistence and
+    clocks) weigh: `off` skips them, `warn` reports them without gating readiness, `require` makes a
+    node that is not tuned not ready and keeps the pool's models on tuned, aligned nodes."""
+    off = "off"
+    warn = "warn"
+    require = "require"
+
+
 class NodeRequirements(ApiModel):
     os: Annotated[OsRequirement, Field(
         default_factory=OsRequirement, description="The OS every node must run.")]
@@ -72,6 +81,12 @@ class NodeRequirements(ApiModel):
     container_toolkit: Annotated[bool, Field(description=(
         "Require the NVIDIA container toolkit to be configured for the node's runtime "
         "(CRI-O, podman or containerd), or a CDI spec for the GPUs."))] = True
+    latency_tuning: Annotated[LatencyTuning, Field(description=(
+        "Tail-latency tuning of the nodes (CPU governor and C-states, tuned profile, "
+        "vm.overcommit_memory, GPU persistence, clocks and sharing, kubelet CPU and topology "
+        "managers): off, warn (report and label only) or require (an untuned node is not ready, and "
+        "models are placed only on nodes labelled rankops.io/latency-tuned=true and "
+        "rankops.io/topology-aligned=true)."))] = LatencyTuning.warn
 
     @field_validator("min_driver_version", "cuda_version", mode="before")
     @classmethod
@@ -163,6 +178,11 @@ class GpuNodePoolStatus(ApiModel):
         "The newest Triton release (YY.MM) in rankops' table from NVIDIA's release notes that every ready "
         "node's driver runs (on data-center GPUs, through forward compatibility); a RankingModel whose "
         "tritonImage is newer lands only on the nodes whose driver runs it."))] = None
+    latency_tuned: Annotated[int, Field(ge=0, description=(
+        "Nodes with a current report whose latency checks all pass (label rankops.io/latency-tuned=true)."))] = 0
+    topology_aligned: Annotated[int, Field(ge=0, description=(
+        "Nodes with a current report whose kubelet pins Guaranteed pods' CPUs on their GPU's NUMA node "
+        "(label rankops.io/topology-aligned=true)."))] = 0
     conditions: list[Condition] = Field(default_factory=list, description="Standard Kubernetes conditions (Ready, Degraded, ...), one per type.")
 
 
@@ -180,6 +200,9 @@ class GpuNodePool(ApiModel):
             {"name": "Failing", "type": "integer", "jsonPath": ".status.failing"},
             {"name": "Drivers", "type": "string", "jsonPath": ".status.driverVersions"},
             {"name": "Newest-Triton", "type": "string", "jsonPath": ".status.newestTriton"},
+            {"name": "Tuned", "type": "integer", "jsonPath": ".status.latencyTuned"},
+            {"name": "Aligned", "type": "integer", "jsonPath": ".status.topologyAligned"},
+            {"name": "Latency", "type": "string", "jsonPath": ".spec.requirements.latencyTuning", "priority": 1},
             {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "priority": 1},
             {"name": "Excluded", "type": "integer", "jsonPath": ".status.excluded", "priority": 1},
             {"name": "Taint", "type": "boolean", "jsonPath": ".spec.taintFailingNodes", "priority": 1},
