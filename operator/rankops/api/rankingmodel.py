@@ -392,6 +392,11 @@ class RankingModelSpec(ApiModel):
         "a failed step rolls back."))
     resources: Resources = Field(default_factory=Resources, description=(
         "CPU and memory per serving replica (GPUs come from gpusPerReplica)."))
+    latency_isolation: Annotated[bool, Field(description=(
+        "Render the Triton pods Guaranteed in every container (init containers too: requests equal "
+        "limits, whole CPUs for Triton and the fetcher), so a kubelet with the static CPU manager and the "
+        "topology manager gives Triton exclusive cores on its GPU's NUMA node; Triton's CPU thread pools "
+        "are sized to resources.cpu. Needs a whole number of CPUs."))] = False
     warm_replicas: WarmReplicas = Field(default_factory=WarmReplicas, description=(
         "Warm every replica before it takes traffic: a `warm` container beside Triton in every pod."))
     pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
@@ -431,6 +436,9 @@ class RankingModelSpec(ApiModel):
             raise ValueError("batching: auto needs slo and planning.latencyProfile (or "
                              "planning.latencyProfileConfigMap) to plan from")
         self._check_candidates()
+        if self.latency_isolation and bounds.quantity(self.resources.cpu) % 1:
+            raise ValueError(f"latencyIsolation needs whole CPUs: resources.cpu {self.resources.cpu!r} would leave "
+                             "Triton in the shared CPU pool (the static CPU manager pins only integer requests)")
         ref = self.rollout.equivalence.reference
         if isinstance(ref, str) and ref != "stable" and ref not in names:
             raise ValueError(f"rollout.equivalence.reference {ref!r} must be `stable`, a versions[] name "
