@@ -67,7 +67,9 @@ def test_warmup_fails_when_p99_is_above_the_bound(capsys, tmp_path, mlserver, go
 def test_warmup_fails_a_candidate_whose_requests_error(capsys, tmp_path, mlserver, golden_samples):
     code, verdict = _warmup(capsys, tmp_path, mlserver, "broken", golden_samples)
     assert (code, verdict["outcome"], verdict["reason"]) == (1, "fail", "RequestsFailed")
-    assert verdict["metrics"]["errors"] >= 1 and "HTTP 500" in verdict["summary"]
+    m = verdict["metrics"]   # every cold request failed: the replay never started
+    assert (m["coldErrors"], m["requests"], m["errors"]) == (m["coldRequests"], 0, 0) and "HTTP 500" in verdict["summary"]
+    assert f"0 of 0 warm requests failed ({m['coldErrors']} of {m['coldRequests']} in the cold pass)" in verdict["summary"]
 
 
 def test_warmup_fails_a_candidate_with_a_renamed_input(capsys, tmp_path, mlserver, golden_samples):

@@ -132,3 +132,25 @@ def test_the_warmup_gates_summary_says_the_numbers_of_its_metrics(cold, warm):
     said = re.search(r"(\d+) of (\d+) warm requests failed \((\d+) of (\d+) in the cold pass\)", verdict.summary)
     assert said, verdict.summary
     assert tuple(int(n) for n in said.groups()) == (m["errors"], m["requests"], m["coldErrors"], m["coldRequests"])
+
+
+# -- against a real v2 server (MLServer): a model whose every request fails --
+
+def test_rankops_warm_against_a_model_failing_every_request_exits_1_not_ready_after_backing_off(
+        capsys, tmp_path, mlserver, golden_samples):
+    from rankops.cli import main
+
+    path = tmp_path / "termination-log"
+    host, port = mlserver.url.rsplit(":", 1)
+    code = main(["warm", "--host", host.split("//")[-1], "--http-port", port, "--metrics-port", "0", "--port", "0",
+                 "--model", "broken", "--samples", str(golden_samples), "--requests", "20", "--max-p99-ms", "500",
+                 "--no-binary-data", "--termination-file", str(path)])
+    out = capsys.readouterr()
+    log = [json.loads(line) for line in out.out.splitlines() if line.startswith("{")]
+    assert code == 1, out
+    rounds = [r for r in log if r["event"] == "round"]
+    assert len(rounds) == FAILING_ROUNDS and all(r["errors"] == r["requests"] == 20 for r in rounds)
+    assert [r["seconds"] for r in log if r["event"] == "backoff"] == [1.0, 2.0]
+    message = json.loads(path.read_text())
+    assert message["reason"] == WARMUP_FAILING and message["errorRatio"] == 1.0, message
+    assert message["message"].startswith("100% of 60 warm requests failed in the last 3 rounds") and "500" in message["message"]
