@@ -6,13 +6,14 @@ import hashlib
 from typing import Any
 from urllib.parse import urlparse
 
+from rankops.api.gpunodepool import LatencyTuning
 from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
-from rankops.render import names
+from rankops.render import isolation, names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
 from rankops.render.warm import warm_container
 from rankops.validator import image_fit
-from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
+from rankops.validator.node import LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_REPOSITORY = "/models"
@@ -96,6 +97,9 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None,
         return placement
     # The validator writes the pool label as a label value (63 chars at most): select the same.
     placement["nodeSelector"] = {LABEL_POOL: label_value(pool_name), LABEL_READY: "true"}
+    if getattr(pool_requirements, "latency_tuning", None) is LatencyTuning.require:
+        # The pool's nodes that its validator found tuned and able to pin CPUs on the GPU's NUMA node.
+        placement["nodeSelector"].update({LABEL_LATENCY_TUNED: "true", LABEL_TOPOLOGY_ALIGNED: "true"})
     terms = []
     products = getattr(pool_requirements, "gpu_products", None) if pool_requirements else None
     if products:
@@ -178,7 +182,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
     if spec.warm_replicas.enabled:
         warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT, _restricted_container())
         containers.append(warm)
-    return {
+    rendered = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": names.deployment_name(model, track), "namespace": namespace, "labels": labels},
         "spec": {
@@ -213,6 +217,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             },
         },
     }
+    # Guaranteed in every container, so the kubelet can pin Triton (render.isolation).
+    return isolation.pinned(rendered, spec, version) if spec.latency_isolation else rendered
 
 
 def _ports() -> list[dict[str, Any]]:
