@@ -506,7 +506,11 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
     paused = spec.rollout.paused
     phase = rollout["phase"]
     attempt = attempt_id(rollout)
-    phase_age = (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
+
+    def phase_age() -> float:
+        """Seconds in the current phase: read when used, as a move earlier in this step starts a new one
+        (a hold longer than the timeout must not make the Promoting it moves to late at once)."""
+        return (now - (parse_time(rollout.get("phaseSince")) or now)).total_seconds()
     timeout = spec.rollout.gate_jobs.timeout_seconds
     canary_ready = ready_count(observed.canary_pods, target)
     canary_up = observed.canary_desired > 0 and canary_ready >= observed.canary_desired
@@ -549,7 +553,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         if canary_up:
             move(WARMING, f"canary {target} Ready ({canary_ready}/{observed.canary_desired} pods); "
                           "running the warmup gate")
-        elif phase_age > timeout:
+        elif phase_age() > timeout:
             roll_back("canary", f"canary {target} not Ready after {timeout}s "
                                 f"({canary_ready}/{observed.canary_desired} pods Ready on live nodes"
                                 + (f"; {stuck}" if stuck else "") + ")")
@@ -585,7 +589,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
                     move(nxt, f"running the {GATE_OF_PHASE[nxt]} gate on {target}")
             else:
                 roll_back(gate, f"{gate} gate {outcome} for {target}: {summary}; stable {stable} untouched")
-        elif phase_age > timeout + 120:
+        elif phase_age() > timeout + 120:
             # The Job should have hit its own deadline; this catches a Job that never started.
             roll_back(gate, f"{gate} gate for {target} did not report within {timeout}s")
 
@@ -605,7 +609,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         if rolled:
             move(PROMOTED, f"version {target} promoted: stable updated, canary removed", "Promoted")
             return Decision(target, ServingState(target), rollout, gates, events=tuple(events), outcome=PROMOTED)
-        if phase_age > timeout:
+        if phase_age() > timeout:
             roll_back("promotion", f"stable did not run version {target} on all {observed.stable_desired} replicas "
                                    f"within {timeout}s ({observed.stable_updated_ready} updated and Ready); "
                                    f"stable {stable} restored")
