@@ -81,3 +81,29 @@ def test_warm_failures_make_the_model_degraded_warmup_failing_with_one_warning_e
     assert again.events == (), "said once, not every reconcile"
     healed = sd.decide(spec("1"), again.status, idle(), facts())
     assert conds(healed.status)["Degraded"] == ("False", "AsExpected")
+
+
+def test_the_controller_reads_a_stable_pod_failing_its_warm_up_into_degraded_and_an_event():
+    import copy
+
+    from rankops.controller import models
+    from rankops.render import names
+    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model
+
+    cluster = FakeCluster()
+    model = Model(cluster, version="1")
+    model.reconcile()
+    dep = cluster.objects[("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))]
+    since = (T0 + dt.timedelta(seconds=model.t)).isoformat().replace("+00:00", "Z")
+    dep["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "updatedReplicas": 1,
+                     "conditions": [{"type": "Available", "status": "False", "lastTransitionTime": since}]}
+    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    cluster.put({"kind": "Pod", **pod(f"{MODEL}-stable-0", warm=crashed()),
+                 "metadata": {"name": f"{MODEL}-stable-0", "namespace": "reco", "labels": labels}})
+    soon = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 5))
+    assert conds(soon.status)["Degraded"] == ("False", "AsExpected"), "un-Available 5 s: not listed yet"
+    later = models.reconcile(cluster, copy.deepcopy({**model.body, "status": soon.status}),
+                             now=T0 + dt.timedelta(seconds=model.t + 20))
+    assert conds(later.status)["Degraded"] == ("True", "WarmupFailing")
+    assert f"pod {MODEL}-stable-0: 75% of 600 warm requests failed" in conds_message(later.status, "Degraded")
+    assert [(e.type, e.reason) for e in later.events if e.reason == "WarmupFailing"] == [("Warning", "WarmupFailing")]
