@@ -9,6 +9,7 @@ with a larger id fails on v2 only. Slow: v2 has far wider layers. Every pod real
 """
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -199,3 +200,77 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
         # this machine (`rankops dev triton serve`, no warm container). A loaded 2-core machine runs
         # the control plane, the operator and Triton at once: the slack is wide.
         assert first[0] <= 3 * later_p90 + 25, (first, later_p90, warm)
+
+
+def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_read_is_never_promoted(
+        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    """v1 -> v2 under traffic: the canary pod is deleted 15 s into its 40 s hold; its replacement
+    must serve a whole hold of its own before promotion (the hold counts only served time). Then
+    v2 -> v3 with the operator unable to read any pod's metrics: no verdict, so no promotion; the
+    analysis says why (Degraded CanaryNotJudged) and onNoVerdict's default rolls it back."""
+    ns, name, hold = real_namespace, "ranker", 40
+    body = models.model_manifest(
+        name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
+        rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
+                 "canary": {"weight": 50, "durationSeconds": hold,
+                            "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 20}},
+                 "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
+    spec = RankingModelSpec.model_validate(body["spec"])
+    for version in ("1", "2", "3"):
+        directory = tmp_path / f"v{version}"
+        spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
+        object_store.upload_tree("models", f"{name}/{version}", directory)
+    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
+    models.create(k8s, ns, body)
+    models.wait_ready(k8s, ns, name, timeout=180)
+    traffic = Traffic(k8s, ns, name, bad_fraction=0.0)
+    traffic.start()
+    try:
+        models.patch_spec(k8s, ns, name, {"version": "2"})
+        models.wait_status(k8s, ns, name, lambda rm: (rm["status"].get("rollout") or {}).get("version") == "2"
+                           and rm["status"]["rollout"].get("stepSince"), "canary 2 serving its weight",
+                           timeout=TIMEOUT)
+        time.sleep(15)
+        canary_pods = k8s.core.list_namespaced_pod(
+            ns, label_selector=f"{names.LABEL_MODEL}={name},{names.LABEL_TRACK}={names.CANARY}").items
+        assert canary_pods, "no canary pod to lose"
+        for pod in canary_pods:
+            k8s.core.delete_namespaced_pod(pod.metadata.name, ns)
+        lost_at = time.time()
+        seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "2", {"Promoted", "RolledBack"}, timeout=TIMEOUT)
+        assert seen[-1] == "Promoted", (seen, rm["status"])
+        [canary] = [g for g in rm["status"]["gates"] if g["gate"] == "canary"]
+        window_start = dt.datetime.fromisoformat(canary["metrics"]["windowStart"].replace("Z", "+00:00")).timestamp()
+        print(f"\ncanary lost {lost_at:.0f}, its replacement's window from {window_start:.0f} for "
+              f"{canary['metrics']['windowSeconds']} s: {canary['summary']}")
+        assert canary["outcome"] == "pass" and window_start >= lost_at - 1, canary
+        assert canary["metrics"]["windowSeconds"] >= hold and canary["metrics"]["canary"]["requests"] >= 50, canary
+        [lost] = models.wait_event(k8s, ns, name, "CanaryNotServing")
+        assert "stopped serving after" in lost.message and "start again once every pod serves" in lost.message
+        models.wait_event(k8s, ns, name, "CanaryServing")
+
+        # Nobody can read the pods' metrics (as with a NetworkPolicy on port 8002): no verdict.
+        operator.stop()
+        operator.pod_metrics_network = "192.0.2.0/24"   # TEST-NET-1: no pod is there, nothing is sent
+        operator.start()
+        try:
+            models.patch_spec(k8s, ns, name, {"version": "3"})
+            seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "3", {"Promoted", "RolledBack"},
+                                                      timeout=TIMEOUT)
+        finally:
+            operator.stop()
+            operator.pod_metrics_network = "127.0.0.0/8"
+            operator.start()
+    finally:
+        traffic.stop.set()
+        traffic.join(timeout=30)
+    assert seen[-1] == "RolledBack" and "Canary" in serving, (seen, rm["status"])
+    rollout = rm["status"]["rollout"]
+    assert rollout["failedGate"] == "canary" and "onNoVerdict rollback" in rollout["message"], rollout
+    [canary] = [g for g in rm["status"]["gates"] if g["gate"] == "canary"]
+    assert (canary["outcome"], canary["reason"]) == ("inconclusive", "NoVerdict"), canary
+    assert "outside the networks the operator may read" in canary["summary"], canary
+    [blind] = models.wait_event(k8s, ns, name, "CanaryNotJudged")
+    assert "--pod-metrics-network 192.0.2.0/24" in blind.message, blind.message
+    assert rm["status"]["stableVersion"] == "2"
+    print(f"v3: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")

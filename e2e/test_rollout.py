@@ -41,7 +41,9 @@ def _rollout(equivalence: Verdict = EQUIVALENCE_PASS, equivalence_duration: str 
     return {
         "warmup": {"podAnnotations": _sim(WARMUP_PASS)},
         "equivalence": {"podAnnotations": _sim(equivalence, equivalence_duration)},
-        "canary": {"weight": 50, "durationSeconds": 3},
+        # kwok's pods serve nothing, so no canary analysis can judge them: these tests of the
+        # machine's timing move on at the end of the hold by explicit policy (said in status.gates).
+        "canary": {"weight": 50, "durationSeconds": 3, "analysis": {"onNoVerdict": "promote", "maxExtensionSeconds": 0}},
         "gateJobs": {"timeoutSeconds": 120},
     }
 

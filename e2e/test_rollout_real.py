@@ -40,7 +40,11 @@ def test_real_gates_promote_an_fp16_version_and_roll_back_a_reordering_one(
     body = models.model_manifest(
         name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
         rollout={"warmup": WARMUP, "equivalence": {"topK": 10},
-                 "canary": {"weight": 50, "durationSeconds": 3}, "gateJobs": {"timeoutSeconds": 300}})
+                 # No traffic runs here (test_canary_real.py judges canaries on real traffic): the
+                 # 3 s hold moves on without a verdict by explicit policy, recorded in status.gates.
+                 "canary": {"weight": 50, "durationSeconds": 3,
+                            "analysis": {"onNoVerdict": "promote", "maxExtensionSeconds": 0}},
+                 "gateJobs": {"timeoutSeconds": 300}})
     for version in body["spec"]["versions"]:
         version["precision"] = "fp32" if version["name"] == "1" else "fp16"
     _upload_versions(object_store, name, RankingModelSpec.model_validate(body["spec"]), tmp_path)

@@ -116,6 +116,9 @@ class OperatorProcess:
         self.validator_service_account = validator_service_account
         self.interval = interval
         self.extra_args = extra_args
+        # Only the process nodes' pods answer (loopback); kwok's pod IPs are made up. A test may
+        # restart the operator with another network to make every pod's metrics unreadable.
+        self.pod_metrics_network = "127.0.0.0/8"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -129,8 +132,7 @@ class OperatorProcess:
                 "--operator-namespace", self.namespace,
                 "--validator-service-account", self.validator_service_account,
                 "--interval", str(self.interval),
-                # Only the process nodes' pods answer (loopback); kwok's pod IPs are made up.
-                "--pod-metrics-network", "127.0.0.0/8", *self.extra_args]
+                "--pod-metrics-network", self.pod_metrics_network, *self.extra_args]
         env = dict(os.environ, KUBECONFIG=self.kubeconfig, PYTHONUNBUFFERED="1")
         env.pop("POD_NAMESPACE", None)
         self.starts += 1
