@@ -8,66 +8,223 @@ MinIO/Ceph/other S3-compatible stores, AWS_DEFAULT_REGION), which the RankingMod
 gs:// goes through Cloud Storage's S3-compatible XML API at storage.googleapis.com with HMAC keys
 in the same two AWS_* variables. http(s):// and file:// use the standard library.
 
-Everything lands in a hidden sibling of DEST first and is renamed into place only when complete
-(every object at its listed size, and --expect present): a failed, interrupted or killed fetch
-never leaves a half-written model directory for Triton to load; the next run removes what a
-killed one left.
+URIs: s3://BUCKET/KEY and gs://BUCKET/KEY are object-store paths, not URLs: everything after the
+bucket is the key, taken literally (`#`, `?` and `%` are key characters, as the AWS CLI reads them).
+https:// is a URL (its `#fragment` is not sent). file:///PATH is percent-decoded.
+
+A strict downloader: every failure is one line (URI, cause, fix) and a non-zero exit. Time is
+bounded: an overall deadline (--deadline-s), no byte for --stall-s fails a read, listings stop at
+--max-objects, transient errors (5xx, dropped or stalled connections, cut bodies) are retried
+with back-off inside the deadline. Sizes and checksums are checked wherever the store gives them
+(Content-Length, an S3 ETag that is an MD5, Content-MD5, x-goog-hash).
+
+Versions on disk, for a directory DEST (/models/m/1): each fetch lands in a hidden staging
+sibling, becomes a complete version `.1.v-<id>` by one rename, and DEST is a symlink to it,
+switched by one rename of a new symlink over it (Triton stats version directories, so a symlink
+serves; its hidden siblings are not integers, which Triton ignores). The previous version serves
+until that switch and is removed only after it; a lock file beside DEST (`.1.lock`) makes a second
+fetch into the same DEST wait for the first (up to its deadline). Leftovers of a killed run are
+removed under that lock, never the version DEST points to. A file DEST (/reference/model.pt) is
+replaced by one rename.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
+import contextlib
+import errno
+import fcntl
+import hashlib
 import http.client
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
 GCS_XML_ENDPOINT = "https://storage.googleapis.com"
 SECRET = "the Secret named by the RankingModel's spec.modelCredentialsSecret"
+DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
+STALL_FIELD = "spec.fetch.stallSeconds"
 CHUNK = 1 << 20
+NAME_MAX = 255                   # bytes in one file name (ext4, xfs, overlayfs)
+MAX_PAGES = 1000                 # listing pages, whatever each holds (a server may send empty pages)
+DEFAULT_DEADLINE_S = 1800.0
+DEFAULT_STALL_S = 60.0
+DEFAULT_MAX_OBJECTS = 100_000
+ATTEMPTS = 3
+RETRY_HTTP = (408, 429, 500, 502, 503, 504)
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+REGION_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")   # botocore's own check
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class FetchError(Exception):
     """What went wrong, on one line, naming the URI and the fix."""
 
 
+class Transient(FetchError):
+    """A failure another attempt may not have (5xx, a dropped, stalled or cut connection)."""
+
+
+class ResponseNotS3(Exception):
+    """A listing answered 200 with something botocore read as XML of no S3 shape (an HTML page)."""
+
+
 class Interrupted(BaseException):
     """SIGTERM (the pod is being deleted): unwinds like Ctrl-C so the staging directory is removed."""
 
 
+class DeadlineExceeded(BaseException):
+    """The overall deadline passed (SIGALRM): a BaseException so no library's `except Exception` eats it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    deadline_s: float = DEFAULT_DEADLINE_S
+    stall_s: float = DEFAULT_STALL_S
+    max_objects: int = DEFAULT_MAX_OBJECTS
+    attempts: int = ATTEMPTS
+
+
+@dataclass(frozen=True)
+class Source:
+    """A parsed URI: `bucket` and `key` for s3/gs, `path` for file, the URI itself for http(s)."""
+    scheme: str
+    bucket: str = ""
+    key: str = ""
+    path: str = ""
+
+
+@dataclass
+class Progress:
+    """What the run is doing, for the deadline's and the interruption's messages."""
+    activity: str = "starting"
+    dest_had_version: bool = False
+    switched: bool = False
+    files: int = 0
+    bytes: int = 0
+    verified: int = 0
+    unverified: list[str] = field(default_factory=list)
+
+
 # --- pure helpers -------------------------------------------------------------------------------
+
+def parse_uri(uri: str) -> Source:
+    """The URI as a source; FetchError names what is wrong with it and how to write it."""
+    if CONTROL.search(uri):
+        raise FetchError(f"{uri!r}: the URI holds a control character (a newline, tab or NUL): remove it")
+    scheme, sep, rest = uri.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise FetchError(f"{uri}: not a URI: write s3://BUCKET/KEY, gs://BUCKET/KEY, https://HOST/FILE or file:///PATH")
+    if scheme in ("s3", "gs"):
+        bucket, _, key = rest.partition("/")
+        if not bucket:
+            raise FetchError(f"{uri}: no bucket: write {scheme}://BUCKET/PATH")
+        if not BUCKET_NAME.fullmatch(bucket):
+            raise FetchError(f"{uri}: {bucket!r} is not a bucket name (3-63 lowercase letters, digits, '.' and '-'): "
+                             f"write {scheme}://BUCKET/PATH")
+        return Source(scheme, bucket=bucket, key=key)
+    if scheme in ("http", "https"):
+        if not urlparse(uri).hostname:
+            raise FetchError(f"{uri}: no host: write {scheme}://HOST/PATH/FILE")
+        return Source(scheme)
+    if scheme == "file":
+        parsed = urlparse(uri)
+        if parsed.netloc not in ("", "localhost") or parsed.query or parsed.fragment:
+            raise FetchError(f"{uri}: a file:// URI names a path on this node only (no host, ? or #): write file:///PATH")
+        path = unquote(parsed.path)
+        if "\x00" in path:
+            raise FetchError(f"{uri}: the path decodes to a NUL byte (%00): remove it")
+        return Source(scheme, path=path)
+    if scheme == "pvc":
+        raise FetchError(f"{uri}: pvc:// is mounted from its claim by the serving pod, never fetched: "
+                         "put the artifact in s3://, gs:// or https://")
+    raise FetchError(f"{uri}: unsupported scheme {scheme!r}: use s3://, gs://, https:// or file://")
+
+
+def check_dest(text: str, uri: str = "") -> Path:
+    """--dest as an absolute path; refuses one that names no entry of its own (`.`, `..`, `/`)."""
+    last = text.rstrip("/").rsplit("/", 1)[-1]
+    if last in ("", ".", ".."):
+        raise FetchError(f"{uri + ': ' if uri else ''}--dest {text!r} names no directory or file of its own: give the version directory "
+                         "(e.g. /models/NAME/1) or the file (e.g. /reference/model.pt)")
+    dest = Path(os.path.abspath(text))
+    if len(dest.name.encode()) > NAME_MAX - 40:   # its hidden siblings add a prefix and an id
+        raise FetchError(f"{uri + ': ' if uri else ''}--dest {text!r}: the name {dest.name!r} is too long for the staging names beside it: "
+                         f"use one of at most {NAME_MAX - 40} bytes")
+    return dest
+
+
+def check_expect(expect: str | None) -> PurePosixPath | None:
+    """--expect as a path inside DEST; an absolute path or one with `..` could be met by any file."""
+    if not expect:
+        return None
+    path = PurePosixPath(expect)
+    if path.is_absolute() or ".." in path.parts or not path.parts or CONTROL.search(expect):
+        raise FetchError(f"--expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
+                         "model.savedmodel/saved_model.pb), not an absolute path or one with `..`")
+    return path
+
 
 def is_file_dest(dest: Path) -> bool:
     """A DEST with a suffix (/reference/model.pt) is a file; otherwise a directory (/models/m/1)."""
     return bool(dest.suffix)
 
 
-def safe_relative(rel: str, uri: str) -> PurePosixPath:
-    """An object's path below DEST; refuses keys that would write outside it (the URI is tenant input)."""
+def safe_relative(rel: str, uri: str, key: str | None = None) -> PurePosixPath:
+    """An object's path below DEST; refuses keys that would write outside it (the URI is tenant input)
+    or that no filesystem can hold."""
+    what = f"object key {key!r}" if key is not None else f"object key part {rel!r}"
+    if CONTROL.search(rel):
+        raise FetchError(f"{uri}: {what} holds a control character (a newline or NUL): rename the object")
     path = PurePosixPath(rel)
     if path.is_absolute() or ".." in path.parts or not path.parts:
-        raise FetchError(f"{uri}: object key part {rel!r} would land outside --dest: rename the object")
+        raise FetchError(f"{uri}: {what} would land outside --dest: rename the object")
+    long = next((p for p in path.parts if len(p.encode()) > NAME_MAX), None)
+    if long:
+        raise FetchError(f"{uri}: {what} has a name of {len(long.encode())} bytes, over the filesystem's "
+                         f"{NAME_MAX}: rename the object")
     return path
 
 
 def object_plan(uri: str, prefix: str, objects: Iterable[tuple[str, int]]) -> list[tuple[str, PurePosixPath, int]]:
     """(key, path below DEST, size) for each listed object that is the URI itself or below it as a
-    directory: s3://b/m/3 takes m/3 and m/3/..., never m/30/...; directory markers are skipped."""
+    directory: s3://b/m/3 takes m/3 and m/3/..., never m/30/...; directory markers are skipped.
+    Keys that would land on one path (m/3/x, m/3/./x, m/3//x) or on a file and a directory at once
+    (m/3/a, m/3/a/b) are refused: which one wins would be an accident of listing order."""
     base = prefix.rstrip("/")
     plan = []
     for key, size in objects:
         if key.endswith("/"):
             continue
         if key == base:
-            plan.append((key, safe_relative(PurePosixPath(key).name, uri), size))
+            plan.append((key, safe_relative(PurePosixPath(key).name, uri, key), size))
         elif not base or key.startswith(base + "/"):
-            plan.append((key, safe_relative(key[len(base):].lstrip("/"), uri), size))
+            plan.append((key, safe_relative(key[len(base):].lstrip("/"), uri, key), size))
+    by_path: dict[PurePosixPath, list[str]] = {}
+    for key, rel, _ in plan:
+        by_path.setdefault(rel, []).append(key)
+    for rel, keys in by_path.items():
+        if len(keys) > 1:
+            raise FetchError(f"{uri}: the keys {', '.join(map(repr, keys))} would all land at {rel}: "
+                             "keep one of them and delete the others")
+    for rel, keys in by_path.items():
+        parent = next((p for p in rel.parents if p in by_path), None)
+        if parent is not None:
+            raise FetchError(f"{uri}: {by_path[parent][0]!r} would be a file and {keys[0]!r} needs a directory "
+                             f"at the same path ({parent}): rename one of them")
     return plan
 
 
@@ -86,6 +243,33 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
+def env_problem(scheme: str, env: Mapping[str, str]) -> str | None:
+    """What in the AWS environment (the credentials Secret) boto3 would choke on, before it does.
+    Names variables, never their secret values."""
+    if scheme == "s3":
+        for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+            value = env.get(name)
+            if value:
+                parsed = urlparse(value.strip())
+                if parsed.scheme not in ("http", "https") or not parsed.hostname or value != value.strip():
+                    return (f"{name} {value!r} in {SECRET} is not a URL with a scheme: write it like "
+                            "http://minio.minio.svc:9000 or https://s3.eu-west-1.amazonaws.com")
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION"):
+        value = env.get(name)
+        if value and not REGION_NAME.fullmatch(value):
+            return f"{name} {value!r} in {SECRET} is not a region name: write one like us-east-1"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        value = env.get(name)
+        if value is not None and (value != value.strip() or CONTROL.search(value) or " " in value):
+            return (f"{name} in {SECRET} has a space, newline or control character (often a trailing newline "
+                    "from `echo` or a file): store the bare value, e.g. kubectl create secret generic --from-literal")
+    if bool(env.get("AWS_ACCESS_KEY_ID")) != bool(env.get("AWS_SECRET_ACCESS_KEY")):
+        have, missing = (("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if env.get("AWS_ACCESS_KEY_ID")
+                         else ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"))
+        return f"{SECRET} sets {have} but not {missing}: give both, or neither for a public bucket"
+    return None
+
+
 def explain_client_error(uri: str, code: str, status: int, endpoint: str, detail: str = "") -> str:
     """The one-line message for an error the object store answered with."""
     if code in ("NoSuchBucket",):
@@ -100,83 +284,326 @@ def explain_client_error(uri: str, code: str, status: int, endpoint: str, detail
     if code in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
         return (f"{uri}: {endpoint} denied access ({code}): the key in AWS_ACCESS_KEY_ID of {SECRET} needs read "
                 f"(GetObject, ListBucket) on this bucket; without a Secret only public buckets work")
+    if code == str(status) or not code:
+        # botocore found no S3 error document: the body was a web page, a proxy's answer, nothing.
+        return (f"{uri}: {endpoint} answered HTTP {status} without an S3 error document (not S3's XML): "
+                f"check that AWS_ENDPOINT_URL in {SECRET} points at an S3 API, not a web page or proxy")
     return f"{uri}: {endpoint} answered {status} {code}{': ' + detail if detail else ''}"
 
 
-def truncated(uri: str, what: str, received: int, expected: int) -> FetchError:
-    return FetchError(f"{uri}: download of {what} truncated ({received} of {expected} bytes): "
-                      "the connection dropped; retry (the init container restarts)")
+def local_error(uri: str, path: Path, exc: OSError) -> str:
+    """A filesystem error while writing `path`, as a sentence with the fix."""
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{uri}: the disk under {path.parent} is full (writing {path.name}): the model needs more room; "
+                "give the model repository's volume more space (the node's disk for an emptyDir, or its sizeLimit)")
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"{uri}: cannot write {path} ({'read-only filesystem' if code == errno.EROFS else 'permission denied'}): "
+                "the fetcher's user needs write access to --dest's directory")
+    if code == errno.ENAMETOOLONG:
+        return (f"{uri}: the name {path.name!r} is longer than the filesystem allows ({NAME_MAX} bytes a name): "
+                "rename the object or use a shorter --dest")
+    if code in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY):
+        return (f"{uri}: {path} clashes with what is there (a file where a directory is needed, or a directory "
+                "where a file is): remove it, or choose another --dest")
+    return f"{uri}: cannot write {path} ({exc.strerror or exc}): check --dest and its volume"
+
+
+def truncated(uri: str, what: str, received: int, expected: int) -> Transient:
+    return Transient(f"{uri}: download of {what} truncated ({received} of {expected} bytes): the connection dropped")
+
+
+def md5_from_headers(headers: Mapping[str, str]) -> str | None:
+    """The MD5 (hex) a response vouches for: Content-MD5 or x-goog-hash's md5, both base64."""
+    values = [headers.get("Content-MD5") or headers.get("content-md5") or ""]
+    goog = headers.get("x-goog-hash") or headers.get("X-Goog-Hash") or ""
+    values += [part.strip()[4:] for part in goog.split(",") if part.strip().startswith("md5=")]
+    for value in values:
+        try:
+            raw = base64.b64decode(value.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if len(raw) == 16:
+            return raw.hex()
+    return None
+
+
+def s3_md5(response: Mapping[str, Any]) -> str | None:
+    """The MD5 a GetObject answer vouches for. An S3 ETag is the MD5 of the bytes only for a
+    single-part upload without SSE-KMS or SSE-C (a multipart ETag has a `-N` suffix)."""
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    from_headers = md5_from_headers(headers)
+    if from_headers:
+        return from_headers
+    etag = str(response.get("ETag", "")).strip('"')
+    if not re.fullmatch(r"[0-9a-f]{32}", etag):
+        return None
+    if str(response.get("ServerSideEncryption", "")).startswith("aws:kms") or response.get("SSECustomerAlgorithm"):
+        return None
+    return etag
+
+
+def backoff_s(attempt: int) -> float:
+    return min(0.5 * 2 ** (attempt - 1), 8.0)
+
+
+def deadline_message(uri: str, limits: Limits, progress: Progress, dest: Path) -> str:
+    return (f"{uri}: not fetched within the {limits.deadline_s:g} s deadline (--deadline-s; a RankingModel sets it "
+            f"with {DEADLINE_FIELD}) while {progress.activity}: the store is slow or stalled, or the model is larger "
+            f"than that allows; raise {DEADLINE_FIELD}; {where(dest, progress)}")
+
+
+def where(dest: Path, progress: Progress) -> str:
+    """What DEST holds now, truthfully."""
+    if progress.switched:
+        return f"{dest} holds the new version"
+    return f"{dest} still holds the previous version" if progress.dest_had_version else f"nothing was left at {dest}"
+
+
+# --- deadline and reading ---------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.end = time.monotonic() + limits.deadline_s
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def check(self) -> None:
+        if self.remaining() <= 0:
+            raise DeadlineExceeded()
+
+
+
+@contextlib.contextmanager
+def alarm(seconds: float) -> Iterator[Callable[[], None]]:
+    """SIGALRM after `seconds` raises DeadlineExceeded even inside a blocking read (main thread only;
+    elsewhere the reads' own checks between chunks bound it). Yields `disarm`."""
+    def fire(_signum: int, _frame: Any) -> None:
+        raise DeadlineExceeded()
+    try:
+        previous = signal.signal(signal.SIGALRM, fire)
+    except ValueError:   # not the main thread
+        yield lambda: None
+        return
+    disarm = lambda: signal.setitimer(signal.ITIMER_REAL, 0)  # noqa: E731
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield disarm
+    finally:
+        disarm()
+        signal.signal(signal.SIGALRM, previous)
+
+
+class ReadFailed(Exception):
+    def __init__(self, cause: BaseException, received: int) -> None:
+        super().__init__(str(cause))
+        self.cause, self.received = cause, received
+
+
+def copy_stream(uri: str, read: Callable[[], bytes], target: Path, clock: Clock) -> tuple[int, str]:
+    """Write what `read` returns to `target` until it returns b''; (bytes, md5 hex). A read that
+    raises becomes ReadFailed (with the bytes so far); a write that fails, a FetchError."""
+    digest, received = hashlib.md5(usedforsecurity=False), 0
+    try:
+        out = open(target, "wb")
+    except OSError as exc:
+        raise FetchError(local_error(uri, target, exc)) from None
+    with out:
+        while True:
+            clock.check()
+            try:
+                chunk = read()
+            except Exception as exc:  # noqa: BLE001 - classified by the caller
+                raise ReadFailed(exc, received) from None
+            if not chunk:
+                break
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise FetchError(local_error(uri, target, exc)) from None
+            digest.update(chunk)
+            received += len(chunk)
+        try:
+            out.flush()
+            os.fsync(out.fileno())
+        except OSError as exc:
+            raise FetchError(local_error(uri, target, exc)) from None
+    return received, digest.hexdigest()
+
+
+def check_digest(uri: str, what: str, expected: str | None, actual: str, progress: Progress) -> None:
+    if expected is None:
+        progress.unverified.append(what)
+        return
+    if expected != actual:
+        raise Transient(f"{uri}: {what} arrived with MD5 {actual} but the store says {expected}: "
+                        "the download was cut or corrupted")
+    progress.verified += 1
+
+
+def with_retries(limits: Limits, clock: Clock, once: Callable[[], None]) -> None:
+    """`once()` again after a Transient failure, with back-off, up to limits.attempts, inside the deadline."""
+    for attempt in range(1, limits.attempts + 1):
+        try:
+            once()
+            return
+        except Transient as exc:
+            if attempt == limits.attempts:
+                raise FetchError(f"{exc} (after {attempt} attempts): retry later, or check the store") from None
+            if backoff_s(attempt) >= clock.remaining():
+                raise FetchError(f"{exc} (attempt {attempt}; the {limits.deadline_s:g} s deadline, --deadline-s or "
+                                 f"{DEADLINE_FIELD}, leaves no time for another): check the store") from None
+            time.sleep(backoff_s(attempt))
 
 
 # --- fetchers: each writes into `root`, a fresh staging directory --------------------------------
 
-def _fetch_file(uri: str, src: Path, root: Path, file_dest: str | None) -> None:
+def _fetch_file(uri: str, src: Path, root: Path, file_dest: str | None, progress: Progress) -> None:
+    if src.is_symlink() and not src.exists():
+        raise FetchError(f"{uri}: {src} is a symlink to {os.readlink(src)}, which does not exist: fix the link")
     if not src.exists():
         raise FetchError(f"{uri}: {src} does not exist on this node: check the path")
     if src.is_dir():
         if file_dest:
             raise FetchError(f"{uri} is a directory but --dest names a file ({file_dest})")
-        shutil.copytree(src, root, dirs_exist_ok=True)
+        for entry in sorted(src.rglob("*")):
+            if entry.is_symlink() and not entry.exists():
+                raise FetchError(f"{uri}: {entry.relative_to(src)} is a symlink to {os.readlink(entry)}, which "
+                                 "does not exist: fix or remove the link")
+        progress.activity = f"copying {src}"
+        try:
+            shutil.copytree(src, root, dirs_exist_ok=True)
+        except shutil.Error as exc:
+            first = exc.args[0][0] if exc.args and exc.args[0] else ("", "", str(exc))
+            raise FetchError(f"{uri}: cannot copy {first[0]} ({first[2]}): check the source's files") from None
     else:
-        shutil.copy2(src, root / (file_dest or src.name))
+        progress.activity = f"copying {src}"
+        target = root / (file_dest or src.name)
+        try:
+            shutil.copy2(src, target)
+        except PermissionError as exc:
+            if os.access(src, os.R_OK):
+                raise FetchError(local_error(uri, target, exc)) from None
+            raise FetchError(f"{uri}: cannot read {src} (permission denied): make it readable by the fetcher") from None
+    progress.files = sum(1 for p in root.rglob("*") if p.is_file())
 
 
-def _fetch_http(uri: str, root: Path, file_dest: str | None) -> None:
+def _fetch_http(uri: str, root: Path, file_dest: str | None, limits: Limits, clock: Clock,
+                progress: Progress) -> None:
     name = file_dest or PurePosixPath(unquote(urlparse(uri).path)).name
     if not name:
         raise FetchError(f"{uri}: the URL names no file: point it at the artifact (e.g. .../model.onnx)")
     target = root / safe_relative(name, uri)
-    received = 0
+    with_retries(limits, clock, lambda: _http_once(uri, name, target, limits, clock, progress))
+    progress.files = 1
+
+
+def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, progress: Progress) -> None:
+    progress.activity = f"connecting for {name}"
     request = urllib.request.Request(uri, headers={"User-Agent": "rankops-fetch-model"})
     try:
-        with urllib.request.urlopen(request, timeout=60) as response, open(target, "wb") as out:
-            length = response.headers.get("Content-Length")
-            expected = int(length) if length and length.isdigit() else None
-            while chunk := response.read1(CHUNK):  # as it arrives, not 1 MiB at a time
-                out.write(chunk)
-                received += len(chunk)
+        response = urllib.request.urlopen(request, timeout=limits.stall_s)
     except urllib.error.HTTPError as exc:
+        exc.close()
         if exc.code in (404, 410):
             raise FetchError(f"{uri}: not found ({exc.code}): check the URL") from None
         if exc.code in (401, 403):
             raise FetchError(f"{uri}: refused ({exc.code}): the URL needs credentials, or a presigned URL "
                              "has expired: use a fresh one, or s3:// with modelCredentialsSecret") from None
-        raise FetchError(f"{uri}: the server answered {exc.code} {exc.reason}") from None
-    except http.client.IncompleteRead as exc:
-        got = received + len(exc.partial)
-        raise truncated(uri, name, got, got + (exc.expected or 0)) from None
+        if exc.code in RETRY_HTTP:
+            raise Transient(f"{uri}: the server answered {exc.code} {exc.reason}") from None
+        raise FetchError(f"{uri}: the server answered {exc.code} {exc.reason}: check the URL") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise FetchError(f"{uri}: download failed after {received} bytes ({reason}): check the URL "
-                         "and that the pod can reach it") from None
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            raise Transient(f"{uri}: no answer within {limits.stall_s:g} s (--stall-s; {STALL_FIELD})") from None
+        raise Transient(f"{uri}: cannot download ({reason}): check the URL and that the pod can reach it") from None
+    with response:
+        expected = response.length          # from Content-Length; None when chunked or absent
+        chunked = bool(getattr(response, "chunked", False))
+        md5 = md5_from_headers(response.headers)
+        progress.activity = f"downloading {name}"
+        try:
+            received, actual = copy_stream(uri, lambda: response.read1(CHUNK), target, clock)
+        except ReadFailed as failed:
+            cause, got = failed.cause, failed.received
+            if isinstance(cause, (socket.timeout, TimeoutError)):
+                raise Transient(f"{uri}: stalled: no byte for {limits.stall_s:g} s after {got} bytes of {name} "
+                                f"(--stall-s; {STALL_FIELD})") from None
+            if chunked:
+                raise Transient(f"{uri}: the chunked body of {name} ended before its last chunk after {got} bytes: "
+                                "the connection dropped") from None
+            if isinstance(cause, http.client.IncompleteRead) and expected is not None:
+                raise truncated(uri, name, got, expected) from None
+            raise Transient(f"{uri}: download of {name} broke after {got} bytes ({cause or type(cause).__name__})") from None
     if expected is not None and received != expected:
         raise truncated(uri, name, received, expected)
+    if expected is None and not chunked and md5 is None:
+        # Close-delimited: the end of the body and a dropped connection look the same.
+        progress.unverified.append(f"{name} (no length, no checksum)")
+    else:
+        check_digest(uri, name, md5, actual, progress)
+    progress.bytes += received
 
 
-def _bucket_client(scheme: str) -> Any:
-    import boto3
-    from botocore import UNSIGNED
-    from botocore.config import Config
+def _bucket_client(uri: str, scheme: str, limits: Limits) -> Any:
+    """The boto3 client; every way of failing to build one is a FetchError naming the setting."""
+    problem = env_problem(scheme, os.environ)
+    if problem:
+        raise FetchError(f"{uri}: {problem}")
+    try:
+        import boto3
+        from botocore import UNSIGNED
+        from botocore.config import Config
 
-    settings = client_settings(scheme, os.environ)
-    config = Config(**settings.pop("config"))
-    session = boto3.session.Session()
-    if session.get_credentials() is None:
-        config = config.merge(Config(signature_version=UNSIGNED))
-    return session.client("s3", config=config, **settings)
+        settings = client_settings(scheme, os.environ)
+        config = Config(**settings.pop("config"), connect_timeout=min(10.0, limits.stall_s),
+                        read_timeout=limits.stall_s,
+                        retries={"mode": "standard", "max_attempts": limits.attempts})
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            config = config.merge(Config(signature_version=UNSIGNED))
+        return session.client("s3", config=config, **settings)
+    except Exception as exc:  # noqa: BLE001 - botocore raises ValueError, its own errors, KeyError...
+        raise FetchError(f"{uri}: cannot set up the S3 client ({type(exc).__name__}: {exc}): check "
+                         f"AWS_ENDPOINT_URL, AWS_DEFAULT_REGION and the keys in {SECRET}") from None
 
 
-def _fetch_bucket(uri: str, scheme: str, bucket: str, prefix: str, root: Path, file_dest: str | None) -> None:
-    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+def _list(s3: Any, uri: str, scheme: str, bucket: str, prefix: str, limits: Limits,
+          progress: Progress) -> list[tuple[str, int]]:
+    # gs:// lists with V1, which Cloud Storage's XML API has always served.
+    pages = s3.get_paginator("list_objects" if scheme == "gs" else "list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix.rstrip("/"))
+    listed: list[tuple[str, int]] = []
+    progress.activity = "listing (page 1)"
+    for number, page in enumerate(pages, 1):
+        if "IsTruncated" not in page and "Name" not in page:
+            raise ResponseNotS3(page)
+        progress.activity = f"listing (page {number}, {len(listed)} objects)"
+        if number > MAX_PAGES:
+            raise FetchError(f"{uri}: the listing went on past {MAX_PAGES} pages: the store keeps paging; "
+                             "check AWS_ENDPOINT_URL, or point the URI at the model's own directory")
+        for item in page.get("Contents", []):
+            listed.append((str(item["Key"]), int(item.get("Size", 0))))
+        if len(listed) > limits.max_objects:
+            raise FetchError(f"{uri}: more than {limits.max_objects} objects under this prefix (--max-objects): "
+                             "point the URI at the model's own directory")
+    return listed
 
-    s3 = _bucket_client(scheme)
+
+def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, limits: Limits,
+                  clock: Clock, progress: Progress) -> None:
+    from botocore.exceptions import (BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError,
+                                     PaginationError, ReadTimeoutError)
+    from botocore.parsers import ResponseParserError
+
+    s3 = _bucket_client(uri, source.scheme, limits)
     endpoint = s3.meta.endpoint_url
     try:
-        # gs:// lists with V1, which Cloud Storage's XML API has always served.
-        pages = s3.get_paginator("list_objects" if scheme == "gs" else "list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix.rstrip("/"))
-        listed = [(item["Key"], item["Size"]) for page in pages for item in page.get("Contents", [])]
-        plan = object_plan(uri, prefix, listed)
+        listed = _list(s3, uri, source.scheme, source.bucket, source.key, limits, progress)
+        plan = object_plan(uri, source.key, listed)
         if not plan:
             raise FetchError(f"{uri}: no object at this key or under this prefix at {endpoint}: "
                              "check the URI, or upload the artifact there")
@@ -185,102 +612,278 @@ def _fetch_bucket(uri: str, scheme: str, bucket: str, prefix: str, root: Path, f
                              "point the URI at the file")
         for key, rel, size in plan:
             target = root / (file_dest or rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, key, str(target))
-            if target.stat().st_size != size:
-                raise truncated(uri, key, target.stat().st_size, size)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise FetchError(local_error(uri, target.parent, exc)) from None
+
+            def once(key: str = key, target: Path = target, size: int = size) -> None:
+                progress.activity = f"downloading {key}"
+                response = s3.get_object(Bucket=source.bucket, Key=key)
+                body = response["Body"]
+                try:
+                    received, actual = copy_stream(uri, lambda: body.read(CHUNK), target, clock)
+                except ReadFailed as failed:
+                    if isinstance(failed.cause, ReadTimeoutError):
+                        raise Transient(f"{uri}: stalled: no byte for {limits.stall_s:g} s after {failed.received} "
+                                        f"bytes of {key} (--stall-s; {STALL_FIELD})") from None
+                    raise truncated(uri, key, failed.received, size) from None
+                finally:
+                    body.close()
+                if received != size:
+                    raise truncated(uri, key, received, size)
+                check_digest(uri, key, s3_md5(response), actual, progress)
+                progress.bytes += received
+
+            with_retries(limits, clock, once)
+            progress.files += 1
     except ClientError as exc:
         error = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         raise FetchError(explain_client_error(uri, str(error.get("Code", status)), status, endpoint,
-                                              str(error.get("Message", "")).replace("\n", " "))) from None
-    except EndpointConnectionError as exc:
+                                              str(error.get("Message", "")).replace("\n", " ")[:200])) from None
+    except (EndpointConnectionError, ConnectTimeoutError) as exc:
         raise FetchError(f"{uri}: cannot reach {endpoint} ({exc}): check AWS_ENDPOINT_URL in {SECRET} "
                          "and that the pod can reach it") from None
+    except ReadTimeoutError:
+        raise FetchError(f"{uri}: {endpoint} sent no byte for {limits.stall_s:g} s while {progress.activity} "
+                         f"(--stall-s; {STALL_FIELD}), {limits.attempts} attempts: check the store") from None
+    except (ResponseParserError, ResponseNotS3):
+        raise FetchError(f"{uri}: {endpoint} answered with something that is not S3's XML while "
+                         f"{progress.activity}: check that AWS_ENDPOINT_URL in {SECRET} points at an S3 API, "
+                         "not a web page or proxy") from None
+    except PaginationError as exc:
+        raise FetchError(f"{uri}: {endpoint} broke its listing ({exc}): check the store") from None
     except BotoCoreError as exc:
-        raise FetchError(f"{uri}: download from {endpoint} failed ({exc}): retry, or check the Secret") from None
+        raise FetchError(f"{uri}: download from {endpoint} failed while {progress.activity} ({exc}): "
+                         "retry, or check the Secret") from None
 
 
-# --- staging and the command ----------------------------------------------------------------------
+# --- versions on disk ----------------------------------------------------------------------------
 
-def _staging_prefix(dest: Path) -> str:
-    return f".{dest.name}.partial-"
-
-
-def _remove_leftovers(dest: Path) -> None:
-    """What a killed run (OOMKilled, SIGKILL) left beside DEST."""
-    for stale in dest.parent.glob(_staging_prefix(dest) + "*"):
-        shutil.rmtree(stale, ignore_errors=True)
+def _hidden(dest: Path, kind: str) -> str:
+    return f".{dest.name}.{kind}-"
 
 
-def _move_into_place(staging: Path, dest: Path, file_dest: bool) -> None:
-    if file_dest:
-        os.replace(staging / dest.name, dest)
-        staging.rmdir()
-        return
-    if dest.exists():
-        # A re-run over a complete directory: swap, so DEST is never a mix of two fetches.
-        old = Path(tempfile.mkdtemp(prefix=_staging_prefix(dest), dir=dest.parent))
-        os.rename(dest, old / dest.name)
-        os.rename(staging, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(staging, dest)
-
-
-def fetch(uri: str, dest: Path, expect: str | None = None) -> None:
-    """Fetch `uri` to `dest` completely or not at all (FetchError, DEST untouched)."""
-    parsed = urlparse(uri)
-    file_dest = dest.name if is_file_dest(dest) else None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(dest)
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(dest), dir=dest.parent))
+@contextlib.contextmanager
+def dest_lock(dest: Path, uri: str, clock: Clock) -> Iterator[None]:
+    """One fetch into DEST at a time: a second waits for the first, up to its own deadline."""
+    lock_path = dest.parent / f".{dest.name}.lock"
     try:
-        staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from Triton's user
-        if parsed.scheme == "file":
-            _fetch_file(uri, Path(unquote(parsed.path)), staging, file_dest)
-        elif parsed.scheme in ("http", "https"):
-            _fetch_http(uri, staging, file_dest)
-        elif parsed.scheme in ("s3", "gs"):
-            if not parsed.netloc:
-                raise FetchError(f"{uri}: no bucket: write {parsed.scheme}://BUCKET/PATH")
-            _fetch_bucket(uri, parsed.scheme, parsed.netloc, unquote(parsed.path).lstrip("/"), staging, file_dest)
-        else:
-            raise FetchError(f"{uri}: unsupported scheme {parsed.scheme!r}: use s3://, gs://, https:// or file://")
-        if expect and not (staging / expect).is_file():
-            found = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())[:5]
-            raise FetchError(f"{uri} has no {expect} (found: {', '.join(found) or 'nothing'}): Triton loads "
-                             f"<version dir>/{expect}; put it at {uri.rstrip('/')}/{expect}")
-        _move_into_place(staging, dest, bool(file_dest))
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        handle = open(lock_path, "a")
+    except OSError as exc:
+        raise FetchError(local_error(uri, lock_path, exc)) from None
+    with handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock.remaining() <= 0.2:
+                    raise FetchError(f"{uri}: another rankops fetch-model into {dest} held {lock_path} for the "
+                                     "whole deadline: let it finish, or stop it") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def live_version(dest: Path) -> Path | None:
+    """The version directory DEST's symlink points to, when it is one of ours and exists."""
+    if not dest.is_symlink():
+        return None
+    target = os.readlink(dest)
+    if "/" in target or not target.startswith(_hidden(dest, "v")):
+        return None
+    path = dest.parent / target
+    return path if path.is_dir() else None
+
+
+def tidy(dest: Path, keep: Path | None) -> None:
+    """Remove staging, temporary links and versions other than `keep` (under the lock). Links go first
+    so none is left pointing at a removed version (Triton fails on a dangling entry)."""
+    for pattern in ("link", "partial"):
+        for stale in dest.parent.glob(_hidden(dest, pattern) + "*"):
+            if stale.is_symlink() or stale.is_file():
+                stale.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+    for version in dest.parent.glob(_hidden(dest, "v") + "*"):
+        if keep is None or version.name != keep.name:
+            shutil.rmtree(version, ignore_errors=True)
+
+
+def recover(dest: Path) -> None:
+    """A run killed mid-migration (see `switch`) can leave DEST missing and its version parked:
+    point DEST at the newest complete version again before anything is removed."""
+    if dest.exists() or live_version(dest):
+        return
+    versions = sorted(dest.parent.glob(_hidden(dest, "v") + "*"), key=lambda p: p.stat().st_mtime)
+    if versions:
+        _point(dest, versions[-1])
+
+
+def _point(dest: Path, version: Path) -> None:
+    """DEST -> version in one rename of a fresh symlink over it (atomic for every reader)."""
+    link = dest.parent / f"{_hidden(dest, 'link')}{version.name}"
+    link.unlink(missing_ok=True)
+    os.symlink(version.name, link)
+    os.replace(link, dest)
+
+
+@contextlib.contextmanager
+def no_sigterm() -> Iterator[None]:
+    """Hold SIGTERM back for a few renames: it lands after them, and the message says which side it is."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def switch(staging: Path, dest: Path, file_dest: bool, uri: str, progress: Progress) -> None:
+    """Put the complete staging in place in one atomic step; the previous version is removed after."""
+    with no_sigterm():
+        try:
+            if file_dest:
+                os.replace(staging / dest.name, dest)
+                staging.rmdir()
+                progress.switched = True
+                return
+            version = staging.with_name(_hidden(dest, "v") + staging.name.rsplit("-", 1)[-1])
+            os.rename(staging, version)                 # complete: a version from here on
+            if dest.is_symlink() or not dest.exists():
+                _point(dest, version)
+            else:
+                # A real directory (an older fetcher's): park it as a version, then switch. Killed
+                # between the two, `recover` points DEST at the newest version again.
+                parked = dest.with_name(_hidden(dest, "v") + "previous")
+                shutil.rmtree(parked, ignore_errors=True)
+                os.rename(dest, parked)
+                try:
+                    _point(dest, version)
+                except BaseException:
+                    os.rename(parked, dest)
+                    raise
+            progress.switched = True
+        except OSError as exc:
+            raise FetchError(local_error(uri, dest, exc)) from None
+    if not file_dest:
+        tidy(dest, live_version(dest))
+
+
+def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limits(),
+          progress: Progress | None = None) -> Progress:
+    """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was)."""
+    progress = progress or Progress()
+    source = parse_uri(uri)
+    expected = check_expect(expect)
+    dest = check_dest(str(dest), uri)
+    file_dest = dest.name if is_file_dest(dest) else None
+    if file_dest and dest.is_dir() and not dest.is_symlink():
+        raise FetchError(f"{uri}: --dest {dest} is a directory but its suffix names a file: remove it, "
+                         "or give the file's path")
+    if not file_dest and dest.exists() and not dest.is_dir():
+        raise FetchError(f"{uri}: --dest {dest} is a file but a directory is needed: remove it, "
+                         "or give another --dest")
+    clock = Clock(limits)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FetchError(local_error(uri, dest.parent, exc)) from None
+    try:
+        with alarm(limits.deadline_s) as disarm, dest_lock(dest, uri, clock):
+            if not file_dest:
+                recover(dest)
+            progress.dest_had_version = dest.exists()
+            tidy(dest, None if file_dest else live_version(dest))
+            try:
+                staging = Path(tempfile.mkdtemp(prefix=_hidden(dest, "partial"), dir=dest.parent))
+            except OSError as exc:
+                raise FetchError(local_error(uri, dest.parent, exc)) from None
+            try:
+                staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from Triton's user
+                if source.scheme == "file":
+                    _fetch_file(uri, Path(source.path), staging, file_dest, progress)
+                elif source.scheme in ("http", "https"):
+                    _fetch_http(uri, staging, file_dest, limits, clock, progress)
+                else:
+                    _fetch_bucket(uri, source, staging, file_dest, limits, clock, progress)
+                if expected and not (staging / expected).is_file():
+                    found = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())[:5]
+                    raise FetchError(f"{uri} has no {expected} (found: {', '.join(found) or 'nothing'}): Triton "
+                                     f"loads <version dir>/{expected}; put it at {uri.rstrip('/')}/{expected}")
+                clock.check()
+                disarm()   # complete: the switch and the tidying are not cut short
+                progress.activity = "switching to the new version"
+                switch(staging, dest, bool(file_dest), uri, progress)
+            finally:
+                disarm()
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    except DeadlineExceeded:
+        raise FetchError(deadline_message(uri, limits, progress, dest)) from None
+    return progress
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
+def summary(uri: str, dest: Path, progress: Progress) -> str:
+    line = f"fetched {uri} -> {dest} ({progress.files} files, {progress.bytes} bytes"
+    if progress.verified:
+        line += f", {progress.verified} checked against the store's MD5"
+    if any("no length" in u for u in progress.unverified):
+        line += "; the server sent no length or checksum, so a cut connection could not be told apart"
+    return line + ")"
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
-    dest = Path(args.dest)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    progress = Progress()
+    dest = Path(args.dest)
+    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, max_objects=args.max_objects)
     try:
-        fetch(args.uri, dest, args.expect)
-    except (FetchError, OSError) as exc:
+        if args.deadline_s <= 0 or args.stall_s <= 0 or args.max_objects < 1:
+            raise FetchError("--deadline-s and --stall-s must be above 0 and --max-objects at least 1")
+        dest = check_dest(args.dest, args.uri)
+        fetch(args.uri, dest, args.expect, limits, progress)
+    except FetchError as exc:
         print(f"rankops fetch-model: {exc}", file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
-        print(f"rankops fetch-model: {args.uri}: interrupted; nothing was left at {dest}", file=sys.stderr)
+        print(f"rankops fetch-model: {args.uri}: interrupted while {progress.activity}; {where(dest, progress)}",
+              file=sys.stderr)
         return 143
-    print(f"fetched {args.uri} -> {dest}")
+    except DeadlineExceeded:
+        print(f"rankops fetch-model: {deadline_message(args.uri, limits, progress, dest)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
+        print(f"rankops fetch-model: {args.uri}: unexpected {type(exc).__name__} while {progress.activity} "
+              f"({str(exc)[:300]}); {where(dest, progress)}: please report it", file=sys.stderr)
+        return 1
+    print(summary(args.uri, dest, progress))
     return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fetch-model", help="copy a model artifact into the model repository (init container)")
     p.add_argument("--uri", required=True,
-                   help="where the artifact is: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, https://.../FILE or file:///PATH")
+                   help="where the artifact is: s3://BUCKET/KEY, gs://BUCKET/KEY (the key literally: # and ? "
+                        "are key characters), https://.../FILE or file:///PATH")
     p.add_argument("--dest", required=True,
                    help="the directory (or, with a file suffix, the file) to copy it to, e.g. /models/NAME/1")
-    p.add_argument("--expect", help="file that must exist in DEST afterwards, e.g. model.onnx")
+    p.add_argument("--expect", help="file that must exist inside DEST afterwards, e.g. model.onnx")
+    p.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
+                   help=f"give up after this many seconds in all (RankingModel: {DEADLINE_FIELD})")
+    p.add_argument("--stall-s", type=float, default=DEFAULT_STALL_S,
+                   help=f"a read with no byte for this long fails (and is retried) (RankingModel: {STALL_FIELD})")
+    p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS,
+                   help="refuse a prefix listing more objects than this")
     p.set_defaults(func=cmd_fetch)
