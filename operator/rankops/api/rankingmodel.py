@@ -27,6 +27,8 @@ DEFAULT_RANKOPS_IMAGE = DEFAULT_FETCHER_IMAGE
 VERSION_NAME = r"^[a-z0-9]([a-z0-9.-]{0,18}[a-z0-9])?$"
 TENSOR_NAME = r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$"
 MODEL_URI = r"^(s3|gs|pvc|file|https?)://.+"
+# Fetched by the gate Job's `rankops fetch-model`, which has no claim to read: no pvc://.
+REFERENCE_URI = r"^(s3|gs|file|https?)://.+"
 TENSORRT_VERSION = r"^[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{1,2}(\.[0-9]{1,3})?$"
 TRITON_RELEASE = r"^[0-9]{2}\.[0-9]{2}$"
 
@@ -195,8 +197,13 @@ class WarmupGate(ApiModel):
 
 
 class TorchscriptReference(ApiModel):
-    torchscript_uri: Annotated[str, Field(pattern=MODEL_URI, max_length=bounds.URI_MAX, description=(
-        "The original TorchScript model (a .pt file URI) to compare the candidate against."))]
+    torchscript_uri: Annotated[str, Field(pattern=REFERENCE_URI, max_length=bounds.URI_MAX, description=(
+        "The original TorchScript model (a .pt file URI: s3://, gs://, https://, or file:// where the tenant "
+        "policy allows it) to compare the candidate against, fetched with spec.modelCredentialsSecret."),
+        json_schema_extra={"x-kubernetes-validations": [{
+            "rule": "!self.startsWith('pvc://')",
+            "message": "torchscriptUri cannot be pvc://: the gate Job fetches the reference and mounts no claim; "
+                       "put the .pt file in s3://, gs:// or https://"}]})]
 
 
 class EquivalenceGate(ApiModel):
@@ -348,6 +355,24 @@ class Resources(ApiModel):
         "Memory per replica (request = limit). Embedding tables kept on the CPU count here."))] = "8Gi"
 
 
+class FetchLimits(ApiModel):
+    """Bounds of `rankops fetch-model` (the serving pods' init container, the gate's reference)."""
+    deadline_seconds: Annotated[int, Field(ge=30, le=86_400, description=(
+        "The most seconds one fetch of the artifact may take in all (listing, download, retries); past it "
+        "the init container fails with a line saying so and restarts."))] = 1800
+    stall_seconds: Annotated[int, Field(ge=5, le=3600, description=(
+        "A read that gets no byte for this long fails and is retried (within deadlineSeconds)."))] = 60
+
+    @model_validator(mode="after")
+    def _stall_within_deadline(self) -> "FetchLimits":
+        if self.stall_seconds > self.deadline_seconds:
+            raise ValueError("fetch.stallSeconds must not exceed fetch.deadlineSeconds")
+        return self
+
+    def args(self) -> list[str]:
+        return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds)]
+
+
 class RankingModelSpec(ApiModel):
     node_pool: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
         "GpuNodePool whose validated nodes serve this model. Without one, any node with "
@@ -365,6 +390,11 @@ class RankingModelSpec(ApiModel):
         pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
             "Secret in the model's namespace whose keys become environment of the fetcher (e.g. "
             "AWS_ACCESS_KEY_ID). The operator checks it exists before serving a version that needs it."))] = None
+    fetch: FetchLimits = Field(default_factory=FetchLimits, description=(
+        "Time bounds of the artifact fetch (the Triton pods' fetch-model init container and the "
+        "equivalence gate's reference)."), json_schema_extra={"x-kubernetes-validations": [{
+            "rule": "!has(self.stallSeconds) || !has(self.deadlineSeconds) || self.stallSeconds <= self.deadlineSeconds",
+            "message": "fetch.stallSeconds must not exceed fetch.deadlineSeconds"}]})
     version: Annotated[str, Field(pattern=VERSION_NAME, max_length=20, description=(
         "The version that should serve; must name an entry of versions. Changing it starts a gated rollout."))]
     versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=32, description="Known versions.",
@@ -578,12 +608,16 @@ class RankingModel(ApiModel):
                            "has(object.spec.batching.maxBatchSize) && type(object.spec.batching.maxBatchSize) == int "
                            "&& object.spec.batching.maxBatchSize >= 1 && object.spec.batching.maxBatchSize <= 4096))",
              "message": "spec.batching must be `auto` or an object with an integer maxBatchSize in 1..4096"},
-            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+            # Every rule guards the types it reads (the unions are preserve-unknown): a wrong type is
+            # refused by the rule about it, never an evaluation error shown to the user.
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) != map || "
                            "!has(object.spec.batching.preferredBatchSizes) || "
+                           "(type(object.spec.batching.preferredBatchSizes) == list && "
+                           "has(object.spec.batching.maxBatchSize) && type(object.spec.batching.maxBatchSize) == int && "
                            "object.spec.batching.preferredBatchSizes.all(b, type(b) == int && b >= 1 && "
-                           "b <= object.spec.batching.maxBatchSize)",
+                           "b <= object.spec.batching.maxBatchSize))",
              "message": "spec.batching.preferredBatchSizes must each be between 1 and spec.batching.maxBatchSize"},
-            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) != map || "
                            "!has(object.spec.batching.maxQueueDelayMicroseconds) || "
                            "(type(object.spec.batching.maxQueueDelayMicroseconds) == int && "
                            "object.spec.batching.maxQueueDelayMicroseconds >= 0 && "
@@ -591,15 +625,16 @@ class RankingModel(ApiModel):
              "message": "spec.batching.maxQueueDelayMicroseconds must be an integer in 0..1000000"},
             {"expression": "!has(object.spec.candidates) || object.spec.candidates.layout != 'batch' || "
                            "!has(object.spec.candidates.maxPerRequest) || !has(object.spec.batching) || "
-                           "type(object.spec.batching) == string || (has(object.spec.batching.maxBatchSize) && "
+                           "type(object.spec.batching) != map || (has(object.spec.batching.maxBatchSize) && "
                            "type(object.spec.batching.maxBatchSize) == int && "
                            "object.spec.candidates.maxPerRequest <= object.spec.batching.maxBatchSize)",
              "message": "spec.candidates.layout batch: each request is a batch of its candidates, so an explicit "
                         "spec.batching.maxBatchSize must be >= spec.candidates.maxPerRequest (batching: auto plans one)"},
             # The unions are preserve-unknown in the CRD: bound what they may store here.
-            {"expression": "!has(object.spec.batching) || type(object.spec.batching) == string || "
+            {"expression": "!has(object.spec.batching) || type(object.spec.batching) != map || "
                            "(object.spec.batching.all(k, k in ['maxBatchSize', 'preferredBatchSizes', "
                            "'maxQueueDelayMicroseconds']) && (!has(object.spec.batching.preferredBatchSizes) || "
+                           "type(object.spec.batching.preferredBatchSizes) != list || "
                            "size(object.spec.batching.preferredBatchSizes) <= 16))",
              "message": "spec.batching may only hold maxBatchSize, preferredBatchSizes (at most 16) and "
                         "maxQueueDelayMicroseconds"},
@@ -607,13 +642,17 @@ class RankingModel(ApiModel):
                            "!has(object.spec.rollout.equivalence.reference) || "
                            "(type(object.spec.rollout.equivalence.reference) == string ? "
                            "size(object.spec.rollout.equivalence.reference) <= 20 : "
+                           "(type(object.spec.rollout.equivalence.reference) == map && "
                            "object.spec.rollout.equivalence.reference.all(k, k == 'torchscriptUri') && "
-                           f"size(string(object.spec.rollout.equivalence.reference.torchscriptUri)) <= {bounds.URI_MAX})",
+                           "has(object.spec.rollout.equivalence.reference.torchscriptUri) && "
+                           "type(object.spec.rollout.equivalence.reference.torchscriptUri) == string && "
+                           f"size(object.spec.rollout.equivalence.reference.torchscriptUri) <= {bounds.URI_MAX}))",
              "message": "spec.rollout.equivalence.reference must be `stable`, a version name, or "
                         f"{{torchscriptUri: ...}} with a URI of at most {bounds.URI_MAX} characters"},
             {"expression": "(object.spec.inputs + object.spec.outputs).all(t, " + bounds.tensor_bytes_cel(
                 "t", "(has(object.spec.batching) && type(object.spec.batching) == map && "
-                     "has(object.spec.batching.maxBatchSize) ? object.spec.batching.maxBatchSize : 1)")
+                     "has(object.spec.batching.maxBatchSize) && type(object.spec.batching.maxBatchSize) == int "
+                     "? object.spec.batching.maxBatchSize : 1)")
                 + f" <= {bounds.TENSOR_MAX_BYTES}.0)",
              "message": "a tensor of spec.inputs/spec.outputs is over 2 GiB in a batch of spec.batching.maxBatchSize "
                         "(maxBatchSize x its dims/maxDims x its element size): a request that large cannot be "

@@ -117,6 +117,12 @@ def spec_problems(spec: Any, policy: TenantPolicy) -> list[str]:
                 policy.host_path(version.model_uri)
             except PolicyError as exc:
                 problems.append(f"spec.versions[{i}].modelUri: {exc}")
+    reference = getattr(spec.rollout.equivalence.reference, "torchscript_uri", None)
+    if reference and reference.startswith("file:"):
+        try:
+            policy.host_path(reference)
+        except PolicyError as exc:
+            problems.append(f"spec.rollout.equivalence.reference.torchscriptUri: {exc}")
     images = (("spec.tritonImage", spec.triton_image), ("spec.fetcherImage", spec.fetcher_image),
               ("spec.rollout.gateJobs.image", spec.rollout.gate_jobs.image))
     for field, image in images:

@@ -39,7 +39,8 @@ def config_map(model: str, namespace: str, track: str, version: str, config_text
 
 
 def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
-                    credentials_secret: str | None, policy: TenantPolicy) -> tuple[list, list, list]:
+                    credentials_secret: str | None, policy: TenantPolicy,
+                    fetch_args: list[str] | None = None) -> tuple[list, list, list]:
     """Volumes, init containers and Triton mounts that put the artifact in the model repository.
     A file:// URI mounts the node's directory only where `policy` allows it (PolicyError if not)."""
     version_dir = f"{MODEL_REPOSITORY}/{model}/{triton_version(version.name)}"
@@ -58,7 +59,7 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         "name": "fetch-model",
         "image": fetcher_image,
         "command": ["rankops", "fetch-model", "--uri", version.model_uri, "--dest", version_dir,
-                    "--expect", MODEL_FILENAMES[version.format]],
+                    "--expect", MODEL_FILENAMES[version.format], *(fetch_args or [])],
         # Its one-line error (missing object, bad credentials, truncated download) lands in the
         # pod's status, not only in a log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -133,7 +134,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
     pod_labels = {**labels, names.LABEL_VERSION: version.name,
                   names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
     volumes, init_containers, artifact_mounts = _artifact_mount(
-        model, version, spec.fetcher_image, spec.model_credentials_secret, policy)
+        model, version, spec.fetcher_image, spec.model_credentials_secret, policy, spec.fetch.args())
     gpus = str(spec.gpus_per_replica)
     args = [
         f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",

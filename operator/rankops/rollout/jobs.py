@@ -1,7 +1,9 @@
 """Pure builders of the gate Jobs (warmup, equivalence) a rollout runs against its canary."""
 from __future__ import annotations
 
+import posixpath
 from typing import Any
+from urllib.parse import urlparse
 
 from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
 from rankops.render import gate_requests, names
@@ -28,6 +30,25 @@ def _samples_args(rm: RankingModel, source: SamplesSource, count: int) -> tuple[
     return gate_requests.samples_args(rm.spec, source, count)
 
 
+def reference_artifact(spec: Any, uri: str) -> tuple[list, list, list]:
+    """Volumes, gate mounts and init containers that put the TorchScript reference at
+    /reference/model.pt. Like a serving modelUri: fetched with spec.modelCredentialsSecret and the
+    spec's fetch bounds, or, for file:// (which the tenant policy has allowed before any rendering,
+    policy.spec_problems), the node's file mounted read-only; never a file of the gate pod itself."""
+    target = f"{REFERENCE_DIR}/model.pt"
+    if uri.startswith("file:"):
+        path = "/" + posixpath.normpath(urlparse(uri).path).lstrip("/")
+        return ([{"name": "reference", "hostPath": {"path": path, "type": "File"}}],
+                [{"name": "reference", "mountPath": target, "readOnly": True}], [])
+    fetch = {"name": "fetch-reference", "image": spec.rollout.gate_jobs.image,
+             "command": ["rankops", "fetch-model", "--uri", uri, "--dest", target, *spec.fetch.args()],
+             "terminationMessagePolicy": "FallbackToLogsOnError",
+             "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR}]}
+    if spec.model_credentials_secret:
+        fetch["envFrom"] = [{"secretRef": {"name": spec.model_credentials_secret}}]
+    return [{"name": "reference", "emptyDir": {}}], [{"name": "reference", "mountPath": REFERENCE_DIR}], [fetch]
+
+
 def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool) -> tuple[list[str], list, list, list]:
     """The `rankops gate ...` command line, plus volumes, mounts and init containers it needs."""
     spec, model, ns = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
@@ -48,12 +69,10 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
     init: list = []
     if isinstance(e.reference, TorchscriptReference):
         reference = ["--reference-torchscript", f"{REFERENCE_DIR}/model.pt"]
-        volumes.append({"name": "reference", "emptyDir": {}})
-        mounts.append({"name": "reference", "mountPath": REFERENCE_DIR})
-        init.append({"name": "fetch-reference", "image": spec.rollout.gate_jobs.image,
-                     "command": ["rankops", "fetch-model", "--uri", e.reference.torchscript_uri,
-                                 "--dest", f"{REFERENCE_DIR}/model.pt"],
-                     "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR}]})
+        volumes_, mounts_, init_ = reference_artifact(spec, e.reference.torchscript_uri)
+        volumes += volumes_
+        mounts += mounts_
+        init += init_
     else:
         track = REFERENCE_TRACK if reference_served else names.STABLE
         reference = ["--reference-url", _service_url(model, ns, track), "--reference-model", model]
