@@ -10,7 +10,6 @@ with a larger id fails on v2 only. Slow: v2 has far wider layers. Every pod real
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 
 import numpy as np
@@ -19,8 +18,7 @@ import pytest
 from e2e import models, rollouts
 from e2e.warming import PodWatch, check_warmed_before_ready, watched_until
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
-from rankops.gates.client import Endpoint, GateClientError
+from rankops.devcluster import spec_models, traffic
 from rankops.gates.samples import Sample
 from rankops.render import names
 
@@ -44,43 +42,11 @@ def _request(rng: np.random.Generator, bad: bool) -> Sample:
                                   "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
 
 
-class Traffic(threading.Thread):
-    """Production-like requests, round robin over the Ready pods behind the serving Service."""
-
-    def __init__(self, k8s, namespace: str, model: str, bad_fraction: float) -> None:
-        super().__init__(daemon=True)
-        self.k8s, self.namespace, self.model, self.bad_fraction = k8s, namespace, model, bad_fraction
-        self.stop = threading.Event()
-        self.sent = self.failed = 0
-        self.served: list[tuple[str, float, float]] = []   # (pod IP, sent at, ms) of each answered request
-
-    def _addresses(self) -> list[str]:
-        pods = self.k8s.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{names.LABEL_MODEL}={self.model},{names.LABEL_TRAFFIC}=on").items
-        return [p.status.pod_ip for p in pods if p.status.pod_ip and p.metadata.deletion_timestamp is None
-                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-
-    def run(self) -> None:
-        rng = np.random.default_rng(5)
-        while not self.stop.is_set():
-            for address in self._addresses():
-                connection = Endpoint(f"{address}:8000", self.model, timeout_s=5).connect()
-                try:
-                    info = connection.model_info()
-                    for _ in range(10):
-                        self.sent += 1
-                        request = connection.build_request(_request(rng, rng.random() < self.bad_fraction), info)
-                        try:
-                            sent_at = time.perf_counter()
-                            connection.infer(request)
-                            self.served.append((address, time.time(), (time.perf_counter() - sent_at) * 1000))
-                        except GateClientError:
-                            self.failed += 1
-                except GateClientError:
-                    pass
-                finally:
-                    connection.close()
-            self.stop.wait(0.1)
+def production_traffic(k8s, namespace: str, model: str, bad_fraction: float) -> traffic.Traffic:
+    """Production-like requests, round robin over the Ready pods behind the serving Service, one
+    in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most)."""
+    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model), model,
+                           lambda rng: _request(rng, rng.random() < bad_fraction))
 
 
 def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, linger_s: float = 0,
@@ -101,7 +67,7 @@ def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fract
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, name, timeout=180)
-    traffic = Traffic(k8s, ns, name, bad_fraction)
+    traffic = production_traffic(k8s, ns, name, bad_fraction)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
@@ -223,7 +189,7 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, name, timeout=180)
-    traffic = Traffic(k8s, ns, name, bad_fraction=0.0)
+    traffic = production_traffic(k8s, ns, name, bad_fraction=0.0)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})

@@ -73,8 +73,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
     validate.set_defaults(func=run_validate)
 
-    from rankops.commands import dev_triton
+    from rankops.commands import dev_traffic, dev_triton
     dev_triton.add_commands(dev_sub)
+    dev_traffic.add_commands(dev_sub)
 
 
 def _node_set(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -297,6 +298,10 @@ class _Serving:
         self.node, self.store = node, store
 
 
+DEMO_PROCESS_GPUS = 3
+DEMO_NEXT_VERSION_PREFIX = "ctr-ranker/4"
+
+
 @contextlib.contextmanager
 def _serving_parts(plane: Any) -> Iterator[_Serving]:
     from rankops.devcluster.nodes import SHAPES, SIM_LABEL, gpu_node
@@ -309,8 +314,9 @@ def _serving_parts(plane: Any) -> Iterator[_Serving]:
     host = sample_hosts.build(DEMO_PROCESS_HOST, plane.work_dir / "hosts" / DEMO_PROCESS_NODE)
     node = ProcessNode(plane.kubeconfig, DEMO_PROCESS_NODE, plane.work_dir / "process-node", host_root=host,
                        # GPU node groups' usual taint: serving and validator pods tolerate it, nothing else lands.
-                       taints=["nvidia.com/gpu=present:NoSchedule"], labels={**labels, "nvidia.com/gpu.count": "2"},
-                       gpus=2)
+                       taints=["nvidia.com/gpu=present:NoSchedule"],
+                       # Room for the example's 2 replicas and a 1-pod canary beside them (33%).
+                       labels={**labels, "nvidia.com/gpu.count": str(DEMO_PROCESS_GPUS)}, gpus=DEMO_PROCESS_GPUS)
     with node, ObjectStore(plane.work_dir / "object-store") as store:
         yield _Serving(node, store)
 
@@ -393,6 +399,11 @@ def _model_store(demo: _Demo, api: Any, serving: _Serving, namespace: str) -> No
         prefix = uri.split("/", 3)[3]
         serving.store.upload_tree(DEMO_BUCKET, prefix, DEMO_ARTIFACTS / prefix)
         demo.say(f"uploaded {uri} to the S3 server")
+    # The README's rollout walkthrough adds version 4: the same weights under a new version, so both
+    # gates pass on real numbers and the canary is judged on the traffic `rankops dev traffic` sends.
+    newest = spec["versions"][-1]["modelUri"].split("/", 3)[3]
+    serving.store.upload_tree(DEMO_BUCKET, DEMO_NEXT_VERSION_PREFIX, DEMO_ARTIFACTS / newest)
+    demo.say(f"uploaded s3://{DEMO_BUCKET}/{DEMO_NEXT_VERSION_PREFIX} (the README's version 4) to the S3 server")
     core.create_namespaced_secret(namespace, serving.store.secret_manifest(spec["modelCredentialsSecret"], namespace))
     demo.say(f"Secret {namespace}/{spec['modelCredentialsSecret']}: the S3 server's endpoint and keys")
 
@@ -469,6 +480,8 @@ def _serve(demo: _Demo, plane: Any, operator: Any, serving: _Serving) -> None:
           f"send a request yourself (pods resolve {serving_service_name(model)}.{namespace}.svc; this machine "
           f"does not, so use a serving pod's address):\n"
           f"     rankops infer --url {address}:8000 -f {DEMO_MODEL}\n"
+          f"roll out version 4 (README, 'Roll out a new version'; its artifact is in the S3 server) while\n"
+          f"     rankops dev traffic -f {DEMO_MODEL}   # the traffic its canary is judged on\n"
           "running; Ctrl-C to stop", flush=True)
     while True:
         time.sleep(1.0)
