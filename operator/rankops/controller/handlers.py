@@ -325,6 +325,36 @@ MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
 _inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads of it, at its last event
 
 
+_manual_seen: dict[str, tuple] = {}  # uid -> the promote/abort values last checked
+
+
+def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) -> list[str]:
+    """A Warning's text for each promote/abort annotation whose value names no version: `yes`,
+    `true`, `now` or `all` would otherwise do nothing, silently (the machine acts on VERSION or
+    VERSION/ANYTHING, the second to ask again)."""
+    problems = []
+    for annotation in (PROMOTE_ANNOTATION, ABORT_ANNOTATION):
+        value = annotations.get(annotation)
+        if value is not None and value.split("/", 1)[0] not in versions:
+            problems.append(f"{annotation}={value!r} names no version of spec.versions, so it does nothing: set it "
+                            f"to the version being rolled out (one of {', '.join(versions) or 'none'}), or "
+                            "VERSION/ANY-WORD to ask again")
+    return problems
+
+
+def _warn_meaningless_manual(obj) -> None:
+    """Posted once per new value, not on every event."""
+    meta = obj["metadata"]
+    annotations = meta.get("annotations") or {}
+    values = tuple(annotations.get(k) for k in (PROMOTE_ANNOTATION, ABORT_ANNOTATION))
+    if _manual_seen.get(meta["uid"]) == values:
+        return
+    _manual_seen[meta["uid"]] = values
+    versions = [v.get("name", "") for v in (obj.get("spec") or {}).get("versions") or [] if isinstance(v, dict)]
+    for message in meaningless_manual_values(annotations, versions):
+        kopf.event(obj, type="Warning", reason="AnnotationIgnored", message=message[:1000])
+
+
 def _model_inputs(obj) -> str:
     annotations = obj["metadata"].get("annotations") or {}
     return essence_digest([obj["metadata"].get("generation"), obj.get("status"),
@@ -346,9 +376,11 @@ async def rankingmodel_event(event, **_):
     MODELS.observe("RankingModel", obj, deleted=event.get("type") == "DELETED")
     if event.get("type") == "DELETED":
         forget_model(meta)
+        _manual_seen.pop(meta["uid"], None)
         return
     if meta["uid"] not in _inputs_seen:   # a namespace of this name may have been deleted and made again
         _namespaces_seen.pop(meta["namespace"], None)
+    _warn_meaningless_manual(obj)
     seen, before = _model_inputs(obj), _inputs_seen.get(meta["uid"])
     _inputs_seen[meta["uid"]] = seen
     if before != seen and meta.get("resourceVersion") != _status_written.get(meta["uid"]):

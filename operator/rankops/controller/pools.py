@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from rankops.api.conditions import now_iso
+from rankops.api.conditions import get_condition, now_iso, set_condition
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 from rankops.controller.diffbase import essence_digest
@@ -63,9 +63,12 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
         pool = GpuNodePool.model_validate({"metadata": meta, "spec": body.get("spec", {})})
     except ValidationError as exc:
         message = "; ".join(describe(exc))
-        conditions = [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
-                       "lastTransitionTime": now_iso(), "observedGeneration": gen}]
-        events.append(Event("Warning", "InvalidSpec", message))
+        before = get_condition(old.get("conditions") or [], "Degraded") or {}
+        # Only Degraded, as before (what a valid spec reported no longer holds), its time kept while it stays.
+        conditions = set_condition([before] if before else [], "Degraded", True, "InvalidSpec", message, gen)
+        # The Event is for the transition: the same refusal again (every reconcile) posts nothing.
+        if (before.get("status"), before.get("reason"), before.get("message")) != ("True", "InvalidSpec", message[:1024]):
+            events.append(Event("Warning", "InvalidSpec", message))
         return Result(typed_status({**old, "conditions": conditions, "observedGeneration": gen}), events)
 
     # A pool being deleted keeps its status, but its validator is not re-created: the delete
