@@ -225,3 +225,60 @@ def test_a_replacing_canary_shrinks_the_stable_from_its_start_and_gives_it_back_
     # Rolled back: nothing lent.
     d, s = drive(rm, s, 20, replicas=2, stable_desired=1, annotations={ABORT_ANNOTATION: "2"}, **up())
     assert d.serving == ServingState("1")
+
+
+def test_a_canary_failing_its_warm_requests_is_rolled_back_at_once_not_at_the_deadline():
+    rm = model("2")
+    d, s = drive(rm, {"stableVersion": "1"})
+    failing = ("pod ctr-canary-0: 75% of 600 warm requests failed in the last 3 rounds (at most 1% may): "
+               "HTTP 400: unknown id",)
+    d, s = drive(rm, s, 40, canary_pods=(pod(ready=False),), canary_desired=1, canary_warm_failing=failing)
+    assert s["rollout"]["phase"] == "RolledBack" and s["rollout"]["failedGate"] == "canary"
+    assert "fails its warm-up requests: pod ctr-canary-0: 75% of 600" in s["rollout"]["message"]
+    assert d.serving == ServingState("1")
+
+
+def test_stable_pods_the_scheduler_cannot_place_are_summed_up_with_its_reason():
+    from rankops.rollout.readiness import unschedulable_summary
+
+    def pending(name, message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", deleting=False):
+        return {"metadata": {"name": name, **({"deletionTimestamp": "2026-11-30T12:00:00Z"} if deleting else {})},
+                "spec": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                                        "reason": "Unschedulable", "message": message}]}}
+    bound = {"metadata": {"name": "ok"}, "spec": {"nodeName": "gpu-1"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "True"}]}}
+    assert unschedulable_summary([bound], "stable") is None
+    assert unschedulable_summary([bound, pending("a"), pending("b"), pending("c", deleting=True)], "stable") == \
+        "2 stable pods unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    status = decide(model("1").spec, {}, drive(model("1"), {})[0], Facts(
+        now="2026-11-30T12:00:10Z", generation=1, stable=StableView(True, 4, 2, 2, "1"), replicas=4,
+        unschedulable=unschedulable_summary([pending("a")], "stable")))
+    degraded = next(c for c in status.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["reason"], degraded["message"]) == (
+        "PodsUnschedulable", "1 stable pod unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+
+
+def test_the_controller_says_why_stable_pods_are_not_scheduled():
+    import copy
+
+    from rankops.controller import models
+    from rankops.render import names
+    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model
+
+    cluster = FakeCluster()
+    model = Model(cluster, version="1")
+    model.reconcile()
+    dep = cluster.objects[("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))]
+    since = (T0 + dt.timedelta(seconds=model.t)).isoformat().replace("+00:00", "Z")
+    dep["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "updatedReplicas": 1,
+                     "conditions": [{"type": "Available", "status": "False", "lastTransitionTime": since}]}
+    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    cluster.put({"kind": "Pod", "metadata": {"name": f"{MODEL}-stable-0", "namespace": "reco", "labels": labels},
+                 "spec": {}, "status": {"phase": "Pending", "conditions": [
+                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                      "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}})
+    later = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 20))
+    degraded = next(c for c in later.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PodsUnschedulable")
+    assert degraded["message"] == "1 stable pod unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    assert [e.reason for e in later.events if e.type == "Warning"] == ["PodsUnschedulable"]

@@ -33,7 +33,7 @@ from rankops.rollout import status_decisions
 from rankops.rollout import warming
 from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Decision, Event, GateObservation,
                                      Observed, attempt_id, iso, passed_gates, step)
-from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count
+from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count, unschedulable_summary
 from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
@@ -139,15 +139,18 @@ def _canary_pods(kube: Kube, namespace: str, model: str) -> list[tuple[dict, Pod
     return [(p, observe_pod(p, nodes.get((p.get("spec") or {}).get("nodeName")))) for p in pods]
 
 
-def _warm_failing(kube: Kube, namespace: str, model: str, canary_pods: list[tuple[dict, PodObservation]],
-                  stable_dep: dict | None, now: dt.datetime) -> tuple[str, ...]:
-    """The pods kept un-Ready because the model fails its warm requests (rollout.warming decides):
-    the canary's, already listed; the others' only while the stable has been un-Available a while."""
+def _pod_problems(kube: Kube, namespace: str, model: str, canary_pods: list[tuple[dict, PodObservation]],
+                  stable_dep: dict | None, now: dt.datetime) -> tuple[tuple[str, ...], str | None]:
+    """(the pods kept un-Ready because the model fails its warm requests (rollout.warming decides),
+    the stable pods the scheduler cannot place and why): the canary's pods are already listed; the
+    others only while the stable has been un-Available a while (one request, not one per reconcile)."""
     pods = [pod for pod, _ in canary_pods]
+    others = []
     if warming.reads_all_pods(stable_dep, now):
-        pods += [p for p in kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
-                 if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) != names.CANARY]
-    return warming.warm_failures(pods)
+        others = [p for p in kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
+                  if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) != names.CANARY]
+    stable = [p for p in others if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) == names.STABLE]
+    return warming.warm_failures(pods + others), unschedulable_summary(stable, "stable")
 
 
 def _set_canary_traffic(kube: Kube, namespace: str, pods: list[tuple[dict, PodObservation]], version: str,
@@ -351,12 +354,13 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         now=now, canary_pods=tuple(seen for _, seen in canary_pods), canary_desired=c_desired,
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
         gates=gates_seen, annotations=meta.get("annotations") or {}, track_metrics=track_metrics,
-        metrics_problems=metrics_problems, replicas=resolved.replicas))
+        metrics_problems=metrics_problems, replicas=resolved.replicas,
+        canary_warm_failing=warming.warm_failures(pod for pod, _ in canary_pods)))
     unapplied_events = list(events)   # the decision's own events only count once it is applied
     events += decision.events
     canary = decision.serving.canary_version
     c_ready = ready_count((seen for _, seen in canary_pods), canary) if canary else 0
-    warm_failing = _warm_failing(kube, namespace, name, canary_pods, stable_dep, now)
+    warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
 
     try:
         _apply_decision(kube, rm, decision, resolved, pool_requirements,
@@ -371,7 +375,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
                               unapplied_events, now)
 
     return Result(_status(rm, status, decision, resolved, plan_status, stable_dep, c_ready, pool_note, gen, events,
-                          now, placement, notes, warm_failing),
+                          now, placement, notes, warm_failing, unschedulable),
                   events, decision.outcome,
                   [g for g in decision.gates if g not in (status.get("gates") or [])])
 
@@ -465,7 +469,7 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
             plan_status: dict[str, Any] | None, stable_dep: dict | None,
             canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event], now: dt.datetime,
             placement: tuple[str, str] | None = None, notes: list[str] = (),
-            warm_failing: tuple[str, ...] = ()) -> dict[str, Any]:
+            warm_failing: tuple[str, ...] = (), unschedulable: str | None = None) -> dict[str, Any]:
     """`placement`: (reason, message) when no ready node can run the image (image_fit);
     `notes`: what rankops could not check, said in Degraded's message when nothing is wrong."""
     desired, ready, settled, version = _deployment_view(stable_dep)
@@ -475,6 +479,6 @@ def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedS
         canary_ready=canary_ready, replicas=resolved.replicas,
         plan=plan_status,
         problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool_note,
-        placement=placement, notes=tuple(notes), warm_failing=warm_failing))
+        placement=placement, notes=tuple(notes), warm_failing=warm_failing, unschedulable=unschedulable))
     events += decided.events
     return decided.status

@@ -72,6 +72,8 @@ class Observed:
     # During Canary: each serving pod's Triton counters read now, by track ("canary", "stable");
     # None when they were not read (no reachable pod).
     track_metrics: dict[str, dict[str, Any]] | None = None
+    # Canary pods kept un-Ready because the version fails its warm requests (rollout.warming).
+    canary_warm_failing: tuple[str, ...] = ()
     # During Canary: the serving pods whose metrics could not be read, each "pod (ip): cause".
     metrics_problems: tuple[str, ...] = ()
     # The stable replicas the model wants (spec.replicas, or the plan's), before any is lent to the canary.
@@ -549,6 +551,10 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         rollout["unschedulable"] = stuck
     else:
         rollout.pop("unschedulable", None)
+    if phase in (CANARY_STARTING, CANARY) and observed.canary_warm_failing:
+        # Its warm container saw the version fail its requests: no gate will pass it, no wait helps.
+        roll_back("canary", f"canary {target} fails its warm-up requests: "
+                            f"{'; '.join(observed.canary_warm_failing[:3])}; stable {stable} untouched")
     if not paused and phase == CANARY_STARTING:
         if canary_up:
             move(WARMING, f"canary {target} Ready ({canary_ready}/{observed.canary_desired} pods); "

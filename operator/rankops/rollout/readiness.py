@@ -59,3 +59,13 @@ def counts_ready(pod: PodObservation, version: str) -> bool:
 
 def ready_count(pods: Iterable[PodObservation], version: str) -> int:
     return sum(counts_ready(p, version) for p in pods)
+
+
+def unschedulable_summary(pods: Iterable[dict[str, Any]], what: str) -> str | None:
+    """'2 stable pods unschedulable: 0/3 nodes are available: ...' for the pods the scheduler cannot
+    place (the first one's reason), or None."""
+    stuck = [m for m in (unschedulable_message(p) for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp"))
+             if m]
+    if not stuck:
+        return None
+    return f"{len(stuck)} {what} pod{'s' if len(stuck) > 1 else ''} unschedulable: {stuck[0]}"
