@@ -28,8 +28,8 @@ from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SER
 from rankops.render import names
 from rankops.validator.daemonset import HOST_ROOT, validator_name
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
-                                    LABEL_DRIVER_MINOR, LABEL_OS, LABEL_POOL, LABEL_READY, TAINT_EFFECT,
-                                    TAINT_KEY)
+                                    LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL, LABEL_READY,
+                                    LABEL_TOPOLOGY_ALIGNED, TAINT_EFFECT, TAINT_KEY)
 from rankops.validator.report import requirements_digest
 from rankops.validator.sample_hosts import DRIVER, T4_REQUIREMENTS
 
@@ -38,7 +38,8 @@ pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
 GROUP, VERSION, PLURAL = "rankops.io", "v1alpha1", "gpunodepools"
 T4 = "Tesla-T4"
 SELECTOR = {"nvidia.com/gpu.product": T4}
-RANKOPS_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR)
+RANKOPS_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR,
+                  LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED)
 TIMEOUT = 60  # the operator re-reads pools every 2 s
 
 
@@ -223,7 +224,9 @@ def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(clust
 
     labels, report, taints = _node_marks(k8s, good)
     assert labels == {LABEL_READY: "true", LABEL_POOL: name, LABEL_DRIVER: DRIVER, LABEL_CUDA: "12.2",
-                      LABEL_OS: "rhel-8.9", LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104"}
+                      LABEL_OS: "rhel-8.9", LABEL_DRIVER_BRANCH: "535", LABEL_DRIVER_MINOR: "104",
+                      # latencyTuning: warn (default) labels the base host, which tunes nothing
+                      LABEL_LATENCY_TUNED: "false", LABEL_TOPOLOGY_ALIGNED: "unknown"}
     assert report["ready"] is True and report["node"] == good and report["pool"] == name
     assert (TAINT_KEY, TAINT_EFFECT) not in taints
     labels, report, taints = _node_marks(k8s, bad)
@@ -282,6 +285,41 @@ def test_verdicts_taint_failing_nodes_gate_models_and_a_fixed_node_rejoins(clust
     models.wait_ready(k8s, namespace, "pooled")
     pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
     assert sorted(p.spec.node_name for p in pods) == sorted(t4_nodes)
+
+
+def test_a_latency_require_pool_labels_only_tuned_nodes_and_pins_models_there(cluster, k8s, namespace,
+                                                                              make_pool, t4_nodes):
+    """Issue 28: with latencyTuning: require the untuned node is not ready and not aligned; a model
+    with latencyIsolation lands only on the tuned node, its pods Guaranteed."""
+    tuned, untuned = t4_nodes
+    name = make_pool(requirements={**T4_REQUIREMENTS, "latencyTuning": "require"})["metadata"]["name"]
+
+    assert _validate(cluster, name, {tuned: "latency-tuned", untuned: "latency-untuned"}) == {tuned: 0, untuned: 1}
+    labels, report, _ = _node_marks(k8s, tuned)
+    assert (labels[LABEL_READY], labels[LABEL_LATENCY_TUNED], labels[LABEL_TOPOLOGY_ALIGNED]) == ("true", "true", "true")
+    labels, report, taints = _node_marks(k8s, untuned)
+    assert (labels[LABEL_READY], labels[LABEL_LATENCY_TUNED], labels[LABEL_TOPOLOGY_ALIGNED]) == \
+        ("false", "false", "false")
+    assert {"cpu-frequency", "cpu-idle", "tuned", "gpu-clocks", "topology"} <= set(report["blocking"])
+    assert (TAINT_KEY, TAINT_EFFECT) in taints
+    status = _wait_pool(k8s, name, lambda s: s.get("pending") == 0, "verdicts counted")["status"]
+    assert (status["ready"], status["failing"], status["latencyTuned"], status["topologyAligned"]) == (1, 1, 1, 1)
+    columns = _columns(cluster, name)
+    assert (columns["TUNED"], columns["ALIGNED"], columns["LATENCY"]) == ("1", "1", "require")
+
+    _wait_gpus_free(k8s, t4_nodes)
+    models.create(k8s, namespace, models.model_manifest("pinned", replicas=2, nodePool=name, latencyIsolation=True))
+    selector = f"{names.LABEL_MODEL}=pinned"
+
+    def one_placed_one_refused():
+        pods = k8s.core.list_namespaced_pod(namespace, label_selector=selector).items
+        placed = [p.spec.node_name for p in pods if p.spec.node_name]
+        return pods if placed == [tuned] and len(pods) == 2 else None
+    pods = wait_for(one_placed_one_refused, TIMEOUT, f"one pod on {tuned}, none on {untuned}")
+    assert {p.status.qos_class for p in pods} == {"Guaranteed"}  # the API server's verdict, init container included
+    template = k8s.apps.read_namespaced_deployment(names.deployment_name("pinned", names.STABLE), namespace)
+    assert template.spec.template.spec.node_selector == {LABEL_POOL: name, LABEL_READY: "true",
+                                                         LABEL_LATENCY_TUNED: "true", LABEL_TOPOLOGY_ALIGNED: "true"}
 
 
 def _relabel_driver(k8s, node: str, driver: str) -> None:
