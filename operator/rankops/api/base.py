@@ -5,6 +5,10 @@ manifest is an error naming the field rather than a silently ignored key.
 """
 from __future__ import annotations
 
+import types
+import typing
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -20,3 +24,45 @@ class ApiModel(BaseModel):
     def to_wire(self) -> dict:
         """The object as it appears in a manifest (camelCase, no unset optionals)."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    @classmethod
+    def known_fields(cls, data: Any, path: str = "") -> tuple[Any, list[str]]:
+        """`data` (wire form) without the keys this model does not know, and their paths: what a
+        newer rankops wrote into a stored status is dropped and said, not a ValidationError on
+        every reconcile. Values are not checked here; a field typed `dict[str, Any]` keeps its keys."""
+        if not isinstance(data, dict):
+            return data, []
+        fields = {(f.alias or name): f for name, f in cls.model_fields.items()}
+        kept, dropped = {}, []
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else key
+            field = fields.get(key)
+            if field is None:
+                dropped.append(where)
+                continue
+            kept[key], inner = _known(field.annotation, value, where)
+            dropped += inner
+        return kept, dropped
+
+
+def _known(annotation: Any, value: Any, path: str) -> tuple[Any, list[str]]:
+    """`value` of a field typed `annotation` with unknown keys of its models dropped."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        models = [a for a in args if isinstance(a, type) and issubclass(a, ApiModel)]
+        if len(models) == 1 and isinstance(value, dict):
+            return models[0].known_fields(value, path)
+        lists = [a for a in args if typing.get_origin(a) is list]
+        if lists and isinstance(value, list):
+            return _known(lists[0], value, path)
+        return value, []
+    if origin is list and args and isinstance(value, list):
+        cleaned, dropped = [], []
+        for i, item in enumerate(value):
+            kept, inner = _known(args[0], item, f"{path}[{i}]")
+            cleaned.append(kept)
+            dropped += inner
+        return cleaned, dropped
+    if isinstance(annotation, type) and issubclass(annotation, ApiModel) and isinstance(value, dict):
+        return annotation.known_fields(value, path)
+    return value, []

@@ -282,8 +282,11 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     now = now or dt.datetime.now(dt.timezone.utc)
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
-    status = dict(body.get("status") or {})
     events: list[Event] = []
+    status, unknown = status_decisions.known_status(body.get("status") or {})
+    if unknown:   # said once: the status written next leaves them out (the merge patch removes them)
+        events.append(Event("Warning", "StatusFieldsUnknown", status_decisions.unknown_fields_message(unknown)))
+        body = {**body, "status": status}
 
     try:
         rm = RankingModel.model_validate(_spec_document(body))

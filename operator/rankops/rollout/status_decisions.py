@@ -63,6 +63,19 @@ def typed_status(status: dict[str, Any]) -> dict[str, Any]:
     return RankingModelStatus.model_validate(status).to_wire()
 
 
+def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A stored status without the fields this operator's RankingModelStatus does not know (what a
+    newer rankops left behind before an older one was rolled back onto the same CRD), and their
+    paths. Kept, they made every status write a ValidationError: a crash loop with no status."""
+    return RankingModelStatus.known_fields(status)
+
+
+def unknown_fields_message(paths: list[str]) -> str:
+    shown = ", ".join(f"status.{p}" for p in paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
+    return (f"{len(paths)} status field(s) this operator does not know were dropped: {shown} (written by a newer "
+            "rankops? this one manages the model without them)")
+
+
 def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
     """Whether only time moves the model on, so it is re-checked at `--interval`: a rollout in
     flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
