@@ -144,6 +144,27 @@ def test_pod_marked_not_ready_runs_but_stays_unready(k8s, namespace, gpu_nodes):
     assert status.container_statuses[0].ready is False
 
 
+def test_a_pod_marked_not_ready_by_the_node_controller_is_ready_again_as_a_kubelet_would_say(
+        k8s, namespace, gpu_nodes):
+    """After an API server outage the node lifecycle controller finds the Leases lapsed and marks
+    the nodes' pods NotReady; a kubelet reports them Ready again once it reaches the API server.
+    kwok's pod-ready stage did not (it matches pods without a podIP only), so a rollout rolled back
+    over pods that were fine: pod-ready-again does."""
+    k8s.core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lapsed"},
+                                               "spec": {"containers": [_container()]}})
+
+    def ready() -> bool:
+        status = k8s.core.read_namespaced_pod_status("lapsed", namespace).status
+        return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+    wait_for(ready, 60, "pod lapsed Ready")
+    # What the node lifecycle controller writes (MarkPodsNotReady): Ready False, reason NodeNotReady.
+    k8s.core.patch_namespaced_pod_status("lapsed", namespace, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}})
+    assert not ready()
+    wait_for(ready, 30, "pod lapsed Ready again")
+
+
 def test_daemonset_gets_one_pod_per_matching_node(k8s, namespace, gpu_nodes):
     labels = {"app": "validator"}
     daemonset = {

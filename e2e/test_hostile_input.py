@@ -51,6 +51,13 @@ HOSTILE = [
                  "each version name may appear only once", id="duplicate-versions"),
     pytest.param({"batching": {"maxBatchSize": 512, "junk": "x" * 1000}}, "spec.batching may only hold",
                  id="batching-extra-key"),
+    # CEL rules guard their types: a number where a word or object goes is a sentence, never
+    # "got 'types.Int', expected iterable type".
+    pytest.param({"rollout": {"equivalence": {"reference": 5}}}, "spec.rollout.equivalence.reference must be",
+                 id="reference-number"),
+    pytest.param({"rollout": {"equivalence": {"reference": ["stable"]}}},
+                 "spec.rollout.equivalence.reference must be", id="reference-list"),
+    pytest.param({"batching": 7}, "spec.batching must be", id="batching-number"),
 ]
 
 
@@ -65,6 +72,7 @@ def test_hostile_input_is_refused_at_apply_naming_the_field(cluster, k8s, namesp
     done = _kubectl_apply(cluster, namespace, body)
     assert done.returncode != 0, f"accepted: {str(override)[:200]}"
     assert says in done.stderr, done.stderr[:2000]
+    assert "expected iterable type" not in done.stderr and "no such overload" not in done.stderr, done.stderr[:2000]
     assert gone(lambda: models.get(k8s, namespace, "hostile"))
 
 

@@ -51,6 +51,7 @@ PROCESS_NODE_TAINT = {"key": PROCESS_NODE_LABEL, "value": "true", "effect": "NoS
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LEASE_SECONDS = 40
 TICK = 0.25
+STATUS_RESYNC_S = 10.0   # a kubelet syncs pod status about this often
 # Probes go straight to the pod's loopback address, never through a proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -320,6 +321,7 @@ class PodWorker(threading.Thread):
         self.inits: list[ContainerRun] = []
         self.containers: list[ContainerRun] = []
         self.reported: str = ""
+        self.reported_at = 0.0   # time.monotonic() of the last status write that succeeded
         self.conditions: list[dict[str, Any]] = []
         self.started = now()
         self.init_done = False
@@ -480,13 +482,16 @@ class PodWorker(threading.Thread):
                   "conditions": conditions, "containerStatuses": statuses}
         if inits:
             status["initContainerStatuses"] = inits
-        # Only a change is written (the transition times would make every report new).
+        # A change is written at once (the transition times would make every report new), and the
+        # same status again every STATUS_RESYNC_S, as a kubelet's status manager does: what the API
+        # server lost (a write refused during an outage) or what another writer changed (the node
+        # lifecycle controller marking the pods NotReady while the node's Lease lapsed) is put right.
         key = json.dumps({**status, "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"}
                                                    for c in conditions]}, sort_keys=True)
-        if key == self.reported:
+        if key == self.reported and time.monotonic() - self.reported_at < STATUS_RESYNC_S:
             return
-        self.runner.patch_status(self, status)
-        self.reported = key
+        if self.runner.patch_status(self, status):
+            self.reported, self.reported_at = key, time.monotonic()
 
 
 # --- the node ---------------------------------------------------------------------------------------
@@ -638,13 +643,16 @@ class PodRunner:
         except Exception as exc:  # noqa: BLE001 - a conflict means it is already gone
             log.info("delete %s/%s: %s", meta["namespace"], meta["name"], exc)
 
-    def patch_status(self, worker: PodWorker, status: dict[str, Any]) -> None:
+    def patch_status(self, worker: PodWorker, status: dict[str, Any]) -> bool:
+        """Whether the API server took it (else the next report writes it again)."""
         try:
             self.api.call("PATCH", f"/api/v1/namespaces/{worker.namespace}/pods/{worker.pod_name}/status",
                           {"metadata": {"uid": worker.uid}, "status": status},
                           content_type="application/merge-patch+json")
+            return True
         except Exception as exc:  # noqa: BLE001 - the next report retries
             log.warning("status of %s/%s: %s", worker.namespace, worker.pod_name, exc)
+            return False
 
     # -- volumes --
     def prepare_volumes(self, worker: PodWorker) -> dict[str, Path]:
