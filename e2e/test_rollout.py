@@ -87,7 +87,8 @@ def test_a_new_version_mid_rollout_supersedes_it_cleanly(k8s, namespace, operato
     v2_equivalence = [n for n in v2_jobs if "equivalence" in n]
     assert v2_equivalence and not set(v2_equivalence) & set(jobs), sorted(jobs)
     v3_gates = {g["gate"]: g["outcome"] for g in rm["status"]["gates"] if g.get("version") == "3"}
-    assert v3_gates == {"warmup": "pass", "equivalence": "pass"}, rm["status"]["gates"]
+    # The canary step moved on without a verdict, by the policy these kwok tests set (and says so).
+    assert v3_gates == {"warmup": "pass", "equivalence": "pass", "canary": "inconclusive"}, rm["status"]["gates"]
     models.wait_event(k8s, namespace, "switch", "RolloutSuperseded")
     models.wait_status(k8s, namespace, "switch", lambda rm: rm["status"].get("stableVersion") == "3"
                        and rm["status"].get("phase") == "Ready", "v3 stable after superseding v2")

@@ -86,3 +86,35 @@ def test_the_operator_reads_only_ready_serving_pods_in_its_networks():
 def test_metrics_without_a_series_of_the_model_are_not_a_reading():
     assert not parse('nv_inference_request_success{model="other",version="1"} 5000', "ranker").seen
     assert parse('nv_inference_request_success{model="ranker",version="1"} 0', "ranker").seen
+
+
+def test_the_canarys_average_queue_time_is_held_to_its_bound_and_to_the_stables():
+    # 300 requests that queued 9 ms on average against the stable's 2 ms, P99s alike.
+    canary = track_window({}, {"c": counters(300, 0, 100, 3000, 300 * 9000, p99_us=20000)})
+    stable = track_window({}, {"s": counters(600, 0, 200, 6000, 600 * 2000, p99_us=20000)})
+    assert judge(canary, stable, Bounds()).outcome == PASS, "not bounded unless the spec says so"
+    absolute = judge(canary, stable, Bounds(max_avg_queue_ms=5))
+    assert (absolute.outcome, absolute.reason) == (FAIL, "CanaryQueueAboveBound")
+    assert "canary average queue 9.00ms > 5ms" in absolute.summary
+    assert absolute.metrics["canary"]["avgQueueMs"] == 9.0 and absolute.metrics["bounds"]["maxAvgQueueMs"] == 5
+    relative = judge(canary, stable, Bounds(max_avg_queue_vs_stable=3))
+    assert (relative.outcome, relative.reason) == (FAIL, "CanaryQueuesLongerThanStable")
+    assert "4.50x the stable's 2.00ms > 3x" in relative.summary
+    assert judge(canary, stable, Bounds(max_avg_queue_ms=10, max_avg_queue_vs_stable=5)).outcome == PASS
+    # A stable with too little traffic of its own is no yardstick.
+    quiet = track_window({}, {"s": counters(50, 0, 20, 500, 50 * 1000)})
+    assert judge(canary, quiet, Bounds(max_avg_queue_vs_stable=3)).outcome == PASS
+
+
+def test_the_queue_bounds_come_from_the_spec():
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.rollout.machine import analysis_bounds
+
+    rm = RankingModel.model_validate({
+        "metadata": {"name": "ctr", "namespace": "reco"},
+        "spec": {"version": "1", "versions": [{"name": "1", "modelUri": "s3://m/1", "format": "onnx"}],
+                 "inputs": [{"name": "x", "dataType": "FP32", "dims": [4]}],
+                 "outputs": [{"name": "s", "dataType": "FP32", "dims": [1]}], "batching": {"maxBatchSize": 8},
+                 "rollout": {"canary": {"analysis": {"maxAvgQueueMs": 4, "maxAvgQueueVsStable": 2.5}}}}})
+    bounds = analysis_bounds(rm.spec)
+    assert (bounds.max_avg_queue_ms, bounds.max_avg_queue_vs_stable) == (4, 2.5)

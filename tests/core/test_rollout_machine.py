@@ -565,7 +565,8 @@ def test_the_analysis_bounds_come_from_the_spec():
     _, s = drive(rm, s, 60, **up(), track_metrics=slow)
     assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryP99AboveBound"
     assert s["gates"][-1]["metrics"]["bounds"] == {"maxFailureRatio": 0.1, "maxP99Ms": 3.0, "maxP99VsStable": None,
-                                                   "minRequests": 20}
+                                                   "minRequests": 20, "maxAvgQueueMs": None,
+                                                   "maxAvgQueueVsStable": None}
 
 
 def test_analysis_off_lets_the_hold_alone_decide():

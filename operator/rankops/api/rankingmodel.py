@@ -264,6 +264,11 @@ class CanaryAnalysis(ApiModel):
     min_requests: Annotated[int, Field(ge=1, le=10_000_000, description=(
         "Canary requests a step's window needs before it can be judged; with fewer, the step's hold is "
         "extended (up to maxExtensionSeconds) until the canary has served that many."))] = 100
+    max_avg_queue_ms: Annotated[float | None, Field(gt=0, le=3_600_000, description=(
+        "Bound on the canary's average time in Triton's queue (ms, from nv_inference_queue_duration_us) in "
+        "the window; null: not bounded."))] = None
+    max_avg_queue_vs_stable: Annotated[float | None, Field(ge=1, le=1000, description=(
+        "Bound on canary / stable average queue time over the same window; null: not compared."))] = None
     max_extension_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
         "How long past a step's durationSeconds its hold is extended while the analysis has no verdict "
         "(too few canary requests, or no pod's metrics could be read); then onNoVerdict decides."))] = 600

@@ -8,7 +8,7 @@ absolute bounds and to the stable's same-window numbers; too little traffic is n
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ class Bounds:
     max_p99_ms: float | None = None            # absolute bound on the canary's server P99
     max_p99_vs_stable: float | None = 1.5      # canary P99 / stable P99 in the same window
     min_requests: int = 100                    # fewer canary requests: no verdict yet
+    max_avg_queue_ms: float | None = None      # absolute bound on the canary's average queue time
+    max_avg_queue_vs_stable: float | None = None   # canary / stable average queue time, same window
 
 
 @dataclass(frozen=True)
@@ -87,27 +89,68 @@ class Judgement:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+Check = Callable[[TrackWindow, TrackWindow, "Bounds", str], "Judgement | None"]
+
+
+def failing_requests(canary: TrackWindow, stable: TrackWindow, bounds: Bounds, seen: str) -> Judgement | None:
+    ratio = canary.failure_ratio or 0.0
+    if ratio > bounds.max_failure_ratio:
+        return Judgement(FAIL, "CanaryFailingRequests", f"{seen}: failure ratio {ratio:.2%} > {bounds.max_failure_ratio:.2%}")
+    return None
+
+
+def p99_above_bound(canary: TrackWindow, stable: TrackWindow, bounds: Bounds, seen: str) -> Judgement | None:
+    if bounds.max_p99_ms is not None and canary.p99_ms is not None and canary.p99_ms > bounds.max_p99_ms:
+        return Judgement(FAIL, "CanaryP99AboveBound", f"{seen}: canary P99 {canary.p99_ms:.2f}ms > {bounds.max_p99_ms:g}ms")
+    return None
+
+
+def p99_vs_stable(canary: TrackWindow, stable: TrackWindow, bounds: Bounds, seen: str) -> Judgement | None:
+    if (bounds.max_p99_vs_stable is not None and canary.p99_ms is not None and stable.p99_ms
+            and stable.requests >= bounds.min_requests and canary.p99_ms > stable.p99_ms * bounds.max_p99_vs_stable):
+        return Judgement(FAIL, "CanarySlowerThanStable", f"{seen}: canary P99 {canary.p99_ms / stable.p99_ms:.2f}x "
+                                                         f"the stable's > {bounds.max_p99_vs_stable:g}x")
+    return None
+
+
+def queue_time(canary: TrackWindow, stable: TrackWindow, bounds: Bounds, seen: str) -> Judgement | None:
+    """The canary's average time in Triton's queue (nv_inference_queue_duration_us per request):
+    a canary that batches worse, or is slower per batch, queues longer before its P99 shows it."""
+    queue = canary.avg_queue_ms
+    if queue is None:
+        return None
+    if bounds.max_avg_queue_ms is not None and queue > bounds.max_avg_queue_ms:
+        return Judgement(FAIL, "CanaryQueueAboveBound",
+                         f"{seen}: canary average queue {queue:.2f}ms > {bounds.max_avg_queue_ms:g}ms")
+    theirs = stable.avg_queue_ms
+    if (bounds.max_avg_queue_vs_stable is not None and theirs and stable.requests >= bounds.min_requests
+            and queue > theirs * bounds.max_avg_queue_vs_stable):
+        return Judgement(FAIL, "CanaryQueuesLongerThanStable",
+                         f"{seen}: canary average queue {queue:.2f}ms, {queue / theirs:.2f}x the stable's "
+                         f"{theirs:.2f}ms > {bounds.max_avg_queue_vs_stable:g}x")
+    return None
+
+
+# What the canary is held to, in order: the first that fails decides. A new metric is one more
+# function here, its bound in Bounds and the API (rollout.canary.analysis), and its test.
+CHECKS: tuple[Check, ...] = (failing_requests, p99_above_bound, p99_vs_stable, queue_time)
+
+
 def judge(canary: TrackWindow, stable: TrackWindow, bounds: Bounds) -> Judgement:
     metrics = {"canary": canary.as_metrics(), "stable": stable.as_metrics(),
                "bounds": {"maxFailureRatio": bounds.max_failure_ratio, "maxP99Ms": bounds.max_p99_ms,
-                          "maxP99VsStable": bounds.max_p99_vs_stable, "minRequests": bounds.min_requests}}
+                          "maxP99VsStable": bounds.max_p99_vs_stable, "minRequests": bounds.min_requests,
+                          "maxAvgQueueMs": bounds.max_avg_queue_ms,
+                          "maxAvgQueueVsStable": bounds.max_avg_queue_vs_stable}}
     seen = (f"canary {int(canary.requests)} requests, {int(canary.failures)} failed"
             f"{_ms(', P99', canary.p99_ms)}; stable {int(stable.requests)} requests{_ms(', P99', stable.p99_ms)}")
     if canary.requests < bounds.min_requests:
         return Judgement(WAIT, "NotEnoughTraffic",
                          f"{seen}: fewer than {bounds.min_requests} canary requests, no verdict yet", metrics)
-    ratio = canary.failure_ratio or 0.0
-    if ratio > bounds.max_failure_ratio:
-        return Judgement(FAIL, "CanaryFailingRequests",
-                         f"{seen}: failure ratio {ratio:.2%} > {bounds.max_failure_ratio:.2%}", metrics)
-    if bounds.max_p99_ms is not None and canary.p99_ms is not None and canary.p99_ms > bounds.max_p99_ms:
-        return Judgement(FAIL, "CanaryP99AboveBound",
-                         f"{seen}: canary P99 {canary.p99_ms:.2f}ms > {bounds.max_p99_ms:g}ms", metrics)
-    if (bounds.max_p99_vs_stable is not None and canary.p99_ms is not None and stable.p99_ms
-            and stable.requests >= bounds.min_requests and canary.p99_ms > stable.p99_ms * bounds.max_p99_vs_stable):
-        return Judgement(FAIL, "CanarySlowerThanStable",
-                         f"{seen}: canary P99 {canary.p99_ms / stable.p99_ms:.2f}x the stable's "
-                         f"> {bounds.max_p99_vs_stable:g}x", metrics)
+    for check in CHECKS:
+        failed = check(canary, stable, bounds, seen)
+        if failed is not None:
+            return Judgement(failed.outcome, failed.reason, failed.summary, metrics)
     return Judgement(PASS, "CanaryHealthy", f"{seen}: within bounds", metrics)
 
 
