@@ -77,13 +77,13 @@ def test_search_prefers_batching_under_load_and_stays_in_budget(make_inputs):
     result = plan(inputs)
     assert result.max_batch_size > 1                      # batch 1 saturates at 500 req/s
     assert result.qps_per_gpu > 1000 / 2.0
-    assert sustainable_qps(inputs, result.config) == pytest.approx(result.qps_per_gpu, rel=0.03)
+    assert sustainable_qps(inputs, result.config, verify=True) == pytest.approx(result.qps_per_gpu, rel=0.03)
     # the best is at least as good as a few hand-picked configs
     for config in (BatcherConfig(8), BatcherConfig(4, (), 500), BatcherConfig(16, (), 1000, 2)):
         assert result.qps_per_gpu >= sustainable_qps(inputs, config) * 0.99
     for point in result.table:
         if point.per_gpu_qps <= result.qps_per_gpu:
-            assert point.p99_ms <= 10 * 1.05
+            assert point.p99_ms <= 10
 
 
 def test_tighter_budget_lowers_sustainable_qps(make_inputs):
@@ -188,7 +188,7 @@ def test_pool_gpu_memory_is_the_fallback():
 
 
 def test_pydantic_spec_defaults_are_left_to_the_planner():
-    rankingmodel = pytest.importorskip("rankops.api.rankingmodel")
+    from rankops.api import rankingmodel     # the project's own module: an import error fails the test
     doc = {
         "version": "1", "versions": [{"name": "1", "modelUri": "s3://b/m", "format": "onnx"}],
         "inputs": [{"name": "x", "dataType": "FP32", "dims": [8]}],

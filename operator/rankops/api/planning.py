@@ -149,6 +149,9 @@ class PlanStatus(ApiModel):
     memory_mib: Annotated[float | SkipJsonSchema[None], Field(
         default=None, alias="memoryMiB", description="Predicted GPU memory per GPU, MiB (absent when no memory budget given).")]
     problems: Annotated[list[str], Field(description="SLO misses, capacity shortfalls, OOMs.")]
+    warnings: Annotated[list[str], Field(default_factory=list, description=(
+        "Risks a plan takes although it meets the SLO (e.g. no headroom and no failure tolerance); "
+        "not Degraded."))]
     summary: Annotated[str, Field(description="One line: why this choice.")]
     inputs: Annotated[PlanInputsStatus, Field(description="The inputs of the plan.")]
     inputs_digest: Annotated[str | SkipJsonSchema[None], Field(default=None, max_length=64, description=(

@@ -181,6 +181,8 @@ def render_text(result: PlanResult) -> str:
         lines.append(f"  {p.per_gpu_qps:8.0f}  {p.p50_ms:7.2f}  {p.p99_ms:7.2f}  {p.avg_batch_size:9.1f}  "
                      f"{p.gpu_busy_fraction:8.0%}")
     lines += ["", "Why:"] + [f"  - {line}" for line in result.explanation]
+    if result.warnings:
+        lines += ["", "Warnings:"] + [f"  ~ {w}" for w in result.warnings]
     if result.problems:
         lines += ["", "Problems:"] + [f"  ! {p}" for p in result.problems]
     return "\n".join(lines)

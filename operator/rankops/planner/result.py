@@ -41,6 +41,7 @@ class PlanResult:
     inputs: PlanInputs
     table: list[LoadPoint] = field(default_factory=list)
     runners_up: list[BatcherConfig] = field(default_factory=list)  # the closest alternatives (auto)
+    warnings: list[str] = field(default_factory=list)  # risks the plan takes though it meets the SLO
 
     @property
     def config(self) -> BatcherConfig:
@@ -63,6 +64,7 @@ class PlanResult:
             "avgBatchSize": _r(self.avg_batch_size, 2),
             "gpuBusyFraction": _r(self.gpu_busy_fraction, 3),
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
             "summary": self.explanation[0] if self.explanation else "",
             "inputs": {
                 "headroom": self.inputs.headroom,
