@@ -40,7 +40,8 @@ COMBINATIONS = {
     "no-rbac": ("rbac.create=false",),
 }
 # What the operator may do only inside the namespaces it serves.
-NAMESPACED_APP_RESOURCES = {"rankingmodels", "configmaps", "services", "deployments", "jobs", "pods"}
+NAMESPACED_APP_RESOURCES = {"rankingmodels", "configmaps", "services", "deployments", "jobs", "pods",
+                            "poddisruptionbudgets"}
 RBAC_KINDS = {"Role", "ClusterRole"}
 
 
@@ -221,6 +222,8 @@ def test_namespaced_mode_grants_model_rights_only_in_listed_namespaces():
     for ns in ("reco", "ads"):
         assert {r for _, r, _ in grants[ns]} >= NAMESPACED_APP_RESOURCES | {"rankingmodels/status", "events"}
         assert ("apps", "deployments", "create") in grants[ns]
+        assert {v for g, r, v in grants[ns] if (g, r) == ("policy", "poddisruptionbudgets")} == {
+            "get", "list", "watch", "create", "patch", "delete"}, "the Triton tracks' budgets"
         assert ("", "pods", "patch") in grants[ns], "the canary traffic label"
         assert not {("", "pods", "delete"), ("", "pods", "create")} & grants[ns], "pods belong to their owners"
 

@@ -171,7 +171,8 @@ def test_render_cli_exit_codes(tmp_path, capsys):
     from rankops.cli import main
     assert main(["render", "-f", str(HERE / "cases" / "onnx-fp16-pooled.yaml")]) == 0
     out = capsys.readouterr().out
-    assert [d["kind"] for d in yaml.safe_load_all(out)] == ["ConfigMap", "Deployment", "Service", "Service"]
+    assert [d["kind"] for d in yaml.safe_load_all(out)] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
+                                                            "Service"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: RankingModel\nmetadata: {name: x}\nspec: {replicas: -1}\n")
     assert main(["render", "-f", str(bad)]) == 1

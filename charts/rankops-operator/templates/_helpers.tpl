@@ -197,6 +197,11 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# Application: each Triton track's PodDisruptionBudget (stable: replicas - failureTolerance kept
+# through drains; canary and reference: never hold one up).
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, delete]
 # Application: the warmup and equivalence gate Jobs.
 - apiGroups: [batch]
   resources: [jobs]

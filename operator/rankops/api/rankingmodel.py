@@ -378,6 +378,82 @@ class FetchLimits(ApiModel):
         return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds)]
 
 
+class NodeSpread(str, Enum):
+    preferred = "preferred"
+    required = "required"
+
+
+# PriorityClass names with this prefix are Kubernetes' own (system-node-critical,
+# system-cluster-critical): never a tenant's to take.
+RESERVED_PRIORITY_PREFIX = "system-"
+
+
+class Disruption(ApiModel):
+    """How the model's replicas are kept apart, kept up and let go when nodes are drained or lost."""
+    priority_class_name: Annotated[str | None, Field(
+        pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
+            "PriorityClass of the Triton pods (an existing one; the cluster admin limits who may use which with "
+            "ResourceQuota scopes). A higher priority lets the scheduler preempt lower-priority pods for a GPU "
+            "when a replica is replaced. Names starting with `system-` are Kubernetes' own and refused."))] = None
+    unreachable_toleration_seconds: Annotated[int, Field(ge=0, le=3600, description=(
+        "How long a replica stays bound to a node that is NotReady or unreachable (NoExecute tolerations of "
+        "node.kubernetes.io/not-ready and node.kubernetes.io/unreachable) before it is evicted and replaced "
+        "elsewhere; counted from when the node lifecycle controller marks the node (its "
+        "node-monitor-grace-period, 50 s by default, after the last heartbeat). Kubernetes' own default is "
+        "300 s."))] = 30
+    node_spread: Annotated[NodeSpread, Field(description=(
+        "How replicas of a track are spread over nodes (kubernetes.io/hostname, max skew 1; zones are always "
+        "preferred): `preferred` (the scheduler spreads them where it can and stacks them where GPUs are free "
+        "only on one node, so a small or busy pool still schedules) or `required` (a replica is never placed "
+        "on a node that already has more of the track's replicas than another eligible node; it stays Pending "
+        "instead, e.g. when only the fuller node has a free GPU)."))] = NodeSpread.preferred
+    pre_stop_delay_seconds: Annotated[int, Field(ge=0, le=120, description=(
+        "A Triton pod that is deleted or evicted waits this long (a preStop hook) before Triton is told to "
+        "stop, so that Services and load balancers have removed its endpoint and send it no new request. "
+        "0: no hook."))] = 5
+    exit_timeout_seconds: Annotated[int, Field(ge=1, le=3600, description=(
+        "Triton's --exit-timeout-secs: after the stop signal, how long Triton waits for the requests in "
+        "flight to finish before it exits anyway."))] = 15
+    termination_grace_period_seconds: Annotated[int | None, Field(ge=1, le=7200, description=(
+        "The pods' terminationGracePeriodSeconds: the most a pod takes to go, preStop delay included, after "
+        "which it is killed. It must cover preStopDelaySeconds + exitTimeoutSeconds; unset, it is that sum "
+        "plus 5 s."))] = None
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        if value and value.startswith(RESERVED_PRIORITY_PREFIX):
+            raise ValueError(f"disruption.priorityClassName {value!r}: system- priority classes are reserved "
+                             "for Kubernetes' own components")
+        return value
+
+    @model_validator(mode="after")
+    def _grace_covers_exit(self) -> "Disruption":
+        needed = self.pre_stop_delay_seconds + self.exit_timeout_seconds
+        if self.termination_grace_period_seconds is not None and self.termination_grace_period_seconds < needed:
+            raise ValueError(f"disruption.terminationGracePeriodSeconds {self.termination_grace_period_seconds} "
+                             f"must cover preStopDelaySeconds {self.pre_stop_delay_seconds} + exitTimeoutSeconds "
+                             f"{self.exit_timeout_seconds} = {needed} (or leave it unset)")
+        return self
+
+    def grace_period_seconds(self) -> int:
+        # 5 s past Triton's own exit timeout: the warm container and the kill itself.
+        return self.termination_grace_period_seconds or self.pre_stop_delay_seconds + self.exit_timeout_seconds + 5
+
+
+DISRUPTION_RULES = [
+    {"rule": "!has(self.terminationGracePeriodSeconds) || !has(self.preStopDelaySeconds) || "
+             "!has(self.exitTimeoutSeconds) || "
+             "self.terminationGracePeriodSeconds >= self.preStopDelaySeconds + self.exitTimeoutSeconds",
+     "message": "disruption.terminationGracePeriodSeconds must cover preStopDelaySeconds + exitTimeoutSeconds",
+     "fieldPath": ".terminationGracePeriodSeconds"},
+    # On the object: an optional field's own rules do not survive the schema's null collapse.
+    {"rule": f"!has(self.priorityClassName) || !self.priorityClassName.startsWith('{RESERVED_PRIORITY_PREFIX}')",
+     "message": "disruption.priorityClassName: system- priority classes are reserved for Kubernetes' own components",
+     "fieldPath": ".priorityClassName"},
+]
+
+
 class RankingModelSpec(ApiModel):
     node_pool: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
         "GpuNodePool whose validated nodes serve this model. Without one, any node with "
@@ -435,6 +511,11 @@ class RankingModelSpec(ApiModel):
     warm_replicas: WarmReplicas = Field(default_factory=WarmReplicas, description=(
         "Warm every replica before it takes traffic: a `warm` container beside Triton in every pod."))
     pod_annotations: bounds.pod_annotations("Annotations added to Triton pods.")
+    disruption: Disruption = Field(default_factory=Disruption, description=(
+        "Drains, node failures and pod exits: the priority class, how long replicas stay on a lost node, "
+        "how they spread over nodes, and how a Triton pod finishes its requests before it goes. The stable "
+        "track's PodDisruptionBudget follows planning.failureTolerance (docs/disruptions.md)."),
+        json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
 
     @field_validator("batching", mode="before")
     @classmethod

@@ -64,6 +64,7 @@ KINDS: dict[str, Kind] = {
     "Deployment": Kind("apps/v1", "deployments"),
     "DaemonSet": Kind("apps/v1", "daemonsets"),
     "Job": Kind("batch/v1", "jobs"),
+    "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "RankingModel": Kind("rankops.io/v1alpha1", "rankingmodels"),
     "GpuNodePool": Kind("rankops.io/v1alpha1", "gpunodepools", namespaced=False),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes"),

@@ -97,8 +97,10 @@ def effective_weight(stable_ready: int, canary_ready: int) -> int:
 
 def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
                   shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0,
-                  policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
-    """`policy`: what the cluster admin lets the spec mount and run (`rankops run --allow-*`)."""
+                  policy: TenantPolicy = TenantPolicy(), min_available: int = 0) -> list[dict[str, Any]]:
+    """`policy`: what the cluster admin lets the spec mount and run (`rankops run --allow-*`).
+    `min_available`: Ready pods the track's PodDisruptionBudget keeps through evictions; 0 (canary,
+    reference) never holds up a drain (a rollback or promotion deletes pods, which no budget stops)."""
     spec, name, namespace = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
     version = spec.version_named(version_name)
     if version is None:
@@ -115,6 +117,7 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
         serving.config_map(name, namespace, track, version.name, config_text),
         deployment,
         serving.track_service(name, namespace, track),
+        serving.disruption_budget(name, namespace, track, min_available),
     ]
 
 
@@ -122,13 +125,22 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
                     pool_requirements: Any = None, policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
     covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
-    objects = track_objects(rm, names.STABLE, state.stable_version, resolved.replicas - state.stable_lent, True,
-                            resolved.shape, pool_requirements, covering, policy)
+    stable = resolved.replicas - state.stable_lent
+    # From the model's replicas, not the Deployment's: replicas lent to a canary (at most the
+    # tolerance) are already part of what may go.
+    keep = serving.stable_min_available(resolved.replicas, failure_tolerance(rm.spec), stable)
+    objects = track_objects(rm, names.STABLE, state.stable_version, stable, True,
+                            resolved.shape, pool_requirements, covering, policy, min_available=keep)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
                                  False, resolved.shape, pool_requirements, policy=policy)
     objects.append(serving.serving_service(name, namespace))
     return [with_owner(obj, rm) for obj in objects]
+
+
+def failure_tolerance(spec: RankingModelSpec) -> int:
+    """Replicas the model may lose: planning.failureTolerance, 1 without planning (as the planner)."""
+    return spec.planning.failure_tolerance if spec.planning is not None else 1
 
 
 def monitoring_objects(rm: RankingModel, extra_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -34,6 +34,10 @@ def track_service_name(model: str, track: str) -> str:
     return f"{model}-{track}"
 
 
+def disruption_budget_name(model: str, track: str) -> str:
+    return f"{model}-{track}"
+
+
 def serving_service_name(model: str) -> str:
     return model
 

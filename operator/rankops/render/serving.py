@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from rankops.api.gpunodepool import LatencyTuning
-from rankops.api.rankingmodel import ModelVersion, RankingModelSpec
+from rankops.api.rankingmodel import Disruption, ModelVersion, NodeSpread, RankingModelSpec
 from rankops.render import isolation, names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
@@ -21,6 +21,12 @@ TRITON_UID = 1000  # the triton-server user of NVIDIA's images
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 UNVALIDATED_TAINT = "rankops.io/gpu-unvalidated"
+HOSTNAME_KEY, ZONE_KEY = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+# Taints the node lifecycle controller puts on a node it has lost (NoExecute: bound pods go).
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# The cluster autoscaler keeps a node holding pods with emptyDir volumes unless told they may go:
+# the model repository is refetched anywhere, and the PodDisruptionBudget is what guards capacity.
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 
 def config_hash(config_text: str) -> str:
@@ -119,6 +125,57 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None,
     return placement
 
 
+def node_loss_tolerations(seconds: int) -> list[dict[str, Any]]:
+    """Replace the API server's default 300 s tolerations (DefaultTolerationSeconds): a replica on a
+    lost node is evicted, and replaced elsewhere, `seconds` after the node is marked."""
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+            for key in NODE_LOST_TAINTS]
+
+
+def topology_spread(model: str, track: str, node_spread: NodeSpread) -> list[dict[str, Any]]:
+    """One track's replicas over nodes and zones, counted per ReplicaSet (pod-template-hash) so
+    that the old pods of a rolling update do not skew where the new ones go; tainted and cordoned
+    nodes the pods do not tolerate are no domain (nodeTaintsPolicy), so a drained node does not
+    hold the others to its count. Zones are only preferred: most pools are in one, or unlabelled."""
+    def spread(key: str, when: str) -> dict[str, Any]:
+        return {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when,
+                "labelSelector": {"matchLabels": names.track_selector(model, track)},
+                "matchLabelKeys": ["pod-template-hash"], "nodeTaintsPolicy": "Honor"}
+
+    host = "DoNotSchedule" if node_spread is NodeSpread.required else "ScheduleAnyway"
+    return [spread(HOSTNAME_KEY, host), spread(ZONE_KEY, "ScheduleAnyway")]
+
+
+def disruption_budget(model: str, namespace: str, track: str, min_available: int) -> dict[str, Any]:
+    """A track's PodDisruptionBudget: evictions (drains, autoscaler scale-down) leave at least
+    `min_available` Ready pods. An absolute count, not maxUnavailable: a surge pod beside the
+    replicas adds to what may go. Pods that are not Ready may always be evicted, so a broken
+    replica never blocks a drain."""
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": names.disruption_budget_name(model, track), "namespace": namespace,
+                     "labels": {**names.common_labels(model), names.LABEL_TRACK: track}},
+        "spec": {"minAvailable": min_available,
+                 "selector": {"matchLabels": names.track_selector(model, track)},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+    }
+
+
+def stable_min_available(replicas: int, failure_tolerance: int, serving: int) -> int:
+    """Of the model's `replicas`, `failure_tolerance` may go; never more than the stable track's
+    `serving` pods (fewer while a canary holds some of its GPUs). With a tolerance of 0 a drain
+    waits until another pod stands in."""
+    return min(serving, max(0, replicas - failure_tolerance))
+
+
+def _pre_stop(disruption: Disruption) -> dict[str, Any]:
+    """Sleep while the endpoint is removed: Triton gets its stop signal only after that.
+    exec, not the sleep action (1.30+): NVIDIA's images are Ubuntu, with /bin/sleep."""
+    if not disruption.pre_stop_delay_seconds:
+        return {}
+    return {"lifecycle": {"preStop": {"exec": {"command": ["/bin/sleep", str(disruption.pre_stop_delay_seconds)]}}}}
+
+
 def startup_seconds(version: ModelVersion) -> int:
     # ONNX with the TensorRT accelerator builds engines at load: give it far longer to start.
     return 1800 if version.format.value == "onnx" and version.precision.value != "fp32" else 600
@@ -145,6 +202,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         # the P99 the chart's RankopsP99OverSlo alert holds against the SLO (Triton leaves that
         # summary out for models with the response cache on).
         "--metrics-config=summary_latencies=true",
+        # On SIGTERM Triton stops taking requests and finishes those in flight, up to this long.
+        f"--exit-timeout-secs={spec.disruption.exit_timeout_seconds}",
     ]
     if spec.response_cache:
         args.append("--cache-config=local,size=268435456")
@@ -178,6 +237,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             *artifact_mounts,
         ],
         "securityContext": {**_restricted_container(), **_triton_user(policy)},
+        **_pre_stop(spec.disruption),
     }
     containers, warm_volumes = [triton], []
     if spec.warm_replicas.enabled:
@@ -197,13 +257,20 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {**spec.pod_annotations, names.ANNOTATION_CONFIG_HASH: config_hash(config_text)},
+                    "annotations": {SAFE_TO_EVICT: "true", **spec.pod_annotations,
+                                    names.ANNOTATION_CONFIG_HASH: config_hash(config_text)},
                 },
                 "spec": {
                     **placement,
+                    "tolerations": [*placement.get("tolerations", []),
+                                    *node_loss_tolerations(spec.disruption.unreachable_toleration_seconds)],
+                    "topologySpreadConstraints": topology_spread(model, track, spec.disruption.node_spread),
+                    **({"priorityClassName": spec.disruption.priority_class_name}
+                       if spec.disruption.priority_class_name else {}),
                     "securityContext": {"runAsNonRoot": True, **_triton_user(policy, fs_group=True),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
-                    "terminationGracePeriodSeconds": 30,
+                    # Covers the preStop delay and Triton's exit timeout.
+                    "terminationGracePeriodSeconds": spec.disruption.grace_period_seconds(),
                     "initContainers": init_containers,
                     "containers": containers,
                     "volumes": [
@@ -282,5 +349,5 @@ def service_monitor(model: str, namespace: str, extra_labels: dict[str, str] | N
     }
 
 
-__all__ = ["config_map", "deployment", "serving_service", "track_service", "service_monitor", "pool_placement",
+__all__ = ["config_map", "deployment", "disruption_budget", "serving_service", "track_service", "service_monitor", "pool_placement",
            "config_hash", "TRT_ENGINE_CACHE"]

@@ -169,29 +169,49 @@ def first_ready_event(old: dict[str, Any], new: dict[str, Any]) -> Event | None:
     return Event("Normal", "Ready", ready.get("message", ""))
 
 
+# Every reason a model is Degraded, most serious first: one list for both kinds. The first ones
+# mean this generation is not applied (what served before serves on, Ready says SpecNotApplied);
+# the others are found while the generation serves.
+NOT_APPLIED_REASONS = ("InvalidSpec", "NotAllowedOnThisCluster", "TensorRTVersionMismatch",
+                       "CredentialsSecretNotFound", "NodePoolNotFound", "NodePoolInvalid", "PlanFailed",
+                       "RenderFailed", "ChildRefused")
+SERVING_REASONS = ("RolledBack", "PodsUnschedulable", "CanaryNotJudged", "NoReadyNodes", "DriverTooOld",
+                   warming.WARMUP_FAILING, "RequestsNotBatched", "PlanPredictsProblem")
+DEGRADED_PRECEDENCE = NOT_APPLIED_REASONS + SERVING_REASONS
+
+
+def first_problem(problems: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
+    """The (reason, message) that Degraded says of these: the first in DEGRADED_PRECEDENCE (a reason
+    it lacks comes last, in the order given)."""
+    order = {reason: i for i, reason in enumerate(DEGRADED_PRECEDENCE)}
+    ranked = sorted(enumerate(problems), key=lambda p: (order.get(p[1][0], len(order)), p[0]))
+    return ranked[0][1] if ranked else None
+
+
 def degraded_reason(facts: Facts, failed: dict[str, Any] | None,
                     active: dict[str, Any] | None = None) -> tuple[str, str]:
-    """Degraded's (reason, message): the first of what is wrong, most serious first. `active`:
+    """Degraded's (reason, message): the first of what is wrong, by DEGRADED_PRECEDENCE. `active`:
     the rollout in flight, whose canary may be unplaceable or unjudgeable."""
+    problems = []
     if failed:
-        return "RolledBack", failed.get("message", "")
+        problems.append(("RolledBack", failed.get("message", "")))
     if facts.unschedulable:
-        return "PodsUnschedulable", facts.unschedulable
+        problems.append(("PodsUnschedulable", facts.unschedulable))
     if active and active.get("unschedulable"):
-        return "PodsUnschedulable", f"canary {active['version']}: {active['unschedulable']}"
+        problems.append(("PodsUnschedulable", f"canary {active['version']}: {active['unschedulable']}"))
     if active and active.get("analysisProblem"):
-        return "CanaryNotJudged", f"canary analysis of {active['version']}: {active['analysisProblem']}"
+        problems.append(("CanaryNotJudged", f"canary analysis of {active['version']}: {active['analysisProblem']}"))
     if facts.pool_note:
-        return "NoReadyNodes", facts.pool_note
+        problems.append(("NoReadyNodes", facts.pool_note))
     if facts.placement:
-        return facts.placement
+        problems.append(facts.placement)
     if facts.warm_failing:
-        return warming.WARMUP_FAILING, warming.describe(facts.warm_failing)
+        problems.append((warming.WARMUP_FAILING, warming.describe(facts.warm_failing)))
     if facts.unbatched:
-        return "RequestsNotBatched", "; ".join(facts.unbatched)
+        problems.append(("RequestsNotBatched", "; ".join(facts.unbatched)))
     if facts.problems:
-        return "PlanPredictsProblem", "; ".join(facts.problems)
-    return "AsExpected", "; ".join(["no problem seen", *facts.notes])
+        problems.append(("PlanPredictsProblem", "; ".join(facts.problems)))
+    return first_problem(problems) or ("AsExpected", "; ".join(["no problem seen", *facts.notes]))
 
 
 def degraded_only(old: dict[str, Any], generation: int | None, reason: str, message: str,
@@ -239,7 +259,8 @@ def track_children(model: str, track: str) -> list[tuple[str, str]]:
     """(kind, name) of the objects one track (canary, reference) is made of."""
     return [("Deployment", names.deployment_name(model, track)),
             ("Service", names.track_service_name(model, track)),
-            ("ConfigMap", names.config_map_name(model, track))]
+            ("ConfigMap", names.config_map_name(model, track)),
+            ("PodDisruptionBudget", names.disruption_budget_name(model, track))]
 
 
 def unwanted_children(model: str, decision: Decision) -> list[tuple[str, str]]:
