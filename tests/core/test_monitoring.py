@@ -160,7 +160,7 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
     for _ in range(3):
         kube = FakeKube(monitor_error=error)
         result = reconcile(kube, service_monitors=True)
-        assert {o["kind"] for o in kube.applied} == {"ConfigMap", "Deployment", "Service"}
+        assert {o["kind"] for o in kube.applied} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
         conditions = {c["type"]: c for c in result.status["conditions"]}
         assert conditions["Degraded"]["status"] == "False", "monitoring is optional: not a Degraded condition"
         assert all(e.type == "Normal" for e in result.events)
