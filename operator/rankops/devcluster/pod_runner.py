@@ -9,7 +9,8 @@ local program (`pod_sandbox.image_kind`: Triton's image -> the real-Triton fixtu
 stand-ins, the rankops image -> this project's own entry point). It runs the startup, readiness
 and liveness probes, restarts by the pod's restartPolicy, writes exit codes and termination
 messages into the pod's status (so Jobs complete or fail as on a real node), keeps each running
-pod's /etc/hosts in step with the Services' Ready pods on the process nodes, stops a deleted pod's processes and
+pod's /etc/hosts in step with the Services' Ready pods on the process nodes, stops a deleted pod's processes (its
+containers' exec preStop hooks first, then SIGTERM to each container's first process, within the grace period) and
 then removes the pod, and renews the node's Lease.
 
 Not real: the containers run as root in the host's network namespace (each on its own loopback
@@ -51,6 +52,7 @@ PROCESS_NODE_TAINT = {"key": PROCESS_NODE_LABEL, "value": "true", "effect": "NoS
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LEASE_SECONDS = 40
 TICK = 0.25
+MIN_STOP_GRACE = 2.0   # a kubelet gives a container this long after its preStop hook ran out the grace
 STATUS_RESYNC_S = 10.0   # a kubelet syncs pod status about this often
 # Probes go straight to the pod's loopback address, never through a proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -167,16 +169,46 @@ class ContainerRun:
         return code
 
     def stop(self, grace: float) -> None:
+        """SIGTERM to the container's first process, as a runtime sends it, then SIGKILL to all of it
+        after `grace`. Not to bwrap: it would die of it and its --die-with-parent would kill the
+        program at once, before Triton finished a request."""
         if self.process is None or self.process.poll() is not None:
             return
+        inner = self.inner_pid()
         try:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            if inner is None:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            else:
+                os.kill(inner, signal.SIGTERM)
             self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+        try:   # what is left of it (its first process gone, a runtime kills the rest too)
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
         except ProcessLookupError:
             pass
+        self.process.wait(timeout=10)
+
+    def pre_stop(self, timeout: float) -> None:
+        """The container's exec preStop hook, in its namespaces, for at most `timeout` seconds (a
+        kubelet's rule: the hook runs before the stop signal, within the grace period). Said in the
+        container's log; a failing hook does not keep the container from being stopped."""
+        command = (((self.spec.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
+        pid = self.inner_pid()
+        if not command or pid is None or self.process is None or self.process.poll() is not None or timeout <= 0:
+            return
+        with open(self.log_path, "ab") as out:
+            out.write(f"--- {now()} preStop: {sandbox.describe(command)}\n".encode())
+            out.flush()
+            try:
+                code = subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "--", *command], env=self.env,
+                                      stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                      timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                code = "timed out"
+            except OSError as exc:
+                code = str(exc)
+            out.write(f"--- {now()} preStop done: {code}\n".encode())
 
     def inner_pid(self) -> int | None:
         """The container's first process inside bwrap's namespaces (for exec probes)."""
@@ -318,6 +350,7 @@ class PodWorker(threading.Thread):
         self._hosts_lock = threading.Lock()  # the worker and the refresher both write it
         self.stopping = threading.Event()
         self.grace = 0.0
+        self.pre_stop = False   # run the containers' preStop hooks when stopping (a deleted pod's)
         self.inits: list[ContainerRun] = []
         self.containers: list[ContainerRun] = []
         self.reported: str = ""
@@ -337,9 +370,26 @@ class PodWorker(threading.Thread):
             self.problem = ("RunnerError", f"{type(exc).__name__}: {exc}")
             self._report()
         finally:
-            for container in self.inits + self.containers:
-                container.stop(min(self.grace, 10.0))
+            self._terminate()
             self.runner.worker_done(self)
+
+    def _terminate(self) -> None:
+        """Every container at once, as a kubelet: its preStop hook, then SIGTERM, then SIGKILL, all
+        within the grace period (capped at 10 s past the hooks, to keep the harness quick)."""
+        grace, pre_stop = self.grace, self.pre_stop   # as when it began: a later event changes neither
+        deadline = time.monotonic() + grace
+
+        def stop(container: ContainerRun) -> None:
+            if pre_stop:
+                container.pre_stop(deadline - time.monotonic())
+            left = deadline - time.monotonic()
+            container.stop(min(max(left, MIN_STOP_GRACE) if grace else 0.0, 10.0))
+
+        threads = [threading.Thread(target=stop, args=(c,), daemon=True) for c in self.inits + self.containers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def _run(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -414,8 +464,8 @@ class PodWorker(threading.Thread):
     def _backoff(self, run: ContainerRun) -> float:
         return min(1.0 * 2 ** run.restarts, 20.0)
 
-    def stop(self, grace: float) -> None:
-        self.grace = grace
+    def stop(self, grace: float, pre_stop: bool = False) -> None:
+        self.grace, self.pre_stop = grace, pre_stop and grace > 0
         self.stopping.set()
 
     # -- preparation --
@@ -618,7 +668,8 @@ class PodRunner:
             if worker is None:
                 self._remove(pod)
             else:
-                worker.stop(float(meta.get("deletionGracePeriodSeconds") or 0))
+                # A deleted pod's hooks run; a stopping runner's do not (a node that dies runs none).
+                worker.stop(float(meta.get("deletionGracePeriodSeconds") or 0), pre_stop=True)
             return
         if worker is None and not (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             with self.lock:
