@@ -57,7 +57,8 @@ def test_dump_and_load_round_trip(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text(dump_samples(samples))
     loaded = load_samples(str(path))
-    for original, again in zip(samples, loaded):
+    assert len(loaded) == len(samples) == 3, "zip() below would pass on an empty load"
+    for original, again in zip(samples, loaded, strict=True):
         for name, value in original.inputs.items():
             np.testing.assert_allclose(again.inputs[name], value.astype(np.float64), rtol=1e-3)
 

@@ -89,22 +89,23 @@ def tenant_policy(args: argparse.Namespace):
 def render_documents(docs: list[tuple[str, dict[str, Any]]],
                      service_monitor_labels: dict[str, str] | None = None, policy: Any = None,
                      pull_secrets: list[str] | None = None) -> list[dict[str, Any]]:
-    """Everything the operator would apply for these resources, with no cluster.
+    """Everything the operator would apply for these resources, with no cluster: each
+    RankingModel's plan as new (rankops.modelplan.as_new, the operator's own plan with nothing
+    observed), each GpuNodePool's validator DaemonSet.
 
     `service_monitor_labels`: not None adds each RankingModel's ServiceMonitor, with these labels
     (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
     `policy`: the TenantPolicy the operator would run with (default: no file://, any image).
     `pull_secrets`: the operator's --image-pull-secret names, on every pod template.
     """
+    from rankops import modelplan
+    from rankops.api.conditions import DEGRADED, get_condition
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
-    from rankops.render.desired import (RenderError, desired_objects, initial_state, monitoring_objects,
-                                        resolve_shape)
-    from rankops.render.policy import TenantPolicy, spec_problems
+    from rankops.render.policy import TenantPolicy
     from rankops.render.pullsecrets import with_pull_secrets
 
-    policy = policy or TenantPolicy()
-
+    settings = modelplan.Settings(policy or TenantPolicy(), tuple(pull_secrets or ()), service_monitor_labels)
     pools = {}
     errors: list[str] = []
     parsed = []
@@ -120,36 +121,28 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
             name = (doc.get("metadata") or {}).get("name", "?")
             errors += [f"{where} {kind} {name}: {line}" for line in describe(exc)]
             continue
-        parsed.append((where, obj))
+        parsed.append((where, doc, obj))
         if kind == "GpuNodePool":
             pools[obj.metadata.get("name")] = obj
     out: list[dict[str, Any]] = []
-    pull_secrets = pull_secrets or []
-    for where, obj in parsed:
+    for where, doc, obj in parsed:
         if obj.kind == "GpuNodePool":
             from rankops.validator.daemonset import render_validator
             out += with_pull_secrets(render_validator(obj, namespace="rankops-system",
-                                                      service_account="rankops-validator"), pull_secrets)
+                                                      service_account="rankops-validator"), list(settings.pull_secrets))
             continue
-        obj.metadata.setdefault("namespace", "default")
-        from rankops.validator.image_fit import engine_mismatches
-        refused = spec_problems(obj.spec, policy) + engine_mismatches(obj.spec)[0]  # as the operator refuses them
-        if refused:
-            errors += [f"{where} RankingModel {obj.metadata.get('name')}: {line}" for line in refused]
-            continue
+        name = obj.metadata.get("name")
+        body = {**doc, "metadata": {"namespace": "default", **(doc.get("metadata") or {})}}
         pool = pools.get(obj.spec.node_pool)
-        try:
-            resolved = resolve_shape(obj.spec)
-            for problem in resolved.unbatched:
-                # Served as asked, but the operator will report it: say so here too.
-                print(f"rankops render: warning: {where} RankingModel {obj.metadata.get('name')}: "
-                      f"RequestsNotBatched: {problem}", file=sys.stderr)
-            out += with_pull_secrets(desired_objects(obj, initial_state(obj), resolved,
-                                                     pool.spec.requirements if pool else None, policy), pull_secrets)
-            if service_monitor_labels is not None:
-                out += monitoring_objects(obj, service_monitor_labels)
-        except RenderError as exc:
-            errors.append(f"{where} RankingModel {obj.metadata.get('name')}: {exc}")
+        done = modelplan.as_new(body, settings, pool.spec.requirements if pool else None)
+        degraded = get_condition(done.status.get("conditions") or [], DEGRADED) or {}
+        if done.not_applied:   # as the operator refuses it
+            errors.append(f"{where} RankingModel {name}: {degraded.get('reason')}: {degraded.get('message')}")
+            continue
+        if degraded.get("status") == "True":   # served as asked, but the operator will report it: say so here too
+            print(f"rankops render: warning: {where} RankingModel {name}: {degraded['reason']}: "
+                  f"{degraded['message']}", file=sys.stderr)
+        out += done.objects()
     if errors:
         raise InputError("\n".join(errors))
     return out

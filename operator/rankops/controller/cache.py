@@ -1,8 +1,8 @@
 """The operator's children as its watches show them, so a reconcile reads them without a request.
 
-kopf's event handlers (controller/handlers.py) feed every Deployment, Service, ConfigMap and Job
-that carries the rankops.io/model label; `CachedKube` answers the reconcilers' reads of those
-kinds from here and passes everything else to the API. A (kind, namespace) is listed once, the
+kopf's event handlers (controller/handlers.py) feed every Deployment, Service, ConfigMap, Job and
+PodDisruptionBudget that carries the rankops.io/model label; `CachedKube` answers the reconcilers'
+reads of those kinds from here and passes everything else to the API. A (kind, namespace) is listed once, the
 first time it is read (at start-up the watch may not have delivered it yet), and again after
 `relist_s`: a deletion a broken watch missed is corrected then, not kept.
 
@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 from rankops.controller.kube import Kube
 from rankops.render.names import LABEL_MODEL
 
-CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job")
+CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job", "PodDisruptionBudget")
 
 Key = tuple[str, str, str]   # kind, namespace, name
 

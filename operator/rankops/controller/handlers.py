@@ -295,6 +295,7 @@ _MODEL_LABEL = {names.LABEL_MODEL: kopf.PRESENT}
 kopf.on.event("apps", "v1", "deployments", labels=_MODEL_LABEL)(_child_event("Deployment"))
 kopf.on.event("", "v1", "services", labels=_MODEL_LABEL)(_child_event("Service"))
 kopf.on.event("batch", "v1", "jobs", labels=_MODEL_LABEL)(_child_event("Job"))
+kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_MODEL_LABEL)(_child_event("PodDisruptionBudget"))
 _configmap_child = _child_event("ConfigMap")
 
 

@@ -1,8 +1,10 @@
-"""Reconcile one RankingModel: read the cluster, ask the pure core, apply, and report.
+"""Reconcile one RankingModel: observe (from the caches), plan (rankops.modelplan, pure),
+execute what the plan says, and return what to record.
 
-Everything that decides lives in rankops.render and rankops.rollout; this module only gathers
-observations, applies what the core returns, deletes what it no longer wants, and builds the
-status. It is level-based: the same inputs give the same writes, so running it twice is a no-op.
+Nothing here decides: the plan says what to apply, create, delete and patch, the status and the
+Events; this module reads what the plan needs, in the precedence list's order (a generation that
+cannot be applied needs nothing more read), and writes it. It is level-based: the same inputs
+give the same writes, so running it twice is a no-op.
 """
 from __future__ import annotations
 
@@ -16,30 +18,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rankops import modelplan
 from rankops.api.errors import describe
-from rankops.api.rankingmodel import RankingModel, TrafficMode
+from rankops.api.rankingmodel import RankingModel
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names, planned
-from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, resolve_shape,
-                                    track_objects, with_owner)
-from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
-from rankops.render.pullsecrets import with_pull_secrets
-from rankops.render.traffic import traffic_objects
+from rankops.render.desired import RenderError, ResolvedShape, resolve_shape
+from rankops.render.policy import TenantPolicy
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import status_decisions
 from rankops.rollout import warming
-from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Decision, Event, GateObservation,
-                                     Observed, attempt_id, iso, passed_gates, step)
-from rankops.rollout.readiness import PodObservation, counts_ready, observe_pod, ready_count, unschedulable_summary
+from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
+                                     passed_gates)
+from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable_summary
 from rankops.validator import image_fit
 from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
-POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
+POLICY_REASON = modelplan.POLICY_REASON
 SPEC_NOT_APPLIED = status_decisions.SPEC_NOT_APPLIED
 FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
 
@@ -50,20 +50,6 @@ class Result:
     events: list[Event] = field(default_factory=list)
     outcome: str | None = None
     gate_results: list[dict] = field(default_factory=list)
-
-
-def _spec_document(body: dict[str, Any]) -> dict[str, Any]:
-    meta = body.get("metadata", {})
-    return {"apiVersion": body.get("apiVersion", "rankops.io/v1alpha1"), "kind": "RankingModel",
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "generation") if meta.get(k) is not None},
-            "spec": body.get("spec", {})}
-
-
-def _degraded_only(body: dict, reason: str, message: str, events: list[Event], now: dt.datetime) -> Result:
-    """A problem only the operator can see: say so, and leave whatever is serving untouched."""
-    decided = status_decisions.degraded_only(body.get("status") or {}, body["metadata"].get("generation"),
-                                             reason, message, iso(now))
-    return Result(decided.status, [*events, *decided.events])
 
 
 def _job_finished(job: dict) -> bool:
@@ -96,19 +82,6 @@ def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObserv
     verdict = parse_verdict(message, gate=gate).to_dict() if message else None
     return GateObservation(job_exists=True, finished=True, succeeded=bool(complete),
                            failure_reason=(failed or {}).get("reason"), verdict=verdict)
-
-
-def _deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
-    """(desired, ready, updated-and-ready, template version) of a Deployment."""
-    if not dep:
-        return 0, 0, 0, None
-    spec, st = dep.get("spec", {}), dep.get("status") or {}
-    desired = spec.get("replicas", 1)
-    ready = st.get("readyReplicas", 0)
-    current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
-    settled = current and st.get("updatedReplicas", 0) >= desired and st.get("replicas", 0) == desired
-    version = spec.get("template", {}).get("metadata", {}).get("labels", {}).get(names.LABEL_VERSION)
-    return desired, ready, (min(ready, desired) if settled else 0), version
 
 
 def _gate_observations(kube: Kube, rm_meta: dict, rollout: dict, gates: list[dict]) -> dict[str, GateObservation]:
@@ -151,17 +124,6 @@ def _pod_problems(kube: Kube, namespace: str, model: str, canary_pods: list[tupl
                   if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) != names.CANARY]
     stable = [p for p in others if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) == names.STABLE]
     return warming.warm_failures(pods + others), unschedulable_summary(stable, "stable")
-
-
-def _set_canary_traffic(kube: Kube, namespace: str, pods: list[tuple[dict, PodObservation]], version: str,
-                        on: bool) -> None:
-    """Put live, Ready canary pods of `version` behind the serving Service (or take them out) without
-    restarting them."""
-    for pod, seen in pods:
-        want = "on" if on and counts_ready(seen, version) else "off"
-        if pod["metadata"].get("labels", {}).get(names.LABEL_TRAFFIC) != want:
-            kube.merge_patch("Pod", namespace, pod["metadata"]["name"],
-                             {"metadata": {"labels": {names.LABEL_TRAFFIC: want}}})
 
 
 _unchecked_secrets: list[bool] = []
@@ -280,144 +242,117 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
     nothing, and the model is reconciled again when the plan is made (None: plan here)."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    meta = body["metadata"]
-    name, namespace, gen = meta["name"], meta["namespace"], meta.get("generation")
     events: list[Event] = []
     status, unknown = status_decisions.known_status(body.get("status") or {})
     if unknown:   # said once: the status written next leaves them out (the merge patch removes them)
         events.append(Event("Warning", "StatusFieldsUnknown", status_decisions.unknown_fields_message(unknown)))
         body = {**body, "status": status}
-
+    settings = modelplan.Settings(policy, tuple(pull_secrets),
+                                  (service_monitor_labels or {}) if service_monitors else None)
+    rm, _ = modelplan.parse(body)
+    if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
+        return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events)))
     try:
-        rm = RankingModel.model_validate(_spec_document(body))
-    except ValidationError as exc:
-        return _degraded_only(body, "InvalidSpec", "; ".join(describe(exc)) +
-                              " (fix the spec; the serving version is left untouched)", events, now)
-    refused = spec_problems(rm.spec, policy)
-    if refused:
-        return _degraded_only(body, POLICY_REASON, "; ".join(refused) +
-                              " (the serving version is left untouched)", events, now)
-
-    engines_off, notes = image_fit.engine_mismatches(rm.spec)
-    if engines_off:   # Triton would refuse the engine: say so before any pod starts
-        return _degraded_only(body, "TensorRTVersionMismatch", "; ".join(engines_off) +
-                              " (the serving version is left untouched)", events, now)
-
-    missing = _credentials_missing(kube, rm)
-    if missing:
-        return _degraded_only(body, "CredentialsSecretNotFound", missing, events, now)
-
-    pool_requirements, pool_note, placement = None, None, None
-    if rm.spec.node_pool:
-        pool = kube.get("GpuNodePool", None, rm.spec.node_pool)
-        if pool is None:
-            return _degraded_only(body, "NodePoolNotFound",
-                                  f"GpuNodePool {rm.spec.node_pool} does not exist: create it "
-                                  f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool", events, now)
-        from rankops.api.gpunodepool import GpuNodePool
-        try:
-            pool_requirements = GpuNodePool.model_validate(
-                {"metadata": pool["metadata"], "spec": pool["spec"]}).spec.requirements
-        except ValidationError:
-            pool_requirements = None
-        pool_status = pool.get("status") or {}
-        if pool_status.get("ready", 0) == 0:
-            failing = ", ".join(f"{f['check']}: {f['count']}" for f in pool_status.get("failingByCheck") or [])
-            pool_note = (f"GpuNodePool {rm.spec.node_pool} has no validated ready node "
-                         f"({pool_status.get('nodes', 0)} matched" + (f"; failing {failing}" if failing else "") +
-                         "); pods stay Pending until a node passes validation")
-        else:
-            ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(rm.spec.node_pool), LABEL_READY: "true"})
-            placement = image_fit.pool_driver_problem(rm.spec.triton_image, rm.spec.node_pool, ready_nodes)
-        unknown = image_fit.unknown_note(rm.spec.triton_image)
-        notes += [unknown] if unknown else []
-
-    try:
-        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"), plans,
-                                         (namespace, name, meta.get("uid")))
+        observed = observe(kube, rm, status, now, metrics_networks, plans)
     except PlanPending:
         return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
+    planned_now = modelplan.plan(body, observed, settings, tuple(events))
+    if planned_now.not_applied:
+        return _result(planned_now)
+    try:
+        execute(kube, rm, planned_now)
+    except writes.ChildRefused as exc:   # the plan's own Events count only once it is applied
+        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), "ChildRefused", str(exc),
+                                             now, tuple(events)))
+    except InvalidName as exc:   # never expected: the API models refuse such names first
+        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), "InvalidSpec",
+                                             f"{exc}; the serving version is left untouched", now, tuple(events)))
+    return _result(planned_now)
+
+
+def _result(done: modelplan.ModelPlan) -> Result:
+    return Result(done.status, list(done.events), done.outcome, list(done.gate_results))
+
+
+def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.datetime,
+            metrics_networks: tuple[str, ...] = (), plans: Plans | None = None) -> modelplan.ModelObserved:
+    """What the plan of `rm` needs from the cluster, read in the precedence list's order: what
+    blocks this generation stops the reading there (the plan says it). PlanPending: the shape is
+    being planned on the planner's thread."""
+    name, namespace = rm.metadata["name"], rm.metadata["namespace"]
+    missing = _credentials_missing(kube, rm)
+    if missing:
+        return modelplan.ModelObserved(now=now, credentials_missing=missing)
+    pool = _pool_view(kube, rm) if rm.spec.node_pool else None
+    if pool is not None and (not pool.exists or pool.invalid):
+        return modelplan.ModelObserved(now=now, pool=pool)
+    try:
+        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"), plans,
+                                         (namespace, name, rm.metadata.get("uid")))
     except RenderError as exc:
-        return _degraded_only(body, "PlanFailed", str(exc), events, now)
+        return modelplan.ModelObserved(now=now, pool=pool, plan_failed=str(exc))
 
     stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
     canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
-    s_desired, s_ready, s_settled, s_version = _deployment_view(stable_dep)
-    c_desired = _deployment_view(canary_dep)[0]
-
     rollout = status.get("rollout")
-    gates_seen = _gate_observations(kube, meta, rollout, status.get("gates") or []) \
-        if rollout and rollout.get("phase") in ACTIVE else {}
+    active = bool(rollout and rollout.get("phase") in ACTIVE)
+    gates_seen = _gate_observations(kube, rm.metadata, rollout, status.get("gates") or []) if active else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
     # While the canary serves: both tracks' Triton numbers, for the canary analysis.
     track_metrics, metrics_problems = canary_metrics.read(kube, namespace, name, metrics_networks) \
-        if (rollout or {}).get("phase") == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
-
-    decision = step(rm.spec, status, Observed(
-        now=now, canary_pods=tuple(seen for _, seen in canary_pods), canary_desired=c_desired,
-        stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
-        gates=gates_seen, annotations=meta.get("annotations") or {}, track_metrics=track_metrics,
-        metrics_problems=metrics_problems, replicas=resolved.replicas,
-        canary_warm_failing=warming.warm_failures(pod for pod, _ in canary_pods)))
-    unapplied_events = list(events)   # the decision's own events only count once it is applied
-    events += decision.events
-    canary = decision.serving.canary_version
-    c_ready = ready_count((seen for _, seen in canary_pods), canary) if canary else 0
+        if active and rollout.get("phase") == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
+    jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
+        "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}))
+    # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
+    foreign = tuple((names.gate_job_name(name, gate, rollout["version"], attempt_id(rollout)), True)
+                    for gate, seen in gates_seen.items() if seen.failure_reason == "ForeignJob")
+    tracks = [child for track in (names.CANARY, gate_jobs.REFERENCE_TRACK)
+              for child in status_decisions.track_children(name, track)]
+    present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
+    return modelplan.ModelObserved(
+        now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,
+        canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
+        metrics_problems=metrics_problems, warm_failing=warm_failing, unschedulable=unschedulable,
+        jobs=jobs + foreign, present=present)
 
+
+def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
+    """The GpuNodePool the model names: whether it exists and is valid, its requirements, whether
+    it has a validated ready node, and whether one of those can run the model's image."""
+    from rankops.api.gpunodepool import GpuNodePool
+
+    pool_name = rm.spec.node_pool
+    pool = kube.get("GpuNodePool", None, pool_name)
+    if pool is None:
+        return modelplan.PoolView(exists=False)
     try:
-        _apply_decision(kube, rm, decision, resolved, pool_requirements,
-                        (service_monitor_labels or {}) if service_monitors else None, canary_pods,
-                        policy=policy, pull_secrets=pull_secrets)
-    except RenderError as exc:
-        return _degraded_only(body, "RenderFailed", str(exc), unapplied_events, now)
-    except writes.ChildRefused as exc:
-        return _degraded_only(body, "ChildRefused", str(exc), unapplied_events, now)
-    except InvalidName as exc:   # never expected: the API models refuse such names first
-        return _degraded_only(body, "InvalidSpec", f"{exc}; the serving version is left untouched",
-                              unapplied_events, now)
-
-    return Result(_status(rm, status, decision, resolved, plan_status, stable_dep, c_ready, pool_note, gen, events,
-                          now, placement, notes, warm_failing, unschedulable),
-                  events, decision.outcome,
-                  [g for g in decision.gates if g not in (status.get("gates") or [])])
+        requirements = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec.requirements
+    except ValidationError as exc:
+        return modelplan.PoolView(invalid="; ".join(describe(exc)))
+    pool_status = pool.get("status") or {}
+    if pool_status.get("ready", 0) == 0:
+        failing = ", ".join(f"{f['check']}: {f['count']}" for f in pool_status.get("failingByCheck") or [])
+        return modelplan.PoolView(requirements=requirements, note=(
+            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.get('nodes', 0)} matched"
+            + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
+    ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(pool_name), LABEL_READY: "true"})
+    return modelplan.PoolView(requirements=requirements,
+                              placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
 
 
-def _apply_decision(kube: Kube, rm: RankingModel, decision: Decision, resolved: ResolvedShape,
-                    pool_requirements: Any, service_monitor_labels: dict[str, str] | None = None,
-                    canary_pods: list[tuple[dict, PodObservation]] = (),
-                    policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = ()) -> None:
-    """`service_monitor_labels`: None leaves ServiceMonitors alone; a dict (may be empty) applies one."""
-    name, namespace = rm.metadata["name"], rm.metadata["namespace"]
-    serving = decision.serving
-    wanted = desired_objects(rm, serving, resolved, pool_requirements, policy)
-    if decision.reference_version:
-        wanted += [with_owner(o, rm) for o in track_objects(
-            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements,
-            policy=policy)]
-    wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving)]
-    for gate in decision.gate_jobs:
-        job = gate_jobs.gate_job(rm, gate, decision.rollout["version"], attempt_id(decision.rollout),
-                                 decision.stable_version, reference_served=bool(decision.reference_version))
-        # A Job's pod template is immutable: create it once, never re-apply it.
-        if kube.get("Job", namespace, job["metadata"]["name"]) is None:
-            wanted.append(with_owner(job, rm))
-    foreign = pod_volume_problems(wanted, policy)   # never expected: rendering refuses them first
-    if foreign:
-        raise RenderError("; ".join(foreign))
-    writes.apply_all(kube, rm.metadata, with_pull_secrets(wanted, pull_secrets))
-
-    # Remove what the decision no longer wants, of what exists (read from the watch cache: no request).
-    present = [(kind, child) for kind, child in status_decisions.unwanted_children(name, decision)
-               if kube.get(kind, namespace, child) is not None]
-    jobs = [(job["metadata"]["name"], _job_finished(job))
-            for job in kube.list("Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP})]
-    for kind, child in status_decisions.deletions(name, decision, present, jobs):
+def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan) -> None:
+    """Write what the plan says: apply (what differs; a new set of children dry-run first, see
+    writes), create the gate Jobs it creates, delete, label the canary's pods, and the optional
+    ServiceMonitor last."""
+    namespace = rm.metadata["namespace"]
+    writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
+    for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
-    if serving.canary_version and rm.spec.rollout.canary.traffic is TrafficMode.replicas:
-        _set_canary_traffic(kube, namespace, list(canary_pods), serving.canary_version, serving.canary_traffic)
-    if service_monitor_labels is not None:
-        _apply_monitoring(kube, rm, service_monitor_labels)
+    for pod, labels in done.pod_labels:
+        kube.merge_patch("Pod", namespace, pod, {"metadata": {"labels": labels}})
+    if done.monitors:
+        _apply_monitoring(kube, rm, done.monitors)
 
 
 # What _apply_monitoring has logged, so a missing CRD or right is one line per process, not one
@@ -438,11 +373,11 @@ def monitors_gone(present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
     return [(key[0], *_monitors_applied.pop(key)[2:]) for key in gone]
 
 
-def _apply_monitoring(kube: Kube, rm: RankingModel, labels: dict[str, str]) -> None:
+def _apply_monitoring(kube: Kube, rm: RankingModel, monitors: tuple[dict[str, Any], ...]) -> None:
     """Apply the ServiceMonitor last, and never fail the reconcile for it: monitoring is optional.
     Without the Prometheus Operator's CRD it is skipped (tried again each reconcile, so installing
     the CRD later is enough)."""
-    for obj in monitoring_objects(rm, labels):
+    for obj in monitors:
         key, digest = (obj["metadata"]["namespace"], obj["metadata"]["name"]), applied_digest(obj)
         done = _monitors_applied.get(key)
         if done and done[0] == digest and time.monotonic() - done[1] < MONITOR_REAPPLY_S:
@@ -466,22 +401,3 @@ def _note(key: str, level: int, message: str) -> None:
     if key not in _monitoring_notes:
         _monitoring_notes.add(key)
         log.log(level, message)
-
-
-def _status(rm: RankingModel, old: dict, decision: Decision, resolved: ResolvedShape,
-            plan_status: dict[str, Any] | None, stable_dep: dict | None,
-            canary_ready: int, pool_note: str | None, gen: int | None, events: list[Event], now: dt.datetime,
-            placement: tuple[str, str] | None = None, notes: list[str] = (),
-            warm_failing: tuple[str, ...] = (), unschedulable: str | None = None) -> dict[str, Any]:
-    """`placement`: (reason, message) when no ready node can run the image (image_fit);
-    `notes`: what rankops could not check, said in Degraded's message when nothing is wrong."""
-    desired, ready, settled, version = _deployment_view(stable_dep)
-    decided = status_decisions.decide(rm.spec, old, decision, status_decisions.Facts(
-        now=iso(now), generation=gen,
-        stable=status_decisions.StableView(stable_dep is not None, desired, ready, settled, version),
-        canary_ready=canary_ready, replicas=resolved.replicas,
-        plan=plan_status,
-        problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool_note,
-        placement=placement, notes=tuple(notes), warm_failing=warm_failing, unschedulable=unschedulable))
-    events += decided.events
-    return decided.status

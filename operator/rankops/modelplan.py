@@ -1,0 +1,278 @@
+"""A RankingModel's plan: everything the operator does for it on one reconcile, as one pure
+function of the model, what the shell observed, and the cluster admin's settings.
+
+    observe (controller/models.py, from the caches) -> plan() -> execute what differs -> record
+
+A ModelPlan holds every object to apply (config, Deployments, Services, traffic objects, the
+reference track, pull secrets), the gate Jobs to create once (a Job's pod template is immutable),
+the deletions, the pod patches (canary traffic labels), the typed status and the Events.
+`rankops render` prints the plan of a model as new (no observations), so what it prints is what
+the operator applies. Why a generation is not applied, and why a model is Degraded, come from one
+precedence list (status_decisions.DEGRADED_PRECEDENCE).
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from rankops.api.errors import describe
+from rankops.api.rankingmodel import RankingModel, TrafficMode
+from rankops.render import names
+from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, track_objects,
+                                    with_owner)
+from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
+from rankops.render.pullsecrets import with_pull_secrets
+from rankops.render.traffic import traffic_objects
+from rankops.rollout import jobs as gate_jobs
+from rankops.rollout import status_decisions
+from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, step)
+from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
+
+POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the operator runs (`rankops run` flags), the same for every model."""
+    policy: TenantPolicy = TenantPolicy()
+    pull_secrets: tuple[str, ...] = ()
+    service_monitor_labels: dict[str, str] | None = None   # None: no ServiceMonitor
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """The GpuNodePool the model names, as observed."""
+    exists: bool = True
+    requirements: Any = None                   # its spec.requirements when its spec is valid
+    invalid: str | None = None                 # why its spec does not validate
+    note: str | None = None                    # it has no validated ready node
+    placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
+
+
+@dataclass(frozen=True)
+class ModelObserved:
+    """What the shell read for one reconcile (from its caches where it can). A model as new (what
+    `rankops render` plans) has nothing here but the clock and the shape."""
+    now: dt.datetime
+    resolved: ResolvedShape | None = None          # the shape to serve (the planner's, for batching: auto)
+    plan_status: dict[str, Any] | None = None      # status.plan that says why
+    plan_failed: str | None = None                 # why no shape could be made
+    credentials_missing: str | None = None
+    pool: PoolView | None = None
+    stable_dep: dict | None = None
+    canary_dep: dict | None = None
+    canary_pods: tuple[tuple[dict, PodObservation], ...] = ()
+    gates: dict[str, GateObservation] = field(default_factory=dict)
+    track_metrics: dict[str, dict[str, Any]] | None = None
+    metrics_problems: tuple[str, ...] = ()
+    warm_failing: tuple[str, ...] = ()
+    unschedulable: str | None = None
+    jobs: tuple[tuple[str, bool], ...] = ()        # (name, finished) of this model's gate Jobs
+    present: frozenset[tuple[str, str]] = frozenset()   # (kind, name) of the track children that exist
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    status: dict[str, Any]
+    events: tuple[Event, ...] = ()
+    applies: tuple[dict[str, Any], ...] = ()       # applied (server-side), in order
+    creates: tuple[dict[str, Any], ...] = ()       # created once if absent, never re-applied (gate Jobs)
+    deletions: tuple[tuple[str, str], ...] = ()    # (kind, name), of what exists
+    pod_labels: tuple[tuple[str, dict[str, str]], ...] = ()   # (pod, labels) merged into running pods
+    monitors: tuple[dict[str, Any], ...] = ()      # ServiceMonitors, applied where the CRD is served
+    outcome: str | None = None                     # the rollout's end, when this reconcile ended it
+    gate_results: tuple[dict[str, Any], ...] = ()  # status.gates entries new in this reconcile
+    not_applied: str | None = None                 # the reason nothing was applied for this generation
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Everything the plan writes, as `rankops render` prints it."""
+        return [*self.applies, *self.creates, *self.monitors]
+
+
+def parse(body: dict[str, Any]) -> tuple[RankingModel | None, str | None]:
+    """The model (spec and identity), or why its spec is invalid."""
+    meta = body.get("metadata", {})
+    document = {"apiVersion": body.get("apiVersion", "rankops.io/v1alpha1"), "kind": "RankingModel",
+                "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "generation") if meta.get(k) is not None},
+                "spec": body.get("spec", {})}
+    try:
+        return RankingModel.model_validate(document), None
+    except ValidationError as exc:
+        return None, "; ".join(describe(exc)) + " (fix the spec; the serving version is left untouched)"
+
+
+def refusal(rm: RankingModel, settings: Settings) -> tuple[str, str] | None:
+    """(reason, message) when the spec cannot be applied on this cluster, before anything is read."""
+    from rankops.validator import image_fit
+
+    refused = spec_problems(rm.spec, settings.policy)
+    if refused:
+        return POLICY_REASON, "; ".join(refused) + " (the serving version is left untouched)"
+    engines_off, _ = image_fit.engine_mismatches(rm.spec)
+    if engines_off:   # Triton would refuse the engine: say so before any pod starts
+        return "TensorRTVersionMismatch", "; ".join(engines_off) + " (the serving version is left untouched)"
+    return None
+
+
+def not_applied(status: dict[str, Any], generation: int | None, reason: str, message: str, now: dt.datetime,
+                events: tuple[Event, ...] = ()) -> ModelPlan:
+    """A generation that cannot be applied: Degraded says why, and what serves is left as it was."""
+    decided = status_decisions.degraded_only(status, generation, reason, message, iso(now))
+    return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)
+
+
+def _blocking(observed: ModelObserved, spec_node_pool: str | None) -> tuple[str, str] | None:
+    """The first reason, in the precedence list's order, that this generation cannot be applied
+    from what was observed."""
+    problems: list[tuple[str, str]] = []
+    if observed.credentials_missing:
+        problems.append(("CredentialsSecretNotFound", observed.credentials_missing))
+    pool = observed.pool
+    if spec_node_pool and pool is not None and not pool.exists:
+        problems.append(("NodePoolNotFound", f"GpuNodePool {spec_node_pool} does not exist: create it "
+                                             f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool"))
+    if spec_node_pool and pool is not None and pool.invalid:
+        problems.append(("NodePoolInvalid", f"GpuNodePool {spec_node_pool} has an invalid spec ({pool.invalid}): its "
+                                            "requirements cannot place the model; fix the pool (its author is the "
+                                            "cluster admin) or spec.nodePool"))
+    if observed.plan_failed:
+        problems.append(("PlanFailed", observed.plan_failed))
+    return status_decisions.first_problem(problems)
+
+
+def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Settings(),
+         events: tuple[Event, ...] = ()) -> ModelPlan:
+    """The plan of one RankingModel (`body`: its metadata, spec and known status) from what was
+    observed. `events`: what the shell already has to say (e.g. StatusFieldsUnknown)."""
+    now, meta = observed.now, body["metadata"]
+    status, gen = dict(body.get("status") or {}), meta.get("generation")
+    rm, invalid = parse(body)
+    if rm is None:
+        return not_applied(status, gen, "InvalidSpec", invalid, now, events)
+    refused = refusal(rm, settings)
+    blocked = refused or _blocking(observed, rm.spec.node_pool)
+    if blocked:
+        return not_applied(status, gen, *blocked, now, events)
+    resolved = observed.resolved
+    assert resolved is not None, "the shell resolves the shape before planning"
+    notes = _image_notes(rm)
+
+    s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)
+    c_desired = deployment_view(observed.canary_dep)[0]
+    decision = step(rm.spec, status, Observed(
+        now=now, canary_pods=tuple(seen for _, seen in observed.canary_pods), canary_desired=c_desired,
+        stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
+        gates=observed.gates, annotations=meta.get("annotations") or {}, track_metrics=observed.track_metrics,
+        metrics_problems=observed.metrics_problems, replicas=resolved.replicas,
+        canary_warm_failing=_canary_warm_failing(observed)))
+    pool = observed.pool or PoolView()
+    try:
+        applies, creates = _children(rm, decision, resolved, pool.requirements, settings, observed)
+    except RenderError as exc:
+        return not_applied(status, gen, "RenderFailed", str(exc), now, events)
+
+    canary = decision.serving.canary_version
+    c_ready = ready_count((seen for _, seen in observed.canary_pods), canary) if canary else 0
+    decided = status_decisions.decide(rm.spec, status, decision, status_decisions.Facts(
+        now=iso(now), generation=gen,
+        stable=status_decisions.StableView(observed.stable_dep is not None, *deployment_view(observed.stable_dep)),
+        canary_ready=c_ready, replicas=resolved.replicas, plan=observed.plan_status,
+        problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool.note,
+        placement=pool.placement, notes=notes, warm_failing=observed.warm_failing,
+        unschedulable=observed.unschedulable))
+    name = meta["name"]
+    deletions = status_decisions.deletions(name, decision, observed.present, observed.jobs)
+    monitors = tuple(monitoring_objects(rm, settings.service_monitor_labels)) \
+        if settings.service_monitor_labels is not None else ()
+    return ModelPlan(
+        status=decided.status, events=(*events, *decision.events, *decided.events), applies=tuple(applies),
+        creates=tuple(creates), deletions=tuple(deletions), pod_labels=tuple(_canary_traffic(rm, decision, observed)),
+        monitors=monitors, outcome=decision.outcome,
+        gate_results=tuple(g for g in decision.gates if g not in (status.get("gates") or [])))
+
+
+def deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
+    """(desired, ready, updated-and-ready, template version) of a Deployment."""
+    if not dep:
+        return 0, 0, 0, None
+    spec, st = dep.get("spec", {}), dep.get("status") or {}
+    desired = spec.get("replicas", 1)
+    ready = st.get("readyReplicas", 0)
+    current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
+    settled = current and st.get("updatedReplicas", 0) >= desired and st.get("replicas", 0) == desired
+    version = spec.get("template", {}).get("metadata", {}).get("labels", {}).get(names.LABEL_VERSION)
+    return desired, ready, (min(ready, desired) if settled else 0), version
+
+
+def _image_notes(rm: RankingModel) -> tuple[str, ...]:
+    """What rankops could not check about the Triton image (said in Degraded's message when
+    nothing is wrong)."""
+    from rankops.validator import image_fit
+
+    _, notes = image_fit.engine_mismatches(rm.spec)
+    unknown = image_fit.unknown_note(rm.spec.triton_image) if rm.spec.node_pool else None
+    return tuple(notes) + ((unknown,) if unknown else ())
+
+
+def _canary_warm_failing(observed: ModelObserved) -> tuple[str, ...]:
+    from rankops.rollout import warming
+
+    return warming.warm_failures(pod for pod, _ in observed.canary_pods)
+
+
+def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, pool_requirements: Any,
+              settings: Settings, observed: ModelObserved) -> tuple[list[dict], list[dict]]:
+    """(the objects to apply, the gate Jobs to create if absent), pull secrets on every pod."""
+    serving, policy = decision.serving, settings.policy
+    wanted = desired_objects(rm, serving, resolved, pool_requirements, policy)
+    if decision.reference_version:
+        wanted += [with_owner(o, rm) for o in track_objects(
+            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements,
+            policy=policy)]
+    wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving)]
+    existing = {job for job, _ in observed.jobs}
+    creates = []
+    for gate in decision.gate_jobs:
+        job = gate_jobs.gate_job(rm, gate, decision.rollout["version"], attempt_id(decision.rollout),
+                                 decision.stable_version, reference_served=bool(decision.reference_version))
+        if job["metadata"]["name"] not in existing:
+            creates.append(with_owner(job, rm))
+    foreign = pod_volume_problems(wanted + creates, policy)   # never expected: rendering refuses them first
+    if foreign:
+        raise RenderError("; ".join(foreign))
+    return (with_pull_secrets(wanted, list(settings.pull_secrets)),
+            with_pull_secrets(creates, list(settings.pull_secrets)))
+
+
+def _canary_traffic(rm: RankingModel, decision: Decision, observed: ModelObserved) -> list[tuple[str, dict]]:
+    """Live, Ready canary pods of the canary version behind the serving Service (or out of it),
+    labelled without a restart: `replicas` traffic splits by Ready pods."""
+    serving = decision.serving
+    if not serving.canary_version or rm.spec.rollout.canary.traffic is not TrafficMode.replicas:
+        return []
+    patches = []
+    for pod, seen in observed.canary_pods:
+        want = "on" if serving.canary_traffic and counts_ready(seen, serving.canary_version) else "off"
+        if (pod["metadata"].get("labels") or {}).get(names.LABEL_TRAFFIC) != want:
+            patches.append((pod["metadata"]["name"], {names.LABEL_TRAFFIC: want}))
+    return patches
+
+
+def as_new(body: dict[str, Any], settings: Settings = Settings(), pool_requirements: Any = None,
+           now: dt.datetime | None = None) -> ModelPlan:
+    """The plan of a model as new (nothing observed but its shape): what `rankops render` prints."""
+    from rankops.render.desired import resolve_shape
+
+    rm, _ = parse(body)
+    observed_now = now or dt.datetime.now(dt.timezone.utc)
+    if rm is None:
+        return plan(body, ModelObserved(now=observed_now), settings)
+    try:
+        resolved, plan_failed = resolve_shape(rm.spec), None
+    except RenderError as exc:
+        resolved, plan_failed = None, str(exc)
+    return plan(body, ModelObserved(now=observed_now, resolved=resolved, plan_failed=plan_failed,
+                                    pool=PoolView(requirements=pool_requirements)), settings)
