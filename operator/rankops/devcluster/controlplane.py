@@ -7,6 +7,7 @@ tokens, logs, the kubeconfig) that is removed on a clean stop and kept when anyt
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import json
 import os
@@ -174,6 +175,18 @@ class LocalControlPlane:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
+
+    @contextlib.contextmanager
+    def outage(self, component: str = "kube-apiserver"):
+        """The component stopped (SIGSTOP) while the block runs, then resumed (SIGCONT): an API
+        server that hangs, as one behind a lost network or a stalled etcd does, for the clients'
+        timeouts, reconnects and what the node lifecycle controller does after it."""
+        (found,) = [c for c in self.components if c.name == component]
+        found.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            found.process.send_signal(signal.SIGCONT)
 
     def check_alive(self) -> None:
         """Raise ControlPlaneError naming the first component that has exited."""
