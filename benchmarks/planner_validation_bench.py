@@ -23,6 +23,15 @@ stand-in itself: then the prediction was made for another server than the one me
     .venv/bin/python benchmarks/planner_validation_bench.py --full          # 6 configs x 5 rates
     .venv/bin/python benchmarks/planner_validation_bench.py --candidates 2,6  # requests of 2..6 items
     .venv/bin/python benchmarks/planner_validation_bench.py --full --exhaustive 120   # part 3
+    .venv/bin/python benchmarks/planner_validation_bench.py --capacity   # issue 26: the sustainable rate
+
+`--capacity` (issue 26) checks the rate a plan calls sustainable, as a user would: the stand-in
+runs t(b) = 5 + 2·b ms (slowdown 0.5 between instances), `rankops profile`'s measurement gives the
+profile, `rankops plan` (headroom 0, failure tolerance 0) picks the config and its sustainable rate
+for several P99 budgets, and NVIDIA's perf_analyzer sends Poisson load at 80%, 90% and 100% of it
+to a fresh server per point, so that Triton's own summary P99 (nv_inference_request_summary_us, a
+sliding window) holds that run alone. `--no-margins` plans without the load/P99 margins and the long
+verifying run (what the planner did before issue 26), for comparison.
 
 On a 2-core shared machine run it small: the client's threads and Triton share the cores, and
 the stand-in sleeps (rather than computes) so that its cost stays what it says.
@@ -145,6 +154,112 @@ def open_loop(url: str, rate: float, requests: int, items: tuple[int, int] | Non
                (inferences2 - inferences) / ran, (compute2 - compute) / ran)
 
 
+CAPACITY_A_MS, CAPACITY_B_MS = 5.0, 2.0
+CAPACITY_BUDGETS = (150.0, 120.0, 80.0, 50.0)
+CAPACITY_FRACTIONS = (0.8, 0.9, 1.0)
+
+
+@dataclass
+class PerfRun:
+    delivered_qps: float      # what perf_analyzer measured completing (it may send a little less)
+    client_p99_ms: float      # perf_analyzer's own (its client shares the 2 cores with the server)
+    triton_p99_ms: float      # Triton's summary P99 over the run (a fresh server: this run only)
+    avg_batch: float          # Triton's: items per execution
+
+
+def perf_point(install: triton.TritonInstall, root: Path, config: BatcherConfig, rate: float,
+               requests: int) -> PerfRun:
+    """A fresh server of `config` (the capacity stand-in) under perf_analyzer's Poisson load at `rate`."""
+    import subprocess
+
+    from rankops.gates import server_metrics
+
+    timed_model.write_repository(root, MODEL, a_ms=CAPACITY_A_MS, b_ms=CAPACITY_B_MS, slowdown=SLOWDOWN,
+                                 max_batch=config.max_batch_size, instances=config.instances,
+                                 preferred=config.preferred_batch_sizes, delay_us=config.max_queue_delay_us)
+    with timed_model.server(install, root, [MODEL]) as server:
+        csv = root / "perf.csv"
+        # three windows of a third each, and a stability criterion no run misses: it stops there
+        command = [str(install.perf_analyzer), "-m", MODEL, "-u", server.http_url, "-i", "http", "--async",
+                   "--request-rate-range", f"{rate:.1f}", "--request-distribution", "poisson",
+                   "--percentile=99", "--measurement-mode", "count_windows",
+                   "--measurement-request-count", str(max(1, requests // 3)), "--max-trials", "3",
+                   "--stability-percentage", "999", "--max-threads", "8", "-f", str(csv)]
+        before = server_metrics.scrape(server.metrics_url, MODEL)
+        done = subprocess.run(command, env=install.perf_analyzer_environment(), capture_output=True, text=True)
+        after = server_metrics.scrape(server.metrics_url, MODEL)
+    if done.returncode:
+        raise RuntimeError(f"perf_analyzer failed: {done.stdout[-800:]} {done.stderr[-800:]}")
+    header, row = csv.read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    report = server_metrics.run_report(before, after)
+    ran = after.minus(before)
+    return PerfRun(float(values["Inferences/Second"]), float(values["p99 latency"]) / 1000,
+                   float(report["p99Ms"] or "nan"), ran["inferences"] / max(1.0, ran["executions"]))
+
+
+def capacity(args, install, work: Path) -> int:
+    """Issue 26: at 80/90/100% of the rate each plan calls sustainable, predicted vs Triton's P99."""
+    from rankops.planner import search
+    from rankops.planner.inputs import PlanInputs
+
+    if args.no_margins:   # the planner before issue 26: no margins, no long verifying run
+        search.LOAD_MARGIN, search.P99_MARGIN, search.VERIFY_REQUESTS = 0.0, 0.0, search.SEARCH_REQUESTS
+    began = time.perf_counter()
+    with serve_timed(install, work / "profile", 32, 2) as server:
+        measured = measure(server.http_url, MODEL, requests=15, warmup=3)
+    profile = LatencyProfile.from_mapping(measured.profile())
+    slowdown = measured.slowdown if measured.slowdown is not None else SLOWDOWN
+    first = measured.timings[0]
+    overhead = max(0.0, first.client_median_ms - first.median_ms)
+    print(f"profile measured (truth {CAPACITY_A_MS:g} + {CAPACITY_B_MS:g}·b ms): "
+          + ", ".join(f"{b}: {ms:.2f}" for b, ms in profile.points)
+          + f"; sharedGpuSlowdown {slowdown:.2f} (truth {SLOWDOWN:g}); overhead {overhead:.2f} ms"
+          + (" [--no-margins]" if args.no_margins else ""))
+    print(f"load: perf_analyzer --async, Poisson, ~{args.requests} requests per point, a fresh server per point; "
+          f"load average before {_load()}")
+    print(f"{'budget':>6} {'config':44} {'of rate':>7} {'req/s':>6} {'sent':>6} {'pred P99':>9} {'Triton P99':>10} "
+          f"{'error':>7} {'client P99':>10} {'batch pred/meas':>15} within")
+    errors, at_full = [], []
+    for budget in args.budgets:
+        inputs = PlanInputs(profile=profile, p99_budget_ms=budget, target_qps=1.0, headroom=0.0,
+                            failure_tolerance=0, shared_gpu_slowdown=slowdown, overhead_ms=overhead)
+        result = search.plan(inputs)
+        config, sustainable = result.config, result.qps_per_gpu
+        for fraction in CAPACITY_FRACTIONS:
+            rate = sustainable * fraction
+            predicted = simulate(profile, config, rate_qps=rate, requests=20_000, seed=args.seed,
+                                 slowdown=slowdown, overhead_ms=overhead)
+            root = work / f"cap-{budget:g}-{fraction:g}"
+            run = perf_point(install, root, config, rate, args.requests)
+            error = (predicted.p99_ms - run.triton_p99_ms) / run.triton_p99_ms
+            within = run.triton_p99_ms <= budget
+            if fraction <= 0.9:
+                errors.append(abs(error))
+            else:
+                at_full.append(within)
+            print(f"{budget:6g} {config.describe():44} {fraction:7.0%} {rate:6.0f} {run.delivered_qps:6.0f} "
+                  f"{predicted.p99_ms:9.2f} {run.triton_p99_ms:10.2f} {error:+7.1%} {run.client_p99_ms:10.2f} "
+                  f"{predicted.avg_batch_size:7.2f}/{run.avg_batch:<7.2f} {'yes' if within else 'NO'}", flush=True)
+    print(f"at 100% of the sustainable rate: Triton's P99 within the budget in {sum(at_full)} of {len(at_full)} "
+          f"points (goal >= 90%)")
+    if errors:
+        print(f"up to 90% of it: median |predicted - measured| {statistics.median(errors):.1%}, "
+              f"max {max(errors):.1%} over {len(errors)} points (goal: median <= 10%)")
+    print(f"load average after {_load()}; wall time {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+def serve_timed(install: triton.TritonInstall, root: Path, max_batch: int, instances: int):
+    timed_model.write_repository(root, MODEL, a_ms=CAPACITY_A_MS, b_ms=CAPACITY_B_MS, slowdown=SLOWDOWN,
+                                 max_batch=max_batch, instances=instances)
+    return timed_model.server(install, root, [MODEL])
+
+
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="6 configs x 5 rates (default: 2 x 3)")
@@ -156,7 +271,17 @@ def main() -> int:
     parser.add_argument("--exhaustive", type=float, metavar="P99_MS",
                         help="instead: brute-force each config's sustainable rate within this P99 on the server "
                              "(what Model Analyzer does) and compare the planner's choice over the same grid")
+    parser.add_argument("--capacity", action="store_true",
+                        help="instead: perf_analyzer at 80/90/100%% of each plan's sustainable rate (issue 26)")
+    parser.add_argument("--budgets", type=lambda v: [float(x) for x in v.split(",")], default=list(CAPACITY_BUDGETS),
+                        help="--capacity: P99 budgets to plan for (ms, comma-separated)")
+    parser.add_argument("--no-margins", action="store_true",
+                        help="--capacity: plan as before issue 26 (no load/P99 margins, no verifying run)")
     args = parser.parse_args()
+    if args.capacity:
+        if args.requests == 400:
+            args.requests = 1800
+        return capacity(args, triton.ensure_installed(), triton.scratch_dir("rankops-capacity-"))
     items = tuple(int(x) for x in args.candidates.split(",")) if args.candidates else None
     configs, fractions = (FULL, FULL_RATES) if args.full else (SMALL, SMALL_RATES)
     if args.only:
