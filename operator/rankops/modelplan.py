@@ -12,12 +12,14 @@ precedence list (status_decisions.DEGRADED_PRECEDENCE).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from rankops import autoscale
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel, TrafficMode
 from rankops.render import names
@@ -29,6 +31,7 @@ from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import status_decisions
 from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, step)
+from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
 
 POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
@@ -50,6 +53,7 @@ class PoolView:
     invalid: str | None = None                 # why its spec does not validate
     note: str | None = None                    # it has no validated ready node
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
+    move_from_failing: bool = True             # spec.failingNodeReplicas: move (or keep)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,10 @@ class ModelObserved:
     unschedulable: str | None = None
     jobs: tuple[tuple[str, bool], ...] = ()        # (name, finished) of this model's gate Jobs
     present: frozenset[tuple[str, str]] = frozenset()   # (kind, name) of the track children that exist
+    stable_pods: tuple[StablePod, ...] = ()        # read while some are on leaving nodes (rollout/disruption)
+    autoscale_reading: dict[str, Any] | None = None     # spec.autoscaling: {pod: counters} read now (None: not read)
+    autoscale_problems: tuple[str, ...] = ()       # serving pods whose counters could not be read
+    external_scaler: str | None = None             # autoscaling mode external: e.g. HorizontalPodAutoscaler/<name>
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ class ModelPlan:
     applies: tuple[dict[str, Any], ...] = ()       # applied (server-side), in order
     creates: tuple[dict[str, Any], ...] = ()       # created once if absent, never re-applied (gate Jobs)
     deletions: tuple[tuple[str, str], ...] = ()    # (kind, name), of what exists
-    pod_labels: tuple[tuple[str, dict[str, str]], ...] = ()   # (pod, labels) merged into running pods
+    pod_patches: tuple[tuple[str, dict[str, Any]], ...] = ()  # (pod, metadata merge patch): no restart
     monitors: tuple[dict[str, Any], ...] = ()      # ServiceMonitors, applied where the CRD is served
     outcome: str | None = None                     # the rollout's end, when this reconcile ended it
     gate_results: tuple[dict[str, Any], ...] = ()  # status.gates entries new in this reconcile
@@ -159,6 +167,9 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     resolved = observed.resolved
     assert resolved is not None, "the shell resolves the shape before planning"
     notes = _image_notes(rm)
+    scaling = _autoscaling(rm, status, observed, resolved)   # the replicas follow the load (rankops.autoscale)
+    if scaling is not None:
+        resolved = dataclasses.replace(resolved, replicas=scaling.replicas)
 
     s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)
     c_desired = deployment_view(observed.canary_dep)[0]
@@ -169,8 +180,14 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         metrics_problems=observed.metrics_problems, replicas=resolved.replicas,
         canary_warm_failing=_canary_warm_failing(observed)))
     pool = observed.pool or PoolView()
+    # Replicas on leaving nodes: a surge elsewhere first, then the old ones go (rollout/disruption).
+    moves = plan_moves(resolved.replicas, observed.stable_pods)
+    if moves.surge:
+        decision = dataclasses.replace(decision, serving=dataclasses.replace(decision.serving, stable_surge=moves.surge))
     try:
         applies, creates = _children(rm, decision, resolved, pool.requirements, settings, observed)
+        if scaling is not None and scaling.external:   # the user's autoscaler owns the stable's replicas
+            applies = autoscale.without_replicas(applies, names.deployment_name(meta["name"], names.STABLE))
     except RenderError as exc:
         return not_applied(status, gen, "RenderFailed", str(exc), now, events)
 
@@ -182,16 +199,31 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         canary_ready=c_ready, replicas=resolved.replicas, plan=observed.plan_status,
         problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool.note,
         placement=pool.placement, notes=notes, warm_failing=observed.warm_failing,
-        unschedulable=observed.unschedulable))
+        unschedulable=observed.unschedulable, moving=moves.message))
     name = meta["name"]
     deletions = status_decisions.deletions(name, decision, observed.present, observed.jobs)
     monitors = tuple(monitoring_objects(rm, settings.service_monitor_labels)) \
         if settings.service_monitor_labels is not None else ()
     return ModelPlan(
-        status=decided.status, events=(*events, *decision.events, *decided.events), applies=tuple(applies),
-        creates=tuple(creates), deletions=tuple(deletions), pod_labels=tuple(_canary_traffic(rm, decision, observed)),
+        status=decided.status if scaling is None else {**decided.status, "autoscaling": scaling.status},
+        events=(*events, *decision.events, *decided.events, *(Event(*e) for e in (scaling.events if scaling else ()))),
+        applies=tuple(applies),
+        creates=tuple(creates), deletions=tuple(deletions),
+        pod_patches=tuple(_canary_traffic(rm, decision, observed)) + tuple(
+            (pod, {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: LEAVING_COST}}}) for pod in moves.let_go),
         monitors=monitors, outcome=decision.outcome,
         gate_results=tuple(g for g in decision.gates if g not in (status.get("gates") or [])))
+
+
+def _autoscaling(rm: RankingModel, status: dict[str, Any], observed: ModelObserved,
+                 resolved: ResolvedShape) -> autoscale.Scaling | None:
+    from rankops.render.desired import failure_tolerance
+
+    return autoscale.step(
+        rm.spec, status.get("autoscaling"), observed.autoscale_reading, resolved.replicas, failure_tolerance(rm.spec),
+        observed.now, plan=resolved.plan, plan_status=observed.plan_status,
+        deployment_replicas=deployment_view(observed.stable_dep)[0] if observed.stable_dep else None,
+        external_name=observed.external_scaler, problems=observed.autoscale_problems)
 
 
 def deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
@@ -247,7 +279,7 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
             with_pull_secrets(creates, list(settings.pull_secrets)))
 
 
-def _canary_traffic(rm: RankingModel, decision: Decision, observed: ModelObserved) -> list[tuple[str, dict]]:
+def _canary_traffic(rm: RankingModel, decision: Decision, observed: ModelObserved) -> list[tuple[str, dict[str, Any]]]:
     """Live, Ready canary pods of the canary version behind the serving Service (or out of it),
     labelled without a restart: `replicas` traffic splits by Ready pods."""
     serving = decision.serving
@@ -257,7 +289,7 @@ def _canary_traffic(rm: RankingModel, decision: Decision, observed: ModelObserve
     for pod, seen in observed.canary_pods:
         want = "on" if serving.canary_traffic and counts_ready(seen, serving.canary_version) else "off"
         if (pod["metadata"].get("labels") or {}).get(names.LABEL_TRAFFIC) != want:
-            patches.append((pod["metadata"]["name"], {names.LABEL_TRAFFIC: want}))
+            patches.append((pod["metadata"]["name"], {"metadata": {"labels": {names.LABEL_TRAFFIC: want}}}))
     return patches
 
 

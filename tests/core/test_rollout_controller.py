@@ -62,6 +62,7 @@ class FakeCluster:
     def merge_patch(self, kind, namespace, name, patch, subresource=None):
         obj = self.objects[(kind, namespace, name)]
         obj["metadata"].setdefault("labels", {}).update(patch.get("metadata", {}).get("labels", {}))
+        obj["metadata"].setdefault("annotations", {}).update(patch.get("metadata", {}).get("annotations", {}))
         return obj
 
     # -- what the cluster's controllers and kubelets would do --

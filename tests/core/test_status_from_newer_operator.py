@@ -19,7 +19,7 @@ def _newer(status: dict) -> dict:
     newer["rollout"]["trafficShadow"] = {"percent": 5}
     newer["gates"][0]["confidence"] = 0.99
     newer["conditions"][0]["severity"] = "Info"
-    newer["autoscaling"] = {"desiredReplicas": 3}
+    newer["trafficMirror"] = {"percent": 3}
     return newer
 
 
@@ -36,13 +36,13 @@ def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_k
     warned = [e for e in result.events if e.reason == "StatusFieldsUnknown"]
     assert len(warned) == 1 and warned[0].type == "Warning"
     for path in ("status.rollout.trafficShadow", "status.gates[0].confidence", "status.conditions[0].severity",
-                 "status.autoscaling"):
+                 "status.trafficMirror"):
         assert path in warned[0].message, warned[0].message
     # The write removes them (the handlers' merge patch against what was stored) ...
     patch = merge_patch(stored, result.status)
-    assert patch["autoscaling"] is None and patch["rollout"]["trafficShadow"] is None
+    assert patch["trafficMirror"] is None and patch["rollout"]["trafficShadow"] is None
     written = apply_merge_patch(stored, patch)
-    assert "trafficShadow" not in written["rollout"] and "autoscaling" not in written
+    assert "trafficShadow" not in written["rollout"] and "trafficMirror" not in written
     # ... so the next reconcile has nothing to say.
     again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": written},
                              now=T0 + dt.timedelta(seconds=rm.t + 20))
@@ -54,9 +54,9 @@ def test_an_invalid_spec_with_a_newer_status_is_degraded_not_a_crash():
     cluster = FakeCluster()
     rm = serving_v1(cluster)
     body = copy.deepcopy(rm.body)
-    body["status"] = {**body["status"], "autoscaling": {"desiredReplicas": 3}}
+    body["status"] = {**body["status"], "trafficMirror": {"percent": 3}}
     body["spec"]["replicas"] = -1
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10))
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
-    assert degraded["reason"] == "InvalidSpec" and "autoscaling" not in result.status
+    assert degraded["reason"] == "InvalidSpec" and "trafficMirror" not in result.status
     assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1

@@ -136,6 +136,10 @@ class GpuNodePoolSpec(ApiModel):
     taint_failing_nodes: Annotated[bool, Field(description=(
         "Taint nodes that fail validation with rankops.io/gpu-unvalidated:NoSchedule so no new pods "
         "land there (running pods are not evicted); the taint is removed when the node passes."))] = False
+    failing_node_replicas: Annotated[Literal["move", "keep"], Field(description=(
+        "What happens to RankingModel replicas already running on a node that turns failing validation: "
+        "`move` (a replacement is started on another ready node, and the old replica goes once it is Ready) "
+        "or `keep` (they stay, and the model's status says they run on a failing node)."))] = "move"
 
     @field_validator("node_selector")
     @classmethod

@@ -29,6 +29,7 @@ from rankops.controller.context import OPERATOR
 from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
 from rankops.controller.clock import Clock
 from rankops.controller.kicks import Kicks
+from rankops.controller.node_pods import NodePods
 from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PAUSE
@@ -178,8 +179,13 @@ def _namespace_going(name: str) -> bool:
 CHILDREN = cache.Children(relist_s=OPERATOR.resync)
 
 
+NODE_PODS = NodePods()
+
+
 def _reconcile_model(body):
+    meta = body["metadata"]
     return models.reconcile(cache.CachedKube(OPERATOR.kube, CHILDREN), body,
+                            leaving_nodes=NODE_PODS.leaving_nodes(meta["namespace"], meta["name"]),
                             service_monitors=OPERATOR.service_monitors,
                             service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
                             pull_secrets=tuple(OPERATOR.image_pull_secrets),
@@ -296,6 +302,12 @@ kopf.on.event("apps", "v1", "deployments", labels=_MODEL_LABEL)(_child_event("De
 kopf.on.event("", "v1", "services", labels=_MODEL_LABEL)(_child_event("Service"))
 kopf.on.event("batch", "v1", "jobs", labels=_MODEL_LABEL)(_child_event("Job"))
 kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_MODEL_LABEL)(_child_event("PodDisruptionBudget"))
+
+
+@kopf.on.event("", "v1", "pods", labels=_MODEL_LABEL)
+async def model_pod_event(event, **_):
+    """Where each model's pods run, so a node that starts leaving wakes the models on it."""
+    NODE_PODS.pod_event(event["object"], deleted=event.get("type") == "DELETED")
 _configmap_child = _child_event("ConfigMap")
 
 
@@ -395,6 +407,7 @@ def _forget_the_cluster() -> None:
     _inputs_seen.clear()
     MODELS.clear()
     CHILDREN.forget_listings()
+    NODE_PODS.clear()
     _namespaces_seen.clear()
 
 
@@ -470,6 +483,11 @@ async def node_event(event, pool_selectors: kopf.Index, **_):
     it is in. A heartbeat, or a re-validation with the same verdict, wakes none."""
     node = event["object"]
     name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
+    # Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas.
+    for namespace, model in NODE_PODS.node_event(node, deleted) or ():
+        found = MODELS.get("RankingModel", namespace, model)
+        if found:
+            KICKS.kick((namespace, model, found["metadata"]["uid"]), posting_context())
     seen = pools.node_inputs(node)
     before = _nodes_seen.pop(name, None) if deleted else _nodes_seen.get(name)
     if not deleted:

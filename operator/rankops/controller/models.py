@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rankops import modelplan
+from rankops import autoscale, modelplan
 from rankops.api.errors import describe
 from rankops.api.rankingmodel import RankingModel
 from rankops.controller import canary_metrics, writes
@@ -28,6 +28,7 @@ from rankops.controller.unchanged import applied_digest
 from rankops.render import names, planned
 from rankops.render.desired import RenderError, ResolvedShape, resolve_shape
 from rankops.render.policy import TenantPolicy
+from rankops.rollout import disruption
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import status_decisions
 from rankops.rollout import warming
@@ -234,13 +235,15 @@ def _resolve(rm: RankingModel, profile: dict[int, float] | None, recorded: dict[
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
-              metrics_networks: tuple[str, ...] = (), plans: Plans | None = None) -> Result:
+              metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
+              leaving_nodes: frozenset[str] = frozenset()) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
     `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all).
     `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
-    nothing, and the model is reconciled again when the plan is made (None: plan here)."""
+    nothing, and the model is reconciled again when the plan is made (None: plan here).
+    `leaving_nodes`: nodes the model has pods on that look like they are leaving (node_pods)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     events: list[Event] = []
     status, unknown = status_decisions.known_status(body.get("status") or {})
@@ -253,7 +256,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
         return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events)))
     try:
-        observed = observe(kube, rm, status, now, metrics_networks, plans)
+        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes)
     except PlanPending:
         return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
     planned_now = modelplan.plan(body, observed, settings, tuple(events))
@@ -275,7 +278,8 @@ def _result(done: modelplan.ModelPlan) -> Result:
 
 
 def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.datetime,
-            metrics_networks: tuple[str, ...] = (), plans: Plans | None = None) -> modelplan.ModelObserved:
+            metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
+            leaving_nodes: frozenset[str] = frozenset()) -> modelplan.ModelObserved:
     """What the plan of `rm` needs from the cluster, read in the precedence list's order: what
     blocks this generation stops the reading there (the plan says it). PlanPending: the shape is
     being planned on the planner's thread."""
@@ -302,6 +306,11 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
     track_metrics, metrics_problems = canary_metrics.read(kube, namespace, name, metrics_networks) \
         if active and rollout.get("phase") == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
+    # spec.autoscaling: the serving pods' load counters, at most every autoscale.MIN_READING_S.
+    load, load_problems = canary_metrics.read_load(kube, namespace, name, metrics_networks) \
+        if autoscale.reading_due(rm.spec, status.get("autoscaling"), now) else (None, ())
+    scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
+        if rm.spec.autoscaling.external else None
     jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
         "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}))
     # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
@@ -310,11 +319,41 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
     tracks = [child for track in (names.CANARY, gate_jobs.REFERENCE_TRACK)
               for child in status_decisions.track_children(name, track)]
     present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
+    # The stable pods only while some may be on a leaving node, or a surge has not ended yet.
+    surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > resolved.replicas
+    stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, pool) if leaving_nodes or surging else ()
     return modelplan.ModelObserved(
         now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,
+        stable_pods=stable_pods,
         canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
         metrics_problems=metrics_problems, warm_failing=warm_failing, unschedulable=unschedulable,
-        jobs=jobs + foreign, present=present)
+        jobs=jobs + foreign, present=present, autoscale_reading=load, autoscale_problems=load_problems,
+        external_scaler=scaler)
+
+
+def external_scaler(kube: Kube, namespace: str, deployment: str) -> str | None:
+    """autoscaling mode external: the HorizontalPodAutoscaler (autoscaling/v2) targeting the stable
+    Deployment, as "HorizontalPodAutoscaler/<name>", or "ScaledObject/<name>" for the one KEDA made;
+    None when none does (or the operator may not list them). One list, for such models only."""
+    try:
+        found = kube.list("HorizontalPodAutoscaler", namespace)
+    except (ApiMissing, ApiError):
+        return None
+    for hpa in found:
+        target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if target.get("kind") == "Deployment" and target.get("name") == deployment:
+            keda = ((hpa.get("metadata") or {}).get("labels") or {}).get("scaledobject.keda.sh/name")
+            return f"ScaledObject/{keda}" if keda else f"HorizontalPodAutoscaler/{hpa['metadata']['name']}"
+    return None
+
+
+def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozenset[str],
+                 pool: modelplan.PoolView | None) -> tuple[Any, ...]:
+    """The stable track's pods, each with whether its node is leaving (the pool says whether
+    replicas move off failing nodes); only the leaving nodes are read."""
+    pods = kube.list("Pod", namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.STABLE}")
+    nodes = {node: kube.get("Node", None, node) for node in sorted(leaving_nodes)}
+    return tuple(disruption.pods_of(pods, nodes, pool.move_from_failing if pool else True))
 
 
 def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
@@ -327,30 +366,32 @@ def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
     if pool is None:
         return modelplan.PoolView(exists=False)
     try:
-        requirements = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec.requirements
+        pool_spec = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec
     except ValidationError as exc:
         return modelplan.PoolView(invalid="; ".join(describe(exc)))
+    requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
     pool_status = pool.get("status") or {}
     if pool_status.get("ready", 0) == 0:
         failing = ", ".join(f"{f['check']}: {f['count']}" for f in pool_status.get("failingByCheck") or [])
-        return modelplan.PoolView(requirements=requirements, note=(
+        return modelplan.PoolView(requirements=requirements, move_from_failing=move, note=(
             f"GpuNodePool {pool_name} has no validated ready node ({pool_status.get('nodes', 0)} matched"
             + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
     ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(pool_name), LABEL_READY: "true"})
-    return modelplan.PoolView(requirements=requirements,
+    return modelplan.PoolView(requirements=requirements, move_from_failing=move,
                               placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
 
 
 def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan) -> None:
-    """Write what the plan says: apply (what differs; a new set of children dry-run first, see
-    writes), create the gate Jobs it creates, delete, label the canary's pods, and the optional
-    ServiceMonitor last."""
+    """Write what the plan says: patch pods (canary traffic labels, deletion costs), apply (what
+    differs; a new set of children dry-run first, see writes), create the gate Jobs it creates,
+    delete, and the optional ServiceMonitor last."""
     namespace = rm.metadata["namespace"]
+    # Pods first: a pod to let go has its deletion cost lowered before the Deployment scales down.
+    for pod, patch in done.pod_patches:
+        kube.merge_patch("Pod", namespace, pod, patch)
     writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
-    for pod, labels in done.pod_labels:
-        kube.merge_patch("Pod", namespace, pod, {"metadata": {"labels": labels}})
     if done.monitors:
         _apply_monitoring(kube, rm, done.monitors)
 

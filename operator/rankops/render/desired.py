@@ -26,6 +26,7 @@ class ServingState:
     canary_replicas: int = 0
     canary_weight: int = 0         # percent of traffic the canary gets while it takes traffic
     stable_lent: int = 0           # stable replicas whose GPUs the canary takes (canary.capacity: replace)
+    stable_surge: int = 0          # stable replicas beyond the model's while some move off leaving nodes
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,11 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
                     pool_requirements: Any = None, policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
     covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
-    stable = resolved.replicas - state.stable_lent
+    stable = resolved.replicas - state.stable_lent + state.stable_surge
     # From the model's replicas, not the Deployment's: replicas lent to a canary (at most the
-    # tolerance) are already part of what may go.
-    keep = serving.stable_min_available(resolved.replicas, failure_tolerance(rm.spec), stable)
+    # tolerance) are already part of what may go, and a surge while replicas move adds to it.
+    keep = serving.stable_min_available(resolved.replicas, failure_tolerance(rm.spec),
+                                        resolved.replicas - state.stable_lent)
     objects = track_objects(rm, names.STABLE, state.stable_version, stable, True,
                             resolved.shape, pool_requirements, covering, policy, min_available=keep)
     if state.canary_version:

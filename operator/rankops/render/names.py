@@ -70,3 +70,14 @@ def common_labels(model: str) -> dict[str, str]:
 
 def track_selector(model: str, track: str) -> dict[str, str]:
     return {LABEL_MODEL: model, LABEL_TRACK: track}
+
+
+# The NVIDIA GPU Operator's driver upgrade state of a node, and the states in which its GPU pods
+# are about to be deleted or its new driver is not validated yet (gpu-operator docs, "GPU Driver
+# Upgrades", Upgrade State Machine). `upgrade-required` is set on every node at once and only
+# queues the node; it is not one of them.
+LABEL_DRIVER_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+DRIVER_UPGRADE_LEAVING_STATES = ("cordon-required", "wait-for-jobs-required", "pod-deletion-required",
+                                 "drain-required", "pod-restart-required", "validation-required", "upgrade-failed")
+# The ReplicaSet removes pods of the lowest cost first when it scales down.
+ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"

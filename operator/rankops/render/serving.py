@@ -100,14 +100,20 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None,
         # The common taint of GPU node groups; never the rankops unvalidated taint.
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     ]}
+    # Never onto a node whose driver the GPU Operator is upgrading (its GPU pods are about to be
+    # deleted, or its new driver is not validated yet); a node without the label matches.
+    not_upgrading = {"key": names.LABEL_DRIVER_UPGRADE_STATE, "operator": "NotIn",
+                     "values": list(names.DRIVER_UPGRADE_LEAVING_STATES)}
     if not pool_name:
+        placement["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [not_upgrading]}]}}}
         return placement
     # The validator writes the pool label as a label value (63 chars at most): select the same.
     placement["nodeSelector"] = {LABEL_POOL: label_value(pool_name), LABEL_READY: "true"}
     if getattr(pool_requirements, "latency_tuning", None) is LatencyTuning.require:
         # The pool's nodes that its validator found tuned and able to pin CPUs on the GPU's NUMA node.
         placement["nodeSelector"].update({LABEL_LATENCY_TUNED: "true", LABEL_TOPOLOGY_ALIGNED: "true"})
-    terms = []
+    terms = [not_upgrading]
     products = getattr(pool_requirements, "gpu_products", None) if pool_requirements else None
     if products:
         terms.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(products)})
@@ -118,10 +124,9 @@ def pool_placement(pool_name: str | None, pool_requirements: Any | None,
     # becomes one term that also carries the pool's own expressions.
     ways = image_fit.driver_affinity(triton_image) if triton_image else None
     selector_terms = [{"matchExpressions": copy.deepcopy(terms) + way} for way in ways] if ways else \
-        ([{"matchExpressions": terms}] if terms else [])
-    if selector_terms:
-        placement["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": selector_terms}}}
+        [{"matchExpressions": terms}]
+    placement["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": selector_terms}}}
     return placement
 
 

@@ -45,6 +45,7 @@ class Facts:
     unbatched: tuple[str, ...] = ()            # inputs that keep Triton from batching requests
     pool_note: str | None = None               # the pool has no validated ready node
     unschedulable: str | None = None           # stable pods the scheduler cannot place, and why
+    moving: str | None = None                  # replicas moving off leaving nodes (rollout/disruption)
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
     notes: tuple[str, ...] = ()                # what rankops could not check
     warm_failing: tuple[str, ...] = ()         # pods un-Ready as their model fails its warm requests (rollout.warming)
@@ -79,9 +80,10 @@ def unknown_fields_message(paths: list[str]) -> str:
 def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
     """Whether only time moves the model on, so it is re-checked at `--interval`: a rollout in
     flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
-    refused write to retry). A settled model waits for events and `--resync` alone."""
+    refused write to retry), a model whose replicas rankops scales (its load is read every
+    `--interval`). A settled model waits for events and `--resync` alone."""
     return (status.get("rollout") or {}).get("phase") in ACTIVE or status.get("phase") not in ("Ready", ROLLED_BACK) \
-        or status.get("observedGeneration") != generation
+        or status.get("observedGeneration") != generation or (status.get("autoscaling") or {}).get("mode") == "rankops"
 
 
 def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
@@ -103,8 +105,12 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
     conditions = old.get("conditions") or []
     rollout = decision.rollout
     active = bool(rollout and rollout.get("phase") in ACTIVE)
-    is_ready = stable.exists and stable.version == decision.serving.stable_version and stable.settled >= want \
-        and stable.desired == want
+    # The stable Deployment runs fewer while a replacing canary holds some of its GPUs, and more
+    # while replicas move off leaving nodes: Ready once it runs at least what is rendered (a surge
+    # being scaled back is still Ready) and serves what it can.
+    deployed = want - decision.serving.stable_lent + decision.serving.stable_surge
+    is_ready = stable.exists and stable.version == decision.serving.stable_version \
+        and stable.settled >= min(want, deployed) and stable.desired >= deployed
     ready_msg = (f"{stable.settled}/{want} replicas of version {decision.serving.stable_version} Ready and up to date"
                  + (f" ({stable.ready} Ready in all)" if stable.ready != stable.settled else ""))
     prev_ready = get_condition(conditions, READY)
@@ -113,9 +119,12 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
     if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
         events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
     progressing = ("AwaitingDecision" if rollout.get("awaitingDecision") else rollout["phase"]) if active \
-        else ("Deploying" if not is_ready else "Stable")
-    conditions = set_condition(conditions, PROGRESSING, active or not is_ready, progressing,
-                               rollout["message"] if active else ready_msg, gen, facts.now)
+        else ("MovingReplicas" if facts.moving else "Deploying" if not is_ready else "Stable")
+    was_progressing = get_condition(conditions, PROGRESSING)
+    conditions = set_condition(conditions, PROGRESSING, active or not is_ready or bool(facts.moving), progressing,
+                               rollout["message"] if active else facts.moving or ready_msg, gen, facts.now)
+    if facts.moving and (not was_progressing or was_progressing.get("reason") != "MovingReplicas") and not active:
+        events.append(Event("Normal", "MovingReplicas", facts.moving))
 
     failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == spec.version \
         else None

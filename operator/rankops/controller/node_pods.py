@@ -1,0 +1,52 @@
+"""Which RankingModels have pods on which node, from the pod watch, and which nodes look like
+they are leaving (rollout/disruption.node_leaving, read broadly: the model's pool may keep its
+replicas on failing nodes, which the reconcile decides). A node that starts or stops leaving
+wakes the models with pods on it; a reconcile reads its stable pods only while some are on such
+a node, so a model at rest costs no request for this."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from rankops.render.names import LABEL_MODEL
+from rankops.rollout.disruption import node_leaving
+
+
+class NodePods:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[tuple[str, str], tuple[str, str]] = {}   # (namespace, pod) -> (model, node)
+        self._leaving: dict[str, str] = {}                          # node -> why
+
+    def pod_event(self, pod: dict[str, Any], deleted: bool) -> None:
+        meta = pod.get("metadata") or {}
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        node, model = (pod.get("spec") or {}).get("nodeName"), (meta.get("labels") or {}).get(LABEL_MODEL)
+        with self._lock:
+            if deleted or not node or not model:
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = (model, node)
+
+    def node_event(self, node: dict[str, Any], deleted: bool) -> set[tuple[str, str]] | None:
+        """The (namespace, model) with pods on this node when whether it is leaving changed; else None."""
+        name = node["metadata"]["name"]
+        why = None if deleted else node_leaving(node)
+        with self._lock:
+            before = self._leaving.pop(name, None) if why is None else self._leaving.get(name)
+            if why is not None:
+                self._leaving[name] = why
+            if before == why:
+                return None
+            return {(ns, model) for (ns, _), (model, on) in self._pods.items() if on == name}
+
+    def leaving_nodes(self, namespace: str, model: str) -> frozenset[str]:
+        """The leaving nodes this model has pods on."""
+        with self._lock:
+            return frozenset(node for (ns, _), (m, node) in self._pods.items()
+                             if ns == namespace and m == model and node in self._leaving)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pods.clear()
+            self._leaving.clear()

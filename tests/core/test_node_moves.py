@@ -1,0 +1,126 @@
+"""Replicas on nodes that are going away move first, then go (rollout/disruption.py): a node
+cordoned, failing validation (unless its pool keeps replicas), or in a GPU driver upgrade."""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+
+import pytest
+
+from rankops.controller import models
+from rankops.controller.node_pods import NodePods
+from rankops.render import names
+from rankops.rollout.disruption import LEAVING_COST, StablePod, node_leaving, plan_moves
+
+from tests.core.test_rollout_controller import FakeCluster, Model
+
+
+def node(name="gpu-1", unschedulable=False, **labels):
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize("labels, cordoned, keep, why", [
+    ({}, False, False, None),
+    ({}, True, False, "cordoned"),
+    ({"rankops.io/gpu-ready": "false"}, False, False, "failing validation (rankops.io/gpu-ready=false)"),
+    ({"rankops.io/gpu-ready": "false"}, False, True, None),                 # the pool keeps them
+    ({"nvidia.com/gpu-driver-upgrade-state": "upgrade-required"}, False, False, None),   # every node, queued
+    ({"nvidia.com/gpu-driver-upgrade-state": "cordon-required"}, False, False,
+     "GPU driver upgrade (nvidia.com/gpu-driver-upgrade-state=cordon-required)"),
+    ({"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}, False, False,
+     "GPU driver upgrade (nvidia.com/gpu-driver-upgrade-state=upgrade-failed)"),
+    ({"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}, False, False, None),
+])
+def test_why_a_node_is_leaving(labels, cordoned, keep, why):
+    assert node_leaving(node(unschedulable=cordoned, **labels), move_from_failing=not keep) == why
+
+
+def pod(name, node_name, ready=True, leaving=None, cost=None):
+    return StablePod(name, node_name, ready, False, leaving, cost)
+
+
+def test_a_replica_on_a_leaving_node_surges_one_then_lets_it_go_once_the_others_are_ready():
+    on_a = [pod("p1", "a", leaving="cordoned"), pod("p2", "b")]
+    first = plan_moves(2, on_a)
+    assert (first.surge, first.let_go) == (1, ("p1",))
+    assert "moving 1 replica(s) off leaving nodes: p1 on a (cordoned); 1 replacement(s) surged, 1/2 Ready" \
+        in first.message
+    # The replacement is starting: still surged, the old one keeps serving.
+    starting = on_a + [pod("p3", "c", ready=False)]
+    assert plan_moves(2, [*starting[:1], *starting[1:]]).surge == 1
+    # It is Ready (warm): no surge any more, the old one goes first (its deletion cost is set).
+    ready = [pod("p1", "a", leaving="cordoned", cost=LEAVING_COST), pod("p2", "b"), pod("p3", "c")]
+    done = plan_moves(2, ready)
+    assert (done.surge, done.let_go) == (0, ()) and "letting the old ones go" in done.message
+    # Gone: nothing to do.
+    assert plan_moves(2, ready[1:]) == plan_moves(2, [])
+
+
+def test_node_pods_wake_the_models_on_a_node_only_when_it_starts_or_stops_leaving():
+    registry = NodePods()
+    registry.pod_event({"metadata": {"namespace": "reco", "name": "p1", "labels": {names.LABEL_MODEL: "ctr"}},
+                        "spec": {"nodeName": "a"}}, deleted=False)
+    assert registry.node_event(node("a"), deleted=False) is None
+    assert registry.node_event(node("a", unschedulable=True), deleted=False) == {("reco", "ctr")}
+    assert registry.node_event(node("a", unschedulable=True), deleted=False) is None, "a heartbeat wakes none"
+    assert registry.leaving_nodes("reco", "ctr") == frozenset({"a"})
+    assert registry.node_event(node("a"), deleted=False) == {("reco", "ctr")}
+    assert registry.leaving_nodes("reco", "ctr") == frozenset()
+
+
+def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_then_scales_back():
+    cluster = FakeCluster()
+    cluster.put(node("gpu-2"))
+    model = Model(cluster, version="1")
+    model.body["spec"]["replicas"] = 2
+    model.reconcile()
+    cluster.run_deployment(names.STABLE)
+    dep_name = names.deployment_name(model.body["metadata"]["name"], names.STABLE)
+    pods = cluster.list("Pod", "reco", {names.LABEL_TRACK: names.STABLE})
+    cluster.objects[("Pod", "reco", pods[1]["metadata"]["name"])]["spec"]["nodeName"] = "gpu-2"
+    cluster.put(node("gpu-1", unschedulable=True))                 # kubectl cordon gpu-1
+    t = model.t
+
+    def reconcile(seconds):
+        nonlocal t
+        t += seconds
+        result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t),
+                                  leaving_nodes=frozenset({"gpu-1"}))
+        model.body["status"] = result.status
+        return result
+
+    result = reconcile(10)
+    assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 3, "one replacement surged"
+    leaving = cluster.get("Pod", "reco", pods[0]["metadata"]["name"])
+    assert leaving["metadata"]["annotations"][names.ANNOTATION_DELETION_COST] == LEAVING_COST
+    progressing = next(c for c in result.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["reason"] == "MovingReplicas" and "(cordoned)" in progressing["message"]
+    assert "MovingReplicas" in [e.reason for e in result.events]
+    # The budget still counts the model's 2 replicas, not the surge.
+    budget = cluster.get("PodDisruptionBudget", "reco", names.disruption_budget_name(model.body["metadata"]["name"],
+                                                                                      names.STABLE))
+    assert budget["spec"]["minAvailable"] == 1
+    # The replacement runs on gpu-2 and is Ready: back to 2 (the ReplicaSet removes the cheap one).
+    cluster.put({"kind": "Pod", "metadata": {"name": "replacement", "namespace": "reco",
+                                             "labels": dict(pods[0]["metadata"]["labels"])},
+                 "spec": {"nodeName": "gpu-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    dep = cluster.objects[("Deployment", "reco", dep_name)]
+    dep["status"] = {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}
+    dep["metadata"]["generation"] = 1
+    result = reconcile(10)
+    assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
+    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", "a move keeps the model Ready"
+    assert "NotReady" not in [e.reason for e in result.events]
+    # The old pod gone, its node no longer has the model's pods: nothing moves.
+    cluster.delete("Pod", "reco", pods[0]["metadata"]["name"])
+    result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t + 10))
+    assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
+    assert next(c for c in result.status["conditions"] if c["type"] == "Progressing")["reason"] != "MovingReplicas"
+
+
+def model_now(seconds):
+    from tests.core.test_rollout_controller import T0
+    return T0 + dt.timedelta(seconds=seconds)
