@@ -43,3 +43,48 @@ def test_the_stable_budget_keeps_replicas_minus_the_tolerance_through_evictions(
     with pytest.raises(ApiException) as refused:
         evict(pods[1])
     assert refused.value.status == 429, refused.value
+
+
+def _stable_pods(k8s, namespace: str, model: str) -> list:
+    return [p for p in k8s.core.list_namespaced_pod(
+        namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.STABLE}").items
+        if p.metadata.deletion_timestamp is None]
+
+
+def _ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+@pytest.mark.parametrize("leave", ["cordon", "driver-upgrade"])
+def test_a_replica_on_a_leaving_node_moves_before_it_goes(k8s, namespace, operator, gpu_nodes, leave):
+    """Issue 25 item 4: a node cordoned (a drain's first step) or labelled by the GPU Operator's
+    upgrade controller: the model surges a replacement elsewhere and lets the old replica go only
+    once the replacement is Ready; Ready replicas never fall below the model's."""
+    model = f"moves-{leave}"
+    models.create(k8s, namespace, models.model_manifest(model, replicas=2))
+    models.wait_ready(k8s, namespace, model)
+    [first, _] = sorted(_stable_pods(k8s, namespace, model), key=lambda p: p.metadata.name)
+    node = first.spec.node_name
+    patch = {"spec": {"unschedulable": True}} if leave == "cordon" else \
+        {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"}}}
+    undo = {"spec": {"unschedulable": None}} if leave == "cordon" else \
+        {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": None}}}
+    k8s.core.patch_node(node, patch)
+    seen = {"replicas": set(), "ready_min": 2}
+    deployment = names.deployment_name(model, names.STABLE)
+    try:
+        def moved():
+            dep = k8s.apps.read_namespaced_deployment(deployment, namespace)
+            seen["replicas"].add(dep.spec.replicas)
+            pods = _stable_pods(k8s, namespace, model)
+            ready = [p for p in pods if _ready(p)]
+            seen["ready_min"] = min(seen["ready_min"], len(ready))
+            return dep.spec.replicas == 2 and len(ready) == 2 and all(p.spec.node_name != node for p in pods)
+
+        wait_for(moved, 90, f"the replica on {node} moved ({leave})", interval=0.2)
+    finally:
+        k8s.core.patch_node(node, undo)
+    assert 3 in seen["replicas"], f"a replacement was surged first: {seen}"
+    assert seen["ready_min"] >= 2, f"Ready replicas fell below the model's: {seen}"
+    [moving] = models.wait_event(k8s, namespace, model, "MovingReplicas")
+    assert node in moving.message, moving.message
