@@ -155,7 +155,7 @@ def open_loop(url: str, rate: float, requests: int, items: tuple[int, int] | Non
 
 
 CAPACITY_A_MS, CAPACITY_B_MS = 5.0, 2.0
-CAPACITY_BUDGETS = (150.0, 120.0, 80.0, 50.0)
+CAPACITY_BUDGETS = (150.0, 120.0, 100.0, 80.0, 65.0, 50.0)
 CAPACITY_FRACTIONS = (0.8, 0.9, 1.0)
 
 
@@ -280,7 +280,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.capacity:
         if args.requests == 400:
-            args.requests = 1800
+            args.requests = 4500
         return capacity(args, triton.ensure_installed(), triton.scratch_dir("rankops-capacity-"))
     items = tuple(int(x) for x in args.candidates.split(",")) if args.candidates else None
     configs, fractions = (FULL, FULL_RATES) if args.full else (SMALL, SMALL_RATES)

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from rankops.api.planning import PlanStatus
+from rankops.planner import search
 from rankops.planner import BatcherConfig, PlanError, evaluate, inputs_from_spec, plan
 from rankops.planner.search import SATURATION_MARGIN, candidates, sustainable_qps
 from rankops.planner.simulator import saturation_qps
@@ -34,14 +35,16 @@ def test_seeds_blanket_factor_would_need_three_gpus_at_exactly_half_headroom():
 
 
 def test_loose_budget_sustains_the_saturation_margin_and_sizes_the_fleet_by_hand(make_inputs):
-    # one batch size, 1 ms: saturation 1000 req/s; a 1 s budget never binds
-    for headroom, gpus in ((0.0, 2), (0.5, 4)):
+    # one batch size, 1 ms: saturation 1000 req/s; a 1 s budget never binds: the ceiling is the
+    # rate that 10% more load (search.LOAD_MARGIN) would take to saturation, 909 req/s
+    ceiling = 1000 / (1 + search.LOAD_MARGIN)
+    for headroom, gpus in ((0.0, 3), (0.5, 5)):
         result = plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=headroom, instances_per_gpu=1,
                                   failure_tolerance=0))
-        assert result.qps_per_gpu == pytest.approx(950)
-        assert result.gpus == gpus == math.ceil(1900 / (950 * (1 - headroom)))
-    # by default one replica may be lost: ceil(1900 / 950) = 2 must survive it
-    assert plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=0.0, instances_per_gpu=1)).gpus == 3
+        assert result.qps_per_gpu == pytest.approx(ceiling)
+        assert result.gpus == gpus == math.ceil(1900 / (ceiling * (1 - headroom)))
+    # by default one replica may be lost: ceil(1900 / 909) = 3 must survive it
+    assert plan(make_inputs({1: 1.0}, p99=1000, qps=1900, headroom=0.0, instances_per_gpu=1)).gpus == 4
 
 
 def test_seeds_example_survives_a_single_card_failure_by_default(make_inputs):
