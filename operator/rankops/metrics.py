@@ -57,6 +57,21 @@ MODEL_MAX_BATCH = Gauge(
     "rankops_model_max_batch_size", "max_batch_size of the served config.pbtxt (explicit or planned).",
     MODEL_LABELS, registry=REGISTRY)
 
+# spec.autoscaling (status.autoscaling): what the autoscaler saw and decided, per model.
+MODEL_AUTOSCALE_DESIRED = Gauge(
+    "rankops_model_autoscale_desired_replicas", "Stable replicas spec.autoscaling decided (or the user's autoscaler set).",
+    MODEL_LABELS, registry=REGISTRY)
+MODEL_OBSERVED_QPS = Gauge(
+    "rankops_model_observed_qps", "Requests per second the model's serving pods answered between the last two "
+    "readings of Triton's counters (spec.autoscaling).", MODEL_LABELS, registry=REGISTRY)
+MODEL_CAPACITY_QPS = Gauge(
+    "rankops_model_capacity_per_replica_qps", "Requests per second one replica sustains within the P99 budget "
+    "(the plan's, or spec.autoscaling.capacityPerReplicaQps).", MODEL_LABELS, registry=REGISTRY)
+MODEL_QUEUE_SECONDS = Gauge(
+    "rankops_model_avg_queue_seconds", "Average time the model's requests waited in Triton's queue between the "
+    "last two readings (spec.autoscaling).", MODEL_LABELS, registry=REGISTRY)
+AUTOSCALE_GAUGES = (MODEL_AUTOSCALE_DESIRED, MODEL_OBSERVED_QPS, MODEL_CAPACITY_QPS, MODEL_QUEUE_SECONDS)
+
 
 def observe_reconcile(kind: str, result: str, seconds: float) -> None:
     RECONCILES.labels(kind=kind, result=result).inc()
@@ -127,6 +142,21 @@ def record_model(body: dict[str, Any], status: dict[str, Any], outcome: str | No
     served = batching if isinstance(batching, dict) else status.get("plan") or {}
     set_model_targets(meta["namespace"], meta["name"], p99_latency_ms=_number(slo.get("p99LatencyMs")),
                       target_qps=_number(slo.get("targetQps")), max_batch_size=_number(served.get("maxBatchSize")))
+    set_model_autoscaling(meta["namespace"], meta["name"], status.get("autoscaling"))
+
+
+def set_model_autoscaling(namespace: str, model: str, scaling: dict[str, Any] | None) -> None:
+    """Publish status.autoscaling's numbers; a value it lacks (or no autoscaling) drops that series."""
+    scaling = scaling if isinstance(scaling, dict) else {}
+    queue_ms = _number(scaling.get("avgQueueMs"))
+    for gauge, value in ((MODEL_AUTOSCALE_DESIRED, _number(scaling.get("desiredReplicas"))),
+                         (MODEL_OBSERVED_QPS, _number(scaling.get("observedQps"))),
+                         (MODEL_CAPACITY_QPS, _number(scaling.get("capacityPerReplicaQps"))),
+                         (MODEL_QUEUE_SECONDS, None if queue_ms is None else queue_ms / 1000.0)):
+        if value is None:
+            _remove(gauge, namespace, model, namespace)
+        else:
+            gauge.labels(namespace=namespace, model=model, model_namespace=namespace).set(value)
 
 
 def record_pool(pool: str, status: dict[str, Any]) -> None:
@@ -144,7 +174,7 @@ def forget_pool(pool: str) -> None:
 
 
 def forget_model(namespace: str, model: str) -> None:
-    for gauge in (MODEL_SLO_P99, MODEL_TARGET_QPS, MODEL_MAX_BATCH):
+    for gauge in (MODEL_SLO_P99, MODEL_TARGET_QPS, MODEL_MAX_BATCH, *AUTOSCALE_GAUGES):
         _remove(gauge, namespace, model, namespace)
 
 

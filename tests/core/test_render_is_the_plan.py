@@ -44,6 +44,9 @@ SHAPES = {
     "example-planned": _load(EXAMPLES / "gpunodepool-t4.yaml") + _load(EXAMPLES / "rankingmodel-planned-rollout.yaml"),
     "pooled": _load(CASES / "pools.yaml") + _load(CASES / "onnx-fp16-pooled.yaml"),
     "replicas": [_model("plain", replicas=3)],
+    "autoscaled": [_model("scaled", replicas=2, autoscaling={"enabled": True, "maxReplicas": 4,
+                                                              "capacityPerReplicaQps": 20})],
+    "external-autoscaler": [_model("hpa", autoscaling={"enabled": True, "mode": "external"})],
     "gatewayAPI": [_model("routed", replicas=2, rollout={"canary": {"traffic": "gatewayAPI", "parentRef": "gw"}})],
     "openshiftRoute": [_model("openshift", rollout={"canary": {"traffic": "openshiftRoute"}})],
     "torchscript-reference": [_model("mmoe", rollout={"equivalence": {

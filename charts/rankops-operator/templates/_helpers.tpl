@@ -202,6 +202,11 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
+# Application: spec.autoscaling mode external: which HorizontalPodAutoscaler (or KEDA's) owns the
+# stable Deployment's replicas, said in status.autoscaling.external (read only, never written).
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list]
 # Application: the warmup and equivalence gate Jobs.
 - apiGroups: [batch]
   resources: [jobs]

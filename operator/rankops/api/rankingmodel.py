@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from rankops.api import bounds
+from rankops.api.autoscaling import AUTOSCALING_RULES, Autoscaling, AutoscalingStatus
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.planning import Planning, PlanStatus, Slo
@@ -516,6 +517,11 @@ class RankingModelSpec(ApiModel):
         "how they spread over nodes, and how a Triton pod finishes its requests before it goes. The stable "
         "track's PodDisruptionBudget follows planning.failureTolerance (docs/disruptions.md)."),
         json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling, description=(
+        "Stable replicas that follow the load: decided by rankops from Triton's own counters against the "
+        "per-replica capacity that holds the P99 budget, or left to your HorizontalPodAutoscaler / KEDA "
+        "ScaledObject (mode external); docs/autoscaling.md."),
+        json_schema_extra={"x-kubernetes-validations": AUTOSCALING_RULES})
 
     @field_validator("batching", mode="before")
     @classmethod
@@ -562,6 +568,20 @@ class RankingModelSpec(ApiModel):
         if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
             raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
         return self
+
+    @model_validator(mode="after")
+    def _autoscaling_capacity(self) -> "RankingModelSpec":
+        scaling = self.autoscaling
+        if scaling.by_rankops and scaling.capacity_per_replica_qps is None and not self.has_plan_inputs():
+            raise ValueError("autoscaling.capacityPerReplicaQps is required with autoscaling.enabled (mode rankops) "
+                             "unless the model has slo and planning.latencyProfile (or latencyProfileConfigMap), "
+                             "whose plan gives the requests per second one replica sustains within the P99 budget")
+        return self
+
+    def has_plan_inputs(self) -> bool:
+        """Whether the planner makes or evaluates a plan (its sustainable rate per GPU) for this spec."""
+        return self.slo is not None and self.planning is not None and (
+            self.planning.latency_profile is not None or self.planning.latency_profile_config_map is not None)
 
     def _check_candidates(self) -> None:
         if self.candidates is None:
@@ -663,6 +683,8 @@ class RankingModelStatus(ApiModel):
     rollout: Annotated[RolloutStatus | None, Field(description="The latest rollout: version, phase, attempt, timing.")] = None
     gates: Annotated[list[GateResult], Field(default_factory=list, description="Gate verdicts of the latest rollout.")]
     plan: PlanStatus | None = None
+    autoscaling: Annotated[AutoscalingStatus | None, Field(description=(
+        "spec.autoscaling: the load seen, the capacity per replica, the replicas decided and why."))] = None
     conditions: list[Condition] = Field(default_factory=list, description="Standard Kubernetes conditions (Ready, Degraded, ...), one per type.")
 
 
@@ -680,6 +702,9 @@ class RankingModel(ApiModel):
             {"name": "Weight", "type": "integer", "jsonPath": ".status.canaryWeight"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+            {"name": "Autoscaled", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas"},
+            {"name": "QPS", "type": "number", "jsonPath": ".status.autoscaling.observedQps", "priority": 1},
+            {"name": "Scaling", "type": "string", "jsonPath": ".status.autoscaling.reason", "priority": 1},
             {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
             {"name": "Pool", "type": "string", "jsonPath": ".spec.nodePool", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -70,3 +70,31 @@ def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
                 continue
             readings[track][pod] = counters
     return (readings if readings["canary"] else None), tuple(problems)
+
+
+def read_load(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
+              ) -> tuple[dict[str, dict[str, Any]], tuple[str, ...]]:
+    """spec.autoscaling (mode rankops): each serving pod's request and queue-time counters now,
+    {pod: rankops.autoscale.pod_reading} (each at the time it was read), of both tracks, and the
+    pods that could not be read ("pod (ip): cause"). One pod list and one scrape per serving pod."""
+    import datetime as dt
+
+    from rankops.autoscale import pod_reading
+
+    pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
+    found, problems = serving_pods(pods, networks)
+    readings: dict[str, dict[str, Any]] = {}
+    for located in found.values():
+        for pod, address in located:
+            try:
+                counters = scrape(f"{address}:{METRICS_PORT}", model, timeout_s=1.0)
+            except MetricsUnavailable as exc:
+                problems.append(f"{pod} ({address}): {exc}")
+                continue
+            if not counters.seen:
+                problems.append(f"{pod} ({address}): Triton's metrics have no series for model {model}")
+                continue
+            values = counters.values
+            readings[pod] = pod_reading(values.get("success", 0.0) + values.get("failure", 0.0),
+                                        values.get("queue_us", 0.0), dt.datetime.now(dt.timezone.utc))
+    return readings, tuple(problems)

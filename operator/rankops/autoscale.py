@@ -1,0 +1,299 @@
+"""Replicas that follow the load: the pure decision of spec.autoscaling (mode rankops).
+
+    observe (controller/models.py: each serving pod's Triton counters, every --interval)
+      -> rate(previous reading, this reading)          requests/s and queue time
+      -> decide(Inputs)                                  desired replicas and why (HPA's algorithm)
+      -> step(...)                                       the replicas modelplan serves, status.autoscaling, Events
+
+The rate is the difference of Triton's own counters (nv_inference_request_success + failure,
+nv_inference_queue_duration_us) between two readings of the same pod, summed over pods: no
+metrics server. The replicas a rate needs are ceil(rate / (capacity per replica x
+targetUtilization)) + planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of
+the current count nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up
+goes to the lowest recommendation of the scale-up window (0 s: at once) and a scale down to the
+highest of the scale-down window (300 s), so what must survive a restart, the last reading and the
+recommendations of the windows, lives in status.autoscaling. No I/O, the clock is an argument.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankops.api.autoscaling import AutoscalingStatus
+from rankops.api.rankingmodel import RankingModelSpec
+
+TOLERANCE = 0.1          # |need / serving - 1| within this: no change (HPA's default tolerance)
+MIN_READING_S = 5.0      # readings closer than this are not taken (a burst of events reads once)
+MAX_RECOMMENDATIONS = 200
+SCALED = "Scaled"        # the Event of a change
+
+
+@dataclass(frozen=True)
+class Bounds:
+    min_replicas: int
+    max_replicas: int
+    target_utilization: float
+    failure_tolerance: int
+    up_window_s: float = 0.0
+    down_window_s: float = 300.0
+    max_avg_queue_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    now: dt.datetime
+    current: int                                   # the stable replicas decided last (or the start)
+    capacity_qps: float                            # requests/s one replica sustains within the P99 budget
+    bounds: Bounds
+    rate_qps: float | None = None                  # None: no rate yet (first reading, no pod read)
+    avg_queue_ms: float | None = None
+    history: tuple[tuple[dt.datetime, int], ...] = ()   # recommendations, oldest first
+
+
+@dataclass(frozen=True)
+class Outcome:
+    desired: int
+    recommended: int                               # what the load needs now (before the windows)
+    reason: str
+    message: str
+    history: tuple[tuple[dt.datetime, int], ...] = field(default_factory=tuple)
+
+
+def clamp(replicas: int, bounds: Bounds) -> int:
+    return max(bounds.min_replicas, min(bounds.max_replicas, replicas))
+
+
+def needed(rate_qps: float, capacity_qps: float, target: float, serving: int) -> int:
+    """Replicas that carry `rate_qps` at `target` of `capacity_qps` each; `serving` (the replicas
+    carrying load now, the spare ones not counted) is kept when it is within TOLERANCE."""
+    per_replica = capacity_qps * target
+    raw = rate_qps / per_replica if per_replica > 0 else 0.0
+    if serving > 0 and abs(raw / serving - 1) <= TOLERANCE:
+        return serving
+    return max(0, math.ceil(raw - 1e-9))
+
+
+def decide(inputs: Inputs) -> Outcome:
+    """The stable replicas for the load now, and why (pure)."""
+    b, now, current = inputs.bounds, inputs.now, clamp(inputs.current, inputs.bounds)
+    if inputs.rate_qps is None:
+        return Outcome(current, current, "NoReading", "no request rate yet (a rate needs two readings of a "
+                       "serving pod): replicas kept", _pruned(inputs.history, now, b))
+    serving = max(0, inputs.current - b.failure_tolerance)
+    need = needed(inputs.rate_qps, inputs.capacity_qps, b.target_utilization, serving)
+    per_replica = inputs.capacity_qps * b.target_utilization
+    why = (f"{inputs.rate_qps:.1f} req/s needs {need} replica(s) at {b.target_utilization:.0%} of "
+           f"{inputs.capacity_qps:g} req/s each, + {b.failure_tolerance} spare (planning.failureTolerance)")
+    queue_high = b.max_avg_queue_ms is not None and inputs.avg_queue_ms is not None \
+        and inputs.avg_queue_ms > b.max_avg_queue_ms
+    if queue_high and need <= serving:
+        need = serving + 1
+        why = (f"average queue time {inputs.avg_queue_ms:.1f} ms over autoscaling.maxAvgQueueMs "
+               f"{b.max_avg_queue_ms:g} ms at {inputs.rate_qps:.1f} req/s: one replica more than the "
+               f"{serving} carrying load")
+    recommended = clamp(need + b.failure_tolerance, b)
+    history = _pruned((*inputs.history, (now, recommended)), now, b)
+    up_limit = min(r for t, r in history if _within(t, now, b.up_window_s))
+    down_limit = max(r for t, r in history if _within(t, now, b.down_window_s))
+    desired = current
+    if desired < up_limit:
+        desired = up_limit
+    if desired > down_limit:
+        desired = down_limit
+    desired = clamp(desired, b)
+    if desired > current:
+        reason = "QueueTimeHigh" if queue_high else "ScaledUp"
+    elif desired < current:
+        reason = "ScaledDown"
+    elif recommended < current:
+        reason = "ScaleDownStabilizing"
+        why += (f"; kept at {current}, the most recommended over the last {b.down_window_s:g} s "
+                "(autoscaling.scaleDownStabilizationSeconds)")
+    elif recommended > current:
+        reason = "ScaleUpStabilizing"
+        why += (f"; kept at {current}, the fewest recommended over the last {b.up_window_s:g} s "
+                "(autoscaling.scaleUpStabilizationSeconds)")
+    elif need + b.failure_tolerance > b.max_replicas:
+        reason = "AtMaxReplicas"
+        why += f"; capped at autoscaling.maxReplicas {b.max_replicas}"
+    elif need + b.failure_tolerance < b.min_replicas:
+        reason = "AtMinReplicas"
+        why += f"; kept at autoscaling.minReplicas {b.min_replicas}"
+    else:
+        reason = "WithinTarget"
+    if per_replica > 0 and desired > 0:
+        why += f"; {inputs.rate_qps / max(1, desired - b.failure_tolerance) / inputs.capacity_qps:.0%} of capacity per serving replica"
+    return Outcome(desired, recommended, reason, why, history)
+
+
+def _within(at: dt.datetime, now: dt.datetime, window_s: float) -> bool:
+    return (now - at).total_seconds() <= window_s
+
+
+def _pruned(history: tuple[tuple[dt.datetime, int], ...] | list, now: dt.datetime,
+            b: Bounds) -> tuple[tuple[dt.datetime, int], ...]:
+    """The recommendations the windows still need, oldest first; a run of equal ones is kept once,
+    at its latest time (all a window's min or max needs)."""
+    keep = max(b.up_window_s, b.down_window_s)
+    out: list[tuple[dt.datetime, int]] = []
+    for at, replicas in sorted(history, key=lambda h: h[0]):
+        if (now - at).total_seconds() > keep:
+            continue
+        if out and out[-1][1] == replicas:
+            out[-1] = (at, replicas)
+        else:
+            out.append((at, replicas))
+    return tuple(out[-MAX_RECOMMENDATIONS:])
+
+
+# -- counters to a rate ---------------------------------------------------------------------------
+
+def pod_reading(requests: float, queue_us: float, at: dt.datetime) -> dict[str, Any]:
+    return {"requests": requests, "queueUs": queue_us, "at": _iso(at)}
+
+
+def rate(previous: dict[str, Any] | None, current: dict[str, Any]) -> tuple[float | None, float | None, int]:
+    """(requests/s, average queue ms, pods counted) between two readings ({pod: pod_reading}):
+    each pod read both times counts its own difference over its own interval; a pod new in this
+    reading (its counters include its warm-up) or restarted (counters went down) counts from the
+    next one. None: no pod was read twice."""
+    if not previous:
+        return None, None, 0
+    total_rate, requests, queue_us, counted = 0.0, 0.0, 0.0, 0
+    for pod, now_read in current.items():
+        before = previous.get(pod)
+        if not isinstance(before, dict):
+            continue
+        seconds = (_time(now_read["at"]) - _time(before["at"])).total_seconds()
+        done = float(now_read["requests"]) - float(before.get("requests", 0))
+        waited = float(now_read.get("queueUs", 0)) - float(before.get("queueUs", 0))
+        if seconds <= 0 or done < 0 or waited < 0:
+            continue
+        total_rate += done / seconds
+        requests, queue_us, counted = requests + done, queue_us + waited, counted + 1
+    if not counted:
+        return None, None, 0
+    return total_rate, (queue_us / requests / 1000.0 if requests else 0.0), counted
+
+
+def reading_due(spec: RankingModelSpec, recorded: dict[str, Any] | None, now: dt.datetime) -> bool:
+    """Whether this reconcile reads the serving pods' counters: autoscaling by rankops, and the
+    last reading at least MIN_READING_S ago."""
+    if not spec.autoscaling.by_rankops:
+        return False
+    read_at = _time((recorded or {}).get("readAt"))
+    return read_at is None or (now - read_at).total_seconds() >= MIN_READING_S
+
+
+# -- one reconcile ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scaling:
+    replicas: int                                 # the stable replicas the model serves now
+    status: dict[str, Any]                        # status.autoscaling, wire form
+    events: tuple[tuple[str, str, str], ...] = ()   # (type, reason, message)
+    external: bool = False                        # the stable Deployment is applied without spec.replicas
+
+
+def capacity(spec: RankingModelSpec, plan: Any = None, plan_status: dict[str, Any] | None = None
+             ) -> tuple[float | None, str | None]:
+    """(requests/s one replica sustains within the P99 budget, where it comes from): the spec's
+    autoscaling.capacityPerReplicaQps, or the plan's sustainable rate per GPU x gpusPerReplica."""
+    if spec.autoscaling.capacity_per_replica_qps is not None:
+        return spec.autoscaling.capacity_per_replica_qps, "spec"
+    per_gpu = getattr(plan, "qps_per_gpu", None)
+    if per_gpu is None and plan_status:
+        per_gpu = plan_status.get("qpsPerGpu")
+    if per_gpu:
+        return float(per_gpu) * spec.gpus_per_replica, "plan"
+    return None, None
+
+
+def bounds_of(spec: RankingModelSpec, failure_tolerance: int) -> Bounds:
+    a = spec.autoscaling
+    return Bounds(a.min_replicas, a.max_replicas or a.min_replicas, a.target_utilization, failure_tolerance,
+                  a.scale_up_stabilization_seconds, a.scale_down_stabilization_seconds, a.max_avg_queue_ms)
+
+
+def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[str, Any] | None,
+         start_replicas: int, failure_tolerance: int, now: dt.datetime, *, plan: Any = None,
+         plan_status: dict[str, Any] | None = None, deployment_replicas: int | None = None,
+         external_name: str | None = None, problems: tuple[str, ...] = ()) -> Scaling | None:
+    """The replicas to serve and status.autoscaling for this reconcile; None without autoscaling.
+    `recorded`: status.autoscaling as read; `reading`: this reconcile's {pod: pod_reading} (None: not
+    read now); `start_replicas`: the spec's or the plan's count; `deployment_replicas`: the stable
+    Deployment's spec.replicas (mode external: the user's autoscaler's); `problems`: pods that
+    could not be read."""
+    scaling = spec.autoscaling
+    if not scaling.enabled:
+        return None
+    recorded = recorded if (recorded or {}).get("mode") == scaling.mode.value else None
+    if scaling.external:
+        replicas = deployment_replicas if deployment_replicas is not None else start_replicas
+        message = (f"{external_name} owns the stable Deployment's replicas ({replicas} now): rankops applies it "
+                   "without spec.replicas" if external_name else
+                   "no HorizontalPodAutoscaler targets the stable Deployment yet: rankops applies it without "
+                   f"spec.replicas, which stay at {replicas}")
+        status = {"mode": "external", "external": external_name, "desiredReplicas": replicas,
+                  "reason": "External", "message": message}
+        return Scaling(replicas, AutoscalingStatus.model_validate(status).to_wire(), external=True)
+
+    b = bounds_of(spec, failure_tolerance)
+    cap, source = capacity(spec, plan, plan_status)
+    current = (recorded or {}).get("desiredReplicas")
+    current = clamp(current if isinstance(current, int) else start_replicas, b)
+    history = tuple((t, r["replicas"]) for r in (recorded or {}).get("recommendations") or []
+                    if (t := _time(r.get("at"))) is not None)
+    kept = {k: (recorded or {}).get(k) for k in ("observedQps", "avgQueueMs", "reading", "readAt", "lastScaleTime")}
+    if cap is None:   # never expected: the spec's validation asks for capacityPerReplicaQps first
+        status = {"mode": "rankops", "desiredReplicas": current, "reason": "NoCapacity",
+                  "message": "no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept}
+        return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
+    if reading is None:   # not read in this reconcile: what was decided stands
+        if recorded and recorded.get("desiredReplicas") is not None:
+            status = {**recorded, "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
+                      "desiredReplicas": current}
+            return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
+        outcome = decide(Inputs(now, current, cap, b, history=history))
+    else:
+        qps, queue_ms, _ = rate((recorded or {}).get("reading"), reading)
+        outcome = decide(Inputs(now, current, cap, b, qps, queue_ms, history))
+        kept.update(observedQps=None if qps is None else round(qps, 3),
+                    avgQueueMs=None if queue_ms is None else round(queue_ms, 3), reading=reading, readAt=_iso(now))
+    message = outcome.message + (f"; not read: {'; '.join(problems[:3])}" if problems else "")
+    events: tuple[tuple[str, str, str], ...] = ()
+    if outcome.desired != current:
+        kept["lastScaleTime"] = _iso(now)
+        events = (("Normal", SCALED, f"stable replicas {current} -> {outcome.desired}: {outcome.message}"),)
+    status = {"mode": "rankops", "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
+              "desiredReplicas": outcome.desired, "reason": outcome.reason, "message": message[:1000], **kept,
+              "recommendations": [{"at": _iso(t), "replicas": r} for t, r in outcome.history]}
+    return Scaling(outcome.desired, AutoscalingStatus.model_validate(status).to_wire(), events)
+
+
+def without_replicas(objects: list[dict[str, Any]], deployment: str) -> list[dict[str, Any]]:
+    """`objects` with the stable Deployment (named `deployment`) applied without spec.replicas
+    (autoscaling mode external): server-side apply then leaves that field to its other manager,
+    the HorizontalPodAutoscaler's (or KEDA's) scale writes."""
+    out = []
+    for obj in objects:
+        if obj.get("kind") == "Deployment" and obj["metadata"]["name"] == deployment:
+            obj = {**obj, "spec": {k: v for k, v in obj["spec"].items() if k != "replicas"}}
+        out.append(obj)
+    return out
+
+
+def _iso(at: dt.datetime) -> str:
+    return at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
