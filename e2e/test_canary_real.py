@@ -166,6 +166,9 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
         # this machine (`rankops dev triton serve`, no warm container). A loaded 2-core machine runs
         # the control plane, the operator and Triton at once: the slack is wide.
         assert first[0] <= 3 * later_p90 + 25, (first, later_p90, warm)
+    # Through the promotion (old stable pods deleted as the canary stands in): every pod that went
+    # left the Service before Triton stopped (preStop, exit timeout), so no request failed.
+    assert traffic.failed == 0, (traffic.failed, traffic.failures[:5])
 
 
 def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_read_is_never_promoted(
@@ -240,3 +243,5 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
     assert "--pod-metrics-network 192.0.2.0/24" in blind.message, blind.message
     assert rm["status"]["stableVersion"] == "2"
     print(f"v3: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
+    # A canary pod deleted under traffic, a promotion and a rollback: no request failed.
+    assert traffic.failed == 0, (traffic.failed, traffic.failures[:5])
