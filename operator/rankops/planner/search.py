@@ -6,7 +6,9 @@ plain config (one instance, no delay, largest batch). The first is
 bisected for its sustainable rate; each later one is first simulated once just above the best
 rate so far, and only bisected if it can beat it; once a candidate's saturation bound is below
 the best rate, no later one can win. Results are memoised by inputs (the operator re-plans an
-unchanged spec on every reconcile).
+unchanged spec on every reconcile). The winner's rate is then confirmed by a long simulation
+(verified_qps), and a runner-up is listed with its own confirmed rate: what the plan calls
+sustainable is what a measurement should find.
 """
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def _ceiling() -> float:
 
 def _bound(inputs: PlanInputs, config: BatcherConfig) -> float:
     return _ceiling() * saturation_qps(inputs.profile, config, inputs.shared_gpu_slowdown,
-                                              inputs.items_per_request)
+                                       inputs.items_per_request)
 
 
 def meets_budget(inputs: PlanInputs, config: BatcherConfig, rate: float, requests: int = SEARCH_REQUESTS) -> bool:
