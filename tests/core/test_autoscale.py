@@ -255,3 +255,37 @@ def test_the_plans_sustainable_rate_is_the_capacity_with_batching_auto():
     resolved = resolve_shape(s)
     cap, source = autoscale.capacity(s, resolved.plan)
     assert source == "plan" and cap == pytest.approx(resolved.plan.qps_per_gpu * s.gpus_per_replica)
+
+
+def test_mode_external_hands_spec_replicas_over_once_before_leaving_it_out():
+    from rankops.controller import writes
+
+    class Kube:
+        def __init__(self, deployment):
+            self.applied, self.deployment = [], deployment
+
+        def get(self, kind, namespace, name):
+            return self.deployment
+
+        def apply(self, obj, dry_run=False, field_manager="rankops"):
+            self.applied.append((field_manager, obj))
+
+    ours = {"metadata": {"name": "hpa-stable", "namespace": "reco", "managedFields": [
+        {"manager": "rankops", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}}]},
+        "spec": {"replicas": 4}}
+    applied = [{"kind": "Deployment", "metadata": {"name": "hpa-stable"}, "spec": {"template": {}}}]
+    kube = Kube(ours)
+    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    assert kube.applied == [(writes.HANDOVER_MANAGER, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": "hpa-stable", "namespace": "reco"}, "spec": {"replicas": 4}})]
+    handed = {**ours, "metadata": {**ours["metadata"], "managedFields": [
+        {"manager": "rankops", "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "scale",
+         "fieldsV1": {"f:spec": {"f:replicas": {}}}}]}}
+    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    assert len(kube.applied) == 1, "checked once per process"
+    writes._handed_over.clear()
+    kube = Kube(handed)
+    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    assert kube.applied == [], "rankops no longer owns it: nothing to hand over"
+    writes._handed_over.clear()

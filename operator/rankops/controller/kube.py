@@ -114,12 +114,12 @@ class Kube:
             raise ApiError(answer.status, answer.reason, answer.data)
         return json.loads(answer.data) if answer.data else None
 
-    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict:
+    def apply(self, obj: dict[str, Any], dry_run: bool = False, field_manager: str = FIELD_MANAGER) -> dict:
         """Server-side apply under rankops' field manager, forcing ownership of the fields it sets.
         `dry_run`: the API server validates and admits it as if written, and stores nothing."""
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
+        query = [("fieldManager", field_manager), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
         return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]), body=obj, query=query,
                           content_type="application/apply-patch+yaml")
 

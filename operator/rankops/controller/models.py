@@ -389,6 +389,9 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan) -> None:
     # Pods first: a pod to let go has its deletion cost lowered before the Deployment scales down.
     for pod, patch in done.pod_patches:
         kube.merge_patch("Pod", namespace, pod, patch)
+    if rm.spec.autoscaling.external:   # leaving spec.replicas out must not reset it (writes.hand_over_replicas)
+        writes.hand_over_replicas(kube, namespace, names.deployment_name(rm.metadata["name"], names.STABLE),
+                                  list(done.applies))
     writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)

@@ -132,3 +132,34 @@ def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> dict[str, Any] | N
         if not refusal.is_refusal(exc.status) or namespace_terminating(exc):
             raise
         raise _Refusal(refusal.from_api_error(obj, exc.status, exc.reason, exc.body)) from None
+
+
+HANDOVER_MANAGER = "rankops-replicas-handover"
+_handed_over: set[tuple[str, str]] = set()   # (namespace, Deployment) checked in this process
+
+
+def owns_replicas(deployment: dict[str, Any] | None, manager: str = FIELD_MANAGER) -> bool:
+    """Whether `manager` owns the Deployment's spec.replicas (its managedFields say so)."""
+    for entry in ((deployment or {}).get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply" \
+                and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return True
+    return False
+
+
+def hand_over_replicas(kube: Kube, namespace: str, name: str, applied: list[dict[str, Any]]) -> None:
+    """autoscaling mode external: before the stable Deployment `name` is first applied without
+    spec.replicas while rankops owns that field, its value is applied once under a manager of its
+    own, so that leaving it out does not reset it to 1 (server-side apply removes a field its only
+    owner stops applying); the user's autoscaler's next scale takes it from there. Read once per
+    Deployment and process, from the API server (the watch cache keeps no managedFields)."""
+    ours = next((o for o in applied if o.get("kind") == "Deployment" and o["metadata"]["name"] == name), None)
+    if ours is None or "replicas" in ours.get("spec", {}) or (namespace, name) in _handed_over:
+        return
+    deployment = getattr(kube, "kube", kube).get("Deployment", namespace, name)
+    if owns_replicas(deployment):
+        kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"replicas": (deployment.get("spec") or {}).get("replicas", 1)}},
+                   field_manager=HANDOVER_MANAGER)
+        log.info(f"{namespace}/{name}: spec.replicas handed over to the user's autoscaler (autoscaling mode external)")
+    _handed_over.add((namespace, name))
