@@ -63,8 +63,9 @@ def test_a_replica_on_a_leaving_node_moves_before_it_goes(k8s, namespace, operat
     model = f"moves-{leave}"
     models.create(k8s, namespace, models.model_manifest(model, replicas=2))
     models.wait_ready(k8s, namespace, model)
-    [first, _] = sorted(_stable_pods(k8s, namespace, model), key=lambda p: p.metadata.name)
-    node = first.spec.node_name
+    pods = sorted(_stable_pods(k8s, namespace, model), key=lambda p: p.metadata.name)
+    node = pods[0].spec.node_name
+    on_node = sum(1 for p in pods if p.spec.node_name == node)   # spreading is preferred: maybe both
     patch = {"spec": {"unschedulable": True}} if leave == "cordon" else \
         {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"}}}
     undo = {"spec": {"unschedulable": None}} if leave == "cordon" else \
@@ -84,7 +85,7 @@ def test_a_replica_on_a_leaving_node_moves_before_it_goes(k8s, namespace, operat
         wait_for(moved, 90, f"the replica on {node} moved ({leave})", interval=0.2)
     finally:
         k8s.core.patch_node(node, undo)
-    assert 3 in seen["replicas"], f"a replacement was surged first: {seen}"
+    assert 2 + on_node in seen["replicas"], f"a replacement per leaving pod was surged first: {seen}"
     assert seen["ready_min"] >= 2, f"Ready replicas fell below the model's: {seen}"
     [moving] = models.wait_event(k8s, namespace, model, "MovingReplicas")
     assert node in moving.message, moving.message
