@@ -185,7 +185,7 @@ def perf_point(install: triton.TritonInstall, root: Path, config: BatcherConfig,
                    "--percentile=99", "--measurement-mode", "count_windows",
                    "--measurement-request-count", str(max(1, requests // 3)), "--max-trials", "3",
                    "--stability-percentage", "999", "--max-threads", "8", "-f", str(csv)]
-        before = server_metrics.scrape(server.metrics_url, MODEL)
+        before = _scrape_when_up(server.metrics_url)
         done = subprocess.run(command, env=install.perf_analyzer_environment(), capture_output=True, text=True)
         after = server_metrics.scrape(server.metrics_url, MODEL)
     if done.returncode:
@@ -196,6 +196,20 @@ def perf_point(install: triton.TritonInstall, root: Path, config: BatcherConfig,
     ran = after.minus(before)
     return PerfRun(float(values["Inferences/Second"]), float(values["p99 latency"]) / 1000,
                    float(report["p99Ms"] or "nan"), ran["inferences"] / max(1.0, ran["executions"]))
+
+
+def _scrape_when_up(url: str, wait_s: float = 15.0):
+    """Triton's metrics once its metrics port answers (it may bind it after the server is ready)."""
+    from rankops.gates import server_metrics
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return server_metrics.scrape(url, MODEL)
+        except server_metrics.MetricsUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def capacity(args, install, work: Path) -> int:
