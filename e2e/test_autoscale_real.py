@@ -1,0 +1,162 @@
+"""spec.autoscaling on real Triton (process node): the load steps up and down by a factor of 5 and
+the stable replicas follow, each new one taking traffic only once warm, none failing a request as
+it goes.
+
+Scaled to what the CPU stand-ins serve on a 2-core machine: capacityPerReplicaQps 10 at
+targetUtilization 1 and planning.failureTolerance 0, so 5 req/s needs 1 replica and 25 req/s 3.
+The operator reads each serving pod's Triton counters every --interval (2 s here, a reading at
+most every 5 s); the scale-down window is 20 s instead of 300 s. `run_phases` is also the
+benchmark's (benchmarks/autoscale_bench.py).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from e2e import models
+from e2e.support import wait_for
+from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
+from rankops.devcluster import spec_models, traffic
+from rankops.gates.samples import Sample
+from rankops.render import names
+
+pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+
+NAME = "scaled"
+SPEC = {
+    "inputs": [{"name": "user_id", "dataType": "INT64", "dims": [1]},
+               {"name": "item_features", "dataType": "FP32", "dims": [32]}],
+    "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
+    "candidates": {"layout": "batch", "minPerRequest": 20, "maxPerRequest": 60},
+    "batching": {"maxBatchSize": 256, "maxQueueDelayMicroseconds": 1000},
+    "resources": {"cpu": "500m", "memory": "1Gi"},
+    "planning": {"failureTolerance": 0},
+    "slo": {"p99LatencyMs": 250, "targetQps": 25},
+    "warmReplicas": {"requests": 40, "concurrency": 2, "maxP99Ms": 3000},
+    "disruption": {"preStopDelaySeconds": 3, "exitTimeoutSeconds": 10},
+    "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 3, "capacityPerReplicaQps": 10,
+                    "targetUtilization": 1.0, "scaleDownStabilizationSeconds": 20},
+}
+
+
+def _request(rng: np.random.Generator) -> Sample:
+    candidates = int(rng.integers(20, 61))
+    return Sample(line=1, inputs={"user_id": np.full((candidates, 1), int(rng.integers(0, 10)), dtype=np.int64),
+                                  "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
+
+
+@dataclass
+class Phase:
+    rate: float
+    started: float = 0.0
+    ended: float = 0.0
+    wanted: int = 0                       # the replicas this load needs
+    reached: float | None = None          # when that many were Ready (and warm) and no more
+    ms: list[float] = field(default_factory=list)
+    sent: int = 0
+    failed: int = 0
+    failures: list[tuple[str, float, str]] = field(default_factory=list)
+
+
+class Replicas(threading.Thread):
+    """Samples (time, desired, Ready) of the stable Deployment every half second."""
+
+    def __init__(self, k8s, namespace: str):
+        super().__init__(daemon=True)
+        self.k8s, self.namespace = k8s, namespace
+        self.samples: list[tuple[float, int, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                dep = self.k8s.apps.read_namespaced_deployment(names.deployment_name(NAME, names.STABLE),
+                                                               self.namespace)
+            except Exception:  # noqa: BLE001 - a sample missed is a sample missed
+                continue
+            self.samples.append((time.time(), dep.spec.replicas or 0, dep.status.ready_replicas or 0))
+
+    def ready_now(self) -> int:
+        return self.samples[-1][2] if self.samples else 0
+
+    def replica_seconds(self, start: float, end: float) -> float:
+        """Integral of the desired replicas (what is paid for) over [start, end]."""
+        points = [(t, d) for t, d, _ in self.samples if start <= t <= end]
+        return sum(d * (b - a) for (a, d), (b, _) in zip(points, points[1:]))
+
+
+def serve(k8s, ns: str, object_store, tmp_path, **overrides: Any) -> None:
+    body = models.model_manifest(NAME, modelCredentialsSecret="model-store", **{**SPEC, **overrides})
+    body["spec"]["versions"][0]["precision"] = "fp32"
+    spec = RankingModelSpec.model_validate(body["spec"])
+    directory = tmp_path / "v1"
+    spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
+    object_store.upload_tree("models", f"{NAME}/1", directory)
+    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
+    models.create(k8s, ns, body)
+    models.wait_ready(k8s, ns, NAME, timeout=240)
+
+
+def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: Replicas,
+               settle_timeout: float = 120) -> list[Phase]:
+    """Each (rate, seconds, replicas wanted): traffic at that rate for at least `seconds`, and on
+    until the stable has that many replicas Ready and no more (at most `settle_timeout` more)."""
+    done = []
+    for rate, seconds, wanted in phases:
+        phase = Phase(rate, started=time.time(), wanted=wanted)
+        driver = traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, ns, NAME), NAME, _request,
+                                 rate=rate, max_seconds=seconds + settle_timeout + 30, timeout_s=10)
+        driver.start()
+        try:
+            deadline = time.time() + seconds + settle_timeout
+            while time.time() < deadline:
+                last = replicas.samples[-1] if replicas.samples else (0, 0, 0)
+                if phase.reached is None and last[1] == wanted and last[2] == wanted:
+                    phase.reached = last[0]
+                if phase.reached is not None and time.time() - phase.started >= seconds:
+                    break
+                time.sleep(0.5)
+        finally:
+            driver.stop.set()
+            driver.join(timeout=30)
+        phase.ended = time.time()
+        phase.ms = [a.ms for a in driver.served]
+        phase.sent, phase.failed, phase.failures = driver.sent, driver.failed, list(driver.failures)
+        done.append(phase)
+    return done
+
+
+def p99(values: list[float]) -> float | None:
+    return float(np.percentile(values, 99)) if values else None
+
+
+def test_replicas_follow_the_load_up_and_down_and_no_request_fails_as_they_go(
+        k8s, cluster, real_namespace, operator, object_store, process_node, tmp_path):
+    ns = real_namespace
+    serve(k8s, ns, object_store, tmp_path)
+    replicas = Replicas(k8s, ns)
+    replicas.start()
+    try:
+        low, high, down = run_phases(k8s, ns, [(5, 15, 1), (25, 10, 3), (5, 10, 1)], replicas)
+    finally:
+        replicas.stop.set()
+        replicas.join(5)
+    rm = models.get(k8s, ns, NAME)
+    scaling = rm["status"]["autoscaling"]
+    report = [{"rate": p.rate, "reached_s": None if p.reached is None else round(p.reached - p.started, 1),
+               "sent": p.sent, "failed": p.failed, "p99_ms": round(p99(p.ms) or 0, 1)} for p in (low, high, down)]
+    print(f"\nphases: {report}\nstatus.autoscaling: { {k: v for k, v in scaling.items() if k != 'reading'} }")
+    assert high.reached is not None, f"3 replicas Ready under 25 req/s: {report} {scaling}"
+    assert down.reached is not None, f"back to 1 replica under 5 req/s: {report} {scaling}"
+    assert down.failed == 0 and high.failed == 0, f"no request fails as replicas come and go: {down.failures[:5]}"
+    assert scaling["mode"] == "rankops" and scaling["capacitySource"] == "spec" and scaling["desiredReplicas"] == 1
+    assert scaling["observedQps"] and 2 < scaling["observedQps"] < 10, scaling
+    scaled = [e.message for e in models.events_for(k8s, ns, NAME) if e.reason == "Scaled"]
+    assert any("1 -> 3" in m or "1 -> 2" in m for m in scaled) and any(m.split(":")[0].endswith("-> 1")
+                                                                       for m in scaled), scaled
+    assert models.printer_columns(cluster, ns, NAME)["AUTOSCALED"] == "1"
