@@ -377,6 +377,14 @@ def _timeline(apps, custom, wall0: float) -> str:
         if values:
             out.append(f"{what} p50 {values[len(values) // 2]:.0f} s, p90 {values[int(len(values) * 0.9)]:.0f} s, "
                        f"last {values[-1]:.0f} s")
+    # Per model: how long a user watched Pending over Available pods (issue 27: p99 <= 2 s).
+    available = {d["metadata"]["labels"].get("rankops.io/model"): conditions(d, "Available") for d in deployments}
+    lags = sorted(ready - available[m["metadata"]["name"]] for m in models
+                  if (ready := conditions(m, "Ready")) is not None and available.get(m["metadata"]["name"]) is not None)
+    if lags:
+        out.append(f"Deployment Available -> model Ready lag p50 {lags[len(lags) // 2]:.0f} s, "
+                   f"p99 {lags[min(len(lags) - 1, int(len(lags) * 0.99))]:.0f} s, max {lags[-1]:.0f} s "
+                   "(whole seconds of both timestamps)")
     return "    timeline: " + "; ".join(out)
 
 

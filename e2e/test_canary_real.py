@@ -49,6 +49,22 @@ def production_traffic(k8s, namespace: str, model: str, bad_fraction: float) -> 
                            lambda rng: _request(rng, rng.random() < bad_fraction))
 
 
+def serve_real_model(k8s, ns: str, object_store, tmp_path, body: dict, exports: dict[str, dict] | None = None,
+                     timeout: float = 180) -> None:
+    """Upload each of the model's versions (an ONNX export of its tensors, with the
+    spec_models.export arguments `exports[version]`), its credentials Secret, then create it and
+    wait until it is Ready on the process node."""
+    name = body["metadata"]["name"]
+    spec = RankingModelSpec.model_validate(body["spec"])
+    for version in (v["name"] for v in body["spec"]["versions"]):
+        directory = tmp_path / f"v{version}"
+        spec_models.export(spec, ModelFormat.onnx, directory, seed=0, **(exports or {}).get(version, {}))
+        object_store.upload_tree("models", f"{name}/{version}", directory)
+    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest(body["spec"]["modelCredentialsSecret"], ns))
+    models.create(k8s, ns, body)
+    models.wait_ready(k8s, ns, name, timeout=timeout)
+
+
 def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, linger_s: float = 0,
                             **rollout):
     """v1 served, v2 (spec_models.export arguments `v2`) rolled out while production-like traffic
@@ -59,14 +75,7 @@ def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fract
                                  rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                                           "canary": {"weight": 50, "durationSeconds": 240},
                                           "gateJobs": {"timeoutSeconds": 300}, **rollout}, **SPEC)
-    spec = RankingModelSpec.model_validate(body["spec"])
-    for version, kwargs in (("1", {}), ("2", v2)):
-        directory = tmp_path / f"v{version}"
-        spec_models.export(spec, ModelFormat.onnx, directory, seed=0, **kwargs)
-        object_store.upload_tree("models", f"{name}/{version}", directory)
-    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
-    models.create(k8s, ns, body)
-    models.wait_ready(k8s, ns, name, timeout=180)
+    serve_real_model(k8s, ns, object_store, tmp_path, body, {"2": v2})
     traffic = production_traffic(k8s, ns, name, bad_fraction)
     traffic.start()
     try:
@@ -184,14 +193,7 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
                  "canary": {"weight": 50, "durationSeconds": hold,
                             "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 20}},
                  "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
-    spec = RankingModelSpec.model_validate(body["spec"])
-    for version in ("1", "2", "3"):
-        directory = tmp_path / f"v{version}"
-        spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
-        object_store.upload_tree("models", f"{name}/{version}", directory)
-    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
-    models.create(k8s, ns, body)
-    models.wait_ready(k8s, ns, name, timeout=180)
+    serve_real_model(k8s, ns, object_store, tmp_path, body)
     traffic = production_traffic(k8s, ns, name, bad_fraction=0.0)
     traffic.start()
     try:

@@ -12,9 +12,7 @@ from kubernetes.client.rest import ApiException
 
 from e2e import models
 from e2e.support import wait_for
-from e2e.test_canary_real import SPEC, production_traffic
-from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
+from e2e.test_canary_real import SPEC, production_traffic, serve_real_model
 from rankops.render import names
 
 
@@ -69,14 +67,9 @@ def test_a_drain_and_a_driver_upgrade_move_replicas_without_a_failed_request(
 
     ns, name = real_namespace, "ranker"
     body = models.model_manifest(name, replicas=2, modelCredentialsSecret="model-store", **SPEC)
-    spec = RankingModelSpec.model_validate(body["spec"])
-    spec_models.export(spec, ModelFormat.onnx, tmp_path / "v1", seed=0)
-    object_store.upload_tree("models", f"{name}/1", tmp_path / "v1")
-    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     with ProcessNode(cluster.kubeconfig, "process-1", tmp_path / "process-1") as other:
         try:
-            models.create(k8s, ns, body)
-            models.wait_ready(k8s, ns, name, timeout=180)
+            serve_real_model(k8s, ns, object_store, tmp_path, body)
             nodes = {p.spec.node_name for p in _serving(k8s, ns, name)}
             traffic = production_traffic(k8s, ns, name, bad_fraction=0.0)
             capacity = Capacity(k8s, ns, name)

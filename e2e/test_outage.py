@@ -16,9 +16,7 @@ import time
 import pytest
 
 from e2e import models, rollouts
-from e2e.test_canary_real import SPEC, production_traffic
-from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
+from e2e.test_canary_real import SPEC, production_traffic, serve_real_model
 
 OUTAGE_S = 60
 TIMEOUT = 480
@@ -35,14 +33,7 @@ def test_a_rollout_goes_on_through_an_api_server_outage_mid_warming(
         rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                  "canary": {"weight": 50, "durationSeconds": 20, "analysis": {"minRequests": 20, "maxP99VsStable": 3}},
                  "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
-    spec = RankingModelSpec.model_validate(body["spec"])
-    for version in ("1", "2"):
-        directory = tmp_path / f"v{version}"
-        spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
-        object_store.upload_tree("models", f"{name}/{version}", directory)
-    k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
-    models.create(k8s, ns, body)
-    models.wait_ready(k8s, ns, name, timeout=180)
+    serve_real_model(k8s, ns, object_store, tmp_path, body)
     traffic = production_traffic(k8s, ns, name, bad_fraction=0.0)
     traffic.start()
     try:
