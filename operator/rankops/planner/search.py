@@ -292,11 +292,14 @@ def _alternatives(inputs: PlanInputs, best: BatcherConfig,
     (rate, config), only those that sustain some load. A runner-up is quoted at a rate where it
     meets the budget, never at the best's rate, which it cannot take."""
     seen = {(best.max_batch_size, best.instances)}
-    out = []
-    for _, config in sorted(near, key=lambda item: item[0])[:RUNNER_UP_TRIES]:
+    out, tries = [], 0
+    for _, config in sorted(near, key=lambda item: item[0]):
         family = (config.max_batch_size, config.instances)
         if family in seen:
             continue
+        tries += 1
+        if tries > RUNNER_UP_TRIES:
+            break
         rate = sustainable_qps(inputs, config, verify=True)
         if rate > 0:
             seen.add(family)
