@@ -13,7 +13,7 @@ def child(labels: dict, owners: list) -> dict:
 
 def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatch):
     kicked = []
-    monkeypatch.setattr(handlers.KICKS, "kick", kicked.append)
+    monkeypatch.setattr(handlers.KICKS, "kick", lambda key, *_, **__: kicked.append(key))
     on_deployment = handlers._child_event("Deployment")
     owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
     asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])}))
@@ -30,7 +30,7 @@ def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatc
 
 def test_a_model_is_reconciled_from_its_own_events(monkeypatch):
     kicked = []
-    monkeypatch.setattr(handlers.KICKS, "kick", kicked.append)
+    monkeypatch.setattr(handlers.KICKS, "kick", lambda key, *_, **__: kicked.append(key))
     monkeypatch.setattr(handlers, "_inputs_seen", {})
     monkeypatch.setattr(handlers, "_status_written", {})
     key = ("reco", "m", "u9")

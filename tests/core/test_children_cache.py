@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from rankops.controller.cache import CachedKube, Children
 from rankops.controller.kicks import Kicks
 
@@ -113,6 +115,34 @@ def test_a_delayed_kick_gathers_a_burst_into_one_run():
         time.sleep(0.01)
     time.sleep(0.3)
     assert sorted(runs) == ["m", "n"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_an_urgent_kick_runs_before_the_queued_ones_and_a_queued_key_is_run_once(delay):
+    # A model whose Deployment became Available is told before the models still to build, at N=1000
+    # the difference between saying Ready with its pods and after the whole burst.
+    started, release, runs = threading.Event(), threading.Event(), []
+
+    def run(key):
+        runs.append(key)
+        if key == "busy":
+            started.set()
+            release.wait(5)
+
+    kicks = Kicks(run, workers=1, delay_s=delay)
+    kicks.kick("busy")
+    assert started.wait(5)
+    for key in ("new-1", "new-2", "new-3"):
+        kicks.kick(key)
+    kicks.kick("ready", urgent=True)
+    kicks.kick("new-2", urgent=True)      # already queued: moved ahead, not run twice
+    time.sleep(delay + 0.05)
+    release.set()
+    deadline = time.monotonic() + 5
+    while len(runs) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert runs == ["busy", "ready", "new-2", "new-1", "new-3"]
 
 
 def test_a_read_is_a_copy_without_managed_fields():

@@ -281,7 +281,9 @@ def _owner_kick(obj) -> None:
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") == "RankingModel"
                   and o.get("name") == model), None)
     if owner and meta.get("namespace"):
-        KICKS.kick((meta["namespace"], owner["name"], owner["uid"]))
+        # Before the models still to build: a child that moved (a Deployment now Available) is
+        # what a model's status waits on, and its reconcile is cheap (nothing to apply).
+        KICKS.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=True)
 
 
 # The event handlers are async: they only note what they see and queue kicks, never wait on the
@@ -302,13 +304,13 @@ kopf.on.event("apps", "v1", "deployments", labels=_MODEL_LABEL)(_child_event("De
 kopf.on.event("", "v1", "services", labels=_MODEL_LABEL)(_child_event("Service"))
 kopf.on.event("batch", "v1", "jobs", labels=_MODEL_LABEL)(_child_event("Job"))
 kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_MODEL_LABEL)(_child_event("PodDisruptionBudget"))
+_configmap_child = _child_event("ConfigMap")
 
 
 @kopf.on.event("", "v1", "pods", labels=_MODEL_LABEL)
 async def model_pod_event(event, **_):
     """Where each model's pods run, so a node that starts leaving wakes the models on it."""
     NODE_PODS.pod_event(event["object"], deleted=event.get("type") == "DELETED")
-_configmap_child = _child_event("ConfigMap")
 
 
 # The models that name an input (a pool, a latency-profile ConfigMap), so its change reconciles them.
@@ -487,7 +489,7 @@ async def node_event(event, pool_selectors: kopf.Index, **_):
     for namespace, model in NODE_PODS.node_event(node, deleted) or ():
         found = MODELS.get("RankingModel", namespace, model)
         if found:
-            KICKS.kick((namespace, model, found["metadata"]["uid"]), posting_context())
+            KICKS.kick((namespace, model, found["metadata"]["uid"]), posting_context(), urgent=True)
     seen = pools.node_inputs(node)
     before = _nodes_seen.pop(name, None) if deleted else _nodes_seen.get(name)
     if not deleted:

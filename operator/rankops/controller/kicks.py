@@ -15,10 +15,12 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Hashable
 
 log = logging.getLogger("rankops.kicks")
+
+
+URGENT, NORMAL = 0, 1
 
 
 class Kicks:
@@ -29,48 +31,67 @@ class Kicks:
         self._paused = paused
         self._retry_s = retry_s
         self._delay_s = delay_s
-        self._due: list[tuple[float, int, Hashable, contextvars.Context]] = []   # a heap
+        self._due: list[tuple[float, int, int, Hashable, contextvars.Context]] = []   # a heap, by time
+        self._ready: list[tuple[int, int, Hashable, contextvars.Context]] = []        # a heap, by priority
         self._seq = itertools.count()
         self._wake = threading.Condition()
+        self._lock = threading.Lock()
+        self._queued: dict[Hashable, tuple[int, int]] = {}   # key -> (priority, seq) of its live entry
+        self._running: set[Hashable] = set()
+        self._again: dict[Hashable, int] = {}                # key -> the most urgent priority asked meanwhile
         if delay_s > 0:
             threading.Thread(target=self._schedule, name="rankops-kick-delay", daemon=True).start()
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rankops-kick")
-        self._lock = threading.Lock()
-        self._queued: set[Hashable] = set()
-        self._running: set[Hashable] = set()
-        self._again: set[Hashable] = set()
+        for i in range(workers):
+            threading.Thread(target=self._worker, name=f"rankops-kick_{i}", daemon=True).start()
 
-    def kick(self, key: Hashable, context: contextvars.Context | None = None) -> None:
+    def kick(self, key: Hashable, context: contextvars.Context | None = None, urgent: bool = False) -> None:
         """Reconcile `key` soon. The caller's context (kopf's, in a handler) goes with it: kopf
-        posts Events through context variables."""
+        posts Events through context variables. `urgent` runs it before the other queued kicks:
+        a model whose children moved (a Deployment now Available) is told before new models are
+        built, so it says Ready when its pods are, not after the whole burst."""
         if self._paused():
             return
         context = (context or contextvars.copy_context()).copy()
+        priority = URGENT if urgent else NORMAL
         with self._lock:
-            if key in self._queued:
+            queued = self._queued.get(key)
+            if queued is not None and queued[0] <= priority:
                 return
             if key in self._running:
-                self._again.add(key)
+                self._again[key] = min(priority, self._again.get(key, NORMAL))
                 return
-            self._queued.add(key)
-        if self._delay_s <= 0:
-            self._pool.submit(context.run, self._work, key, context)
-            return
+            seq = next(self._seq)
+            self._queued[key] = (priority, seq)   # an entry already queued at a lower priority is skipped
         with self._wake:
-            heapq.heappush(self._due, (time.monotonic() + self._delay_s, next(self._seq), key, context))
-            self._wake.notify()
+            if self._delay_s > 0 and queued is None:
+                heapq.heappush(self._due, (time.monotonic() + self._delay_s, seq, priority, key, context))
+            else:
+                heapq.heappush(self._ready, (priority, seq, key, context))
+            self._wake.notify_all()
 
     def _schedule(self) -> None:
         while True:
             with self._wake:
                 while not self._due or self._due[0][0] > time.monotonic():
                     self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
-                _, _, key, context = heapq.heappop(self._due)
-            self._pool.submit(context.run, self._work, key, context)
+                _, seq, priority, key, context = heapq.heappop(self._due)
+                heapq.heappush(self._ready, (priority, seq, key, context))
+                self._wake.notify_all()
+
+    def _worker(self) -> None:
+        while True:
+            with self._wake:
+                while not self._ready:
+                    self._wake.wait()
+                _, seq, key, context = heapq.heappop(self._ready)
+            with self._lock:
+                if self._queued.get(key, (None, None))[1] != seq:
+                    continue   # superseded by a more urgent entry of the same key
+            context.run(self._work, key, context)
 
     def _work(self, key: Hashable, context: contextvars.Context) -> None:
         with self._lock:
-            self._queued.discard(key)
+            self._queued.pop(key, None)
             if self._paused():   # paused since it was asked for
                 return
             self._running.add(key)
@@ -84,7 +105,6 @@ class Kicks:
         finally:
             with self._lock:
                 self._running.discard(key)
-                again = key in self._again
-                self._again.discard(key)
-            if again:
-                self.kick(key, context)
+                again = self._again.pop(key, None)
+            if again is not None:
+                self.kick(key, context, urgent=again == URGENT)
