@@ -225,8 +225,8 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         keys = {"collide": ["m/3/x", "m/3/./x", "m/3//x"]}.get(bucket, [KEY])
         token = int(query.get("continuation-token", ["0"])[0])
         endless = bucket == "endless"
-        if endless:
-            keys = [f"m/3/part-{token:06d}"]
+        if endless:   # 20 a page: --max-objects 50 is passed on the third page, well within the deadline
+            keys = [f"m/3/part-{token:06d}-{i:02d}" for i in range(20)]
         contents = "".join(f"<Contents><Key>{k}</Key><Size>{len(BODY)}</Size><ETag>&quot;{BODY_MD5}&quot;</ETag>"
                            f"<LastModified>2024-01-01T00:00:00.000Z</LastModified><StorageClass>STANDARD</StorageClass>"
                            f"</Contents>" for k in keys if k.startswith(prefix))
