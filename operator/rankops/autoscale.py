@@ -242,8 +242,10 @@ def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[
 
     b = bounds_of(spec, failure_tolerance)
     cap, source = capacity(spec, plan, plan_status)
-    current = (recorded or {}).get("desiredReplicas")
-    current = clamp(current if isinstance(current, int) else start_replicas, b)
+    decided = (recorded or {}).get("desiredReplicas")
+    # First decision: from what runs (a model switched on, or from mode external), else the spec's or plan's.
+    start = deployment_replicas if deployment_replicas is not None else start_replicas
+    current = clamp(decided if isinstance(decided, int) else start, b)
     history = tuple((t, r["replicas"]) for r in (recorded or {}).get("recommendations") or []
                     if (t := _time(r.get("at"))) is not None)
     kept = {k: (recorded or {}).get(k) for k in ("observedQps", "avgQueueMs", "reading", "readAt", "lastScaleTime")}
@@ -251,8 +253,8 @@ def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[
         status = {"mode": "rankops", "desiredReplicas": current, "reason": "NoCapacity",
                   "message": "no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept}
         return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
-    if reading is None:   # not read in this reconcile: what was decided stands
-        if recorded and recorded.get("desiredReplicas") is not None:
+    if reading is None:   # not read in this reconcile: what was decided stands (within the bounds)
+        if isinstance(decided, int) and decided == current:
             status = {**recorded, "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
                       "desiredReplicas": current}
             return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
@@ -264,9 +266,10 @@ def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[
                     avgQueueMs=None if queue_ms is None else round(queue_ms, 3), reading=reading, readAt=_iso(now))
     message = outcome.message + (f"; not read: {'; '.join(problems[:3])}" if problems else "")
     events: tuple[tuple[str, str, str], ...] = ()
-    if outcome.desired != current:
+    before = decided if isinstance(decided, int) else start
+    if outcome.desired != before:
         kept["lastScaleTime"] = _iso(now)
-        events = (("Normal", SCALED, f"stable replicas {current} -> {outcome.desired}: {outcome.message}"),)
+        events = (("Normal", SCALED, f"stable replicas {before} -> {outcome.desired}: {outcome.message}"),)
     status = {"mode": "rankops", "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
               "desiredReplicas": outcome.desired, "reason": outcome.reason, "message": message[:1000], **kept,
               "recommendations": [{"at": _iso(t), "replicas": r} for t, r in outcome.history]}

@@ -289,3 +289,20 @@ def test_mode_external_hands_spec_replicas_over_once_before_leaving_it_out():
     writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
     assert kube.applied == [], "rankops no longer owns it: nothing to hand over"
     writes._handed_over.clear()
+
+
+def test_lowered_bounds_apply_at_once_and_say_so():
+    status = plan_at(body(), 0, {"p1": 0}, stable_dep(1)).status
+    status = plan_at(body(status), 10, {"p1": 250}, stable_dep(1)).status
+    b = body(status)
+    b["spec"]["autoscaling"]["maxReplicas"] = 2
+    rm, _ = modelplan.parse(b)
+    done = modelplan.plan(b, modelplan.ModelObserved(now=at(11), resolved=resolve_shape(rm.spec), stable_dep=stable_dep(3)))
+    assert stable_replicas(done) == 2
+    assert [e.message.split(":")[0] for e in done.events if e.reason == "Scaled"] == ["stable replicas 3 -> 2"]
+
+
+def test_switched_on_it_starts_from_what_runs():
+    done = plan_at(body(), 0, {"p1": 0}, stable_dep(4))
+    assert done.status["autoscaling"]["desiredReplicas"] == 4 and stable_replicas(done) == 4
+    assert not [e for e in done.events if e.reason == "Scaled"]
