@@ -49,11 +49,13 @@ def serving_pods(pods: list[dict[str, Any]], networks: Sequence[str]
     return found, refused
 
 
-def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
-         ) -> tuple[dict[str, dict[str, Any]] | None, tuple[str, ...]]:
-    """(track -> pod -> ModelCounters, for the machine's Observed.track_metrics, None without a
-    canary reading; the pods that could not be read, each "pod (ip): cause", for its
-    Observed.metrics_problems)."""
+def _scrape_serving(kube: Kube, namespace: str, model: str, networks: Sequence[str]
+                    ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """track -> pod -> (ModelCounters, when it was read) of the serving pods that answered, and the
+    pods that could not be read, each "pod (ip): cause" (refused, timeout, outside the networks, no
+    series for the model). One pod list and one scrape per serving pod."""
+    import datetime as dt
+
     pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
     readings: dict[str, dict[str, Any]] = {"canary": {}, "stable": {}}
     found, problems = serving_pods(pods, networks)
@@ -68,33 +70,27 @@ def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
                 problems.append(f"{pod} ({address}): Triton's metrics have no series for model {model} "
                                 "(metrics off for it, or the model is not loaded)")
                 continue
-            readings[track][pod] = counters
-    return (readings if readings["canary"] else None), tuple(problems)
+            readings[track][pod] = (counters, dt.datetime.now(dt.timezone.utc))
+    return readings, problems
+
+
+def read(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
+         ) -> tuple[dict[str, dict[str, Any]] | None, tuple[str, ...]]:
+    """(track -> pod -> ModelCounters, for the machine's Observed.track_metrics, None without a
+    canary reading; the pods that could not be read, for its Observed.metrics_problems)."""
+    readings, problems = _scrape_serving(kube, namespace, model, networks)
+    counters = {track: {pod: c for pod, (c, _) in pods.items()} for track, pods in readings.items()}
+    return (counters if counters["canary"] else None), tuple(problems)
 
 
 def read_load(kube: Kube, namespace: str, model: str, networks: Sequence[str] = ()
               ) -> tuple[dict[str, dict[str, Any]], tuple[str, ...]]:
     """spec.autoscaling (mode rankops): each serving pod's request and queue-time counters now,
     {pod: rankops.autoscale.pod_reading} (each at the time it was read), of both tracks, and the
-    pods that could not be read ("pod (ip): cause"). One pod list and one scrape per serving pod."""
-    import datetime as dt
-
+    pods that could not be read ("pod (ip): cause")."""
     from rankops.autoscale import pod_reading
 
-    pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
-    found, problems = serving_pods(pods, networks)
-    readings: dict[str, dict[str, Any]] = {}
-    for located in found.values():
-        for pod, address in located:
-            try:
-                counters = scrape(f"{address}:{METRICS_PORT}", model, timeout_s=1.0)
-            except MetricsUnavailable as exc:
-                problems.append(f"{pod} ({address}): {exc}")
-                continue
-            if not counters.seen:
-                problems.append(f"{pod} ({address}): Triton's metrics have no series for model {model}")
-                continue
-            values = counters.values
-            readings[pod] = pod_reading(values.get("success", 0.0) + values.get("failure", 0.0),
-                                        values.get("queue_us", 0.0), dt.datetime.now(dt.timezone.utc))
-    return readings, tuple(problems)
+    readings, problems = _scrape_serving(kube, namespace, model, networks)
+    return {pod: pod_reading(c.values.get("success", 0.0) + c.values.get("failure", 0.0), c.values.get("queue_us", 0.0),
+                             at)
+            for pods in readings.values() for pod, (c, at) in pods.items()}, tuple(problems)
