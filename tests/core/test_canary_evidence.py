@@ -8,11 +8,11 @@ import datetime as dt
 import pytest
 
 from rankops.render.desired import ServingState
-from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Observed, canary_size, step
-from rankops.rollout.readiness import PodObservation, observe_pod
+from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, canary_size
+from rankops.rollout.readiness import observe_pod
 from rankops.rollout.status_decisions import Facts, StableView, decide
 
-from tests.core.test_rollout_machine import T0, _counters, _serving, drive, model, pod, up
+from tests.core.test_rollout_machine import _counters, _serving, drive, model, pod, up
 
 ZERO = {"canary": {"c0": _counters(0)}, "stable": {"s0": _counters(0)}}
 QUIET = {"canary": {"c0": _counters(20)}, "stable": {"s0": _counters(80)}}          # fewer than minRequests
@@ -262,17 +262,12 @@ def test_the_controller_says_why_stable_pods_are_not_scheduled():
     import copy
 
     from rankops.controller import models
-    from rankops.render import names
-    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model
+    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model, unavailable_stable
 
     cluster = FakeCluster()
     model = Model(cluster, version="1")
     model.reconcile()
-    dep = cluster.objects[("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))]
-    since = (T0 + dt.timedelta(seconds=model.t)).isoformat().replace("+00:00", "Z")
-    dep["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "updatedReplicas": 1,
-                     "conditions": [{"type": "Available", "status": "False", "lastTransitionTime": since}]}
-    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    labels = unavailable_stable(cluster, model)
     cluster.put({"kind": "Pod", "metadata": {"name": f"{MODEL}-stable-0", "namespace": "reco", "labels": labels},
                  "spec": {}, "status": {"phase": "Pending", "conditions": [
                      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",

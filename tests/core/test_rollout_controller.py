@@ -91,6 +91,16 @@ class FakeCluster:
                       "exitCode": verdict.exit_code, "message": verdict.to_json()}}}]}})
 
 
+def unavailable_stable(cluster: FakeCluster, model: "Model") -> dict:
+    """The model's stable Deployment un-Available since now (its pods not Ready): the labels its
+    pods carry, for a test to put one."""
+    dep = cluster.objects[("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))]
+    since = (T0 + dt.timedelta(seconds=model.t)).isoformat().replace("+00:00", "Z")
+    dep["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "updatedReplicas": 1,
+                     "conditions": [{"type": "Available", "status": "False", "lastTransitionTime": since}]}
+    return dict(dep["spec"]["template"]["metadata"]["labels"])
+
+
 def passing(gate: str) -> Verdict:
     return Verdict(gate, "pass", "Passed", f"{gate} ok", {})
 

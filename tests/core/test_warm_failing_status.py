@@ -87,17 +87,12 @@ def test_the_controller_reads_a_stable_pod_failing_its_warm_up_into_degraded_and
     import copy
 
     from rankops.controller import models
-    from rankops.render import names
-    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model
+    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model, unavailable_stable
 
     cluster = FakeCluster()
     model = Model(cluster, version="1")
     model.reconcile()
-    dep = cluster.objects[("Deployment", "reco", names.deployment_name(MODEL, names.STABLE))]
-    since = (T0 + dt.timedelta(seconds=model.t)).isoformat().replace("+00:00", "Z")
-    dep["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "updatedReplicas": 1,
-                     "conditions": [{"type": "Available", "status": "False", "lastTransitionTime": since}]}
-    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    labels = unavailable_stable(cluster, model)
     cluster.put({"kind": "Pod", **pod(f"{MODEL}-stable-0", warm=crashed()),
                  "metadata": {"name": f"{MODEL}-stable-0", "namespace": "reco", "labels": labels}})
     soon = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 5))

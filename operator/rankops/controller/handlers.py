@@ -274,16 +274,25 @@ PLANS = Plans(done=KICKS.kick)
 CLOCK = Clock(lambda key: KICKS.kick(key, posting_context()), OPERATOR.interval, OPERATOR.resync)
 
 
-def _owner_kick(obj) -> None:
+def _owner_kick(obj, urgent: bool = False) -> None:
     """Reconcile the RankingModel that controls `obj` (by its ownerReference and model label)."""
     meta = obj["metadata"]
     model = (meta.get("labels") or {}).get(names.LABEL_MODEL)
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") == "RankingModel"
                   and o.get("name") == model), None)
     if owner and meta.get("namespace"):
-        # Before the models still to build: a child that moved (a Deployment now Available) is
-        # what a model's status waits on, and its reconcile is cheap (nothing to apply).
-        KICKS.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=True)
+        KICKS.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
+
+
+def _all_ready(deployment: dict) -> bool:
+    """A Deployment whose pods are all Ready and up to date: what its model's Ready waits on. Its
+    reconcile goes before the models still to build (it is cheap: nothing to apply), so at N=1000
+    a model says Ready with its pods, not after the whole burst; the other child events wait their
+    turn, where a burst of them becomes one reconcile."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = spec.get("replicas", 1)
+    return status.get("observedGeneration", 0) >= (deployment["metadata"].get("generation") or 0) \
+        and status.get("readyReplicas", 0) >= wanted and status.get("updatedReplicas", 0) >= wanted
 
 
 # The event handlers are async: they only note what they see and queue kicks, never wait on the
@@ -294,7 +303,7 @@ def _child_event(kind: str):
         obj = event["object"]
         CHILDREN.observe(kind, obj, deleted=event.get("type") == "DELETED")
         if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
-            _owner_kick(obj)
+            _owner_kick(obj, urgent=kind == "Deployment" and event.get("type") != "DELETED" and _all_ready(obj))
     on_child.__name__ = on_child.__qualname__ = f"{kind.lower()}_event"   # kopf's handler id, in its log
     return on_child
 
