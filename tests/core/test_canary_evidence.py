@@ -277,3 +277,21 @@ def test_the_controller_says_why_stable_pods_are_not_scheduled():
     assert (degraded["status"], degraded["reason"]) == ("True", "PodsUnschedulable")
     assert degraded["message"] == "1 stable pod unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     assert [e.reason for e in later.events if e.type == "Warning"] == ["PodsUnschedulable"]
+
+
+def test_a_stable_that_scales_up_mid_hold_does_not_restart_the_canarys_hold():
+    # spec.autoscaling grows the stable; the canary's share then asks for more pods. The pods that
+    # served still serve: no canary was lost, the hold goes on (and the new pod joins when Ready).
+    rm = model("2", canary={"weight": 20, "durationSeconds": 300, "analysis": {"onNoVerdict": "promote",
+                                                                           "maxExtensionSeconds": 0}})
+    s = _serving(rm)                                       # 4 stable replicas, 1 canary pod, hold from t=4
+    assert s["rollout"]["stepPods"] == 1
+    d, s = drive(rm, s, 100, replicas=12, **up())          # the stable scaled to 12: 3 canary pods wanted
+    assert s["rollout"]["stepSince"].endswith("12:00:04Z") and d.events == ()
+    assert d.serving.canary_replicas == 3
+    d, s = drive(rm, s, 4 + 300, replicas=12, **up())
+    assert s["rollout"]["phase"] == "Promoting"
+    # Losing the pod that served does stop it.
+    s = _serving(rm)
+    d, s = drive(rm, s, 100, replicas=12, canary_pods=(pod(ready=False),), canary_desired=3)
+    assert "stepSince" not in s["rollout"] and [e.reason for e in d.events] == ["CanaryNotServing"]

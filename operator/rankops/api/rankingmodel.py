@@ -650,6 +650,9 @@ class RolloutStatus(ApiModel):
         "The rankops.io/abort value acted on last, kept from rollout to rollout: a value acts once."))] = None
     promoted: Annotated[str | None, Field(description=(
         "The rankops.io/promote value acted on last, kept from rollout to rollout: a value acts once."))] = None
+    step_pods: Annotated[int | None, Field(ge=0, description=(
+        "During Canary: the canary pods that served when the step's hold started; the hold goes on while "
+        "as many serve (a stable that scales up asks for more without stopping it)."))] = None
     canary_down_since: Annotated[str | None, Field(description=(
         "During Canary: when the canary stopped serving at its step's weight (a pod lost, not Ready, not "
         "scheduled); the step's hold and its analysis window restart once it is back."))] = None

@@ -147,7 +147,10 @@ def hold(s: Step, paused: bool) -> None:
     where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
     wanted = max(observed.canary_desired, canary_size(spec, s.stable_size, held_step.weight)[0])
     ready = ready_count(observed.canary_pods, target)
-    serving = traffic_on and ready >= wanted
+    # A hold starts once every pod of the step serves, and goes on while as many as then do: the
+    # stable scaling up (spec.autoscaling) asks for more canary pods, which is no lost canary.
+    started_with = rollout.get("stepPods") if rollout.get("stepSince") else None
+    serving = traffic_on and ready >= (min(wanted, started_with) if started_with else wanted)
     # (A record of an operator before steps has only canarySince.)
     since = parse_time(rollout.get("stepSince") or (None if rollout.get("canaryDownSince")
                                                     else rollout.get("canarySince")))
@@ -169,13 +172,12 @@ def hold(s: Step, paused: bool) -> None:
         rollout.pop("canaryDownSince", None)
         rollout.pop("holdExtendedSince", None)
         rollout["canarySince"] = rollout.get("canarySince") or iso(now)
-        rollout["stepSince"] = iso(now)
+        rollout.update(stepSince=iso(now), stepPods=ready)
         since = now
     elif since is not None and not serving:
         held = int((now - since).total_seconds())
-        rollout.pop("stepSince", None)
-        rollout.pop("analysisBaseline", None)
-        rollout.pop("holdExtendedSince", None)
+        for key in ("stepSince", "stepPods", "analysisBaseline", "holdExtendedSince"):
+            rollout.pop(key, None)
         rollout["canaryDownSince"] = iso(now)
         stuck = rollout.get("unschedulable")
         rollout["message"] = (f"canary {target} stopped serving{where} after {held}s of its {duration}s hold "
@@ -189,8 +191,8 @@ def hold(s: Step, paused: bool) -> None:
         if (now - waiting).total_seconds() > timeout and not paused:
             stuck = rollout.get("unschedulable")
             s.roll_back("canary", f"canary {target} not serving{where} within {timeout}s ({ready}/{wanted} pods "
-                                f"Ready on live nodes" + (f"; {stuck}" if stuck else "") +
-                                f"); stable {stable} untouched")
+                                  f"Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+                                  f"); stable {stable} untouched")
         elif rollout.get("unschedulable"):
             rollout["message"] = (f"waiting for canary {target}{where} ({ready}/{wanted} pods Ready): "
                                   f"{rollout['unschedulable']}" + _capacity_hint(spec))
@@ -226,6 +228,7 @@ def hold(s: Step, paused: bool) -> None:
         upcoming = plan[number]
         rollout.update(step=number + 1, canaryDownSince=iso(now))   # serving the new weight starts its hold
         rollout.pop("stepSince", None)
+        rollout.pop("stepPods", None)
         if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
             rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
                 track: {pod: dict(c.values) for pod, c in pods.items()}
@@ -242,8 +245,8 @@ def hold(s: Step, paused: bool) -> None:
             s.record_gate(judged_entry())
         else:
             s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "PromotedByAnnotation",
-                                      f"promoted by annotation {PROMOTE_ANNOTATION} without a verdict"
-                                      + (f" ({problem})" if problem else ""), window))
+                                             f"promoted by annotation {PROMOTE_ANNOTATION} without a verdict"
+                                             + (f" ({problem})" if problem else ""), window))
         advance("promoted by annotation" if held < duration else f"canary held {int(held)}s{where}",
                 f"; canary analysis: {judged.summary}" if verdict else f"; no canary verdict ({problem})"
                 if problem else "")
@@ -252,8 +255,8 @@ def hold(s: Step, paused: bool) -> None:
         return
     if not analysis.enabled:
         s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "AnalysisDisabled",
-                                  f"held {int(held)}s with rollout.canary.analysis.enabled false: not judged",
-                                  window))
+                                         f"held {int(held)}s with rollout.canary.analysis.enabled false: not judged",
+                                         window))
         advance(f"canary held {int(held)}s{where}", "; canary analysis off (rollout.canary.analysis.enabled false)")
         return
     if verdict:
@@ -273,7 +276,7 @@ def hold(s: Step, paused: bool) -> None:
                f"extension): {problem}")
     if policy is NoVerdictPolicy.promote:
         s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "PromotedWithoutVerdict",
-                                  f"{summary}; moved on by analysis.onNoVerdict promote", window))
+                                         f"{summary}; moved on by analysis.onNoVerdict promote", window))
         advance(f"canary held {int(held)}s{where}", f"; no canary verdict ({problem}), onNoVerdict promote")
     elif policy is NoVerdictPolicy.hold:
         if not rollout.get("awaitingDecision"):
@@ -285,5 +288,5 @@ def hold(s: Step, paused: bool) -> None:
     else:
         s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "NoVerdict", summary, window))
         s.roll_back("canary", f"canary {target}{where}: {summary}; rolled back by analysis.onNoVerdict rollback; "
-                            f"stable {stable} untouched")
+                              f"stable {stable} untouched")
     return
