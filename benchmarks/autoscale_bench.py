@@ -11,7 +11,7 @@ provisioning for the peak over the same time.
 
     .venv/bin/python benchmarks/autoscale_bench.py
 
-The run is e2e/test_autoscale_real.py::test_bench_day_shaped_load (a few minutes; starts a local
+The run is e2e/bench_autoscale.py::test_bench_day_shaped_load (a few minutes; starts a local
 control plane, the S3 server, a process node and the operator).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "report.json"
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "e2e/test_autoscale_real.py::test_bench_day_shaped_load"],
+                               "e2e/bench_autoscale.py::test_bench_day_shaped_load"],
                               cwd=ROOT, env={**os.environ, "RANKOPS_AUTOSCALE_BENCH": str(out)},
                               capture_output=True, text=True, timeout=1200)
         if not out.exists():

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from e2e import models
-from e2e.support import wait_for
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models, traffic
 from rankops.gates.samples import Sample
@@ -162,45 +161,3 @@ def test_replicas_follow_the_load_up_and_down_and_no_request_fails_as_they_go(
     assert any("1 -> 3" in m or "1 -> 2" in m for m in scaled) and any(m.split(":")[0].endswith("-> 1")
                                                                        for m in scaled), scaled
     assert models.printer_columns(cluster, ns, NAME)["AUTOSCALED"] == "1"
-
-
-BENCH_ENV = "RANKOPS_AUTOSCALE_BENCH"   # a path: the benchmark's report is written there
-# (req/s, at least s, replicas): a night, the morning, the peak, the evening, the night again
-DAY = [(5, 40, 1), (15, 20, 2), (25, 40, 3), (15, 20, 2), (5, 40, 1)]
-
-
-def test_bench_day_shaped_load(k8s, real_namespace, operator, object_store, process_node, tmp_path):
-    """benchmarks/autoscale_bench.py: a day-shaped ramp; each phase's numbers go to $RANKOPS_AUTOSCALE_BENCH."""
-    import json
-    import os
-
-    out = os.environ.get(BENCH_ENV)
-    if not out:
-        pytest.skip(f"the benchmark's run: benchmarks/autoscale_bench.py (sets ${BENCH_ENV})")
-    ns = real_namespace
-    serve(k8s, ns, object_store, tmp_path)
-    replicas = Replicas(k8s, ns)
-    replicas.start()
-    try:
-        phases = run_phases(k8s, ns, DAY, replicas, settle_timeout=90)
-    finally:
-        replicas.stop.set()
-        replicas.join(5)
-    rows = []
-    for p in phases:
-        decided = next((t for t, d, _ in replicas.samples if t >= p.started and d == p.wanted), None)
-        rows.append({"rate": p.rate, "wanted": p.wanted, "seconds": round(p.ended - p.started, 1),
-                     "decided_s": None if decided is None else round(decided - p.started, 1),
-                     "ready_s": None if p.reached is None else round(p.reached - p.started, 1),
-                     "sent": p.sent, "failed": p.failed, "p99_ms": p99(p.ms),
-                     # the load step's window (until the replicas are Ready and warm) and after it
-                     "p99_step_ms": p99([ms for at, ms in p.answers if p.reached is None or at < p.reached]),
-                     "p99_after_ms": p99([ms for at, ms in p.answers if p.reached is not None and at >= p.reached])})
-    start, end = phases[0].started, phases[-1].ended
-    peak = max(w for _, _, w in DAY)
-    report = {"phases": rows, "replica_seconds": round(replicas.replica_seconds(start, end), 1),
-              "static_peak_replica_seconds": round(peak * (end - start), 1),
-              "budget_p99_ms": SPEC["slo"]["p99LatencyMs"]}
-    with open(out, "w") as f:
-        json.dump(report, f)
-    assert all(p.reached is not None for p in phases), report

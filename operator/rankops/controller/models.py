@@ -320,7 +320,8 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
               for child in status_decisions.track_children(name, track)]
     present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
     # The stable pods only while some may be on a leaving node, or a surge has not ended yet.
-    surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > resolved.replicas
+    wanted = (status.get("autoscaling") or {}).get("desiredReplicas") or resolved.replicas   # autoscaled, or planned
+    surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > wanted
     stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, pool) if leaving_nodes or surging else ()
     return modelplan.ModelObserved(
         now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,

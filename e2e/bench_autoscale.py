@@ -1,0 +1,49 @@
+"""benchmarks/autoscale_bench.py's run (issue 26 item 6): a day-shaped ramp on real Triton, each
+phase's numbers written to $RANKOPS_AUTOSCALE_BENCH. Not a test: `pytest e2e` does not collect
+this file (its name is not test_*.py); the benchmark names it explicitly, so the e2e fixtures
+(control plane, S3 server, process node, operator) serve it.
+"""
+from __future__ import annotations
+
+from e2e.test_autoscale_real import (SPEC, Replicas, p99, run_phases,  # noqa: F401 (the run's helpers)
+                                     serve)
+
+BENCH_ENV = "RANKOPS_AUTOSCALE_BENCH"   # a path: the benchmark's report is written there
+# (req/s, at least s, replicas): a night, the morning, the peak, the evening, the night again
+DAY = [(5, 40, 1), (15, 20, 2), (25, 40, 3), (15, 20, 2), (5, 40, 1)]
+
+
+def test_bench_day_shaped_load(k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    """benchmarks/autoscale_bench.py: a day-shaped ramp; each phase's numbers go to $RANKOPS_AUTOSCALE_BENCH."""
+    import json
+    import os
+
+    out = os.environ.get(BENCH_ENV)
+    assert out, f"run by benchmarks/autoscale_bench.py, which sets ${BENCH_ENV}"
+    ns = real_namespace
+    serve(k8s, ns, object_store, tmp_path)
+    replicas = Replicas(k8s, ns)
+    replicas.start()
+    try:
+        phases = run_phases(k8s, ns, DAY, replicas, settle_timeout=90)
+    finally:
+        replicas.stop.set()
+        replicas.join(5)
+    rows = []
+    for p in phases:
+        decided = next((t for t, d, _ in replicas.samples if t >= p.started and d == p.wanted), None)
+        rows.append({"rate": p.rate, "wanted": p.wanted, "seconds": round(p.ended - p.started, 1),
+                     "decided_s": None if decided is None else round(decided - p.started, 1),
+                     "ready_s": None if p.reached is None else round(p.reached - p.started, 1),
+                     "sent": p.sent, "failed": p.failed, "p99_ms": p99(p.ms),
+                     # the load step's window (until the replicas are Ready and warm) and after it
+                     "p99_step_ms": p99([ms for at, ms in p.answers if p.reached is None or at < p.reached]),
+                     "p99_after_ms": p99([ms for at, ms in p.answers if p.reached is not None and at >= p.reached])})
+    start, end = phases[0].started, phases[-1].ended
+    peak = max(w for _, _, w in DAY)
+    report = {"phases": rows, "replica_seconds": round(replicas.replica_seconds(start, end), 1),
+              "static_peak_replica_seconds": round(peak * (end - start), 1),
+              "budget_p99_ms": SPEC["slo"]["p99LatencyMs"]}
+    with open(out, "w") as f:
+        json.dump(report, f)
+    assert all(p.reached is not None for p in phases), report
