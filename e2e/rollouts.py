@@ -41,9 +41,13 @@ def watch_phases(k8s, namespace: str, name: str, version: str, until: set[str],
 
 
 def canary_serving(k8s, namespace: str, model: str) -> bool:
+    """A canary pod behind the serving Service: labelled for traffic, Ready, not going. (A pod of
+    the previous rollout's canary finishing its requests after a promotion keeps its label but is
+    out of the Service.)"""
     pods = k8s.core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_MODEL}={model},"
                                                                   f"{names.LABEL_TRACK}={names.CANARY}").items
-    return any((p.metadata.labels or {}).get(names.LABEL_TRAFFIC) == "on" for p in pods)
+    return any((p.metadata.labels or {}).get(names.LABEL_TRAFFIC) == "on" and p.metadata.deletion_timestamp is None
+               and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])) for p in pods)
 
 
 def gate_jobs(k8s, namespace: str, model: str) -> list:

@@ -31,6 +31,8 @@ def _admits(ways: list[list[dict]], labels: dict[str, str]) -> bool:
     """What the scheduler does with requiredDuringScheduling nodeSelectorTerms (OR of ANDs)."""
     def holds(expr):
         value = labels.get(expr["key"])
+        if expr["operator"] == "NotIn":   # a node without the label matches too
+            return value not in expr["values"]
         if value is None:
             return False
         if expr["operator"] == "In":
@@ -61,7 +63,9 @@ def test_pool_placement_adds_the_driver_terms_to_each_alternative():
     placement = pool_placement("t4", requirements, T24_10)
     terms = placement["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(terms) == len(image_fit.driver_affinity(T24_10))
-    assert all(term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product" for term in terms)
+    # Each alternative keeps the pool's own expressions: off nodes mid-upgrade, the pool's GPUs.
+    assert all([e["key"] for e in term["matchExpressions"][:2]] ==
+               ["nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu.product"] for term in terms)
     # 550.54.15 on a T4: too old for 24.10 (R560, forward-compatible R470/R525/R535 only).
     t4_550 = {"nvidia.com/gpu.product": "Tesla-T4", **driver_number_labels("550.54.15")}
     t4_560 = {"nvidia.com/gpu.product": "Tesla-T4", **driver_number_labels("560.35.03")}
@@ -72,12 +76,19 @@ def test_pool_placement_adds_the_driver_terms_to_each_alternative():
 def test_unknown_image_adds_no_driver_terms_and_says_so():
     image = "registry.example.com/ml/tritonserver:custom"
     assert image_fit.driver_affinity(image) is None
-    assert "affinity" not in pool_placement("t4", None, image)
+    def driver_keys(placement):
+        terms = placement["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        return {e["key"] for term in terms for e in term["matchExpressions"]} & {
+            "rankops.io/driver-branch", "rankops.io/driver-minor"}
+
+    # Only the term that keeps pods off nodes mid-upgrade, no driver terms.
+    assert driver_keys(pool_placement("t4", None, image)) == set()
     note = image_fit.unknown_note(image)
     assert "not an NGC tritonserver" in note and "not kept off" in note
     assert image_fit.unknown_note(T24_10) is None
     # Without a pool there is no validated driver label to select on.
-    assert "affinity" not in pool_placement(None, None, T24_10)
+    assert driver_keys(pool_placement(None, None, T24_10)) == set()
 
 
 def test_no_ready_node_runs_the_image_is_driver_too_old_naming_image_drivers_and_fix():
