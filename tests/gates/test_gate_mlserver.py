@@ -96,13 +96,13 @@ def test_unreachable_server_cannot_be_judged_and_prints_no_traceback(tmp_path, g
     rankops = Path(sys.executable).parent / "rankops"
     result = subprocess.run([str(rankops), "gate", "warmup", "--url", "127.0.0.1:1", "--model", "reference",
                              "--samples", str(golden_samples), "--requests", "10", "--concurrency", "2",
-                             "--max-p99-ms", "15", "--verdict-file", str(verdict_file)],
+                             "--max-p99-ms", "15", "--reach-within-s", "2", "--verdict-file", str(verdict_file)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr + result.stdout
     verdict = parse_verdict(verdict_file.read_text())
     assert (verdict.outcome, verdict.reason) == ("error", "ServerUnreachable")
-    assert "127.0.0.1:1" in verdict.summary
+    assert "127.0.0.1:1" in verdict.summary and "waited 2s" in verdict.summary
 
 
 def test_bad_samples_cannot_be_judged(capsys, tmp_path, mlserver):

@@ -118,6 +118,9 @@ def _add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-binary-data", dest="binary_data", action="store_false",
                         help="plain JSON tensors, for v2 servers without Triton's binary extension")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request network timeout")
+    parser.add_argument("--reach-within-s", type=float, default=60.0,
+                        help="how long a server that does not answer yet is waited for before the gate reports "
+                             "ServerUnreachable (a Service lists a pod a moment after it turns Ready); default 60")
     parser.add_argument("--verdict-file", metavar="PATH",
                         help="where to write the verdict (default /dev/termination-log when it exists)")
 
@@ -162,8 +165,10 @@ def _endpoint(url: str, model_ref: str, args: argparse.Namespace, version: str =
                          "give the version once")
     if args.timeout_s <= 0:
         raise ValueError(f"--timeout-s must be positive, got {args.timeout_s}")
+    if args.reach_within_s < 0:
+        raise ValueError(f"--reach-within-s must be 0 or more, got {args.reach_within_s}")
     return Endpoint(url=normalize_url(url), model=name, version=version or ref_version,
-                    binary_data=args.binary_data, timeout_s=args.timeout_s)
+                    binary_data=args.binary_data, timeout_s=args.timeout_s, reach_within_s=args.reach_within_s)
 
 
 def _warmup(args: argparse.Namespace) -> Verdict:

@@ -67,6 +67,10 @@ class Endpoint:
     version: str = ""
     binary_data: bool = True
     timeout_s: float = 30.0
+    # How long an unreachable server is waited for before it counts: a Service lists a pod a moment
+    # after it turns Ready, and drops it while its node is marked NotReady (an API server back from
+    # an outage does that to every node, until their kubelets report again).
+    reach_within_s: float = 0.0
 
     def describe(self) -> str:
         return f"{self.model}{':' + self.version if self.version else ''} at {self.url}"
@@ -122,12 +126,7 @@ class Connection:
     def model_info(self) -> ModelInfo:
         """Check the server is live and the model ready, and read the model's metadata."""
         ep = self.endpoint
-        try:
-            live = self._client.is_server_live()
-        except Exception as exc:
-            raise ServerUnreachable(f"the inference server at {ep.url} does not answer: {_message(exc)}") from None
-        if not live:
-            raise ServerUnreachable(f"the inference server at {ep.url} reports it is not live")
+        self.wait_live()
         try:
             ready = self._client.is_model_ready(ep.model, ep.version)
         except Exception as exc:
@@ -142,6 +141,24 @@ class Connection:
                   for t in meta.get("inputs") or [] if "name" in t}
         outputs = [t["name"] for t in meta.get("outputs") or [] if "name" in t]
         return ModelInfo(inputs=inputs, outputs=outputs)
+
+    def wait_live(self, sleep=time.sleep, clock=time.monotonic) -> None:
+        """Return once the server says it is live; raise ServerUnreachable after reach_within_s."""
+        ep = self.endpoint
+        deadline, pause = clock() + max(ep.reach_within_s, 0.0), 0.5
+        while True:
+            try:
+                problem = None if self._client.is_server_live() else "reports it is not live"
+            except Exception as exc:
+                problem = f"does not answer: {_message(exc)}"
+            if problem is None:
+                return
+            left = deadline - clock()
+            if left <= 0:
+                waited = f" (waited {ep.reach_within_s:g}s)" if ep.reach_within_s > 0 else ""
+                raise ServerUnreachable(f"the inference server at {ep.url} {problem}{waited}")
+            sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)
 
     def build_request(self, sample: Sample, info: ModelInfo) -> Request:
         """Inputs cast to the model's datatypes; raises InputsMismatch when they do not fit."""
