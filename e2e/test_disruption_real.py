@@ -108,3 +108,54 @@ def test_a_drain_and_a_driver_upgrade_move_replicas_without_a_failed_request(
             wait_for(lambda: not [p for p in k8s.core.list_namespaced_pod(ns).items
                                   if p.spec.node_name == other.name], 120, "the model's pods off process-1")
     k8s.core.delete_node("process-1")
+
+
+def test_a_dead_node_s_replica_is_replaced_and_only_requests_to_it_fail(
+        k8s, cluster, real_namespace, operator, object_store, process_node, tmp_path):
+    """A node's machine dies (its runner and pods killed, nothing reported): requests sent to its
+    pod fail until the node lifecycle controller marks the node (its grace period) and the pod
+    leaves the Service; the operator surges a replacement then, which serves Ready and warm."""
+    from rankops.devcluster import traffic as traffic_driver
+    from rankops.devcluster.process_nodes import ProcessNode
+    from e2e.test_canary_real import _request
+
+    ns, name = real_namespace, "ranker"
+    body = models.model_manifest(name, replicas=2, modelCredentialsSecret="model-store",
+                                 disruption={"nodeSpread": "required"}, **SPEC)
+    other = ProcessNode(cluster.kubeconfig, "process-1", tmp_path / "process-1").start()
+    try:
+        serve_real_model(k8s, ns, object_store, tmp_path, body)
+        on_dead = [p for p in _serving(k8s, ns, name) if p.spec.node_name == other.name]
+        assert len(on_dead) == 1, [(p.metadata.name, p.spec.node_name) for p in _serving(k8s, ns, name)]
+        dead_pod, dead_ip = on_dead[0].metadata.name, on_dead[0].status.pod_ip
+        load = traffic_driver.Traffic(lambda: traffic_driver.serving_addresses(k8s.core, ns, name), name,
+                                      lambda rng: _request(rng, False), rate=20, timeout_s=2.0, max_seconds=300)
+        load.start()
+        try:
+            time.sleep(3)
+            killed = time.time()
+            other.kill()
+            marked = wait_for(lambda: dead_pod not in {p.metadata.name for p in _serving(k8s, ns, name)} and time.time(),
+                              150, "the dead node's pod out of the Service")
+            replaced = wait_for(lambda: len(_serving(k8s, ns, name)) == 2 and all(
+                p.spec.node_name == process_node.name for p in _serving(k8s, ns, name)) and time.time(),
+                150, "a replacement Ready on the live node")
+            time.sleep(3)
+        finally:
+            load.stop.set()
+            load.join(30)
+        late = [f for f in load.failures if f[1] > marked + 2 * traffic_driver.REFRESH_S + 2.0]
+        print(f"\nnode {other.name} killed: its pod left the Service after {marked - killed:.0f} s (the grace "
+              f"period), a replacement was Ready and warm {replaced - marked:.0f} s later "
+              f"({replaced - killed:.0f} s after the death); traffic: {load.sent} sent, {load.failed} failed, "
+              f"all to {dead_ip}: {all(f[0] == dead_ip for f in load.failures)}")
+        assert all(f[0] == dead_ip for f in load.failures), load.failures[:5]   # only the dead node's
+        assert not late, late[:5]                       # none once it has left the Service
+        assert replaced - marked <= 60, replaced - marked
+        rm = models.get(k8s, ns, name)
+        assert models.condition(rm, "Ready").get("status") == "True", rm["status"]
+        models.wait_event(k8s, ns, name, "MovingReplicas")
+    finally:
+        other.kill()
+        k8s.custom.delete_namespaced_custom_object(models.GROUP, models.VERSION, ns, models.PLURAL, name)
+        k8s.core.delete_node(other.name)   # its pods are force-deleted by the pod GC

@@ -37,6 +37,20 @@ def test_why_a_node_is_leaving(labels, cordoned, keep, why):
     assert node_leaving(node(unschedulable=cordoned, **labels), move_from_failing=not keep) == why
 
 
+@pytest.mark.parametrize("condition, why", [
+    ({"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"},
+     "not Ready (Ready=Unknown: NodeStatusUnknown)"),        # no heartbeat: a dead node
+    ({"type": "Ready", "status": "False"}, "not Ready (Ready=False: no reason given)"),
+    ({"type": "Ready", "status": "True"}, None),
+    (None, None),                                            # not reported yet: nothing to go by
+])
+def test_a_node_that_is_not_ready_is_leaving(condition, why):
+    dead = node()
+    dead["status"]["conditions"] = [condition] if condition else []
+    assert node_leaving(dead) == why
+    assert node_leaving(dead, move_from_failing=False) == why   # the pool's keep is for failing validation only
+
+
 def pod(name, node_name, ready=True, leaving=None, cost=None):
     return StablePod(name, node_name, ready, False, leaving, cost)
 

@@ -8,6 +8,8 @@ plane enables PodNodeSelector and PodTolerationRestriction).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +82,18 @@ class ProcessNode:
 
     def stop(self) -> None:
         terminate(self.process, 40)  # the runner stops its pods first
+
+    def kill(self) -> None:
+        """The machine dies: the runner and its pods' processes are killed at once, nothing is
+        reported (no status, no lease renewal, no preStop hook); the API server keeps the Node
+        until the node lifecycle controller marks it after its grace period."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)   # its session: the runner and what it started
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
 
     def pod_logs(self, namespace: str, pod: str) -> dict[str, str]:
         """container name -> log text, for every run of a pod of that name on this node."""

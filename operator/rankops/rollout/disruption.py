@@ -4,7 +4,10 @@ A node is leaving when it is cordoned (a drain, a cluster autoscaler's scale-dow
 validator marks it failing (`rankops.io/gpu-ready=false`, unless its pool keeps replicas there),
 or when the NVIDIA GPU Operator's upgrade controller works on its driver
 (`nvidia.com/gpu-driver-upgrade-state` from cordon-required to validation-required, or
-upgrade-failed; `upgrade-required` is set on every node at once and only means "queued").
+upgrade-failed; `upgrade-required` is set on every node at once and only means "queued"), or
+when it is not Ready (its kubelet stopped reporting, or reports it unhealthy): its pods were
+marked not Ready with it, and a replacement is surged at once instead of waiting out the pods'
+unreachable toleration.
 
 The stable Deployment then runs one more replica per pod on a leaving node (a surge, on another
 ready node) until the pods elsewhere that are Ready (and so warm) are as many as the model wants;
@@ -37,6 +40,10 @@ def node_leaving(node: Mapping[str, Any] | None, move_from_failing: bool = True)
         return "cordoned"
     if move_from_failing and labels.get(READY_LABEL) == "false":
         return "failing validation (rankops.io/gpu-ready=false)"
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready is not None and ready.get("status") != "True":
+        # Unknown: the node lifecycle controller saw no heartbeat for its grace period (a dead node).
+        return f"not Ready (Ready={ready.get('status')}: {ready.get('reason') or 'no reason given'})"
     return None
 
 
