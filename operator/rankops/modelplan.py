@@ -20,18 +20,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from rankops import autoscale
+from rankops.api.conditions import get_condition
 from rankops.api.errors import describe
-from rankops.api.rankingmodel import RankingModel, TrafficMode
+from rankops.api.rankingmodel import NodeSpread, RankingModel, TrafficMode
 from rankops.render import names
-from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, monitoring_objects, track_objects,
-                                    with_owner)
+from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, failure_tolerance,
+                                    monitoring_objects, track_objects, with_owner)
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import status_decisions
 from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, step)
-from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves
+from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves, shared_node
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
 
 POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
@@ -77,6 +78,7 @@ class ModelObserved:
     jobs: tuple[tuple[str, bool], ...] = ()        # (name, finished) of this model's gate Jobs
     present: frozenset[tuple[str, str]] = frozenset()   # (kind, name) of the track children that exist
     stable_pods: tuple[StablePod, ...] = ()        # read while some are on leaving nodes (rollout/disruption)
+    stable_nodes: tuple[tuple[str, int], ...] = ()   # (node, pods) of the stable track's scheduled pods
     autoscale_reading: dict[str, Any] | None = None     # spec.autoscaling: {pod: counters} read now (None: not read)
     autoscale_problems: tuple[str, ...] = ()       # serving pods whose counters could not be read
     external_scaler: str | None = None             # autoscaling mode external: e.g. HorizontalPodAutoscaler/<name>
@@ -114,7 +116,7 @@ def parse(body: dict[str, Any]) -> tuple[RankingModel | None, str | None]:
 
 def refusal(rm: RankingModel, settings: Settings) -> tuple[str, str] | None:
     """(reason, message) when the spec cannot be applied on this cluster, before anything is read."""
-    from rankops.validator import image_fit
+    from rankops.triton import image_fit
 
     refused = spec_problems(rm.spec, settings.policy)
     if refused:
@@ -170,6 +172,12 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     scaling = _autoscaling(rm, status, observed, resolved)   # the replicas follow the load (rankops.autoscale)
     if scaling is not None:
         resolved = dataclasses.replace(resolved, replicas=scaling.replicas)
+    crowded = shared_node(observed.stable_nodes, resolved.replicas, failure_tolerance(rm.spec),
+                          rm.spec.disruption.node_spread is NodeSpread.required)
+    if crowded:   # serving, but one node's loss takes more than the tolerance: said, not Degraded
+        notes += (crowded,)
+        if crowded not in (get_condition(status.get("conditions") or [], "Degraded") or {}).get("message", ""):
+            events += (Event("Warning", "ReplicasShareANode", crowded),)
 
     s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)
     c_desired = deployment_view(observed.canary_dep)[0]
@@ -217,8 +225,6 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
 
 def _autoscaling(rm: RankingModel, status: dict[str, Any], observed: ModelObserved,
                  resolved: ResolvedShape) -> autoscale.Scaling | None:
-    from rankops.render.desired import failure_tolerance
-
     return autoscale.step(
         rm.spec, status.get("autoscaling"), observed.autoscale_reading, resolved.replicas, failure_tolerance(rm.spec),
         observed.now, plan=resolved.plan, plan_status=observed.plan_status,
@@ -242,7 +248,7 @@ def deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
 def _image_notes(rm: RankingModel) -> tuple[str, ...]:
     """What rankops could not check about the Triton image (said in Degraded's message when
     nothing is wrong)."""
-    from rankops.validator import image_fit
+    from rankops.triton import image_fit
 
     _, notes = image_fit.engine_mismatches(rm.spec)
     unknown = image_fit.unknown_note(rm.spec.triton_image) if rm.spec.node_pool else None

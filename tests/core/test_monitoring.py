@@ -205,7 +205,7 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
                     "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",), "plans": handlers.PLANS,
-                    "leaving_nodes": frozenset()}
+                    "leaving_nodes": frozenset(), "stable_nodes": ()}
 
 
 def test_a_deleted_service_monitor_is_found_and_its_model_named(monkeypatch):

@@ -138,3 +138,65 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
 def model_now(seconds):
     from tests.core.test_rollout_controller import T0
     return T0 + dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("nodes, replicas, tolerance, said", [
+    ((("a", 1), ("b", 1)), 2, 1, None),
+    ((("a", 2),), 2, 1, "2 of 2 stable replicas run on node a: losing it leaves 0, fewer than "
+                         "replicas - failureTolerance = 1"),
+    ((("a", 2), ("b", 1)), 3, 1, "2 of 3 stable replicas run on node a"),
+    ((("a", 2), ("b", 2)), 4, 2, None),            # the tolerance covers a node
+    ((("a", 1),), 1, 0, "1 of 1 stable replicas run on node a"),
+    ((), 2, 1, None),
+])
+def test_replicas_sharing_a_node_beyond_the_tolerance_are_said(nodes, replicas, tolerance, said):
+    from rankops.rollout.disruption import shared_node
+
+    message = shared_node(nodes, replicas, tolerance, required=False)
+    assert (message is None) == (said is None) and (said is None or message.startswith(said)), message
+    if message:
+        assert "nodeSpread: preferred" in message and "free a GPU on another node" in message
+
+
+def test_a_pod_watch_counts_a_track_s_pods_per_node_leaving_out_those_going():
+    pods = NodePods()
+
+    def seen(name, node_name, track, going=False):
+        meta = {"namespace": "ns", "name": name, "labels": {names.LABEL_MODEL: "m", names.LABEL_TRACK: track}}
+        if going:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        pods.pod_event({"metadata": meta, "spec": {"nodeName": node_name}}, deleted=False)
+
+    seen("s1", "a", names.STABLE)
+    seen("s2", "a", names.STABLE)
+    seen("s3", "b", names.STABLE, going=True)
+    seen("c1", "b", names.CANARY)
+    assert pods.track_nodes("ns", "m", names.STABLE) == (("a", 2),)
+    pods.pod_event({"metadata": {"namespace": "ns", "name": "s2"}, "spec": {}}, deleted=True)
+    assert pods.track_nodes("ns", "m", names.STABLE) == (("a", 1),)
+    assert pods.track_nodes("ns", "m", names.CANARY) == (("b", 1),)
+
+
+def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
+    cluster = FakeCluster()
+    model = Model(cluster, version="1")
+    model.body["spec"]["replicas"] = 2
+    model.reconcile()
+    cluster.run_deployment(names.STABLE)
+
+    def reconcile(seconds, nodes):
+        result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(model.t + seconds),
+                                  stable_nodes=nodes)
+        model.body["status"] = result.status
+        return result
+
+    first = reconcile(10, (("gpu-1", 2),))
+    degraded = next(c for c in first.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False" and degraded["reason"] == "AsExpected"
+    assert "2 of 2 stable replicas run on node gpu-1: losing it leaves 0" in degraded["message"]
+    assert [e.reason for e in first.events].count("ReplicasShareANode") == 1
+    assert next(c for c in first.status["conditions"] if c["type"] == "Ready")["status"] == "True"
+    again = reconcile(20, (("gpu-1", 2),))
+    assert "ReplicasShareANode" not in [e.reason for e in again.events], "said once"
+    spread = reconcile(30, (("gpu-1", 1), ("gpu-2", 1)))
+    assert "run on node" not in next(c for c in spread.status["conditions"] if c["type"] == "Degraded")["message"]

@@ -186,6 +186,7 @@ def _reconcile_model(body):
     meta = body["metadata"]
     return models.reconcile(cache.CachedKube(OPERATOR.kube, CHILDREN), body,
                             leaving_nodes=NODE_PODS.leaving_nodes(meta["namespace"], meta["name"]),
+                            stable_nodes=NODE_PODS.track_nodes(meta["namespace"], meta["name"], names.STABLE),
                             service_monitors=OPERATOR.service_monitors,
                             service_monitor_labels=OPERATOR.service_monitor_labels, policy=OPERATOR.tenant_policy,
                             pull_secrets=tuple(OPERATOR.image_pull_secrets),

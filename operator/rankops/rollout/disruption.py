@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rankops.nodelabels import LABEL_READY
 from rankops.render.names import (ANNOTATION_DELETION_COST as DELETION_COST, DRIVER_UPGRADE_LEAVING_STATES,
                                   LABEL_DRIVER_UPGRADE_STATE as UPGRADE_STATE_LABEL)
 
-READY_LABEL = "rankops.io/gpu-ready"   # the validator's verdict (validator/node.py LABEL_READY)
 LEAVING_COST = "-1000"     # below every other pod of the ReplicaSet (default 0): removed first
 
 
@@ -38,7 +38,7 @@ def node_leaving(node: Mapping[str, Any] | None, move_from_failing: bool = True)
         return f"GPU driver upgrade ({UPGRADE_STATE_LABEL}={state})"
     if (node.get("spec") or {}).get("unschedulable"):
         return "cordoned"
-    if move_from_failing and labels.get(READY_LABEL) == "false":
+    if move_from_failing and labels.get(LABEL_READY) == "false":
         return "failing validation (rankops.io/gpu-ready=false)"
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
     if ready is not None and ready.get("status") != "True":
@@ -94,3 +94,21 @@ def pods_of(pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, 
                              node_leaving(nodes.get(node), move_from_failing) if node else None,
                              (meta.get("annotations") or {}).get(DELETION_COST)))
     return out
+
+
+def shared_node(nodes: Iterable[tuple[str, int]], replicas: int, tolerance: int, required: bool) -> str | None:
+    """What to say when one node holds more of the stable track's replicas than the model may
+    lose (`planning.failureTolerance`): that node's loss takes the model below
+    replicas - failureTolerance. `nodes`: (node, pods) of the scheduled stable pods."""
+    counted = list(nodes)
+    if not counted:
+        return None
+    node, most = max(counted, key=lambda n: (n[1], n[0]))
+    if most <= tolerance:
+        return None
+    total = sum(count for _, count in counted)
+    why = ("nodeSpread: required spreads them over the nodes that can take them, and only this one could"
+           if required else "nodeSpread: preferred placed them where GPUs were free")
+    return (f"{most} of {total} stable replicas run on node {node}: losing it leaves {total - most}, fewer than "
+            f"replicas - failureTolerance = {max(0, replicas - tolerance)} ({why}; free a GPU on another node, "
+            f"or add nodes to the pool)")
