@@ -25,8 +25,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rankops.gates.client import Endpoint
-from rankops.gates.samples import generate_samples, parse_input_spec
+from rankops.triton.client import Endpoint
+from rankops.triton.samples import generate_samples, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, latency_stats, replay
 
 ROOT = Path(__file__).resolve().parent.parent

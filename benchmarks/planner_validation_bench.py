@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "triton"))
 
 from rankops.devcluster import triton  # noqa: E402
-from rankops.gates.client import Endpoint  # noqa: E402
-from rankops.gates.samples import Sample  # noqa: E402
+from rankops.triton.client import Endpoint  # noqa: E402
+from rankops.triton.samples import Sample  # noqa: E402
 from rankops.planner.measure import measure  # noqa: E402
 from rankops.planner.profile import LatencyProfile  # noqa: E402
 from rankops.planner.simulator import (BatcherConfig, poisson_arrivals_ms, request_items,  # noqa: E402
@@ -172,7 +172,7 @@ def perf_point(install: triton.TritonInstall, root: Path, config: BatcherConfig,
     """A fresh server of `config` (the capacity stand-in) under perf_analyzer's Poisson load at `rate`."""
     import subprocess
 
-    from rankops.gates import server_metrics
+    from rankops.triton import metrics as server_metrics
 
     timed_model.write_repository(root, MODEL, a_ms=CAPACITY_A_MS, b_ms=CAPACITY_B_MS, slowdown=SLOWDOWN,
                                  max_batch=config.max_batch_size, instances=config.instances,
@@ -200,7 +200,7 @@ def perf_point(install: triton.TritonInstall, root: Path, config: BatcherConfig,
 
 def _scrape_when_up(url: str, wait_s: float = 15.0):
     """Triton's metrics once its metrics port answers (it may bind it after the server is ready)."""
-    from rankops.gates import server_metrics
+    from rankops.triton import metrics as server_metrics
 
     deadline = time.monotonic() + wait_s
     while True:

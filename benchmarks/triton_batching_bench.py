@@ -37,9 +37,9 @@ import numpy as np
 import yaml
 
 from rankops.devcluster import triton
-from rankops.gates import server_metrics
-from rankops.gates.client import Endpoint
-from rankops.gates.samples import Sample, generate_samples, parse_input_spec
+from rankops.triton import metrics as server_metrics
+from rankops.triton.client import Endpoint
+from rankops.triton.samples import Sample, generate_samples, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, latency_stats, replay, run_warmup
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ import pytest
 from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models, traffic
-from rankops.gates.samples import Sample
+from rankops.triton.samples import Sample
 from rankops.render import names
 
 pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")

@@ -19,7 +19,7 @@ from e2e import models, rollouts
 from e2e.warming import PodWatch, check_warmed_before_ready, watched_until
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models, traffic
-from rankops.gates.samples import Sample
+from rankops.triton.samples import Sample
 from rankops.render import names
 
 pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")

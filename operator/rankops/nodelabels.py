@@ -11,7 +11,7 @@ LABEL_DRIVER = "rankops.io/driver-version"
 LABEL_CUDA = "rankops.io/cuda-version"
 LABEL_OS = "rankops.io/os"
 # The driver version as two integers: node affinity compares only integers (Gt/Lt), and placement
-# needs "branch >= 560" or "branch 535 and minor >= 86" (validator.image_fit).
+# needs "branch >= 560" or "branch 535 and minor >= 86" (triton.image_fit).
 LABEL_DRIVER_BRANCH = "rankops.io/driver-branch"
 LABEL_DRIVER_MINOR = "rankops.io/driver-minor"
 # true / false / unknown from the latency checks (validator.latency); absent with latencyTuning: off.

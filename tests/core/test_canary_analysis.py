@@ -1,7 +1,7 @@
 """Canary analysis on Triton's own counters (rollout/canary_analysis.py)."""
 from __future__ import annotations
 
-from rankops.gates.server_metrics import ModelCounters, parse
+from rankops.triton.metrics import ModelCounters, parse
 from rankops.rollout.canary_analysis import FAIL, PASS, WAIT, Bounds, judge, track_window
 
 

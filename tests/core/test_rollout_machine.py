@@ -445,7 +445,7 @@ def test_the_canary_hold_starts_when_traffic_does_even_if_the_next_step_comes_la
 
 
 def _counters(success, failure=0, p99_us=None):
-    from rankops.gates.server_metrics import ModelCounters
+    from rankops.triton.metrics import ModelCounters
 
     return ModelCounters({"success": success, "failure": failure, "executions": success / 2, "inferences": success * 10,
                           "queue_us": success * 100}, {0.99: p99_us} if p99_us else {})

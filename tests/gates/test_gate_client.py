@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from rankops.gates.client import normalize_url, parse_model_ref
+from rankops.triton.client import normalize_url, parse_model_ref
 
 
 @pytest.mark.parametrize("text, ref", [("ranker", ("ranker", "")), ("ranker:3", ("ranker", "3")),
@@ -80,7 +80,7 @@ def _message(body: bytes = b"x" * 70000) -> bytes:
 
 
 def test_keepalive_reads_length_and_chunked_bodies_on_one_socket():
-    from rankops.gates.client import KeepAlive
+    from rankops.triton.client import KeepAlive
 
     big = bytes(range(256)) * 1000
     server = _Scripted([b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nInference-Header-Content-Length: 3\r\n\r\n" % len(big) + big,
@@ -100,7 +100,7 @@ def test_keepalive_reads_length_and_chunked_bodies_on_one_socket():
 
 
 def test_keepalive_reconnects_once_when_the_server_closed_the_kept_socket():
-    from rankops.gates.client import KeepAlive
+    from rankops.triton.client import KeepAlive
 
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     server = _Scripted([ok, None, ok, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye", ok])
@@ -116,7 +116,7 @@ def test_keepalive_reconnects_once_when_the_server_closed_the_kept_socket():
 
 
 def test_keepalive_fails_a_fresh_connection_closed_without_an_answer():
-    from rankops.gates.client import KeepAlive
+    from rankops.triton.client import KeepAlive
 
     server = _Scripted([None])
     try:

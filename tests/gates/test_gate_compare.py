@@ -6,7 +6,7 @@ import pytest
 
 from rankops.gates.equivalence import (Criteria, compare, kendall_tau_b, ranked_lists, spearman_rho,
                                        topk_overlap)
-from rankops.gates.samples import Sample
+from rankops.triton.samples import Sample
 from rankops.gates.verdict import VERDICT_MAX_BYTES
 
 CRITERIA = Criteria(abs_tolerance=1e-3, rel_tolerance=1e-2, top_k=5, min_topk_overlap=0.95,

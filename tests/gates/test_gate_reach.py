@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rankops.gates.client import Endpoint, ServerUnreachable
+from rankops.triton.client import Endpoint, ServerUnreachable
 
 
 class _Live(BaseHTTPRequestHandler):

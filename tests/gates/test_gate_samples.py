@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from rankops.gates.samples import (SamplesError, dump_samples, generate_samples, load_samples,
+from rankops.triton.samples import (SamplesError, dump_samples, generate_samples, load_samples,
                                    parse_batch_sizes, parse_input_spec, parse_samples)
 
 SPEC = [

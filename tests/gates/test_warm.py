@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from rankops.gates.samples import SamplesError, dump_samples, generate_samples, parse_input_spec
+from rankops.triton.samples import SamplesError, dump_samples, generate_samples, parse_input_spec
 from rankops.gates.warm import (WAITING, WARM, WARMING, RoundResult, WarmState, host_port, judge_round, outcome,
                                 serve_readiness)
 from rankops.gates.warm_cli import read_samples

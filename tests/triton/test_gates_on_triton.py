@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from rankops.api.rankingmodel import RankingModel
-from rankops.gates.client import Endpoint
+from rankops.triton.client import Endpoint
 from rankops.gates.equivalence import Criteria, run_equivalence
-from rankops.gates.samples import generate_samples, parse_batch_sizes, parse_input_spec
+from rankops.triton.samples import generate_samples, parse_batch_sizes, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, run_warmup
 from rankops.rollout import jobs
 from triton_serving import serve

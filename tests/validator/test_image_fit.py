@@ -9,9 +9,9 @@ import pytest
 
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.render.serving import pool_placement
-from rankops.validator import image_fit
+from rankops.triton import image_fit
 from rankops.validator.node import LABEL_DRIVER, LABEL_POOL, LABEL_READY, driver_number_labels
-from rankops.validator.triton_compat import Verdict, check, releases
+from rankops.triton.compat import Verdict, check, releases
 
 T24_10 = "nvcr.io/nvidia/tritonserver:24.10-py3"
 T24_05 = "nvcr.io/nvidia/tritonserver:24.05-py3"

@@ -1,9 +1,9 @@
-"""Triton image x node driver, from NVIDIA's release notes (table: rankops/validator/triton_releases.json)."""
+"""Triton image x node driver, from NVIDIA's release notes (table: rankops/triton/triton_releases.json)."""
 from __future__ import annotations
 
 import pytest
 
-from rankops.validator.triton_compat import Verdict, check, releases, triton_release
+from rankops.triton.compat import Verdict, check, releases, triton_release
 
 
 @pytest.mark.parametrize("image, release", [

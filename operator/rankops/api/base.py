@@ -13,6 +13,17 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
+def refuse_unquoted_version(model: type[BaseModel], value: Any, field_name: str, example: str) -> Any:
+    """A version field (a `field_validator(mode="before")`'s value) that YAML read as a number is an
+    error naming the field: unquoted, 12.10 is the number 12.1, and no version check can undo that."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        field = model.model_fields[field_name]
+        major = example.split(".")[0]
+        raise ValueError(f"{field.alias or field_name} must be a quoted string such as \"{example}\": unquoted, "
+                         f"YAML reads it as the number {value!r} ({major}.10 would become {major}.1)")
+    return value
+
+
 class ApiModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema, field_validator
 
-from rankops.api.base import ApiModel
+from rankops.api.base import ApiModel, refuse_unquoted_version
 from rankops.api.conditions import Condition
 from rankops.images import VALIDATOR_IMAGE
 
@@ -91,11 +91,7 @@ class NodeRequirements(ApiModel):
     @field_validator("min_driver_version", "cuda_version", mode="before")
     @classmethod
     def _versions_are_quoted(cls, value: Any, info) -> Any:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            name = "minDriverVersion" if info.field_name == "min_driver_version" else "cudaVersion"
-            raise ValueError(f"{name} must be a quoted string such as \"12.2\": unquoted, YAML reads "
-                             f"it as the number {value!r} (12.10 would become 12.1)")
-        return value
+        return refuse_unquoted_version(cls, value, info.field_name, "12.2")
 
     @field_validator("min_driver_version")
     @classmethod

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rankops.api import bounds
 from rankops.api.autoscaling import AUTOSCALING_RULES, Autoscaling, AutoscalingStatus
-from rankops.api.base import ApiModel
+from rankops.api.base import ApiModel, refuse_unquoted_version
 from rankops.api.conditions import Condition
 from rankops.api.planning import Planning, PlanStatus, Slo
 from rankops.images import FETCHER_IMAGE, GATES_IMAGE
@@ -82,11 +82,7 @@ class ModelVersion(ApiModel):
     @field_validator("tensorrt_version", "built_with_triton", mode="before")
     @classmethod
     def _versions_are_quoted(cls, value: Any, info) -> Any:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            name = "tensorrtVersion" if info.field_name == "tensorrt_version" else "builtWithTriton"
-            raise ValueError(f"{name} must be a quoted string such as \"24.10\": unquoted, YAML reads it as "
-                             f"the number {value!r} (24.10 would become 24.1)")
-        return value
+        return refuse_unquoted_version(cls, value, info.field_name, "24.10")
 
     @model_validator(mode="after")
     def _engine_fields_only_for_plans(self) -> "ModelVersion":

@@ -32,7 +32,7 @@ def run_traffic(args: argparse.Namespace) -> int:
     from rankops.commands.infer import request_shape
     from rankops.devcluster.cluster import api_client
     from rankops.devcluster.traffic import Traffic, serving_addresses
-    from rankops.gates.samples import SamplesError, generate_samples, parse_input_spec
+    from rankops.triton.samples import SamplesError, generate_samples, parse_input_spec
 
     try:
         doc = yaml.safe_load(open(args.filename))

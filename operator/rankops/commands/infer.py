@@ -42,8 +42,8 @@ def ranked(scores: Any, top: int) -> list[tuple[int, float]]:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from rankops.gates.client import Endpoint, GateClientError
-    from rankops.gates.samples import SamplesError, generate_samples, parse_input_spec
+    from rankops.triton.client import Endpoint, GateClientError
+    from rankops.triton.samples import SamplesError, generate_samples, parse_input_spec
 
     try:
         doc = yaml.safe_load(open(args.filename)) if args.filename else None

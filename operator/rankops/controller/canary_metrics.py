@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rankops.controller.kube import Kube
-from rankops.gates.server_metrics import MetricsUnavailable, scrape
+from rankops.triton.metrics import MetricsUnavailable, scrape
 from rankops.render import names
 from rankops.render.serving import METRICS_PORT
 

@@ -35,8 +35,8 @@ from rankops.rollout import warming
 from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
                                      passed_gates)
 from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable_summary
-from rankops.validator import image_fit
-from rankops.validator.node import LABEL_POOL, LABEL_READY, label_value
+from rankops.triton import image_fit
+from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 GATE_APP = "rankops-gate"
@@ -236,14 +236,15 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
               metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
-              leaving_nodes: frozenset[str] = frozenset()) -> Result:
+              leaving_nodes: frozenset[str] = frozenset(), stable_nodes: tuple[tuple[str, int], ...] = ()) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
     `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all).
     `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
     nothing, and the model is reconciled again when the plan is made (None: plan here).
-    `leaving_nodes`: nodes the model has pods on that look like they are leaving (node_pods)."""
+    `leaving_nodes`: nodes the model has pods on that look like they are leaving; `stable_nodes`:
+    (node, pods) of its stable track (both from node_pods, the pod watch)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     events: list[Event] = []
     status, unknown = status_decisions.known_status(body.get("status") or {})
@@ -256,7 +257,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
         return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events)))
     try:
-        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes)
+        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes, stable_nodes)
     except PlanPending:
         return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
     planned_now = modelplan.plan(body, observed, settings, tuple(events))
@@ -279,7 +280,8 @@ def _result(done: modelplan.ModelPlan) -> Result:
 
 def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.datetime,
             metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
-            leaving_nodes: frozenset[str] = frozenset()) -> modelplan.ModelObserved:
+            leaving_nodes: frozenset[str] = frozenset(),
+            stable_nodes: tuple[tuple[str, int], ...] = ()) -> modelplan.ModelObserved:
     """What the plan of `rm` needs from the cluster, read in the precedence list's order: what
     blocks this generation stops the reading there (the plan says it). PlanPending: the shape is
     being planned on the planner's thread."""
@@ -325,7 +327,7 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
     stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, pool) if leaving_nodes or surging else ()
     return modelplan.ModelObserved(
         now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,
-        stable_pods=stable_pods,
+        stable_pods=stable_pods, stable_nodes=stable_nodes,
         canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
         metrics_problems=metrics_problems, warm_failing=warm_failing, unschedulable=unschedulable,
         jobs=jobs + foreign, present=present, autoscale_reading=load, autoscale_problems=load_problems,

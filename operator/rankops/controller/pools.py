@@ -17,7 +17,8 @@ from rankops.controller.kube import ApiError, Kube
 from rankops.rollout.machine import Event
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.validator.daemonset import render_validator, validator_name
-from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, clear_marks_patch, label_value
+from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
+from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
 from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
 

@@ -67,7 +67,7 @@ class Traffic(threading.Thread):
     def run(self) -> None:
         import numpy as np
 
-        from rankops.gates.client import Endpoint, GateClientError
+        from rankops.triton.client import Endpoint, GateClientError
 
         rng = np.random.default_rng(self.seed)
         connections: dict[str, tuple[Any, Any]] = {}

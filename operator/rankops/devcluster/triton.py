@@ -406,8 +406,8 @@ class TritonServer:
 
     def infer(self, model: str, inputs: dict[str, Any]) -> dict[str, Any]:
         """One request through the gates' own client (binary tensors over HTTP)."""
-        from rankops.gates.client import Endpoint
-        from rankops.gates.samples import Sample
+        from rankops.triton.client import Endpoint
+        from rankops.triton.samples import Sample
 
         connection = Endpoint(self.http_url, model).connect()
         try:

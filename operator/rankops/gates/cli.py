@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankops.gates.client import Endpoint, normalize_url, parse_model_ref
+from rankops.triton.client import Endpoint, normalize_url, parse_model_ref
 from rankops.gates.equivalence import METHODS, Criteria, run_equivalence
-from rankops.gates.samples import (Sample, SamplesError, generate_samples, load_samples,
+from rankops.triton.samples import (Sample, SamplesError, generate_samples, load_samples,
                                    parse_batch_sizes, parse_input_spec)
 from rankops.gates.verdict import Verdict, default_verdict_file, error_verdict, write_verdict
 from rankops.gates.warmup import WarmupConfig, run_warmup

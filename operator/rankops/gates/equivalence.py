@@ -20,9 +20,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rankops.gates.client import (BINARY_HINT, Endpoint, InferenceFailed, InputsMismatch, ModelNotReady,
+from rankops.triton.client import (BINARY_HINT, Endpoint, InferenceFailed, InputsMismatch, ModelNotReady,
                                   ServerUnreachable, rejects_binary_data)
-from rankops.gates.samples import Sample, SamplesError
+from rankops.triton.samples import Sample, SamplesError
 from rankops.gates.verdict import Verdict, error_verdict
 from rankops.progress import Progress
 

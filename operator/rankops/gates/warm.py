@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Sequence
 
-from rankops.gates import server_metrics
-from rankops.gates.client import Endpoint, GateClientError, InputsMismatch, ModelNotReady, Request, ServerUnreachable
-from rankops.gates.samples import Sample, SamplesError
+from rankops.triton import metrics as server_metrics
+from rankops.triton.client import Endpoint, GateClientError, InputsMismatch, ModelNotReady, Request, ServerUnreachable
+from rankops.triton.samples import Sample, SamplesError
 from rankops.gates.warmup import Observations, WarmupConfig, _send, latency_stats, replay
 
 WAITING, WARMING, WARM, FAILING = "WaitingForTriton", "Warming", "Warm", "Failing"

@@ -7,8 +7,8 @@ import os
 import sys
 import threading
 
-from rankops.gates.client import Endpoint
-from rankops.gates.samples import (Sample, SamplesError, generate_samples, load_samples, parse_batch_sizes,
+from rankops.triton.client import Endpoint
+from rankops.triton.samples import (Sample, SamplesError, generate_samples, load_samples, parse_batch_sizes,
                                    parse_input_spec)
 from rankops.gates.verdict import default_verdict_file
 from rankops.gates.warm import (WARM, WarmConfig, Warmer, WarmState, host_port, now, serve_readiness,

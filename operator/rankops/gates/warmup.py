@@ -16,11 +16,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rankops.gates.client import (BINARY_HINT, Connection, Endpoint, GateClientError, InferenceFailed,
+from rankops.triton.client import (BINARY_HINT, Connection, Endpoint, GateClientError, InferenceFailed,
                                   InputsMismatch, ModelInfo, ModelNotReady, Request, ServerUnreachable,
                                   rejects_binary_data)
-from rankops.gates import server_metrics
-from rankops.gates.samples import Sample, SamplesError
+from rankops.triton import metrics as server_metrics
+from rankops.triton.samples import Sample, SamplesError
 from rankops.gates.verdict import Verdict, error_verdict
 from rankops.progress import Progress
 

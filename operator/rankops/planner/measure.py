@@ -257,7 +257,7 @@ def _instances(config: dict[str, Any]) -> int:
 def request_builder(config: dict[str, Any], samples_path: str | None, fill_dim: int) -> Callable[[int], dict]:
     """inputs for a request of batch b: a recorded sample's rows repeated to b, or generated (zero
     ids are valid in any embedding table; floats standard normal)."""
-    from rankops.gates.samples import InputSpec, SamplesError, generate_samples, load_samples
+    from rankops.triton.samples import InputSpec, SamplesError, generate_samples, load_samples
 
     if samples_path:
         try:
@@ -291,8 +291,8 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
             requests: int = 20, warmup: int = 3, samples_path: str | None = None, fill_dim: int = 1,
             shared: bool = True, timeout_s: float = 30.0,
             say: Callable[[str], None] = lambda _: None) -> Measurement:
-    from rankops.gates.client import Endpoint, GateClientError, InferenceFailed, normalize_url
-    from rankops.gates.samples import Sample
+    from rankops.triton.client import Endpoint, GateClientError, InferenceFailed, normalize_url
+    from rankops.triton.samples import Sample
 
     try:
         url = normalize_url(url)

@@ -43,8 +43,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankops.gates.client import parse_model_ref
-    from rankops.gates.samples import SamplesError, parse_batch_sizes
+    from rankops.triton.client import parse_model_ref
+    from rankops.triton.samples import SamplesError, parse_batch_sizes
     from rankops.planner.measure import MeasureError, measure
 
     try:

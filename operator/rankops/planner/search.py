@@ -404,15 +404,8 @@ def plan(inputs: PlanInputs) -> PlanResult:
         *(f"runner-up: {c.describe()}: sustains {rate:.0f} req/s per GPU (P99 "
           f"{_sim(inputs, c, rate, REPORT_REQUESTS).p99_ms:.2f} ms there)" for rate, c in runners),
     ]
-    return PlanResult(
-        mode="auto", max_batch_size=config.max_batch_size,
-        preferred_batch_sizes=list(config.preferred_batch_sizes),
-        max_queue_delay_microseconds=config.max_queue_delay_us, instances_per_gpu=config.instances,
-        replicas=replicas, gpus=gpus, predicted_p50_ms=op.p50_ms, predicted_p99_ms=op.p99_ms,
-        qps_per_gpu=per_gpu, avg_batch_size=op.avg_batch_size, gpu_busy_fraction=op.gpu_busy_fraction,
-        memory_mib=mem, problems=problems, explanation=explanation, inputs=inputs,
-        table=_table(inputs, config, per_gpu), runners_up=[c for _, c in runners], warnings=_warnings(inputs),
-    )
+    return _result("auto", inputs, config, replicas, gpus, per_gpu, op, mem, problems, explanation,
+                   runners_up=[c for _, c in runners], warnings=_warnings(inputs))
 
 
 @lru_cache(maxsize=64)
@@ -463,12 +456,20 @@ def evaluate(inputs: PlanInputs) -> PlanResult:
         f"avg batch {op.avg_batch_size:.1f}, GPU busy {op.gpu_busy_fraction:.0%}",
         mem_line,
     ]
+    return _result("explicit", inputs, config, replicas, gpus, per_gpu, op, mem, problems, explanation,
+                   warnings=_warnings(inputs) if has_slo else [])
+
+
+def _result(mode: str, inputs: PlanInputs, config, replicas: int, gpus: int, per_gpu: float, op, mem,
+            problems: list[str], explanation: list[str], runners_up: list | None = None,
+            warnings: list[str] | None = None) -> PlanResult:
+    """The PlanResult of `config` at its operating point `op`: the one builder of plan() and evaluate()."""
     return PlanResult(
-        mode="explicit", max_batch_size=config.max_batch_size,
+        mode=mode, max_batch_size=config.max_batch_size,
         preferred_batch_sizes=list(config.preferred_batch_sizes),
         max_queue_delay_microseconds=config.max_queue_delay_us, instances_per_gpu=config.instances,
         replicas=replicas, gpus=gpus, predicted_p50_ms=op.p50_ms, predicted_p99_ms=op.p99_ms,
         qps_per_gpu=per_gpu, avg_batch_size=op.avg_batch_size, gpu_busy_fraction=op.gpu_busy_fraction,
         memory_mib=mem, problems=problems, explanation=explanation, inputs=inputs,
-        table=_table(inputs, config, per_gpu), warnings=_warnings(inputs) if has_slo else [],
+        table=_table(inputs, config, per_gpu), runners_up=runners_up or [], warnings=warnings or [],
     )

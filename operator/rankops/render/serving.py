@@ -12,15 +12,14 @@ from rankops.render import isolation, names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
 from rankops.render.warm import warm_container
-from rankops.validator import image_fit
-from rankops.validator.node import LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
+from rankops.triton import image_fit
+from rankops.nodelabels import LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_REPOSITORY = "/models"
 TRITON_UID = 1000  # the triton-server user of NVIDIA's images
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-UNVALIDATED_TAINT = "rankops.io/gpu-unvalidated"
 HOSTNAME_KEY, ZONE_KEY = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 # Taints the node lifecycle controller puts on a node it has lost (NoExecute: bound pods go).
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")

@@ -1,7 +1,7 @@
 """Canary analysis: is the canary as good as the stable on the traffic both serve now? (pure)
 
 While the canary holds its weight, the operator reads each serving pod's Triton metrics (its
-metrics port, gates/server_metrics.py) when the Canary phase starts and at each check. A track's
+metrics port, triton/metrics.py) when the Canary phase starts and at each check. A track's
 window is its pods' counter differences, summed; its server-side P99 is the worst pod's latency
 summary quantile (Triton's own sliding window of about a minute). `judge` holds the canary to
 absolute bounds and to the stable's same-window numbers; too little traffic is no verdict yet.
@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.gates.server_metrics import ModelCounters
+from rankops.triton.metrics import ModelCounters
 
 PASS, FAIL, WAIT = "pass", "fail", "wait"
 

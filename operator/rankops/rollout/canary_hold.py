@@ -35,7 +35,7 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
     (`rollout.analysisBaseline`), so a restarted operator judges the same window, and each step
     is judged on its own.
     """
-    from rankops.gates.server_metrics import ModelCounters
+    from rankops.triton.metrics import ModelCounters
 
     readings = observed.track_metrics
     if not spec.rollout.canary.analysis.enabled or not readings or not readings.get("canary"):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rankops.gates.samples import Sample, SamplesError
+from rankops.triton.samples import Sample, SamplesError
 
 
 class GateClientError(Exception):

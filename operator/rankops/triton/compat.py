@@ -2,7 +2,7 @@
 notes, source named in the file). Only NGC's tritonserver images have a known release; any other
 image, or a release not in the table, is `unknown`, never a guess.
 
-Placement and the RankingModel's status use it through validator.image_fit (node affinity on
+Placement and the RankingModel's status use it through triton.image_fit (node affinity on
 the validator's integer driver-branch/-minor labels, since Gt/Lt take one integer).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Compatibility:
 
 @lru_cache(maxsize=1)
 def releases() -> dict[str, dict]:
-    table = json.loads(resources.files("rankops.validator").joinpath("triton_releases.json").read_text())
+    table = json.loads(resources.files("rankops.triton").joinpath("triton_releases.json").read_text())
     return {entry["release"]: entry for entry in table["releases"]}
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankops.validator import triton_compat
-from rankops.validator.node import LABEL_DRIVER, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR
-from rankops.validator.triton_compat import Verdict
+from rankops.triton import compat as triton_compat
+from rankops.nodelabels import LABEL_DRIVER, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR
+from rankops.triton.compat import Verdict
 
 MAX_NAMED = 10  # nodes named in a message
 

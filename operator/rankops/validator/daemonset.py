@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
-from rankops.validator.node import TAINT_KEY, label_value
+from rankops.nodelabels import TAINT_KEY, label_value
 from rankops.validator.report import requirements_digest
 
 HOST_ROOT = "/host"

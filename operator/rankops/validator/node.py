@@ -14,43 +14,17 @@ import time
 from typing import Any, Callable
 
 from rankops.api.gpunodepool import NodeRequirements
+from rankops.nodelabels import (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED, ANNOTATION_REPORT, TAINT_KEY, TAINT_EFFECT, VALIDATION_LABELS, label_value)
 from rankops.validator import gpu as gpu_facts
 from rankops.validator import latency
 from rankops.validator.host import HostView
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import Report, validate_host
 
-LABEL_READY = "rankops.io/gpu-ready"
-LABEL_POOL = "rankops.io/pool"
-LABEL_DRIVER = "rankops.io/driver-version"
-LABEL_CUDA = "rankops.io/cuda-version"
-LABEL_OS = "rankops.io/os"
-# The driver version as two integers: node affinity compares only integers (Gt/Lt), and placement
-# needs "branch >= 560" or "branch 535 and minor >= 86" (validator.image_fit).
-LABEL_DRIVER_BRANCH = "rankops.io/driver-branch"
-LABEL_DRIVER_MINOR = "rankops.io/driver-minor"
-# true / false / unknown from the latency checks (validator.latency); absent with latencyTuning: off.
-LABEL_LATENCY_TUNED = "rankops.io/latency-tuned"
-LABEL_TOPOLOGY_ALIGNED = "rankops.io/topology-aligned"
-ANNOTATION_REPORT = "rankops.io/validation-report"
-TAINT_KEY = "rankops.io/gpu-unvalidated"
-TAINT_EFFECT = "NoSchedule"
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
-VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH,
-                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED)
 NOT_OWNED = 3   # run_on_node's exit status on a node its pool does not own
 
 log = logging.getLogger("rankops.validator")
-
-
-def label_value(text: str | None) -> str | None:
-    """`text` as a valid label value (<= 63 chars of [A-Za-z0-9-_.], alphanumeric at both ends),
-    or None when nothing valid is left (the label is then removed)."""
-    if not text:
-        return None
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
-    value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-    return value or None
 
 
 def driver_number_labels(driver_version: str | None) -> dict[str, str | None]:

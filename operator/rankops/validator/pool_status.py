@@ -13,9 +13,8 @@ import json
 from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
-from rankops.validator.image_fit import newest_release
-from rankops.validator.node import (ANNOTATION_REPORT, LABEL_DRIVER, LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY,
-                                    LABEL_TOPOLOGY_ALIGNED, label_value)
+from rankops.triton.image_fit import newest_release
+from rankops.nodelabels import ANNOTATION_REPORT, LABEL_DRIVER, LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import requirements_digest
 
@@ -85,7 +84,7 @@ def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
         for check, names in sorted(by_check.items(), key=lambda item: (-len(item[1]), item[0]))
     ]
     # What `kubectl get gnp` shows of the drivers: a model whose Triton release is newer than
-    # newestTriton cannot land on every ready node (validator.image_fit).
+    # newestTriton cannot land on every ready node (triton.image_fit).
     ordered = sorted(drivers, key=lambda d: [int(p) if p.isdigit() else 0 for p in d.split(".")])
     return {"nodes": len(owned), **counts, "excluded": len(nodes) - len(owned), "failingByCheck": failing_by_check,
             "driverVersions": ", ".join(ordered) or None, "newestTriton": newest_release(ordered),
