@@ -1,5 +1,5 @@
-"""The Dockerfiles under images/: they cannot be built here (no container engine), so check
-what a build would rely on: the pinned UBI 8 Python base, the package installed from this
+"""images/Dockerfile, one target per image: it cannot be built here (no container engine), so
+check what each target's build would rely on: the pinned UBI 8 Python base, the package installed from this
 repository, a numeric non-root user, the OCI and Red Hat labels, and an entrypoint that is a
 real `rankops` sub-command of this very CLI.
 """
@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = {"operator": ["run"], "validator": ["validate-node"], "gates": ["gate"]}
+DOCKERFILE = ROOT / "images" / "Dockerfile"
 BASE = re.compile(r"^registry\.access\.redhat\.com/ubi8/python-311:(?P<tag>[0-9][0-9A-Za-z.-]*)$")
 
 
@@ -33,6 +34,42 @@ def instructions(path: Path) -> list[tuple[str, str]]:
         word, _, rest = full.partition(" ")
         out.append((word.upper(), rest.strip()))
     return out
+
+
+def stages(path: Path = DOCKERFILE) -> tuple[list[tuple[str, str]], dict[str, tuple[str, list]]]:
+    """The instructions before the first FROM (global ARGs), and each named stage: name ->
+    (what it is FROM, its instructions after the FROM)."""
+    instrs = instructions(path)
+    head, named, current = [], {}, None
+    for word, args in instrs:
+        if word == "FROM":
+            parts = args.split()
+            assert len(parts) == 3 and parts[1].upper() == "AS", f"every stage is named: FROM {args}"
+            current = parts[2]
+            assert current not in named, f"stage {current} twice"
+            named[current] = (parts[0], [])
+        elif current is None:
+            head.append((word, args))
+        else:
+            named[current][1].append((word, args))
+    return head, named
+
+
+def image_instructions(kind: str) -> list[tuple[str, str]]:
+    """Target `kind` as a build of it sees it, flattened as if it were its own Dockerfile: the
+    global ARGs, the stages it copies from, then one final stage holding its parents' instructions
+    and its own (FROM a stage name is that stage, continued)."""
+    head, named = stages()
+    assert kind in named, f"images/Dockerfile has no target {kind}"
+    chain, base = [], kind
+    while base in named:
+        chain.insert(0, base)
+        base = named[base][0]
+    final = [("FROM", f"{base} AS {kind}")] + [i for stage in chain for i in named[stage][1]]
+    copied_from = [a.split()[0].split("=", 1)[1] for stage in chain for w, a in named[stage][1]
+                   if w == "COPY" and a.startswith("--from=")]
+    earlier = [i for name in copied_from for i in [("FROM", f"{named[name][0]} AS {name}"), *named[name][1]]]
+    return head + earlier + final
 
 
 def final_stage(instrs):
@@ -62,13 +99,16 @@ def cli():
     return build_parser()
 
 
-def test_there_is_one_dockerfile_per_image():
-    assert sorted(p.parent.name for p in (ROOT / "images").glob("*/Dockerfile")) == sorted(IMAGES)
+def test_one_dockerfile_has_a_target_per_image_and_makes_the_operator_by_default():
+    assert sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("images/**/Dockerfile")) == ["images/Dockerfile"]
+    _, named = stages()
+    assert set(IMAGES) <= set(named), sorted(named)
+    assert list(named)[-1] == "operator", "a build without --target makes the last stage"
 
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_base_is_the_pinned_ubi8_python_image(image):
-    instrs = instructions(ROOT / "images" / image / "Dockerfile")
+    instrs = image_instructions(image)
     args = dict(a.split("=", 1) for w, a in instrs if w == "ARG" and "=" in a)
     froms = [a.split()[0] for w, a in instrs if w == "FROM"]
     assert froms and all(f == "${BASE_IMAGE}" for f in froms), froms
@@ -77,14 +117,14 @@ def test_base_is_the_pinned_ubi8_python_image(image):
 
 
 def test_all_images_share_one_base():
-    bases = {dict(a.split("=", 1) for w, a in instructions(ROOT / "images" / i / "Dockerfile")
+    bases = {dict(a.split("=", 1) for w, a in image_instructions(i)
                   if w == "ARG" and "=" in a)["BASE_IMAGE"] for i in IMAGES}
     assert len(bases) == 1, f"bump the base in every Dockerfile together: {bases}"
 
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_installs_this_package(image):
-    instrs = instructions(ROOT / "images" / image / "Dockerfile")
+    instrs = image_instructions(image)
     copies = " ".join(a for w, a in instrs if w == "COPY")
     for needed in ("pyproject.toml", "README.md", "operator"):
         assert needed in copies.split(), f"the build needs {needed} from the repository"
@@ -97,12 +137,12 @@ def test_installs_this_package(image):
     mentions_torch = "[torch]" in final_runs
     assert mentions_torch == (image == "gates")
     if mentions_torch:
-        assert "download.pytorch.org/whl/cpu" in (ROOT / "images" / image / "Dockerfile").read_text()
+        assert "download.pytorch.org/whl/cpu" in DOCKERFILE.read_text()
 
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_runs_as_a_numeric_non_root_user(image):
-    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    final = final_stage(image_instructions(image))
     users = [a for w, a in final if w == "USER"]
     assert users, "no USER: the image would run as root"
     uid = users[-1].split(":")[0]
@@ -111,7 +151,7 @@ def test_runs_as_a_numeric_non_root_user(image):
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_carries_oci_and_red_hat_labels(image):
-    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    final = final_stage(image_instructions(image))
     labels = {}
     for w, a in final:
         if w == "LABEL":
@@ -126,7 +166,7 @@ def test_carries_oci_and_red_hat_labels(image):
 
 @pytest.mark.parametrize("image,command", IMAGES.items())
 def test_entrypoint_is_a_real_rankops_command(cli, image, command):
-    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    final = final_stage(image_instructions(image))
     entrypoint = exec_form(final, "ENTRYPOINT")
     assert entrypoint[:1] == ["rankops"], f"{image}: ENTRYPOINT {entrypoint} does not start rankops"
     assert entrypoint[1:] == command
@@ -150,13 +190,13 @@ def test_installs_the_package_with_its_dependencies(image):
     import tomllib
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(re.match(r"boto3\b", d) for d in dependencies)
-    final_runs = " ".join(a for w, a in final_stage(instructions(ROOT / "images" / image / "Dockerfile")) if w == "RUN")
+    final_runs = " ".join(a for w, a in final_stage(image_instructions(image)) if w == "RUN")
     assert "--no-deps" not in final_runs, "the final install must bring the package's dependencies"
 
 
 def dockerfile_labels(image: str) -> dict[str, str]:
     labels: dict[str, str] = {}
-    for w, a in final_stage(instructions(ROOT / "images" / image / "Dockerfile")):
+    for w, a in final_stage(image_instructions(image)):
         if w == "LABEL":
             labels.update(item.split("=", 1) for item in shlex.split(a))
     return labels
@@ -223,7 +263,7 @@ def test_one_version_for_the_package_the_chart_and_the_images():
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == images.VERSION
     assert chart["appVersion"] == images.VERSION
     for kind in IMAGES:
-        args = dict(a.split("=", 1) for w, a in instructions(ROOT / "images" / kind / "Dockerfile") if w == "ARG" and "=" in a)
+        args = dict(a.split("=", 1) for w, a in image_instructions(kind) if w == "ARG" and "=" in a)
         assert args["VERSION"] == images.VERSION, kind
 
 
@@ -278,7 +318,7 @@ def test_the_lock_satisfies_the_package_requirements():
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_every_image_installs_from_the_lock(image):
-    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    final = final_stage(image_instructions(image))
     copies = [a.split() for w, a in final if w == "COPY"]
     assert ["images/requirements.lock", "/tmp/requirements.lock"] in copies
     installs = [part for w, a in final if w == "RUN" for part in a.split(";") if "pip install" in part]
@@ -288,16 +328,16 @@ def test_every_image_installs_from_the_lock(image):
 def test_the_gates_image_pins_the_torch_the_tests_ran():
     from importlib.metadata import version
 
-    args = dict(a.split("=", 1) for w, a in instructions(ROOT / "images" / "gates" / "Dockerfile") if w == "ARG" and "=" in a)
+    args = dict(a.split("=", 1) for w, a in image_instructions("gates") if w == "ARG" and "=" in a)
     assert args["TORCH_VERSION"] == version("torch").split("+")[0]
-    assert '"torch==${TORCH_VERSION}"' in (ROOT / "images" / "gates" / "Dockerfile").read_text()
+    assert '"torch==${TORCH_VERSION}"' in DOCKERFILE.read_text()
 
 
 def test_the_build_context_carries_only_what_the_dockerfiles_copy():
     lines = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
     assert lines[0] == "*", "exclude everything, then re-include what the images need"
     included = {l[1:] for l in lines if l.startswith("!")}
-    copied = {src for kind in IMAGES for w, a in instructions(ROOT / "images" / kind / "Dockerfile")
+    copied = {src for kind in IMAGES for w, a in image_instructions(kind)
               if w == "COPY" and not a.startswith("--from") for src in
               [p for p in a.split() if not p.startswith("--")][:-1]}
     assert copied == included, f"COPY sources {sorted(copied)} vs .dockerignore's {sorted(included)}"
@@ -332,7 +372,7 @@ def test_each_entry_point_starts_in_a_clean_interpreter(command, modules):
 @pytest.mark.parametrize("image", IMAGES)
 def test_the_licence_is_in_licenses(image):
     """Red Hat's container certification checks for the licence terms under /licenses."""
-    final = final_stage(instructions(ROOT / "images" / image / "Dockerfile"))
+    final = final_stage(image_instructions(image))
     assert ["LICENSE", "/licenses/LICENSE"] in [a.split() for w, a in final if w == "COPY"]
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
 

@@ -1,4 +1,4 @@
-"""The images this project builds (images/<kind>/Dockerfile) and the names every default uses.
+"""The images this project builds (images/Dockerfile, one target per kind) and the names every default uses.
 
 One source of truth: the API defaults (spec.fetcherImage, spec.rollout.gateJobs.image,
 spec.validator.image), the chart's values and images/README.md all name these, and
@@ -10,7 +10,7 @@ from __future__ import annotations
 REGISTRY = "quay.io/rankops"
 VERSION = "0.1.0"  # the package's version and the chart's appVersion (tests check all three agree)
 
-# kind -> repository name; images/<kind>/Dockerfile builds it.
+# kind -> repository name; images/Dockerfile's target <kind> builds it.
 REPOSITORIES = {
     "operator": "rankops-operator",
     "validator": "rankops-validator",

@@ -304,7 +304,7 @@ class Canary(ApiModel):
 
 class GateJobs(ApiModel):
     image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
-                                description="Image running `rankops gate ...` (images/gates/Dockerfile).")] = DEFAULT_GATES_IMAGE
+                                description="Image running `rankops gate ...` (images/Dockerfile, target gates).")] = DEFAULT_GATES_IMAGE
     timeout_seconds: Annotated[int, Field(ge=30, le=24 * 3600, description=(
         "A gate Job that has not finished by then fails the rollout (Job activeDeadlineSeconds)."))] = 900
     pod_annotations: bounds.pod_annotations("Annotations added to gate Job pods.")
