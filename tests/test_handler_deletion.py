@@ -7,7 +7,8 @@ import json
 import logging
 
 from rankops import metrics
-from rankops.controller import handlers, models
+from rankops.controller import models, runtime
+from rankops.controller.context import OperatorContext
 from rankops.controller.kube import ApiError, namespace_terminating
 
 
@@ -62,14 +63,14 @@ def test_namespace_terminating_is_told_apart_from_other_refusals():
 
 def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch, caplog):
     body = _model()
-    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
 
     def refuse(kube, b, **_):
         raise TERMINATING
     monkeypatch.setattr(models, "reconcile", refuse)
     before = _skipped()
     with caplog.at_level(logging.DEBUG):
-        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))   # before: kopf.TemporaryError, logged at ERROR
+        controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))   # before: kopf.TemporaryError, logged at ERROR
     assert _skipped() == before + 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -79,21 +80,21 @@ def test_other_refusals_still_raise(monkeypatch):
     import pytest
 
     body = _model()
-    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
 
     def refuse(kube, b, **_):
         raise RBAC
     monkeypatch.setattr(models, "reconcile", refuse)
     with pytest.raises(kopf.TemporaryError, match="403"):
-        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
+        controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
 
 
 def test_a_model_being_deleted_is_not_reconciled(monkeypatch):
     body = _model(deletionTimestamp="2026-12-01T00:00:00Z", finalizers=["rankops.io/finalizer"])
-    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(body))
+    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
     called = []
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: called.append(b))
-    handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
+    controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
     assert called == []
 
 
@@ -125,7 +126,7 @@ def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
                                 ({"metadata": {"name": "e2e-x", "deletionTimestamp": "2026-12-01T00:00:00Z"}}, []),
                                 (None, [])):
         posted.clear()
-        monkeypatch.setattr(handlers, "_namespaces_seen", {})   # what was found a moment ago is kept
-        monkeypatch.setattr(handlers.OPERATOR, "kube", NamespacedKube(body, namespace))
-        handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
+        controller = runtime.ModelController(OperatorContext(kube=NamespacedKube(body, namespace)))
+        controller.reconciled_generation[body["metadata"]["uid"]] = None   # not new here: its Pending is said
+        controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
         assert posted == expected, namespace

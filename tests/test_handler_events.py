@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rankops.controller import handlers
+from rankops.controller import runtime
+from rankops.controller.context import OperatorContext
 
 
 def child(labels: dict, owners: list) -> dict:
@@ -13,26 +14,26 @@ def child(labels: dict, owners: list) -> dict:
 
 def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatch):
     kicked = []
-    monkeypatch.setattr(handlers.KICKS, "kick", lambda key, *_, **__: kicked.append(key))
-    on_deployment = handlers._child_event("Deployment")
+    controller = runtime.ModelController(OperatorContext())
+    monkeypatch.setattr(controller.kicks, "kick", lambda key, *_, **__: kicked.append(key))
+    on_deployment = lambda event: controller.child_event("Deployment", event)   # noqa: E731
     owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
-    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])}))
+    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])})
     assert kicked == [("reco", "m", "u1")]
-    assert handlers.CHILDREN.get("Deployment", "reco", "m-stable") is not None
-    asyncio.run(on_deployment({"type": None, "object": child({"rankops.io/model": "m"}, [owner])}))   # kopf's initial listing
-    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "other"}, [owner])}))   # label lies
-    asyncio.run(on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [{**owner, "controller": False}])}))
+    assert controller.children.get("Deployment", "reco", "m-stable") is not None
+    on_deployment({"type": None, "object": child({"rankops.io/model": "m"}, [owner])})   # kopf's initial listing
+    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "other"}, [owner])})   # label lies
+    on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [{**owner, "controller": False}])})
     assert kicked == [("reco", "m", "u1")]
-    asyncio.run(on_deployment({"type": "DELETED", "object": child({"rankops.io/model": "m"}, [owner])}))
-    assert handlers.CHILDREN.get("Deployment", "reco", "m-stable") is None
+    on_deployment({"type": "DELETED", "object": child({"rankops.io/model": "m"}, [owner])})
+    assert controller.children.get("Deployment", "reco", "m-stable") is None
     assert kicked[-1] == ("reco", "m", "u1")
 
 
 def test_a_model_is_reconciled_from_its_own_events(monkeypatch):
     kicked = []
-    monkeypatch.setattr(handlers.KICKS, "kick", lambda key, *_, **__: kicked.append(key))
-    monkeypatch.setattr(handlers, "_inputs_seen", {})
-    monkeypatch.setattr(handlers, "_status_written", {})
+    controller = runtime.ModelController(OperatorContext())
+    monkeypatch.setattr(controller.kicks, "kick", lambda key, *_, **__: kicked.append(key))
     key = ("reco", "m", "u9")
 
     def event(rv: str, status: dict, annotations: dict | None = None, kind: str | None = "MODIFIED",
@@ -42,21 +43,21 @@ def test_a_model_is_reconciled_from_its_own_events(monkeypatch):
                                                       "annotations": annotations or {}},
                                          "status": status}}
 
-    asyncio.run(handlers.rankingmodel_event(event("1", {"phase": "Ready"}, kind=None)))
+    controller.model_event(event("1", {"phase": "Ready"}, kind=None))
     assert kicked == [key], "kopf's listing at start-up reconciles every model (a resume)"
-    asyncio.run(handlers.rankingmodel_event(event("2", {"phase": "Ready"}, {"rankops.io/last-handled-configuration": "x"})))
+    controller.model_event(event("2", {"phase": "Ready"}, {"rankops.io/last-handled-configuration": "x"}))
     assert kicked == [key], "a metadata edit the reconcile does not read"
-    handlers._status_written["u9"] = "3"
-    asyncio.run(handlers.rankingmodel_event(event("3", {"phase": "Ready", "stableVersion": "1"})))
+    controller.status_written["u9"] = "3"
+    controller.model_event(event("3", {"phase": "Ready", "stableVersion": "1"}))
     assert kicked == [key], "the operator's own status write"
-    asyncio.run(handlers.rankingmodel_event(event("4", {"phase": "Ready", "stableVersion": "2"})))   # forged by someone else
-    asyncio.run(handlers.rankingmodel_event(event("5", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"})))
-    asyncio.run(handlers.rankingmodel_event(event("6", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"},
-                                                  generation=2)))   # a new spec
+    controller.model_event(event("4", {"phase": "Ready", "stableVersion": "2"}))   # forged by someone else
+    controller.model_event(event("5", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"}))
+    controller.model_event(event("6", {"phase": "Ready", "stableVersion": "2"}, {"rankops.io/retry": "2"},
+                                        generation=2))   # a new spec
     assert kicked == [key] * 4
-    asyncio.run(handlers.rankingmodel_event(event("7", {}, kind="DELETED")))
-    assert "u9" not in handlers._inputs_seen
-    asyncio.run(handlers.rankingmodel_event(event("8", {}, kind="ADDED")))
+    controller.model_event(event("7", {}, kind="DELETED"))
+    assert "u9" not in controller.inputs_seen
+    controller.model_event(event("8", {}, kind="ADDED"))
     assert kicked == [key] * 5, "created (again)"
 
 
@@ -64,6 +65,8 @@ def test_no_kopf_change_handler_or_timer_touches_a_model():
     """They cost a finalizer and two annotations per new model (and a model that cannot be
     deleted while the operator is down); the clock and the model's own events do their work."""
     import kopf
+
+    import rankops.controller.handlers  # noqa: F401  (registers them)
 
     registry = kopf.get_default_registry()
     for handlers_of in (registry._changing, registry._spawning):
@@ -73,6 +76,8 @@ def test_no_kopf_change_handler_or_timer_touches_a_model():
 
 def test_every_event_handler_is_async_so_it_never_waits_behind_reconciles_on_kopfs_executor():
     import kopf
+
+    import rankops.controller.handlers  # noqa: F401  (registers them)
 
     registry = kopf.get_default_registry()
     found = {h.id: asyncio.iscoroutinefunction(h.fn) for h in registry._watching.get_all_handlers()}

@@ -28,9 +28,10 @@ def _kubeconfig(tmp_path, token: str):
     return kubeconfig
 
 
-def _login():
+def _login(client_library: bool = False):
     async def login():
-        found = await session.bounded_session(24, logger=logging.getLogger("t"), settings=kopf.OperatorSettings())
+        found = await session.bounded_session(24, client_library=client_library, logger=logging.getLogger("t"),
+                                              settings=kopf.OperatorSettings())
         try:
             return found.server, found.aiohttp_session.connector.limit, dict(found.aiohttp_session.headers)
         finally:
@@ -46,13 +47,12 @@ def test_the_login_keeps_the_operators_credentials_in_a_bounded_session(tmp_path
     kubeconfig = _kubeconfig(tmp_path, "s3cret")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setattr(session.OPERATOR, "client_library", client_library)
     if client_library:
         from kubernetes.config import kube_config
         monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))   # read at import
     else:   # the client library must not be what reads it
         monkeypatch.setattr(kopf, "login_via_client", lambda **_: pytest.fail("kubernetes client used"))
-    server, limit, headers = _login()
+    server, limit, headers = _login(client_library)
     assert (server, limit) == ("https://127.0.0.1:6443", 24)
     assert headers["Authorization"] == "Bearer s3cret"
 

@@ -144,14 +144,18 @@ class FakeKube:
 
 
 def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
-    from rankops.controller import handlers, models, pools
+    import kopf
+
+    from rankops.controller import handlers, models, pools, runtime
+    from rankops.controller.context import OperatorContext
 
     pool = {"metadata": {"name": "a10-pool", "uid": "uid-pool"}, "spec": {}}
     model = model_body("ranker", {"slo": {"p99LatencyMs": 5, "targetQps": 100}, "batching": {"maxBatchSize": 4}})
-    monkeypatch.setattr(handlers.OPERATOR, "kube", FakeKube(pool, model))
+    model_controller, pool_controller = runtime.build(OperatorContext(kube=FakeKube(pool, model)))
+    memo = kopf.Memo(models=model_controller, pools=pool_controller)
     pool_status = {"nodes": 2, "ready": 1, "failing": 1,
                    "conditions": [{"type": "Degraded", "status": "True", "reason": "NodesFailing"}]}
-    monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator: pools.Result(pool_status))
+    monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator, validators: pools.Result(pool_status))
     monkeypatch.setattr(models, "reconcile", lambda kube, body, **_: models.Result(
         {"phase": "Ready"}, outcome=ROLLED_BACK, gate_results=[{"gate": "equivalence", "outcome": "fail"}]))
     degraded = lambda: sample("rankops_reconciles_total", {"kind": "GpuNodePool", "result": "degraded"}) or 0
@@ -159,8 +163,8 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     gate_fail = lambda: sample("rankops_gate_results_total", {"gate": "equivalence", "outcome": "fail"}) or 0
     before = degraded(), rolled_back(), gate_fail()
 
-    handlers._pool(pool, {}, logging.getLogger("test"))
-    handlers._kicked((model["metadata"]["namespace"], model["metadata"]["name"], model["metadata"]["uid"]))
+    handlers.gpunodepool_changed(body=pool, logger=logging.getLogger("test"), memo=memo)
+    model_controller.kicked((model["metadata"]["namespace"], model["metadata"]["name"], model["metadata"]["uid"]))
     assert (degraded(), rolled_back(), gate_fail()) == (before[0] + 1, before[1] + 1, before[2] + 1)
     assert sample("rankops_pool_nodes", {"pool": "a10-pool"}) == 2
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) == 1
@@ -169,8 +173,8 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     released = []
     monkeypatch.setattr(pools, "release", lambda kube, name, namespace: released.append(name) or
                         pools.Release(validators_stopped=True))
-    asyncio.run(handlers.gpunodepool_deleted(body=pool, logger=logging.getLogger("test")))
-    asyncio.run(handlers.rankingmodel_event({"type": "DELETED", "object": model}))
+    asyncio.run(handlers.gpunodepool_deleted(body=pool, logger=logging.getLogger("test"), memo=memo))
+    asyncio.run(handlers.rankingmodel_event({"type": "DELETED", "object": model}, memo=memo))
     assert released == ["a10-pool"], "the deleted pool's nodes are released too"
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) is None
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) is None

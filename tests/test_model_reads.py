@@ -1,10 +1,11 @@
-"""A reconcile reads its RankingModel from the watch (handlers.MODELS), not with a GET, unless
+"""A reconcile reads its RankingModel from the watch (ModelController.model_cache), not with a GET, unless
 the watch has not yet brought back the status this process last wrote (issue 13)."""
 from __future__ import annotations
 
 import pytest
 
-from rankops.controller import cache, handlers
+from rankops.controller import runtime
+from rankops.controller.context import OperatorContext
 
 
 class CountingKube:
@@ -25,37 +26,38 @@ def _model(rv: int, uid: str = "uid-m") -> dict:
 
 
 @pytest.fixture
-def reads(monkeypatch):
-    monkeypatch.setattr(handlers, "MODELS", cache.Children())
-    monkeypatch.setattr(handlers, "_status_written", {})
-    kube = CountingKube(_model(99))
-    monkeypatch.setattr(handlers.OPERATOR, "kube", kube)
-    return kube
+def kube():
+    return CountingKube(_model(99))
 
 
-def test_a_watched_model_is_read_without_a_request(reads):
-    handlers.MODELS.observe("RankingModel", _model(10))
-    assert handlers._current("RankingModel", _model(10)["metadata"])["status"]["phase"] == "seen-at-10"
-    assert reads.gets == 0
+@pytest.fixture
+def controller(kube):
+    return runtime.ModelController(OperatorContext(kube=kube))
 
 
-def test_a_watch_behind_this_processs_own_status_write_is_not_trusted(reads):
-    handlers.MODELS.observe("RankingModel", _model(10))
-    handlers._status_written["uid-m"] = "12"
-    assert handlers._current("RankingModel", _model(10)["metadata"])["status"]["phase"] == "seen-at-99"
-    assert reads.gets == 1
-    handlers.MODELS.observe("RankingModel", _model(12))   # the write's answer, or its watch event
-    assert handlers._current("RankingModel", _model(12)["metadata"])["status"]["phase"] == "seen-at-12"
-    assert reads.gets == 1
+def test_a_watched_model_is_read_without_a_request(controller, kube):
+    controller.model_cache.observe("RankingModel", _model(10))
+    assert controller.current(_model(10)["metadata"])["status"]["phase"] == "seen-at-10"
+    assert kube.gets == 0
 
 
-def test_an_unseen_or_recreated_model_is_read_from_the_api(reads):
-    assert handlers._current("RankingModel", _model(1)["metadata"])["status"]["phase"] == "seen-at-99"
-    handlers.MODELS.observe("RankingModel", _model(20, uid="uid-old"))   # the same name, another object
-    assert handlers._current("RankingModel", _model(21)["metadata"])["status"]["phase"] == "seen-at-99"
-    handlers.MODELS.observe("RankingModel", _model(30), deleted=True)
-    handlers._current("RankingModel", _model(31)["metadata"])
-    assert reads.gets == 3
+def test_a_watch_behind_this_processs_own_status_write_is_not_trusted(controller, kube):
+    controller.model_cache.observe("RankingModel", _model(10))
+    controller.status_written["uid-m"] = "12"
+    assert controller.current(_model(10)["metadata"])["status"]["phase"] == "seen-at-99"
+    assert kube.gets == 1
+    controller.model_cache.observe("RankingModel", _model(12))   # the write's answer, or its watch event
+    assert controller.current(_model(12)["metadata"])["status"]["phase"] == "seen-at-12"
+    assert kube.gets == 1
+
+
+def test_an_unseen_or_recreated_model_is_read_from_the_api(controller, kube):
+    assert controller.current(_model(1)["metadata"])["status"]["phase"] == "seen-at-99"
+    controller.model_cache.observe("RankingModel", _model(20, uid="uid-old"))   # the same name, another object
+    assert controller.current(_model(21)["metadata"])["status"]["phase"] == "seen-at-99"
+    controller.model_cache.observe("RankingModel", _model(30), deleted=True)
+    controller.current(_model(31)["metadata"])
+    assert kube.gets == 3
 
 
 def test_a_namespace_is_asked_whether_it_goes_at_most_every_few_seconds(monkeypatch):
@@ -67,26 +69,23 @@ def test_a_namespace_is_asked_whether_it_goes_at_most_every_few_seconds(monkeypa
             asked.append(name)
             return {"metadata": {"name": name, **({"deletionTimestamp": "x"} if name == "going" else {})}}
 
-    monkeypatch.setattr(handlers.OPERATOR, "kube", Namespaces())
-    monkeypatch.setattr(handlers, "_namespaces_seen", {})
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: now["t"])
-    assert [handlers._namespace_going("reco") for _ in range(3)] == [False] * 3
-    assert handlers._namespace_going("going") is True
+    controller = runtime.ModelController(OperatorContext(kube=Namespaces()), monotonic=lambda: now["t"])
+    assert [controller.namespace_going("reco") for _ in range(3)] == [False] * 3
+    assert controller.namespace_going("going") is True
     assert asked == ["reco", "going"], "one GET per namespace for a burst of Events"
-    now["t"] += handlers.NAMESPACE_ALIVE_S
-    assert handlers._namespace_going("reco") is False and handlers._namespace_going("going") is True
+    now["t"] += runtime.NAMESPACE_ALIVE_S
+    assert controller.namespace_going("reco") is False and controller.namespace_going("going") is True
     assert asked == ["reco", "going", "reco"], "a namespace alive is asked again soon: it may begin to go"
 
 
-def test_a_model_whose_deleted_event_was_missed_is_dropped_by_the_next_listing(reads, monkeypatch):
-    handlers.MODELS.observe("RankingModel", _model(10))
-    handlers.MODELS.listed("RankingModel", "ns", [], 12)   # listed after it went
-    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
+def test_a_model_whose_deleted_event_was_missed_is_dropped_by_the_next_listing(controller):
+    controller.model_cache.observe("RankingModel", _model(10))
+    controller.model_cache.listed("RankingModel", "ns", [], 12)   # listed after it went
+    assert controller.model_cache.get("RankingModel", "ns", "m") is None
 
 
 def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
     from rankops.controller import models
-    from rankops.controller.clock import Clock
 
     class Gone:
         def get(self, kind, namespace, name):
@@ -99,44 +98,39 @@ def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
             return None   # 404
 
     scheduled = []
-    clock = Clock(lambda key: None, 10, 600, start=False)
-    monkeypatch.setattr(clock, "reconciled", lambda key, needs: scheduled.append(key))
-    monkeypatch.setattr(handlers, "CLOCK", clock)
-    monkeypatch.setattr(handlers, "MODELS", cache.Children())
-    monkeypatch.setattr(handlers.OPERATOR, "kube", Gone())
+    controller = runtime.ModelController(OperatorContext(kube=Gone()))
+    monkeypatch.setattr(controller.clock, "reconciled", lambda key, needs: scheduled.append(key))
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result({"phase": "Pending"}))
-    handlers.MODELS.observe("RankingModel", _model(5))
-    handlers._kicked(("ns", "m", "uid-m"))
+    controller.model_cache.observe("RankingModel", _model(5))
+    controller.kicked(("ns", "m", "uid-m"))
     assert scheduled == [], "not put back on the clock"
-    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
+    assert controller.model_cache.get("RankingModel", "ns", "m") is None
 
 
-def test_a_paused_replica_forgets_what_its_stopped_watches_told_it(monkeypatch):
-    monkeypatch.setattr(handlers, "_inputs_seen", {"uid-m": "digest"})
-    handlers.MODELS.observe("RankingModel", _model(7, uid="uid-paused"))
-    handlers.CHILDREN.listed("Deployment", "ns", [], 1)
+def test_a_paused_replica_forgets_what_its_stopped_watches_told_it():
     from rankops.controller.peering import PauseState
     state = PauseState()
-    state.on_pause.append(handlers._forget_the_cluster)
+    controller = runtime.ModelController(OperatorContext(), state)
+    controller.inputs_seen["uid-m"] = "digest"
+    controller.model_cache.observe("RankingModel", _model(7, uid="uid-paused"))
+    controller.children.listed("Deployment", "ns", [], 1)
     state.set(True)
-    assert handlers._inputs_seen == {}, "on resume, kopf's listing reconciles every model again"
-    assert handlers.MODELS.get("RankingModel", "ns", "m") is None
-    assert handlers.CHILDREN.needs_listing("Deployment", "ns")
+    assert controller.inputs_seen == {}, "on resume, kopf's listing reconciles every model again"
+    assert controller.model_cache.get("RankingModel", "ns", "m") is None
+    assert controller.children.needs_listing("Deployment", "ns")
 
 
-def test_a_new_models_pending_is_left_unwritten_once_and_its_first_ready_is_said(monkeypatch):
+def test_a_new_models_pending_is_left_unwritten_once_and_its_first_ready_is_said(controller):
     from rankops.controller import models
 
-    monkeypatch.setattr(handlers, "_reconciled_generation", {})
-    monkeypatch.setattr(handlers, "_first_status_waiting", set())
     pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False", "message": "0/1"},
                                                   {"type": "Degraded", "status": "False"}]}
     ready = {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "message": "1/1 Ready"},
                                               {"type": "Degraded", "status": "False"}]}
-    first = handlers._first_status("u", {}, models.Result(pending))
+    first = controller.first_status("u", {}, models.Result(pending))
     assert first.status == {} and first.events == [], "nothing written or said"
-    handlers._reconciled_generation["u"] = 1
-    second = handlers._first_status("u", {}, models.Result(ready))
+    controller.reconciled_generation["u"] = 1
+    second = controller.first_status("u", {}, models.Result(ready))
     assert second.status == ready and [(e.reason, e.message) for e in second.events] == [("Ready", "1/1 Ready")]
-    handlers._reconciled_generation["v"] = 1   # reconciled here before: a Pending is written as it comes
-    assert handlers._first_status("v", {}, models.Result(pending)).status == pending
+    controller.reconciled_generation["v"] = 1   # reconciled here before: a Pending is written as it comes
+    assert controller.first_status("v", {}, models.Result(pending)).status == pending

@@ -11,7 +11,8 @@ import threading
 import kopf
 from kopf._core.engines import posting
 
-from rankops.controller import handlers
+from rankops.controller import handlers, runtime
+from rankops.controller.context import OperatorContext
 
 BODY = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
         "metadata": {"name": "m", "namespace": "reco", "uid": "u1", "annotations": {}}}
@@ -40,19 +41,20 @@ def _try(fn):
         return f"LookupError {exc}"
 
 
-def test_a_thread_of_rankops_own_posts_events_in_a_captured_kopf_context(monkeypatch):
-    monkeypatch.setattr(handlers, "_kopf_context", [])
+def test_a_thread_of_rankops_own_posts_events_in_a_captured_kopf_context():
+    controller = runtime.ModelController(OperatorContext())
     post = lambda: kopf.event(BODY, type="Normal", reason="Ready", message="1/1 Ready")   # noqa: E731
     assert in_thread(post).startswith("LookupError"), "kopf.event outside kopf's context"
-    assert handlers.posting_context() is None
+    assert controller.posting_context() is None
 
     queue = []
     kopf_handler = contextvars.copy_context()   # what kopf sets up for a handler of an object
     kopf_handler.run(lambda: (posting.settings_var.set(kopf.OperatorSettings()),
                               posting.event_queue_var.set(type("Q", (), {"put_nowait": queue.append})()),
                               posting.event_queue_loop_var.set(Loop())))
-    kopf_handler.run(asyncio.run, handlers.rankingmodel_event({"type": None, "object": BODY}))   # async, in its context
-    captured = handlers.posting_context()
+    kopf_handler.run(asyncio.run, handlers.rankingmodel_event({"type": None, "object": BODY},   # async, in its context
+                                                              memo=kopf.Memo(models=controller)))
+    captured = controller.posting_context()
     assert captured is not None
     assert in_thread(lambda: captured.run(post)) == "posted"
     assert [(e.type, e.reason) for e in queue] == [("Normal", "Ready")]

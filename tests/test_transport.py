@@ -24,8 +24,8 @@ PROBE = textwrap.dedent('''
     import builtins, json, sys
     real_import = builtins.__import__
 
-    def fake_run(**_):
-        from rankops.controller.context import OPERATOR
+    def fake_run(memo, **_):
+        OPERATOR = memo.operator
         loaded = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] == "kubernetes" and mod is not None)
         print(json.dumps({"kubernetes": loaded[:5], "api": type(OPERATOR.kube.api).__name__,
                           "client_library": OPERATOR.client_library}))

@@ -274,21 +274,19 @@ def test_mode_external_hands_spec_replicas_over_once_before_leaving_it_out():
         {"manager": "rankops", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}}]},
         "spec": {"replicas": 4}}
     applied = [{"kind": "Deployment", "metadata": {"name": "hpa-stable"}, "spec": {"template": {}}}]
-    kube = Kube(ours)
-    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    kube, memory = Kube(ours), writes.Writes()
+    memory.hand_over_replicas(kube, "reco", "hpa-stable", applied)
     assert kube.applied == [(writes.HANDOVER_MANAGER, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
         "name": "hpa-stable", "namespace": "reco"}, "spec": {"replicas": 4}})]
     handed = {**ours, "metadata": {**ours["metadata"], "managedFields": [
         {"manager": "rankops", "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {}}}},
         {"manager": "kube-controller-manager", "operation": "Update", "subresource": "scale",
          "fieldsV1": {"f:spec": {"f:replicas": {}}}}]}}
-    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    memory.hand_over_replicas(kube, "reco", "hpa-stable", applied)
     assert len(kube.applied) == 1, "checked once per process"
-    writes._handed_over.clear()
-    kube = Kube(handed)
-    writes.hand_over_replicas(kube, "reco", "hpa-stable", applied)
+    kube, memory = Kube(handed), writes.Writes()   # another process
+    memory.hand_over_replicas(kube, "reco", "hpa-stable", applied)
     assert kube.applied == [], "rankops no longer owns it: nothing to hand over"
-    writes._handed_over.clear()
 
 
 def test_lowered_bounds_apply_at_once_and_say_so():

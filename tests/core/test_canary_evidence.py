@@ -272,7 +272,8 @@ def test_the_controller_says_why_stable_pods_are_not_scheduled():
                  "spec": {}, "status": {"phase": "Pending", "conditions": [
                      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                       "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}})
-    later = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 20))
+    later = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 20),
+                             memory=model.memory)
     degraded = next(c for c in later.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "PodsUnschedulable")
     assert degraded["message"] == "1 stable pod unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."

@@ -6,7 +6,7 @@ import json
 
 import kopf
 
-from rankops.controller import handlers
+from rankops.controller import runtime
 from rankops.controller.diffbase import DigestDiffBaseStorage
 
 KEY = "rankops.io/last-handled-configuration"
@@ -20,7 +20,7 @@ def body(spec: dict, annotations: dict | None = None) -> kopf.Body:
 
 def storage() -> kopf.DiffBaseStorage:
     settings = kopf.OperatorSettings()
-    handlers.configure(settings)
+    runtime.configure_kopf(settings, workers=16)
     return settings.persistence.diffbase_storage
 
 

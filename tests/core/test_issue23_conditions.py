@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 from rankops.controller import pools
-from rankops.controller.handlers import meaningless_manual_values
+from rankops.controller.runtime import meaningless_manual_values
 
 OPERATOR = types.SimpleNamespace(namespace="rankops-system", validator_service_account="sa", validator_image=None)
 

@@ -153,13 +153,12 @@ def test_operator_applies_it_only_with_the_flag():
 
 @pytest.mark.parametrize("error", [ApiMissing("/apis/monitoring.coreos.com/v1/..."),
                                    ApiError(status=403, reason="Forbidden")], ids=["no-crd", "forbidden"])
-def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, caplog, monkeypatch):
-    monkeypatch.setattr(models, "_monitoring_notes", set())
-    monkeypatch.setattr(models, "_monitors_applied", {})
+def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, caplog):
+    memory = models.ModelMemory()
     caplog.set_level(logging.INFO, logger="rankops.models")
     for _ in range(3):
         kube = FakeKube(monitor_error=error)
-        result = reconcile(kube, service_monitors=True)
+        result = reconcile(kube, service_monitors=True, memory=memory)
         assert {o["kind"] for o in kube.applied} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
         conditions = {c["type"]: c for c in result.status["conditions"]}
         assert conditions["Degraded"]["status"] == "False", "monitoring is optional: not a Degraded condition"
@@ -168,14 +167,15 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
     assert len(lines) == 1
     assert lines[0].levelno == (logging.INFO if isinstance(error, ApiMissing) else logging.WARNING)
     # Once it can be applied again, the same problem later is worth one more line.
-    reconcile(FakeKube(), service_monitors=True)
-    models._monitors_applied.clear()   # as MONITOR_REAPPLY_S later: applied again
-    reconcile(FakeKube(monitor_error=error), service_monitors=True)
+    reconcile(FakeKube(), service_monitors=True, memory=memory)
+    memory.monitors_applied.clear()   # as MONITOR_REAPPLY_S later: applied again
+    reconcile(FakeKube(monitor_error=error), service_monitors=True, memory=memory)
     assert len([r for r in caplog.records if "ServiceMonitor" in r.getMessage()]) == 2
 
 
 def test_handlers_pass_the_operator_settings(monkeypatch):
-    from rankops.controller import handlers
+    from rankops.controller import runtime
+    from rankops.controller.context import OperatorContext
 
     body = model_doc(uid="u-1")
     seen = {}
@@ -194,23 +194,22 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
         seen.update(kwargs)
         return models.Result({})
 
-    monkeypatch.setattr(handlers.OPERATOR, "kube", Kube())
-    monkeypatch.setattr(handlers.OPERATOR, "service_monitors", True)
-    monkeypatch.setattr(handlers.OPERATOR, "service_monitor_labels", {"release": "kps"})
     policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
-    monkeypatch.setattr(handlers.OPERATOR, "tenant_policy", policy)
-    monkeypatch.setattr(handlers.OPERATOR, "image_pull_secrets", ["regcred"])
-    monkeypatch.setattr(handlers.OPERATOR, "pod_metrics_networks", ["127.0.0.0/8"])
+    controller = runtime.ModelController(OperatorContext(
+        kube=Kube(), service_monitors=True, service_monitor_labels={"release": "kps"}, tenant_policy=policy,
+        image_pull_secrets=["regcred"], pod_metrics_networks=["127.0.0.0/8"]))
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
-    handlers._kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
+    controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
-                    "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",), "plans": handlers.PLANS,
-                    "leaving_nodes": frozenset(), "stable_nodes": ()}
+                    "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",), "plans": controller.plans,
+                    "leaving_nodes": frozenset(), "memory": controller.memory,
+                    "stable_nodes": ()}
 
 
-def test_a_deleted_service_monitor_is_found_and_its_model_named(monkeypatch):
-    monkeypatch.setattr(models, "_monitors_applied", {("reco", "ctr"): ("d1", 0.0, "ctr", "u-1"),
-                                                      ("reco", "other"): ("d2", 0.0, "other", "u-2")})
-    assert models.monitors_gone({("reco", "other")}) == [("reco", "ctr", "u-1")]
-    assert list(models._monitors_applied) == [("reco", "other")], "forgotten: the next reconcile applies it"
-    assert models.monitors_gone({("reco", "other")}) == []
+def test_a_deleted_service_monitor_is_found_and_its_model_named():
+    memory = models.ModelMemory()
+    memory.monitors_applied.update({("reco", "ctr"): ("d1", 0.0, "ctr", "u-1"),
+                                    ("reco", "other"): ("d2", 0.0, "other", "u-2")})
+    assert memory.monitors_gone({("reco", "other")}) == [("reco", "ctr", "u-1")]
+    assert list(memory.monitors_applied) == [("reco", "other")], "forgotten: the next reconcile applies it"
+    assert memory.monitors_gone({("reco", "other")}) == []

@@ -101,7 +101,7 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
         nonlocal t
         t += seconds
         result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t),
-                                  leaving_nodes=frozenset({"gpu-1"}))
+                                  leaving_nodes=frozenset({"gpu-1"}), memory=model.memory)
         model.body["status"] = result.status
         return result
 
@@ -130,7 +130,7 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
     assert "NotReady" not in [e.reason for e in result.events]
     # The old pod gone, its node no longer has the model's pods: nothing moves.
     cluster.delete("Pod", "reco", pods[0]["metadata"]["name"])
-    result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t + 10))
+    result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t + 10), memory=model.memory)
     assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
     assert next(c for c in result.status["conditions"] if c["type"] == "Progressing")["reason"] != "MovingReplicas"
 

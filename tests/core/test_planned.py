@@ -96,28 +96,28 @@ def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch)
     cluster = FakeCluster()
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1}, "spec": auto_spec()}
-    models._shapes.clear()
+    memory = models.ModelMemory()
     calls = []
     real = models.resolve_shape
     monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
 
-    status = models.reconcile(cluster, copy.deepcopy(body), now=T0).status
+    status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
     assert calls == [1] and status["plan"]["inputsDigest"] == planned.inputs_digest(parsed(auto_spec()))
     body["status"] = status
-    models.reconcile(cluster, copy.deepcopy(body), now=T0)
+    models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory)
     assert calls == [1], "the same inputs: not planned again"
 
-    models._shapes.clear()   # a restarted operator: only the status remembers
-    again = models.reconcile(cluster, copy.deepcopy(body), now=T0).status
+    memory = models.ModelMemory()   # a restarted operator: only the status remembers
+    again = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
     assert calls == [1] and again["plan"] == status["plan"] and again["replicas"] == status["replicas"]
     deployment = cluster.get("Deployment", "reco", "ctr-stable")
     assert deployment["spec"]["replicas"] == status["plan"]["replicas"]
 
     body["spec"] = auto_spec(version="2", versions=body["spec"]["versions"])   # a rollout: same plan
-    models.reconcile(cluster, copy.deepcopy(body), now=T0)
+    models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory)
     assert calls == [1]
     body["spec"] = auto_spec(slo={"p99LatencyMs": 10, "targetQps": 8000})
-    replanned = models.reconcile(cluster, copy.deepcopy(body), now=T0).status
+    replanned = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
     assert calls == [1, 1] and replanned["plan"]["inputsDigest"] != status["plan"]["inputsDigest"]
     assert replanned["plan"]["replicas"] > status["plan"]["replicas"]
 
@@ -131,7 +131,7 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1},
             "spec": auto_spec(slo={"p99LatencyMs": 10, "targetQps": 3000})}
-    models._shapes.clear()
+    memory = models.ModelMemory()
     threads, kicked = [], threading.Event()
     real = models.resolve_shape
     monkeypatch.setattr(models, "resolve_shape",
@@ -139,12 +139,12 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
     plans = Plans(done=lambda who: (kicked_who.append(who), kicked.set()))
     kicked_who: list = []
 
-    first = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans)
+    first = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans, memory=memory)
     assert first.status == {} and first.events == [], "nothing written before the plan is made"
     assert cluster.get("Deployment", "reco", "ctr-stable") is None
     assert kicked.wait(10) and kicked_who == [("reco", "ctr", "u1")]
     assert threads and all(t.startswith("rankops-plan") for t in threads), threads
-    second = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans).status
+    second = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans, memory=memory).status
     assert second["plan"]["inputsDigest"] and cluster.get("Deployment", "reco", "ctr-stable") is not None
     assert len(threads) == 1, "planned once"
 
@@ -154,12 +154,12 @@ def test_a_plan_that_fails_is_said_and_not_made_again_for_the_same_inputs(monkey
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1},
             "spec": auto_spec(slo={"p99LatencyMs": 1, "targetQps": 2000})}   # below the profile's 2 ms
-    models._shapes.clear()
+    memory = models.ModelMemory()
     calls = []
     real = models.resolve_shape
     monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
-        status = models.reconcile(cluster, copy.deepcopy(body), now=T0).status
+        status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
         assert (degraded["status"], degraded["reason"]) == ("True", "PlanFailed")
         body["status"] = status

@@ -52,10 +52,9 @@ def test_only_what_a_pools_status_reads_of_a_node_wakes_it():
 def test_a_validator_daemonset_applied_and_then_not_listed_reconciles_its_pool_once():
     from rankops.controller import pools
 
-    pools._validators_applied.clear()
-    pools._validators_applied[("rankops-system", "rankops-validator-t4")] = ("t4", "uid-t4")
-    pools._validators_applied[("rankops-system", "rankops-validator-l4")] = ("l4", "uid-l4")
+    validators = pools.Validators()
+    validators.applied[("rankops-system", "rankops-validator-t4")] = ("t4", "uid-t4")
+    validators.applied[("rankops-system", "rankops-validator-l4")] = ("l4", "uid-l4")
     listed = {("rankops-system", "rankops-validator-l4")}
-    assert pools.validators_gone(listed) == [("t4", "uid-t4")]
-    assert pools.validators_gone(listed) == [], "forgotten until the pool's reconcile applies it again"
-    pools._validators_applied.clear()
+    assert validators.gone(listed) == [("t4", "uid-t4")]
+    assert validators.gone(listed) == [], "forgotten until the pool's reconcile applies it again"

@@ -52,6 +52,9 @@ class Cluster:
         self.errors: dict[str, Exception] = {}
         self.writes: list[tuple[str, bool]] = []
         self.secrets: set[str] = set()
+        # What the operator watching this cluster remembers across reconciles, on a clock of the test's.
+        self.now = 1000.0
+        self.memory = models.ModelMemory(writes.Writes(clock=lambda: self.now))
 
     def get(self, kind, namespace, name):
         found = self.objects.get((kind, name))
@@ -82,20 +85,15 @@ class Cluster:
         return obj
 
 
-@pytest.fixture(autouse=True)
-def fresh_memory(monkeypatch):
-    monkeypatch.setattr(writes, "_applied", {})
-    monkeypatch.setattr(writes, "_refused", {})
-    clock = {"now": 1000.0}
-    monkeypatch.setattr(writes, "clock", lambda: clock["now"])
-    return clock
+def reconcile(cluster: Cluster, model: dict) -> models.Result:
+    return models.reconcile(cluster, model, memory=cluster.memory)
 
 
 def serve(cluster: Cluster) -> dict:
     """Reconcile generation 1 until it is Ready; return its status."""
     status = None
     for _ in range(2):
-        status = models.reconcile(cluster, body(1, status)).status
+        status = reconcile(cluster, body(1, status)).status
     assert status["phase"] == "Ready", status
     return status
 
@@ -111,7 +109,7 @@ def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_ob
 
     cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations",
                                            "Invalid value: \"bad key\": name part must consist of alphanumerics")
-    result = models.reconcile(cluster, body(2, status, replicas=3, podAnnotations={"ok": "1"}))
+    result = reconcile(cluster, body(2, status, replicas=3, podAnnotations={"ok": "1"}))
 
     assert cluster.objects == before, "nothing of generation 2 may be written"
     status = result.status
@@ -132,13 +130,13 @@ def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not_written()
     cluster = Cluster()
     status = serve(cluster)
     cluster.writes.clear()
-    models.reconcile(cluster, body(1, status))   # the same children again: all as observed
+    reconcile(cluster, body(1, status))   # the same children again: all as observed
     assert cluster.writes == []
     cluster.objects[("ConfigMap", names.config_map_name(NAME, names.STABLE))]["data"] = {"config.pbtxt": "edited"}
-    models.reconcile(cluster, body(1, status))   # a hand edit is drift: that child alone is written again
+    reconcile(cluster, body(1, status))   # a hand edit is drift: that child alone is written again
     assert cluster.writes == [("ConfigMap", False)]
     cluster.writes.clear()
-    models.reconcile(cluster, body(2, status, replicas=2))
+    reconcile(cluster, body(2, status, replicas=2))
     dry = [k for k, d in cluster.writes if d]
     real = [k for k, d in cluster.writes if not d]
     # The stable's budget keeps replicas - failureTolerance: it follows the replicas.
@@ -146,38 +144,38 @@ def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not_written()
     assert cluster.writes.index((real[0], False)) == len(dry), "every dry run before the first write"
 
 
-def test_retries_back_off_and_a_new_generation_tries_at_once(fresh_memory):
+def test_retries_back_off_and_a_new_generation_tries_at_once():
     cluster = Cluster()
     status = serve(cluster)
     cluster.errors["Deployment"] = invalid("Deployment", "spec.template.spec.containers[0].image", "bad")
-    refused = models.reconcile(cluster, body(2, status, replicas=2)).status
+    refused = reconcile(cluster, body(2, status, replicas=2)).status
     assert "next try in 10 s" in condition(refused, "Degraded")["message"]
 
     cluster.writes.clear()
     for _ in range(5):   # timer ticks inside the delay: no request, no new status
-        again = models.reconcile(cluster, body(2, refused, replicas=2))
+        again = reconcile(cluster, body(2, refused, replicas=2))
         assert again.status == refused and again.events == []
     assert cluster.writes == []
 
-    fresh_memory["now"] += 10
-    refused = models.reconcile(cluster, body(2, refused, replicas=2)).status
+    cluster.now += 10
+    refused = reconcile(cluster, body(2, refused, replicas=2)).status
     assert cluster.writes, "tried again once the delay passed"
     assert "next try in 20 s" in condition(refused, "Degraded")["message"]
 
     cluster.writes.clear()
-    models.reconcile(cluster, body(3, refused, replicas=1, podAnnotations={"a": "b"}))
+    reconcile(cluster, body(3, refused, replicas=1, podAnnotations={"a": "b"}))
     assert cluster.writes, "a new generation does not wait for the delay"
 
 
-def test_once_fixed_the_children_are_applied_and_degraded_clears(fresh_memory):
+def test_once_fixed_the_children_are_applied_and_degraded_clears():
     cluster = Cluster()
     status = serve(cluster)
     cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations", "bad")
-    status = models.reconcile(cluster, body(2, status, replicas=2)).status
+    status = reconcile(cluster, body(2, status, replicas=2)).status
     del cluster.errors["Deployment"]          # e.g. the admission policy that refused it was fixed
-    fresh_memory["now"] += refusal.RETRY_MAX_S
+    cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
-        status = models.reconcile(cluster, body(2, status, replicas=2)).status
+        status = reconcile(cluster, body(2, status, replicas=2)).status
     assert condition(status, "Degraded")["status"] == "False"
     assert condition(status, "Ready")["reason"] == "ReplicasReady"
     assert cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]["spec"]["replicas"] == 2
@@ -187,8 +185,8 @@ def test_transient_errors_are_not_refusals():
     cluster = Cluster()
     cluster.errors["ConfigMap"] = ApiError(status=503, reason="Service Unavailable")
     with pytest.raises(ApiError):
-        models.reconcile(cluster, body(1))
-    assert writes._refused == {}
+        reconcile(cluster, body(1))
+    assert cluster.memory.writes.refused == {}
 
 
 def test_an_api_the_cluster_does_not_serve_is_a_refusal_naming_the_traffic_field():
@@ -198,7 +196,7 @@ def test_an_api_the_cluster_does_not_serve_is_a_refusal_naming_the_traffic_field
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
     cluster.errors["HTTPRoute"] = ApiMissing("/apis/gateway.networking.k8s.io/v1/...")
-    status = models.reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status
+    status = reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status
     assert cluster.objects == before
     message = condition(status, "Degraded")["message"]
     assert "HTTPRoute" in message and "not served by this cluster" in message
@@ -221,14 +219,14 @@ def test_a_missing_credentials_secret_is_degraded_naming_the_field_and_serving_i
     cluster = Cluster()
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
-    status = models.reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+    status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
     degraded = condition(status, "Degraded")
     assert degraded["reason"] == "CredentialsSecretNotFound"
     assert "spec.modelCredentialsSecret" in degraded["message"] and "create secret generic s3-creds" in degraded["message"]
     assert cluster.objects == before
     cluster.secrets.add("s3-creds")
     for _ in range(2):
-        status = models.reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+        status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
     assert condition(status, "Degraded")["status"] == "False"
     dep = cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]
     fetch = dep["spec"]["template"]["spec"]["initContainers"][0]
@@ -246,31 +244,31 @@ def test_names_that_are_not_one_path_segment_never_reach_a_url(name):
 
 def test_a_new_models_children_are_written_without_a_dry_run_deployments_last():
     cluster = Cluster()
-    models.reconcile(cluster, body(1))
+    reconcile(cluster, body(1))
     assert cluster.writes and not [k for k, dry in cluster.writes if dry], cluster.writes
     assert cluster.writes[-1] == ("Deployment", False), "no pod starts before its siblings are accepted"
     assert ("ConfigMap", names.config_map_name(NAME, names.STABLE)) in cluster.objects
 
 
 @pytest.mark.parametrize("refused_kind", ["Deployment", "Service"])
-def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(fresh_memory, refused_kind):
+def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(refused_kind):
     cluster = Cluster()
     cluster.errors[refused_kind] = invalid(refused_kind, "metadata.annotations", "bad")
-    status = models.reconcile(cluster, body(1)).status
+    status = reconcile(cluster, body(1)).status
     assert cluster.objects == {}, "what the refused pass created is deleted"
     assert ("Deployment", False) not in cluster.writes[:-1], "the Deployment is written last, if at all"
     assert condition(status, "Degraded")["reason"] == "ChildRefused"
 
     cluster.writes.clear()
-    fresh_memory["now"] += refusal.RETRY_MAX_S
-    models.reconcile(cluster, body(1, status))
+    cluster.now += refusal.RETRY_MAX_S
+    reconcile(cluster, body(1, status))
     assert cluster.writes and all(dry for _, dry in cluster.writes), "a model once refused dry-runs first"
     assert cluster.objects == {}
 
     del cluster.errors[refused_kind]
-    fresh_memory["now"] += refusal.RETRY_MAX_S
+    cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
-        status = models.reconcile(cluster, body(1, status)).status
+        status = reconcile(cluster, body(1, status)).status
     assert status["phase"] == "Ready" and condition(status, "Degraded")["status"] == "False"
 
 
@@ -285,5 +283,5 @@ def test_a_refused_new_model_leaves_alone_what_another_manager_made_under_a_chil
 
     cluster = Shared()
     cluster.errors["Deployment"] = invalid("Deployment", "metadata.annotations", "bad")
-    models.reconcile(cluster, body(1))
+    reconcile(cluster, body(1))
     assert [kind for kind, _ in cluster.objects] == ["ConfigMap"], "only what this pass made is deleted"

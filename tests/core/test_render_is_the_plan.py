@@ -85,10 +85,8 @@ def _key(obj: dict) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape, monkeypatch):
+def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape):
     docs = SHAPES[shape]
-    # ServiceMonitors applied lately are not applied again (they are not watched): start afresh.
-    monkeypatch.setattr(models, "_monitors_applied", {})
     cluster = Recording()
     for pool in (d for d in docs if d["kind"] == "GpuNodePool"):
         cluster.put({**copy.deepcopy(pool), "status": {"nodes": 1, "ready": 1}})
@@ -98,8 +96,10 @@ def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape, m
     body["metadata"].update(uid="uid-model", generation=1)
     cluster.put({"kind": "Secret", "metadata": {"name": body["spec"].get("modelCredentialsSecret") or "none",
                                                 "namespace": body["metadata"]["namespace"]}})
+    # What a new operator process applies: nothing remembered (a ServiceMonitor applied lately is not
+    # applied again, it is not watched).
     result = models.reconcile(cluster, body, now=T0, service_monitors=True, service_monitor_labels=labels,
-                              pull_secrets=("regcred",))
+                              pull_secrets=("regcred",), memory=models.ModelMemory())
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] not in ("RenderFailed", "ChildRefused", "PlanFailed"), degraded
     applied = {_key(o): _without_owner(o) for o in cluster.applied}

@@ -128,11 +128,12 @@ class Model:
         }
         self.t = 0
         self.pull_secrets: tuple[str, ...] = ()   # rankops run --image-pull-secret
+        self.memory = models.ModelMemory()        # the operator process's, across reconciles
 
     def reconcile(self, seconds: int = 10) -> dict:
         self.t += seconds
         result = models.reconcile(self.cluster, copy.deepcopy(self.body), now=T0 + dt.timedelta(seconds=self.t),
-                                  pull_secrets=self.pull_secrets)
+                                  pull_secrets=self.pull_secrets, memory=self.memory)
         self.body["status"] = result.status
         return result.status
 

@@ -31,7 +31,7 @@ def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_k
     rm.to_canary()
     stored = _newer(rm.body["status"])
     body = {**copy.deepcopy(rm.body), "status": stored}
-    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10))
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
     assert result.status["rollout"]["phase"] == "Canary", "the rollout goes on"
     warned = [e for e in result.events if e.reason == "StatusFieldsUnknown"]
     assert len(warned) == 1 and warned[0].type == "Warning"
@@ -45,7 +45,7 @@ def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_k
     assert "trafficShadow" not in written["rollout"] and "trafficMirror" not in written
     # ... so the next reconcile has nothing to say.
     again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": written},
-                             now=T0 + dt.timedelta(seconds=rm.t + 20))
+                             now=T0 + dt.timedelta(seconds=rm.t + 20), memory=rm.memory)
     assert not [e for e in again.events if e.reason == "StatusFieldsUnknown"]
     assert cluster.get("Deployment", "reco", names.deployment_name(rm.body["metadata"]["name"], names.CANARY))
 
@@ -56,7 +56,7 @@ def test_an_invalid_spec_with_a_newer_status_is_degraded_not_a_crash():
     body = copy.deepcopy(rm.body)
     body["status"] = {**body["status"], "trafficMirror": {"percent": 3}}
     body["spec"]["replicas"] = -1
-    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10))
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "InvalidSpec" and "trafficMirror" not in result.status
     assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1

@@ -95,10 +95,11 @@ def test_the_controller_reads_a_stable_pod_failing_its_warm_up_into_degraded_and
     labels = unavailable_stable(cluster, model)
     cluster.put({"kind": "Pod", **pod(f"{MODEL}-stable-0", warm=crashed()),
                  "metadata": {"name": f"{MODEL}-stable-0", "namespace": "reco", "labels": labels}})
-    soon = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 5))
+    soon = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 5),
+                            memory=model.memory)
     assert conds(soon.status)["Degraded"] == ("False", "AsExpected"), "un-Available 5 s: not listed yet"
     later = models.reconcile(cluster, copy.deepcopy({**model.body, "status": soon.status}),
-                             now=T0 + dt.timedelta(seconds=model.t + 20))
+                             now=T0 + dt.timedelta(seconds=model.t + 20), memory=model.memory)
     assert conds(later.status)["Degraded"] == ("True", "WarmupFailing")
     assert f"pod {MODEL}-stable-0: 75% of 600 warm requests failed" in conds_message(later.status, "Degraded")
     assert [(e.type, e.reason) for e in later.events if e.reason == "WarmupFailing"] == [("Warning", "WarmupFailing")]

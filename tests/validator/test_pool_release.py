@@ -217,15 +217,17 @@ def test_the_delete_handler_turns_api_errors_into_kopf_outcomes(monkeypatch, cap
 
     import kopf
 
-    from rankops.controller import handlers
+    from rankops.controller import handlers, runtime
+    from rankops.controller.context import OperatorContext
 
     def release(kube, name, namespace):
         if status:
             raise ApiError(status=status, reason="Nope")
         return pools.Release(validators_stopped=False, cleared=["gpu-2", "gpu-1"])
     monkeypatch.setattr(pools, "release", release)
+    models, pools_ = runtime.build(OperatorContext())
     call = handlers.gpunodepool_deleted(body={"metadata": {"name": "t4", "uid": "u1"}},
-                                        logger=logging.getLogger("test"))
+                                        logger=logging.getLogger("test"), memo=kopf.Memo(models=models, pools=pools_))
     if error:
         with pytest.raises(getattr(kopf, error)) as caught:
             asyncio.run(call)

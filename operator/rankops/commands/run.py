@@ -23,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.modules.setdefault("kubernetes", None)
     import kopf
 
-    from rankops.controller.context import OPERATOR
+    from rankops.controller.context import OperatorContext
     from rankops.controller.kube import Kube
 
     try:
@@ -31,11 +31,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"rankops run: {exc}", file=sys.stderr)
         return 2
+    operator = OperatorContext()
     # Reconciles on kopf's workers and on the watch events' own pool at once, each a connection.
-    pool_size = 2 * OPERATOR.workers + 4
+    pool_size = 2 * operator.workers + 4
     if needs_client is None:
         try:
-            OPERATOR.kube = Kube(transport.Transport(transport.login, maxsize=pool_size))
+            operator.kube = Kube(transport.Transport(transport.login, maxsize=pool_size))
         except (kopf.LoginError, OSError, KeyError, TypeError, ValueError) as exc:
             print(f"rankops run: no Kubernetes credentials: {exc} (set KUBECONFIG or run in a pod)", file=sys.stderr)
             return 2
@@ -48,37 +49,44 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
         settings = client.Configuration.get_default_copy()
         settings.connection_pool_maxsize = pool_size
-        OPERATOR.kube = Kube(client.ApiClient(settings))
-        OPERATOR.client_library = True
-    OPERATOR.namespace = args.operator_namespace
-    OPERATOR.validator_service_account = args.validator_service_account
-    OPERATOR.validator_image = args.validator_image
-    OPERATOR.interval = args.interval
-    OPERATOR.resync = args.resync
-    OPERATOR.service_monitors = args.service_monitors
-    OPERATOR.service_monitor_labels = dict(args.service_monitor_label)
-    OPERATOR.tenant_policy = policy
-    OPERATOR.image_pull_secrets = list(args.image_pull_secret)
-    OPERATOR.pod_metrics_networks = list(args.pod_metrics_network)
+        operator.kube = Kube(client.ApiClient(settings))
+        operator.client_library = True
+    operator.namespace = args.operator_namespace
+    operator.validator_service_account = args.validator_service_account
+    operator.validator_image = args.validator_image
+    operator.interval = args.interval
+    operator.resync = args.resync
+    operator.service_monitors = args.service_monitors
+    operator.service_monitor_labels = dict(args.service_monitor_label)
+    operator.tenant_policy = policy
+    operator.image_pull_secrets = list(args.image_pull_secret)
+    operator.pod_metrics_networks = list(args.pod_metrics_network)
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
-    import rankops.controller.handlers  # noqa: F401  (registers the handlers, reading OPERATOR.interval)
+    from rankops.controller import handlers, runtime
+    from rankops.controller.peering import PauseState
+
+    handlers.register_resync(operator.resync)
+    pause = PauseState()   # standalone (no --peering): never paused
+    # The two controllers, built once: the watch caches, queues, clock and plan pool they own start
+    # with kopf (handlers.configure), which passes them to every handler in its memo.
+    models, pools = runtime.build(operator, pause)
 
     namespaces = args.namespace or []
     from rankops.controller.session import connection_limit
-    OPERATOR.kopf_connections = connection_limit(namespaces)
+    operator.kopf_connections = connection_limit(namespaces)
     peering = None
     if args.peering:
         from rankops.controller import peering as peering_mod
         priority = peering_mod.random_priority() if args.priority is None else args.priority
         peering = peering_mod.Peering(args.peering, priority, args.peering_lifetime)
         try:
-            peering_mod.ensure_peering_objects(OPERATOR.kube, peering.name, namespaces)
+            peering_mod.ensure_peering_objects(operator.kube, peering.name, namespaces)
         except RuntimeError as exc:
             print(f"rankops run: {exc}", file=sys.stderr)
             return 2
-        peering_mod.register(peering)
+        peering_mod.register(peering, pause)
     kopf.configure(verbose=args.verbose)
     if needs_client:
         logging.getLogger("rankops").info(
@@ -92,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
+        memo=kopf.Memo(operator=operator, models=models, pools=pools),
     )
     return 0
 

@@ -25,7 +25,13 @@ class Clock:
         self._heap: list[tuple[float, int, Hashable]] = []   # (due, seq, key); stale entries skipped
         self._seq = 0
         self._wake = threading.Condition()
+        self._started = False
         if start:
+            self.start()
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
             threading.Thread(target=self._loop, name="rankops-clock", daemon=True).start()
 
     def reconciled(self, key: Hashable, needs_clock: bool) -> None:

@@ -1,4 +1,5 @@
-"""Process-wide operator settings, filled in by `rankops run` before kopf starts."""
+"""The operator's settings: `rankops run` builds one from its flags and hands it to the controllers
+(controller/runtime.py) and, in kopf's memo, to the handlers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,5 +25,3 @@ class OperatorContext:
     image_pull_secrets: list[str] = field(default_factory=list)  # on every operand pod (validators, models, gates)
     pod_metrics_networks: list[str] = field(default_factory=list)  # pod IPs the canary analysis reads (empty: all)
 
-
-OPERATOR = OperatorContext()

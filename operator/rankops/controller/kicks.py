@@ -25,8 +25,9 @@ URGENT, NORMAL = 0, 1
 
 class Kicks:
     def __init__(self, run: Callable[[Hashable], None], workers: int = 8, retry_s: float = 10.0,
-                 delay_s: float = 0.0, paused: Callable[[], bool] = lambda: False):
-        """`delay_s`: how long a kick waits for more events of the same burst before it runs."""
+                 delay_s: float = 0.0, paused: Callable[[], bool] = lambda: False, start: bool = True):
+        """`delay_s`: how long a kick waits for more events of the same burst before it runs.
+        `start`: start its threads now (False: at `start()`; kicks queue until then)."""
         self._run = run
         self._paused = paused
         self._retry_s = retry_s
@@ -39,9 +40,18 @@ class Kicks:
         self._queued: dict[Hashable, tuple[int, int]] = {}   # key -> (priority, seq) of its live entry
         self._running: set[Hashable] = set()
         self._again: dict[Hashable, int] = {}                # key -> the most urgent priority asked meanwhile
-        if delay_s > 0:
+        self._workers = workers
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self._delay_s > 0:
             threading.Thread(target=self._schedule, name="rankops-kick-delay", daemon=True).start()
-        for i in range(workers):
+        for i in range(self._workers):
             threading.Thread(target=self._worker, name=f"rankops-kick_{i}", daemon=True).start()
 
     def kick(self, key: Hashable, context: contextvars.Context | None = None, urgent: bool = False) -> None:

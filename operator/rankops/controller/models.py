@@ -127,10 +127,56 @@ def _pod_problems(kube: Kube, namespace: str, model: str, canary_pods: list[tupl
     return warming.warm_failures(pods + others), unschedulable_summary(stable, "stable")
 
 
-_unchecked_secrets: list[bool] = []
+SHAPES_KEPT = 4096
+MONITOR_REAPPLY_S = 600.0
 
 
-def _credentials_missing(kube: Kube, rm: RankingModel) -> str | None:
+class ModelMemory:
+    """What this process remembers across the reconciles of its models (the ModelController owns
+    one): nothing in it is needed for a correct reconcile, it saves requests and repeated lines.
+
+    - `writes`: the children last applied and refused, per model (controller/writes.py).
+    - `shapes`: shapes resolved (planned, for batching: auto), by the digest of the plan's inputs
+      (render.planned), with the status.plan they report, or why no plan was made (the planner is
+      deterministic: the same inputs fail the same way): a reconcile whose inputs did not change
+      (most of them) does not plan again; after a restart, status.plan.inputsDigest says the same.
+    - `monitors_applied`: ServiceMonitors applied, by (namespace, name): the digest of what was
+      applied, when, and the model (name, uid) it is for. They are applied again when it changes,
+      after MONITOR_REAPPLY_S, or when `monitors_gone` finds one deleted; not on every reconcile.
+    - `monitoring_notes`: what _apply_monitoring has logged, so a missing CRD or right is one line
+      per process, not one per reconcile; a success clears it, so the same problem coming back is
+      logged again. `secrets_unchecked`: that Secrets may not be read was said.
+    """
+
+    def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic):
+        self.writes = writes_memory or writes.Writes()
+        self.clock = clock
+        self.shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None] | RenderError] = OrderedDict()
+        self.shapes_lock = threading.Lock()
+        self.secrets_unchecked = False
+        self.monitoring_notes: set[str] = set()
+        self.monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
+
+    def keep(self, digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | RenderError) -> None:
+        with self.shapes_lock:
+            self.shapes[digest] = kept
+            while len(self.shapes) > SHAPES_KEPT:
+                self.shapes.popitem(last=False)
+
+    def monitors_gone(self, present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
+        """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed
+        (`present`: the rankops ServiceMonitors the API server lists); forgotten, so their next
+        reconcile applies it again. ServiceMonitors are not watched (their CRD is optional)."""
+        gone = [key for key in list(self.monitors_applied) if key not in present]
+        return [(key[0], *self.monitors_applied.pop(key)[2:]) for key in gone]
+
+    def note(self, key: str, level: int, message: str) -> None:
+        if key not in self.monitoring_notes:
+            self.monitoring_notes.add(key)
+            log.log(level, message)
+
+
+def _credentials_missing(kube: Kube, rm: RankingModel, memory: ModelMemory) -> str | None:
     """Why the fetcher's credentials Secret cannot be used, when a version fetches with it."""
     secret, namespace = rm.spec.model_credentials_secret, rm.metadata["namespace"]
     if not secret or not any(v.model_uri.startswith(FETCHED_SCHEMES) for v in rm.spec.versions):
@@ -141,8 +187,8 @@ def _credentials_missing(kube: Kube, rm: RankingModel) -> str | None:
     except ApiError as exc:
         if exc.status != 403:
             raise
-        if not _unchecked_secrets:   # said once per process: it is how the cluster admin set RBAC up
-            _unchecked_secrets.append(True)
+        if not memory.secrets_unchecked:   # said once per process: it is how the cluster admin set RBAC up
+            memory.secrets_unchecked = True
             log.info("the operator may not get Secrets (chart RBAC): not checking that "
                      "spec.modelCredentialsSecret exists")
         return None
@@ -169,34 +215,19 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
         raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
 
 
-# Shapes resolved (planned, for batching: auto), by the digest of the plan's inputs (render.planned),
-# with the status.plan they report, or why no plan was made (the planner is deterministic: the same
-# inputs fail the same way): a reconcile whose inputs did not change (most of them) does not plan
-# again; after a restart, status.plan.inputsDigest says the same.
-_shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None] | RenderError] = OrderedDict()
-SHAPES_KEPT = 4096
-_shapes_lock = threading.Lock()
-
-
-def _keep(digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | RenderError) -> None:
-    with _shapes_lock:
-        _shapes[digest] = kept
-        while len(_shapes) > SHAPES_KEPT:
-            _shapes.popitem(last=False)
-
-
-def _plan(spec: Any, profile: dict[int, float] | None, digest: str) -> tuple[ResolvedShape, dict[str, Any] | None]:
+def _plan(memory: ModelMemory, spec: Any, profile: dict[int, float] | None,
+          digest: str) -> tuple[ResolvedShape, dict[str, Any] | None]:
     started = time.monotonic()
     try:
         resolved = resolve_shape(spec, profile)
     except RenderError as exc:
-        _keep(digest, exc)
+        memory.keep(digest, exc)
         raise
     except Exception as exc:   # a planner bug: said as PlanFailed, not retried on every reconcile
-        _keep(digest, RenderError(f"the planner failed: {type(exc).__name__}: {exc}"))
+        memory.keep(digest, RenderError(f"the planner failed: {type(exc).__name__}: {exc}"))
         raise
     kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None, digest))
-    _keep(digest, kept)
+    memory.keep(digest, kept)
     # Said once per plan made (a reconcile that reuses one says nothing): how often and how long it plans.
     log.info(f"planned inputs {digest[:12]} in {time.monotonic() - started:.2f} s: maxBatchSize "
              f"{resolved.shape.max_batch_size}, {resolved.shape.instances_per_gpu} instance(s)/GPU, "
@@ -204,8 +235,8 @@ def _plan(spec: Any, profile: dict[int, float] | None, digest: str) -> tuple[Res
     return kept
 
 
-def _resolve(rm: RankingModel, profile: dict[int, float] | None, recorded: dict[str, Any] | None = None,
-             plans: Plans | None = None, who: Any = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
+def _resolve(memory: ModelMemory, rm: RankingModel, profile: dict[int, float] | None,
+             recorded: dict[str, Any] | None = None, plans: Plans | None = None, who: Any = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
     """The shape to serve and the status.plan that says why; `recorded`: the status.plan now.
     With `plans`, a plan still to make is made on its thread (PlanPending), and `who` reconciled
     again once it is."""
@@ -213,22 +244,22 @@ def _resolve(rm: RankingModel, profile: dict[int, float] | None, recorded: dict[
     if digest is None:   # nothing to plan (or planning refuses: resolve_shape says why)
         resolved = resolve_shape(rm.spec, profile)
         return resolved, resolved.plan.to_status() if resolved.plan is not None else None
-    with _shapes_lock:
-        kept = _shapes.get(digest)
+    with memory.shapes_lock:
+        kept = memory.shapes.get(digest)
         if kept is not None:
-            _shapes.move_to_end(digest)
+            memory.shapes.move_to_end(digest)
     if isinstance(kept, RenderError):
         raise RenderError(str(kept))
     if kept is not None:
         return kept
     resolved = planned.from_status(rm.spec, recorded, digest)
     if resolved is not None:
-        _keep(digest, (resolved, dict(recorded)))
+        memory.keep(digest, (resolved, dict(recorded)))
         return resolved, dict(recorded)
     if plans is None:
-        return _plan(rm.spec, profile, digest)
+        return _plan(memory, rm.spec, profile, digest)
     spec = rm.spec
-    plans.ask(digest, lambda: _plan(spec, profile, digest), who)
+    plans.ask(digest, lambda: _plan(memory, spec, profile, digest), who)
     raise PlanPending(digest)
 
 
@@ -236,7 +267,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
               metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
-              leaving_nodes: frozenset[str] = frozenset(), stable_nodes: tuple[tuple[str, int], ...] = ()) -> Result:
+              leaving_nodes: frozenset[str] = frozenset(), stable_nodes: tuple[tuple[str, int], ...] = (),
+              memory: ModelMemory | None = None) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
@@ -244,7 +276,9 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
     nothing, and the model is reconciled again when the plan is made (None: plan here).
     `leaving_nodes`: nodes the model has pods on that look like they are leaving; `stable_nodes`:
-    (node, pods) of its stable track (both from node_pods, the pod watch)."""
+    (node, pods) of its stable track (both from node_pods, the pod watch).
+    `memory`: what the ModelController remembers across reconciles (None: nothing, as a new process)."""
+    memory = memory if memory is not None else ModelMemory()
     now = now or dt.datetime.now(dt.timezone.utc)
     events: list[Event] = []
     status, unknown = status_decisions.known_status(body.get("status") or {})
@@ -257,14 +291,14 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
         return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events)))
     try:
-        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes, stable_nodes)
+        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes, memory, stable_nodes)
     except PlanPending:
         return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
     planned_now = modelplan.plan(body, observed, settings, tuple(events))
     if planned_now.not_applied:
         return _result(planned_now)
     try:
-        execute(kube, rm, planned_now)
+        execute(kube, rm, planned_now, memory)
     except writes.ChildRefused as exc:   # the plan's own Events count only once it is applied
         return _result(modelplan.not_applied(status, rm.metadata.get("generation"), "ChildRefused", str(exc),
                                              now, tuple(events)))
@@ -280,20 +314,21 @@ def _result(done: modelplan.ModelPlan) -> Result:
 
 def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.datetime,
             metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
-            leaving_nodes: frozenset[str] = frozenset(),
+            leaving_nodes: frozenset[str] = frozenset(), memory: ModelMemory | None = None,
             stable_nodes: tuple[tuple[str, int], ...] = ()) -> modelplan.ModelObserved:
     """What the plan of `rm` needs from the cluster, read in the precedence list's order: what
     blocks this generation stops the reading there (the plan says it). PlanPending: the shape is
     being planned on the planner's thread."""
+    memory = memory if memory is not None else ModelMemory()
     name, namespace = rm.metadata["name"], rm.metadata["namespace"]
-    missing = _credentials_missing(kube, rm)
+    missing = _credentials_missing(kube, rm, memory)
     if missing:
         return modelplan.ModelObserved(now=now, credentials_missing=missing)
     pool = _pool_view(kube, rm) if rm.spec.node_pool else None
     if pool is not None and (not pool.exists or pool.invalid):
         return modelplan.ModelObserved(now=now, pool=pool)
     try:
-        resolved, plan_status = _resolve(rm, _read_profile(kube, rm), status.get("plan"), plans,
+        resolved, plan_status = _resolve(memory, rm, _read_profile(kube, rm), status.get("plan"), plans,
                                          (namespace, name, rm.metadata.get("uid")))
     except RenderError as exc:
         return modelplan.ModelObserved(now=now, pool=pool, plan_failed=str(exc))
@@ -384,67 +419,44 @@ def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
                               placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
 
 
-def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan) -> None:
+def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: ModelMemory | None = None) -> None:
     """Write what the plan says: patch pods (canary traffic labels, deletion costs), apply (what
     differs; a new set of children dry-run first, see writes), create the gate Jobs it creates,
     delete, and the optional ServiceMonitor last."""
+    memory = memory if memory is not None else ModelMemory()
     namespace = rm.metadata["namespace"]
     # Pods first: a pod to let go has its deletion cost lowered before the Deployment scales down.
     for pod, patch in done.pod_patches:
         kube.merge_patch("Pod", namespace, pod, patch)
     if rm.spec.autoscaling.external:   # leaving spec.replicas out must not reset it (writes.hand_over_replicas)
-        writes.hand_over_replicas(kube, namespace, names.deployment_name(rm.metadata["name"], names.STABLE),
+        memory.writes.hand_over_replicas(kube, namespace, names.deployment_name(rm.metadata["name"], names.STABLE),
                                   list(done.applies))
-    writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
+    memory.writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
     if done.monitors:
-        _apply_monitoring(kube, rm, done.monitors)
+        _apply_monitoring(kube, rm, done.monitors, memory)
 
 
-# What _apply_monitoring has logged, so a missing CRD or right is one line per process, not one
-# per reconcile; a success clears it, so the same problem coming back is logged again.
-_monitoring_notes: set[str] = set()
-# ServiceMonitors applied, by (namespace, name): the digest of what was applied, when, and the model
-# (name, uid) it is for. They are applied again when it changes, after MONITOR_REAPPLY_S, or when
-# `monitors_gone` finds one deleted; not on every reconcile.
-_monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
-MONITOR_REAPPLY_S = 600.0
-
-
-def monitors_gone(present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed
-    (`present`: the rankops ServiceMonitors the API server lists); forgotten, so their next
-    reconcile applies it again. ServiceMonitors are not watched (their CRD is optional)."""
-    gone = [key for key in list(_monitors_applied) if key not in present]
-    return [(key[0], *_monitors_applied.pop(key)[2:]) for key in gone]
-
-
-def _apply_monitoring(kube: Kube, rm: RankingModel, monitors: tuple[dict[str, Any], ...]) -> None:
+def _apply_monitoring(kube: Kube, rm: RankingModel, monitors: tuple[dict[str, Any], ...], memory: ModelMemory) -> None:
     """Apply the ServiceMonitor last, and never fail the reconcile for it: monitoring is optional.
     Without the Prometheus Operator's CRD it is skipped (tried again each reconcile, so installing
     the CRD later is enough)."""
     for obj in monitors:
         key, digest = (obj["metadata"]["namespace"], obj["metadata"]["name"]), applied_digest(obj)
-        done = _monitors_applied.get(key)
-        if done and done[0] == digest and time.monotonic() - done[1] < MONITOR_REAPPLY_S:
+        done = memory.monitors_applied.get(key)
+        if done and done[0] == digest and memory.clock() - done[1] < MONITOR_REAPPLY_S:
             continue   # applied as it is now, lately: not a request per reconcile (it is not watched)
         try:
             kube.apply(obj)
         except ApiMissing:
-            _note("missing", logging.INFO, "ServiceMonitors are on, but this cluster does not serve "
+            memory.note("missing", logging.INFO, "ServiceMonitors are on, but this cluster does not serve "
                   "monitoring.coreos.com/v1 servicemonitors (no Prometheus Operator CRDs): not creating them")
         except ApiError as exc:
-            _note(f"http-{exc.status}", logging.WARNING,
+            memory.note(f"http-{exc.status}", logging.WARNING,
                   f"could not apply ServiceMonitor {obj['metadata']['namespace']}/{obj['metadata']['name']}: "
                   f"{exc.status} {exc.reason} (serving is unaffected; a 403 means the operator lacks "
                   "servicemonitors rights: set the chart value monitoring.tritonServiceMonitors=true)")
         else:
-            _monitoring_notes.clear()
-            _monitors_applied[key] = (digest, time.monotonic(), rm.metadata["name"], rm.metadata.get("uid") or "")
-
-
-def _note(key: str, level: int, message: str) -> None:
-    if key not in _monitoring_notes:
-        _monitoring_notes.add(key)
-        log.log(level, message)
+            memory.monitoring_notes.clear()
+            memory.monitors_applied[key] = (digest, memory.clock(), rm.metadata["name"], rm.metadata.get("uid") or "")

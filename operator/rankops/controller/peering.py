@@ -101,10 +101,7 @@ class PauseState(logging.Filter):
         return True   # the line is logged as before
 
 
-PAUSE = PauseState()   # standalone (no --peering): never paused
-
-
-def follow_pauses(state: PauseState = PAUSE) -> None:
+def follow_pauses(state: PauseState) -> None:
     """A peered operator starts paused until kopf has read the peering object (and then logs its
     resume); kopf's INFO lines must be made to be seen, whatever the log level."""
     state.set(True)
@@ -115,10 +112,10 @@ def follow_pauses(state: PauseState = PAUSE) -> None:
         logger.addFilter(state)
 
 
-def register(peering: Peering) -> None:
-    """kopf reads the keep-alive lifetime from its settings, set at startup; from now on PAUSE
-    follows kopf's pauses of this replica."""
-    follow_pauses()
+def register(peering: Peering, state: PauseState) -> None:
+    """kopf reads the keep-alive lifetime from its settings, set at startup; from now on `state`
+    (the controllers') follows kopf's pauses of this replica."""
+    follow_pauses(state)
 
     @kopf.on.startup()
     def peering_lifetime(settings: kopf.OperatorSettings, **_):

@@ -43,19 +43,23 @@ def _owned(obj: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-# Validator DaemonSets applied, by (namespace, name): the pool (name, uid) each is for. Pools are
-# reconciled on events and at --resync; their DaemonSets are not watched (the chart grants
-# daemonsets in the operator's namespace only), so `validators_gone` finds one deleted.
-_validators_applied: dict[tuple[str, str], tuple[str, str]] = {}
+class Validators:
+    """Validator DaemonSets applied, by (namespace, name): the pool (name, uid) each is for (the
+    PoolController owns one). Pools are reconciled on events and at --resync; their DaemonSets
+    are not watched (the chart grants daemonsets in the operator's namespace only), so `gone`
+    finds one deleted."""
+
+    def __init__(self) -> None:
+        self.applied: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def gone(self, present: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """(pool, uid) of the pools whose applied validator DaemonSet is no longer listed (`present`:
+        the rankops validator DaemonSets the API server lists); forgotten until applied again."""
+        return [self.applied.pop(key) for key in list(self.applied) if key not in present]
 
 
-def validators_gone(present: set[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(pool, uid) of the pools whose applied validator DaemonSet is no longer listed (`present`:
-    the rankops validator DaemonSets the API server lists); forgotten until applied again."""
-    return [_validators_applied.pop(key) for key in list(_validators_applied) if key not in present]
-
-
-def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
+def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators | None = None) -> Result:
+    """`validators`: where the DaemonSets applied are noted (None: nowhere)."""
     meta = body["metadata"]
     gen = meta.get("generation")
     old = dict(body.get("status") or {})
@@ -79,7 +83,8 @@ def reconcile(kube: Kube, body: dict[str, Any], operator) -> Result:
         **({"image": operator.validator_image} if operator.validator_image else {}))
     for obj in with_pull_secrets(children, getattr(operator, "image_pull_secrets", ())):
         kube.apply(_owned(obj, body))
-        _validators_applied[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = (meta["name"], meta["uid"])
+        if validators is not None:
+            validators.applied[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = (meta["name"], meta["uid"])
 
     selector = ",".join(f"{k}={v}" for k, v in pool.spec.node_selector.items())
     nodes = kube.list("Node", label_selector=selector)

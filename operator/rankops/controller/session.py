@@ -19,7 +19,6 @@ import aiohttp
 import kopf
 
 from rankops.controller import transport
-from rankops.controller.context import OPERATOR
 
 REQUESTS = 16       # kopf's own requests at once (the reconcilers have a connection pool of their own)
 WATCH_ROOM = 16     # watch streams per namespace watched; more kinds than rankops watches
@@ -32,12 +31,12 @@ def connection_limit(namespaces: list[str] | tuple[str, ...]) -> int:
     return REQUESTS + WATCH_ROOM * max(1, len(namespaces))
 
 
-async def bounded_session(limit: int, **kwargs: Any) -> kopf.AiohttpSession:
+async def bounded_session(limit: int, client_library: bool = False, **kwargs: Any) -> kopf.AiohttpSession:
     """The operator's credentials (in-cluster or kubeconfig), in a session of at most `limit`
     connections: from kopf's own loaders as the reconcilers' Transport has them, or from the
-    kubernetes client where `rankops run` needs it (OPERATOR.client_library). kopf calls this
+    kubernetes client where `rankops run` needs it (`client_library`). kopf calls this
     again on a 401, so a rotated ServiceAccount token is read afresh."""
-    if OPERATOR.client_library:
+    if client_library:
         info = kopf.login_via_client(**kwargs)
     else:
         info = transport.login(kwargs.get("settings"))

@@ -11,8 +11,9 @@ serving to keep: its children are written without the dry run (half the writes o
 Deployments last, and a refusal deletes what that pass created, so a refused model still leaves
 no child behind, and no pod ever started. Its later passes dry-run first, as above.
 
-What was applied and what was refused is remembered per object in this process only: it saves
-dry runs and paces retries, and losing it on a restart costs one dry run, nothing else.
+What was applied and what was refused is remembered per object in this process only (a `Writes`,
+owned by the ModelController): it saves dry runs and paces retries, and losing it on a restart
+costs one dry run, nothing else.
 """
 from __future__ import annotations
 
@@ -27,9 +28,7 @@ from rankops.render.names import FIELD_MANAGER
 
 log = logging.getLogger("rankops.writes")
 
-_applied: dict[str, str] = {}                 # uid -> digest of the children last applied
-_refused: dict[str, refusal.Refused] = {}     # uid -> the last refusal, while it stands
-clock: Callable[[], float] = time.monotonic
+HANDOVER_MANAGER = "rankops-replicas-handover"
 
 
 class ChildRefused(Exception):
@@ -38,41 +37,68 @@ class ChildRefused(Exception):
         self.refused = refused
 
 
-def apply_all(kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -> None:
-    """Apply `objects` (children of the object with metadata `meta`), or raise ChildRefused with
-    nothing written. Transient errors (409, 429, 5xx) propagate as ApiError."""
-    uid, generation = meta.get("uid", ""), meta.get("generation")
-    objects = [with_digest(obj) for obj in objects]
-    digest = refusal.digest(objects)
-    previous = _refused.get(uid)
-    if refusal.backing_off(previous, generation, digest, clock()):
-        raise ChildRefused(previous)
-    observed = [_observed(kube, obj) for obj in objects]
-    # Only what differs from the child as observed is written (the others are as accepted before).
-    changed = [obj for obj, seen in zip(objects, observed) if not unchanged(obj, seen)]
-    try:
-        if previous is None and uid not in _applied and all(seen is None for seen in observed):
-            _create_all(kube, changed)
-        else:
-            if _applied.get(uid) != digest:
+class Writes:
+    """What this process applied and had refused, per object; `clock` paces the retries."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.applied: dict[str, str] = {}                 # uid -> digest of the children last applied
+        self.refused: dict[str, refusal.Refused] = {}     # uid -> the last refusal, while it stands
+        self.handed_over: set[tuple[str, str]] = set()    # (namespace, Deployment) checked in this process
+
+    def apply_all(self, kube: Kube, meta: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+        """Apply `objects` (children of the object with metadata `meta`), or raise ChildRefused with
+        nothing written. Transient errors (409, 429, 5xx) propagate as ApiError."""
+        uid, generation = meta.get("uid", ""), meta.get("generation")
+        objects = [with_digest(obj) for obj in objects]
+        digest = refusal.digest(objects)
+        previous = self.refused.get(uid)
+        if refusal.backing_off(previous, generation, digest, self.clock()):
+            raise ChildRefused(previous)
+        observed = [_observed(kube, obj) for obj in objects]
+        # Only what differs from the child as observed is written (the others are as accepted before).
+        changed = [obj for obj, seen in zip(objects, observed) if not unchanged(obj, seen)]
+        try:
+            if previous is None and uid not in self.applied and all(seen is None for seen in observed):
+                _create_all(kube, changed)
+            else:
+                if self.applied.get(uid) != digest:
+                    for obj in changed:
+                        _apply(kube, obj, dry_run=True)
                 for obj in changed:
-                    _apply(kube, obj, dry_run=True)
-            for obj in changed:
-                _apply(kube, obj, dry_run=False)
-    except _Refusal as exc:
-        refused = refusal.record(previous, generation, digest, exc.refusal, clock())
-        _refused[uid] = refused
-        _applied.pop(uid, None)
-        log.warning(f"{meta.get('namespace')}/{meta.get('name')}: {refused.message()}")
-        raise ChildRefused(refused) from None
-    _applied[uid] = digest
-    _refused.pop(uid, None)
+                    _apply(kube, obj, dry_run=False)
+        except _Refusal as exc:
+            refused = refusal.record(previous, generation, digest, exc.refusal, self.clock())
+            self.refused[uid] = refused
+            self.applied.pop(uid, None)
+            log.warning(f"{meta.get('namespace')}/{meta.get('name')}: {refused.message()}")
+            raise ChildRefused(refused) from None
+        self.applied[uid] = digest
+        self.refused.pop(uid, None)
 
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered of a deleted object."""
+        self.applied.pop(uid, None)
+        self.refused.pop(uid, None)
 
-def forget(uid: str) -> None:
-    """Drop what is remembered of a deleted object."""
-    _applied.pop(uid, None)
-    _refused.pop(uid, None)
+    def hand_over_replicas(self, kube: Kube, namespace: str, name: str, applied: list[dict[str, Any]]) -> None:
+        """autoscaling mode external: before the stable Deployment `name` is first applied without
+        spec.replicas while rankops owns that field, its value is applied once under a manager of its
+        own, so that leaving it out does not reset it to 1 (server-side apply removes a field its only
+        owner stops applying); the user's autoscaler's next scale takes it from there. Read once per
+        Deployment and process, from the API server (the watch cache keeps no managedFields)."""
+        ours = next((o for o in applied if o.get("kind") == "Deployment" and o["metadata"]["name"] == name), None)
+        if ours is None or "replicas" in ours.get("spec", {}) or (namespace, name) in self.handed_over:
+            return
+        deployment = getattr(kube, "kube", kube).get("Deployment", namespace, name)
+        if owns_replicas(deployment):
+            kube.apply({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"replicas": (deployment.get("spec") or {}).get("replicas", 1)}},
+                       field_manager=HANDOVER_MANAGER)
+            log.info(f"{namespace}/{name}: spec.replicas handed over to the user's autoscaler "
+                     "(autoscaling mode external)")
+        self.handed_over.add((namespace, name))
 
 
 class _Refusal(Exception):
@@ -134,10 +160,6 @@ def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> dict[str, Any] | N
         raise _Refusal(refusal.from_api_error(obj, exc.status, exc.reason, exc.body)) from None
 
 
-HANDOVER_MANAGER = "rankops-replicas-handover"
-_handed_over: set[tuple[str, str]] = set()   # (namespace, Deployment) checked in this process
-
-
 def owns_replicas(deployment: dict[str, Any] | None, manager: str = FIELD_MANAGER) -> bool:
     """Whether `manager` owns the Deployment's spec.replicas (its managedFields say so)."""
     for entry in ((deployment or {}).get("metadata") or {}).get("managedFields") or []:
@@ -145,21 +167,3 @@ def owns_replicas(deployment: dict[str, Any] | None, manager: str = FIELD_MANAGE
                 and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
             return True
     return False
-
-
-def hand_over_replicas(kube: Kube, namespace: str, name: str, applied: list[dict[str, Any]]) -> None:
-    """autoscaling mode external: before the stable Deployment `name` is first applied without
-    spec.replicas while rankops owns that field, its value is applied once under a manager of its
-    own, so that leaving it out does not reset it to 1 (server-side apply removes a field its only
-    owner stops applying); the user's autoscaler's next scale takes it from there. Read once per
-    Deployment and process, from the API server (the watch cache keeps no managedFields)."""
-    ours = next((o for o in applied if o.get("kind") == "Deployment" and o["metadata"]["name"] == name), None)
-    if ours is None or "replicas" in ours.get("spec", {}) or (namespace, name) in _handed_over:
-        return
-    deployment = getattr(kube, "kube", kube).get("Deployment", namespace, name)
-    if owns_replicas(deployment):
-        kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
-                    "spec": {"replicas": (deployment.get("spec") or {}).get("replicas", 1)}},
-                   field_manager=HANDOVER_MANAGER)
-        log.info(f"{namespace}/{name}: spec.replicas handed over to the user's autoscaler (autoscaling mode external)")
-    _handed_over.add((namespace, name))

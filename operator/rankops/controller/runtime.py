@@ -1,0 +1,565 @@
+"""The operator's runtime, as two objects: a ModelController and a PoolController, built once by
+`rankops run` (`build`) and handed to kopf's handlers in kopf's memo (controller/handlers.py
+holds only the decorators, each delegating to one method here). Each owns what it remembers per
+object; the ModelController also owns the watch caches, the work queue (controller/kicks.py),
+the requeue clock (controller/clock.py) and the plan pool (controller/plans.py). Nothing here
+starts a thread or reads a setting until it is built and started (`start`), so importing it,
+or building one in a test against a fake API, costs nothing.
+
+A RankingModel is reconciled from events: its own (listed at start-up, created, a new spec, an
+annotation or status someone else wrote), and those of its children and of the pools and
+latency-profile ConfigMaps it names, mapped to it, so drift is repaired and Ready is seen as it
+happens. Reads of the model and its children come from those watches (controller/cache.py).
+The clock reconciles a model `--interval` after its last reconcile while only time moves it on
+(a rollout in flight, not Ready yet, a refused write to retry: gate deadlines and the canary
+hold), and every model `--resync` after its last. Pools have kopf's create/update/resume
+handlers (their finalizer clears the nodes' marks): a change of a node they select (labels,
+verdict, GPU capacity) or of another pool reconciles them on the PoolController's queue, and so
+does `--resync`; a settled pool costs no request in between.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import kopf
+
+from rankops import metrics
+from rankops.api.crdgen import GROUP
+from rankops.controller import cache, models, pools
+from rankops.controller.clock import Clock
+from rankops.controller.context import OperatorContext
+from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
+from rankops.controller.kicks import Kicks
+from rankops.controller.kube import ApiError, namespace_terminating
+from rankops.controller.node_pods import NodePods
+from rankops.controller.patching import merge_patch
+from rankops.controller.peering import PauseState
+from rankops.controller.plans import Plans
+from rankops.render import names
+from rankops.rollout import status_decisions
+from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
+
+log = logging.getLogger("rankops.handlers")
+
+# What _namespace_going last found is kept, by namespace: (when, going). A namespace alive is asked
+# again after NAMESPACE_ALIVE_S (at N=1000 new models it was a GET per model for its Ready Event);
+# one going, after NAMESPACE_GOING_S (one of the same name may be created once it is gone). An
+# Event posted into a namespace that began to go in between is refused, and kopf says so at WARNING.
+NAMESPACE_ALIVE_S, NAMESPACE_GOING_S = 2.0, 30.0
+MONITOR_CHECK_S = 30.0
+MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
+
+
+def configure_kopf(settings: kopf.OperatorSettings, workers: int) -> None:
+    """kopf's settings, at its start-up. Own prefixes for kopf's bookkeeping, set before any
+    object is touched: changing them later would make kopf think every object is new and re-run
+    its creation handlers."""
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    # A digest, not a copy of the spec: a copy over 256 KiB of annotations made the object
+    # undeletable (controller/diffbase.py).
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = workers
+    settings.watching.server_timeout = 300
+
+
+class _Reconciles:
+    """What both controllers do around a reconcile: one at a time per object (queue and kopf
+    handlers may overlap), the status written once under that lock, the Events posted after."""
+
+    kind = ""
+
+    def __init__(self, settings: OperatorContext, pause: PauseState):
+        self.settings, self.pause = settings, pause
+        self.locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self.status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
+
+    def run(self, reconcile: Callable[[dict], Any], body: dict, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Serialise reconciles of one object (timer and event handlers may overlap), then record."""
+        meta = body["metadata"]
+        uid = meta["uid"]
+        started = time.monotonic()
+        result_word = "error"
+        with self.locks[uid]:
+            # The body asked with may predate the status this process wrote a moment ago: reconcile
+            # the object as it is now (a model: as its watch shows it, once that has caught up with
+            # this process's last status write), and write its status here, under the lock, so no
+            # transition (and its Event) is computed twice or lost.
+            fresh = self.current(meta)
+            if fresh is None or fresh["metadata"]["uid"] != uid:
+                return
+            if self._nothing_to_do(fresh):
+                return
+            body = fresh
+            result, status_patch = None, None
+            try:
+                result = self._before_status(uid, body, reconcile(body))
+                result_word = metrics.reconcile_result(result.status)
+                status_patch = merge_patch(body.get("status") or {}, result.status)
+                if status_patch:
+                    written = self.settings.kube.merge_patch(self.kind, meta.get("namespace"), meta["name"],
+                                                             {"status": status_patch}, subresource="status")
+                    if written is None and self._gone(fresh["metadata"]):
+                        result_word = "skipped"
+                        return
+                    self.status_written[uid] = ((written or {}).get("metadata") or {}).get("resourceVersion")
+                    if written:
+                        self._written(written)
+            except ApiError as exc:
+                if namespace_terminating(exc):  # the namespace's deletion removes the object too
+                    result_word = "skipped"
+                    logger.debug(f"not reconciled: its namespace is being deleted ({exc.status} {exc.reason})")
+                    return
+                raise kopf.TemporaryError(f"Kubernetes API said {exc.status} {exc.reason}: "
+                                          f"{(exc.body or '')[:300]}", delay=10) from exc
+            finally:
+                metrics.observe_reconcile(self.kind, result_word, time.monotonic() - started)
+                if result_word != "skipped":
+                    self._after(body, result_word, result, status_patch)
+        events = result.events
+        if events and meta.get("namespace") and self.namespace_going(meta["namespace"]):
+            events = []   # refused while the namespace goes (kopf would retry each at ERROR); so is the object
+        for event in events:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
+            logger.info(f"{event.reason}: {event.message}")
+        self._record(body, result)
+
+    def current(self, meta: dict) -> dict | None:
+        return self.settings.kube.get(self.kind, meta.get("namespace"), meta["name"])
+
+    def namespace_going(self, name: str) -> bool:
+        return False
+
+    def _nothing_to_do(self, body: dict) -> bool:
+        return False
+
+    def _before_status(self, uid: str, body: dict, result):
+        return result
+
+    def _gone(self, meta: dict) -> bool:
+        """The status write found no object (404): True when that ends the reconcile."""
+        return False
+
+    def _written(self, written: dict) -> None:
+        pass
+
+    def _after(self, body: dict, result_word: str, result, status_patch) -> None:
+        pass
+
+    def _record(self, body: dict, result) -> None:
+        pass
+
+
+def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) -> list[str]:
+    """A Warning's text for each promote/abort annotation whose value names no version: `yes`,
+    `true`, `now` or `all` would otherwise do nothing, silently (the machine acts on VERSION or
+    VERSION/ANYTHING, the second to ask again)."""
+    problems = []
+    for annotation in (PROMOTE_ANNOTATION, ABORT_ANNOTATION):
+        value = annotations.get(annotation)
+        if value is not None and value.split("/", 1)[0] not in versions:
+            problems.append(f"{annotation}={value!r} names no version of spec.versions, so it does nothing: set it "
+                            f"to the version being rolled out (one of {', '.join(versions) or 'none'}), or "
+                            "VERSION/ANY-WORD to ask again")
+    return problems
+
+
+def model_inputs(obj: dict) -> str:
+    """Digest of what a model's reconcile reads of the model itself, bar its spec's content."""
+    annotations = obj["metadata"].get("annotations") or {}
+    return essence_digest([obj["metadata"].get("generation"), obj.get("status"),
+                           {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
+
+
+def all_ready(deployment: dict) -> bool:
+    """A Deployment whose pods are all Ready and up to date: what its model's Ready waits on. Its
+    reconcile goes before the models still to build (it is cheap: nothing to apply), so at N=1000
+    a model says Ready with its pods, not after the whole burst; the other child events wait their
+    turn, where a burst of them becomes one reconcile."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = spec.get("replicas", 1)
+    return status.get("observedGeneration", 0) >= (deployment["metadata"].get("generation") or 0) \
+        and status.get("readyReplicas", 0) >= wanted and status.get("updatedReplicas", 0) >= wanted
+
+
+class ModelController(_Reconciles):
+    """RankingModels, reconciled on the operator's own watch caches and work queue."""
+
+    kind = "RankingModel"
+
+    def __init__(self, settings: OperatorContext, pause: PauseState | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
+        super().__init__(settings, pause if pause is not None else PauseState())
+        self.monotonic = monotonic
+        # RankingModels as their watch and this process's status writes show them: a reconcile reads
+        # its model from here, not with a GET (at N=1000, 4.9 GETs per new model), when what is here
+        # is at least as new as the last status this process wrote; otherwise (not seen yet, or the
+        # watch lags behind that write) from the API.
+        self.model_cache = cache.Children(relist_s=settings.resync)
+        self.children = cache.Children(relist_s=settings.resync)
+        self.node_pods = NodePods()
+        self.memory = models.ModelMemory()   # children applied and refused, shapes planned, monitors
+        self.reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
+        self.first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
+        self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)
+        self.inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads of it, at its last event
+        self.manual_seen: dict[str, tuple] = {}   # uid -> the promote/abort values last checked
+        self.kopf_context: contextvars.Context | None = None   # a kopf handler's context, as the first one ran
+        # A child's burst of events (its status moving pod by pod) within a quarter second is one
+        # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
+        self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
+                           start=False)
+        # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
+        self.plans = Plans(done=self.kicks.kick)
+        # Reconciles no event asks for (gate deadlines, the canary hold, --resync); its thread has no
+        # kopf context of its own to post Events with.
+        self.clock = Clock(lambda key: self.kicks.kick(key, self.posting_context()), settings.interval,
+                           settings.resync, start=False)
+        self.pause.on_pause.append(self.forget_the_cluster)
+
+    def start(self) -> None:
+        self.kicks.start()
+        self.clock.start()
+
+    def posting_context(self) -> contextvars.Context | None:
+        """A context in which kopf.event() posts (kopf keeps its settings and Event queue in context
+        variables, set for its handlers only): for reconciles a thread of rankops' own asks for."""
+        return self.kopf_context
+
+    # --- one reconcile
+
+    def current(self, meta: dict) -> dict | None:
+        namespace = meta.get("namespace")
+        self.model_cache.fill(self.settings.kube, self.kind, namespace)   # once, then each --resync: a DELETED a broken watch missed
+        seen = self.model_cache.get(self.kind, namespace, meta["name"])
+        if seen is not None and seen["metadata"].get("uid") == meta["uid"] \
+                and cache.resource_version(seen) >= cache.resource_version(self.status_written.get(meta["uid"])):
+            return seen
+        return self.settings.kube.get(self.kind, namespace, meta["name"])
+
+    def _nothing_to_do(self, body: dict) -> bool:
+        # A RankingModel being deleted has nothing left to reconcile: garbage collection removes
+        # its children (a deleted pool still is: its marks are cleared under the same lock).
+        return bool(body["metadata"].get("deletionTimestamp"))
+
+    def _before_status(self, uid: str, body: dict, result):
+        return self.first_status(uid, body.get("status") or {}, result)
+
+    def _gone(self, meta: dict) -> bool:   # 404: deleted, its DELETED event missed
+        self.model_cache.forget(self.kind, meta.get("namespace"), meta["name"])
+        self.forget_model(meta)
+        return True
+
+    def _written(self, written: dict) -> None:
+        self.model_cache.observe(self.kind, written)
+
+    def _record(self, body: dict, result) -> None:
+        metrics.record_model(body, result.status, result.outcome, result.gate_results)
+
+    def first_status(self, uid: str, old: dict, result):
+        """A new model's first status that would only say Pending is left to its next reconcile (one
+        status write per new model, not two); that one says its first Ready, which has no flip."""
+        if uid not in self.reconciled_generation and status_decisions.first_status_can_wait(old, result.status):
+            self.first_status_waiting.add(uid)
+            return models.Result(old)   # nothing written, nothing said
+        if uid in self.first_status_waiting:
+            self.first_status_waiting.discard(uid)
+            ready = status_decisions.first_ready_event(old, result.status)
+            if ready is not None:
+                result.events.append(ready)
+        return result
+
+    def _after(self, body: dict, result_word: str, result, status_patch) -> None:
+        """Schedule the model's next reconcile by the clock, and say the reconciles that matter: the
+        first in this process, one of a new generation, one that changed status."""
+        meta = body["metadata"]
+        uid, generation = meta["uid"], meta.get("generation")
+        status = result.status if result is not None else None
+        self.clock.reconciled((meta["namespace"], meta["name"], uid),
+                              status is None or status_decisions.needs_clock(status, generation))
+        first, before = uid not in self.reconciled_generation, self.reconciled_generation.get(uid)
+        self.reconciled_generation[uid] = generation
+        if first or before != generation or status_patch:
+            why = "first here" if first else "new generation" if before != generation else "status changed"
+            log.info(f"reconciled {meta['namespace']}/{meta['name']} generation {generation}: {result_word} ({why})")
+
+    def namespace_going(self, name: str) -> bool:
+        """The namespace is being deleted (or gone). Asked only when there are Events to post."""
+        seen = self.namespaces_seen.get(name)
+        if seen and self.monotonic() - seen[0] < (NAMESPACE_GOING_S if seen[1] else NAMESPACE_ALIVE_S):
+            return seen[1]
+        try:
+            found = self.settings.kube.get("Namespace", None, name)
+        except ApiError:   # no right to read it (custom RBAC): post as before
+            return False
+        going = found is None or bool(found["metadata"].get("deletionTimestamp"))
+        self.namespaces_seen[name] = (self.monotonic(), going)
+        return going
+
+    def reconcile_model(self, body: dict):
+        meta = body["metadata"]
+        settings = self.settings
+        return models.reconcile(cache.CachedKube(settings.kube, self.children), body,
+                                leaving_nodes=self.node_pods.leaving_nodes(meta["namespace"], meta["name"]),
+                                stable_nodes=self.node_pods.track_nodes(meta["namespace"], meta["name"], names.STABLE),
+                                service_monitors=settings.service_monitors,
+                                service_monitor_labels=settings.service_monitor_labels,
+                                policy=settings.tenant_policy, pull_secrets=tuple(settings.image_pull_secrets),
+                                metrics_networks=tuple(settings.pod_metrics_networks), plans=self.plans,
+                                memory=self.memory)
+
+    def kicked(self, key) -> None:
+        """The queue's work: reconcile the model (namespace, name, uid)."""
+        namespace, name, uid = key
+        self.run(self.reconcile_model, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}, log)
+
+    # --- events, as kopf's handlers pass them on
+
+    def owner_kick(self, obj: dict, urgent: bool = False) -> None:
+        """Reconcile the RankingModel that controls `obj` (by its ownerReference and model label)."""
+        meta = obj["metadata"]
+        model = (meta.get("labels") or {}).get(names.LABEL_MODEL)
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")
+                      and o.get("kind") == "RankingModel" and o.get("name") == model), None)
+        if owner and meta.get("namespace"):
+            self.kicks.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
+
+    def child_event(self, kind: str, event: dict) -> None:
+        obj = event["object"]
+        self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
+        if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
+            self.owner_kick(obj, urgent=kind == "Deployment" and event.get("type") != "DELETED" and all_ready(obj))
+
+    def pod_event(self, event: dict) -> None:
+        """Where each model's pods run, so a node that starts leaving wakes the models on it."""
+        self.node_pods.pod_event(event["object"], deleted=event.get("type") == "DELETED")
+
+    def configmap_event(self, event: dict, models_by_input) -> None:
+        obj = event["object"]
+        meta = obj["metadata"]
+        if names.LABEL_MODEL in (meta.get("labels") or {}):
+            self.child_event("ConfigMap", event)
+        if event.get("type") is not None:
+            for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
+                self.kicks.kick(key)
+
+    def input_event(self, kind: str, name: str, models_by_input) -> None:
+        """An input the models name changed (a pool: its ready nodes decide where their pods go)."""
+        for key in models_by_input.get((kind, name), ()):
+            self.kicks.kick(key)
+
+    def node_event(self, node: dict, deleted: bool) -> None:
+        """Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas."""
+        for namespace, model in self.node_pods.node_event(node, deleted) or ():
+            found = self.model_cache.get(self.kind, namespace, model)
+            if found:
+                self.kicks.kick((namespace, model, found["metadata"]["uid"]), self.posting_context(), urgent=True)
+
+    def model_event(self, event: dict) -> None:
+        """A model is reconciled from its own events, as its children are: when kopf lists it (at
+        start-up: every model, as kopf's resume did), when it is created, and when what a reconcile
+        reads of it changes: its spec (a new generation), a promote/abort/retry annotation, a status
+        someone else wrote. The operator's own status writes and metadata edits wake nothing."""
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+        obj = event["object"]
+        meta = obj["metadata"]
+        self.model_cache.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
+        if event.get("type") == "DELETED":
+            self.forget_model(meta)
+            self.manual_seen.pop(meta["uid"], None)
+            return
+        if meta["uid"] not in self.inputs_seen:   # a namespace of this name may have been deleted and made again
+            self.namespaces_seen.pop(meta["namespace"], None)
+        self.warn_meaningless_manual(obj)
+        seen, before = model_inputs(obj), self.inputs_seen.get(meta["uid"])
+        self.inputs_seen[meta["uid"]] = seen
+        if before != seen and meta.get("resourceVersion") != self.status_written.get(meta["uid"]):
+            self.kicks.kick((meta["namespace"], meta["name"], meta["uid"]))
+
+    def warn_meaningless_manual(self, obj: dict) -> None:
+        """Posted once per new value, not on every event."""
+        meta = obj["metadata"]
+        annotations = meta.get("annotations") or {}
+        values = tuple(annotations.get(k) for k in (PROMOTE_ANNOTATION, ABORT_ANNOTATION))
+        if self.manual_seen.get(meta["uid"]) == values:
+            return
+        self.manual_seen[meta["uid"]] = values
+        versions = [v.get("name", "") for v in (obj.get("spec") or {}).get("versions") or [] if isinstance(v, dict)]
+        for message in meaningless_manual_values(annotations, versions):
+            kopf.event(obj, type="Warning", reason="AnnotationIgnored", message=message[:1000])
+
+    # --- forgetting
+
+    def forget_the_cluster(self) -> None:
+        """This replica is paused (kopf peering): its watches stop while a peer acts, so what it holds
+        goes stale. When it resumes, kopf lists every model again and each is reconciled as at
+        start-up (nothing is remembered as seen), from the API and fresh listings."""
+        self.inputs_seen.clear()
+        self.model_cache.clear()
+        self.children.forget_listings()
+        self.node_pods.clear()
+        self.namespaces_seen.clear()
+
+    def forget_model(self, meta: dict) -> None:
+        """A deleted model: drop its series (they would feed alerts until a restart) and what this
+        process remembers of it."""
+        uid = meta["uid"]
+        metrics.forget_model(meta["namespace"], meta["name"])
+        self.memory.writes.forget(uid)
+        self.clock.forget((meta["namespace"], meta["name"], uid))
+        for memory in (self.inputs_seen, self.status_written, self.reconciled_generation):
+            memory.pop(uid, None)
+        self.first_status_waiting.discard(uid)
+
+    def check_monitors(self) -> None:
+        """ServiceMonitors are not watched (their CRD is optional): those this process applied that a
+        LIST no longer finds have their models reconciled."""
+        from rankops.controller.kube import ApiMissing
+
+        if not self.settings.service_monitors:
+            return
+        try:
+            listed = self.settings.kube.list("ServiceMonitor", None, label_selector=names.LABEL_MODEL)
+        except (ApiMissing, ApiError, OSError) as exc:
+            log.debug("ServiceMonitor drift check skipped: %s", exc)
+            return
+        present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
+        for key in self.memory.monitors_gone(present):
+            self.kicks.kick(key, self.posting_context())   # this thread has no kopf context to post Events with
+
+
+class PoolController(_Reconciles):
+    """GpuNodePools: kopf's change handlers and timer, and the events of their nodes and of the
+    other pools, on a queue of their own."""
+
+    kind = "GpuNodePool"
+
+    def __init__(self, settings: OperatorContext, models_: ModelController, pause: PauseState | None = None):
+        super().__init__(settings, pause if pause is not None else models_.pause)
+        self.models = models_
+        self.validators = pools.Validators()
+        self.generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
+        self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
+        # Validators report node by node: a pool's burst of node events within a second is one reconcile.
+        self.kicks = Kicks(self.kicked, workers=2, delay_s=1.0, paused=lambda: self.pause.paused, start=False)
+
+    def start(self) -> None:
+        self.kicks.start()
+
+    def _record(self, body: dict, result) -> None:
+        metrics.record_pool(body["metadata"]["name"], result.status)
+
+    def reconcile_pool(self, body: dict) -> pools.Result:
+        return pools.reconcile(self.settings.kube, body, self.settings, self.validators)
+
+    def reconcile(self, body: dict, logger) -> None:
+        self.run(self.reconcile_pool, body, logger)
+
+    def kicked(self, key) -> None:
+        name, uid = key
+        self.run(self.reconcile_pool, {"metadata": {"name": name, "uid": uid}}, log)
+
+    def pool_event(self, event: dict, models_by_input, pool_selectors) -> None:
+        meta = event["object"]["metadata"]
+        name, deleted = meta["name"], event.get("type") == "DELETED"
+        before = self.generations.pop(name, None) if deleted else self.generations.get(name, -1)
+        if not deleted:
+            self.generations[name] = meta.get("generation")
+        if event.get("type") is None:
+            return
+        self.models.input_event("GpuNodePool", name, models_by_input)
+        if deleted or before != meta.get("generation"):   # added, gone or a new selector: the others' overlaps
+            for other, entries in pool_selectors.items():
+                for uid, _selector in entries:
+                    if other != name:
+                        self.kicks.kick((other, uid))
+
+    def node_event(self, event: dict, pool_selectors) -> None:
+        """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
+        it is in. A heartbeat, or a re-validation with the same verdict, wakes none."""
+        node = event["object"]
+        name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
+        seen = pools.node_inputs(node)
+        before = self.nodes_seen.pop(name, None) if deleted else self.nodes_seen.get(name)
+        if not deleted:
+            self.nodes_seen[name] = seen
+        if event.get("type") is None or (not deleted and before == seen):   # None: kopf's listing
+            return
+        selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
+        uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
+        for pool in pools.pools_of_node(node, selectors):
+            self.kicks.kick((pool, uids[pool]))
+
+    def release(self, body: dict) -> pools.Release:
+        # Under the pool's lock: a reconcile in flight ends first, and later ones see the
+        # deletionTimestamp and re-create no validator.
+        with self.locks[body["metadata"]["uid"]]:
+            return pools.release(self.settings.kube, body["metadata"]["name"], self.settings.namespace)
+
+    async def deleted(self, body: dict, logger) -> None:
+        name = body["metadata"]["name"]
+        metrics.forget_pool(name)
+        try:
+            released = await asyncio.to_thread(self.release, body)
+        except ApiError as exc:
+            message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
+            if exc.status == 403:  # retrying will not grant it: let the pool go, say what is left behind
+                raise kopf.PermanentError(f"nodes keep the pool's rankops.io labels and taint: {message}") from exc
+            raise kopf.TemporaryError(message, delay=10) from exc
+        if not released.validators_stopped:
+            logger.warning(f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
+                           f"cleared the nodes' marks anyway")
+        if released.shared_with:
+            logger.warning(f"pool {released.shared_with} has the same rankops.io/pool label value: "
+                           f"its nodes keep their marks")
+        if released.cleared:
+            logger.info(f"cleared validation marks from {', '.join(sorted(released.cleared))}")
+
+    def check_validators(self) -> None:
+        """Validator DaemonSets are not watched (the chart grants them in its namespace only): those
+        this process applied that a LIST no longer finds have their pools reconciled."""
+        try:
+            validators = self.settings.kube.list("DaemonSet", self.settings.namespace,
+                                                 label_selector="app.kubernetes.io/name=rankops-validator")
+        except (ApiError, OSError) as exc:
+            log.debug("validator DaemonSet drift check skipped: %s", exc)
+            return
+        present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
+        for key in self.validators.gone(present):
+            self.kicks.kick(key)
+
+
+def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:
+    """The two controllers of one operator process, sharing its settings and pause state."""
+    model_controller = ModelController(settings, pause)
+    return model_controller, PoolController(settings, model_controller)
+
+
+def start(model_controller: ModelController, pool_controller: PoolController) -> None:
+    """Their threads: the queues' workers, the clock, and the drift checks."""
+    model_controller.start()
+    pool_controller.start()
+    threading.Thread(target=drift_checks, args=(model_controller, pool_controller), daemon=True,
+                     name="drift-checks").start()
+
+
+def drift_checks(model_controller: ModelController, pool_controller: PoolController,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+    """Children that are not watched, and whose deletion would otherwise wait for --resync: every
+    MONITOR_CHECK_S a LIST finds the ones this process applied that are gone, and reconciles their
+    owners. Validator DaemonSets (the chart grants them in its namespace only), and ServiceMonitors
+    when they are applied (their CRD is optional)."""
+    while True:
+        sleep(MONITOR_CHECK_S)
+        if model_controller.pause.paused or model_controller.settings.kube is None:
+            continue   # a standby lists nothing: the replica that acts checks
+        pool_controller.check_validators()
+        model_controller.check_monitors()
