@@ -268,7 +268,7 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
     wanted = desired_objects(rm, serving, resolved, pool_requirements, policy)
     if decision.reference_version:
         wanted += [with_owner(o, rm) for o in track_objects(
-            rm, gate_jobs.REFERENCE_TRACK, decision.reference_version, 1, False, resolved.shape, pool_requirements,
+            rm, names.REFERENCE, decision.reference_version, 1, False, resolved.shape, pool_requirements,
             policy=policy)]
     wanted += [with_owner(o, rm) for o in traffic_objects(rm, serving)]
     existing = {job for job, _ in observed.jobs}

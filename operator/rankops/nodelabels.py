@@ -20,6 +20,7 @@ LABEL_TOPOLOGY_ALIGNED = "rankops.io/topology-aligned"
 ANNOTATION_REPORT = "rankops.io/validation-report"
 TAINT_KEY = "rankops.io/gpu-unvalidated"
 TAINT_EFFECT = "NoSchedule"
+VALIDATOR_APP = "rankops-validator"   # app.kubernetes.io/name of the validator DaemonSet's pods
 VALIDATION_LABELS = (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH,
                      LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED)
 

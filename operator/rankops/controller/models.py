@@ -39,7 +39,6 @@ from rankops.triton import image_fit
 from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
-GATE_APP = "rankops-gate"
 POLICY_REASON = modelplan.POLICY_REASON
 SPEC_NOT_APPLIED = status_decisions.SPEC_NOT_APPLIED
 FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
@@ -349,11 +348,11 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
         if rm.spec.autoscaling.external else None
     jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
-        "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": GATE_APP}))
+        "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": names.GATE_APP}))
     # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
     foreign = tuple((names.gate_job_name(name, gate, rollout["version"], attempt_id(rollout)), True)
                     for gate, seen in gates_seen.items() if seen.failure_reason == "ForeignJob")
-    tracks = [child for track in (names.CANARY, gate_jobs.REFERENCE_TRACK)
+    tracks = [child for track in (names.CANARY, names.REFERENCE)
               for child in status_decisions.track_children(name, track)]
     present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
     # The stable pods only while some may be on a leaving node, or a surge has not ended yet.

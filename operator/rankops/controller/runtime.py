@@ -41,6 +41,7 @@ from rankops.controller.node_pods import NodePods
 from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PauseState
 from rankops.controller.plans import Plans
+from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
 from rankops.rollout import status_decisions
 from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
@@ -528,7 +529,7 @@ class PoolController(_Reconciles):
         this process applied that a LIST no longer finds have their pools reconciled."""
         try:
             validators = self.settings.kube.list("DaemonSet", self.settings.namespace,
-                                                 label_selector="app.kubernetes.io/name=rankops-validator")
+                                                 label_selector=f"app.kubernetes.io/name={VALIDATOR_APP}")
         except (ApiError, OSError) as exc:
             log.debug("validator DaemonSet drift check skipped: %s", exc)
             return

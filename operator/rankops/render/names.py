@@ -9,6 +9,8 @@ import hashlib
 
 STABLE, CANARY = "stable", "canary"
 TRACKS = (STABLE, CANARY)
+REFERENCE = "reference"   # the track that serves the stable version to the equivalence gate, when asked
+GATE_APP = "rankops-gate"   # app.kubernetes.io/name of the gate Jobs (the validator's: nodelabels.VALIDATOR_APP)
 
 LABEL_MODEL = "rankops.io/model"
 LABEL_TRACK = "rankops.io/track"

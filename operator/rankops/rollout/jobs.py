@@ -11,7 +11,6 @@ from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_S
 from rankops.render.serving import HTTP_PORT, METRICS_PORT
 
 REFERENCE_DIR = "/reference"
-REFERENCE_TRACK = "reference"
 # Generated requests, when no samples ConfigMap is given (render/gate_requests.py). Equivalence
 # compares each one as a ranked list: 64 lists steady the mean top-K overlap and rank correlation.
 # Every request is held encoded in the gate pod (up to maxBatchSize x maxDims each): keep both small.
@@ -74,7 +73,7 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
         mounts += mounts_
         init += init_
     else:
-        track = REFERENCE_TRACK if reference_served else names.STABLE
+        track = names.REFERENCE if reference_served else names.STABLE
         reference = ["--reference-url", _service_url(model, ns, track), "--reference-model", model]
     cmd = ["rankops", "gate", "equivalence", *reference, "--candidate-url", canary, "--candidate-model", model,
            "--abs-tolerance", str(e.abs_tolerance), "--rel-tolerance", str(e.rel_tolerance),
@@ -91,7 +90,7 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
     jobs = rm.spec.rollout.gate_jobs
     command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served)
     gate_spec = rm.spec.rollout.warmup if gate == "warmup" else rm.spec.rollout.equivalence
-    labels = {**names.common_labels(model), "app.kubernetes.io/name": "rankops-gate",
+    labels = {**names.common_labels(model), "app.kubernetes.io/name": names.GATE_APP,
               names.LABEL_GATE: gate, names.LABEL_VERSION: version, names.LABEL_ATTEMPT: attempt}
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                   "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}

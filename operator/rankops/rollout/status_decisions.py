@@ -15,7 +15,6 @@ from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, 
 from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, TrafficMode
 from rankops.render import names
 from rankops.render.desired import effective_weight
-from rankops.rollout.jobs import REFERENCE_TRACK
 from rankops.rollout.machine import ACTIVE, ROLLED_BACK, Decision, Event, attempt_id
 from rankops.rollout import warming
 
@@ -253,7 +252,7 @@ def unwanted_tracks(decision: Decision) -> list[str]:
     """The tracks besides stable that the decision does not serve: the canary without a canary
     version, the reference without a reference version."""
     return [track for track, version in ((names.CANARY, decision.serving.canary_version),
-                                         (REFERENCE_TRACK, decision.reference_version)) if not version]
+                                         (names.REFERENCE, decision.reference_version)) if not version]
 
 
 def wanted_job_names(model: str, decision: Decision) -> set[str]:

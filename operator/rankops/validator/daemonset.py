@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from rankops.api.gpunodepool import GpuNodePool
-from rankops.nodelabels import TAINT_KEY, label_value
+from rankops.nodelabels import TAINT_KEY, VALIDATOR_APP, label_value
 from rankops.validator.report import requirements_digest
 
 HOST_ROOT = "/host"
@@ -31,7 +31,7 @@ def validator_name(pool_name: str) -> str:
 
 def render_validator(pool: GpuNodePool, namespace: str, service_account: str) -> list[dict[str, Any]]:
     name = validator_name(pool.name)
-    selector = {"app.kubernetes.io/name": "rankops-validator", "app.kubernetes.io/instance": name}
+    selector = {"app.kubernetes.io/name": VALIDATOR_APP, "app.kubernetes.io/instance": name}
     labels = {**selector, "app.kubernetes.io/managed-by": "rankops", "app.kubernetes.io/part-of": "rankops",
               "rankops.io/pool": label_value(pool.name) or "unnamed"}
     requirements = json.dumps(pool.spec.requirements.to_wire(), sort_keys=True, separators=(",", ":"))
