@@ -176,7 +176,10 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
                           rm.spec.disruption.node_spread is NodeSpread.required)
     if crowded:   # serving, but one node's loss takes more than the tolerance: said, not Degraded
         notes += (crowded,)
-        if crowded not in (get_condition(status.get("conditions") or [], "Degraded") or {}).get("message", ""):
+        # Said once: the note lives in an AsExpected Degraded's message (another reason's hides it,
+        # and the Event waits until that one clears).
+        was = get_condition(status.get("conditions") or [], "Degraded") or {}
+        if was.get("reason", "AsExpected") == "AsExpected" and crowded not in was.get("message", ""):
             events += (Event("Warning", "ReplicasShareANode", crowded),)
 
     s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)

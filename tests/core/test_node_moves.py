@@ -198,5 +198,12 @@ def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
     assert next(c for c in first.status["conditions"] if c["type"] == "Ready")["status"] == "True"
     again = reconcile(20, (("gpu-1", 2),))
     assert "ReplicasShareANode" not in [e.reason for e in again.events], "said once"
+    # Degraded for another reason: the note is hidden there, and no Event repeats it each reconcile.
+    conditions = model.body["status"]["conditions"]
+    degraded = next(c for c in conditions if c["type"] == "Degraded")
+    degraded.update(status="True", reason="RequestsNotBatched", message="inputs not batched")
+    hidden = models.reconcile(cluster, copy.deepcopy({**model.body, "status": {**model.body["status"]}}),
+                              now=model_now(model.t + 25), stable_nodes=(("gpu-1", 2),))
+    assert "ReplicasShareANode" not in [e.reason for e in hidden.events]
     spread = reconcile(30, (("gpu-1", 1), ("gpu-2", 1)))
     assert "run on node" not in next(c for c in spread.status["conditions"] if c["type"] == "Degraded")["message"]
