@@ -126,32 +126,19 @@ def test_record_pool_publishes_the_pool_status_counts():
     assert sample("rankops_pool_nodes_failing", {"pool": "l4-pool"}) == 1
 
 
-class FakeKube:
-    """Enough of controller.kube.Kube for the handlers' own reads and status writes."""
-
-    def __init__(self, *objects: dict):
-        self.objects = {o["metadata"]["name"]: o for o in objects}
-
-    def get(self, kind, namespace, name):
-        return self.objects.get(name)
-
-    def list_versioned(self, kind, namespace=None, label_selector=None):
-        return [], 0
-
-    def merge_patch(self, kind, namespace, name, patch, subresource=None):
-        self.objects[name].setdefault("status", {}).update(patch.get("status", {}))
-        return self.objects[name]
-
-
-def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
+def test_controllers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     import kopf
 
     from rankops.controller import handlers, models, pools, runtime
     from rankops.controller.context import OperatorContext
+    from tests.fakecluster import FakeCluster
 
-    pool = {"metadata": {"name": "a10-pool", "uid": "uid-pool"}, "spec": {}}
-    model = model_body("ranker", {"slo": {"p99LatencyMs": 5, "targetQps": 100}, "batching": {"maxBatchSize": 4}})
-    model_controller, pool_controller = runtime.build(OperatorContext(kube=FakeKube(pool, model)))
+    cluster = FakeCluster({"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
+                           "metadata": {"name": "a10-pool"}, "spec": {}},
+                          {**model_body("ranker", {"slo": {"p99LatencyMs": 5, "targetQps": 100},
+                                                   "batching": {"maxBatchSize": 4}}), "kind": "RankingModel"})
+    pool, model = cluster.stored("GpuNodePool", None, "a10-pool"), cluster.stored("RankingModel", "reco", "ranker")
+    model_controller, pool_controller = runtime.build(OperatorContext(kube=cluster))
     memo = kopf.Memo(models=model_controller, pools=pool_controller)
     pool_status = {"nodes": 2, "ready": 1, "failing": 1,
                    "conditions": [{"type": "Degraded", "status": "True", "reason": "NodesFailing"}]}
@@ -163,19 +150,16 @@ def test_handlers_record_each_reconcile_and_forget_deleted_objects(monkeypatch):
     gate_fail = lambda: sample("rankops_gate_results_total", {"gate": "equivalence", "outcome": "fail"}) or 0
     before = degraded(), rolled_back(), gate_fail()
 
-    handlers.gpunodepool_changed(body=pool, logger=logging.getLogger("test"), memo=memo)
+    pool_controller.kicked(("a10-pool", pool["metadata"]["uid"]))
     model_controller.kicked((model["metadata"]["namespace"], model["metadata"]["name"], model["metadata"]["uid"]))
     assert (degraded(), rolled_back(), gate_fail()) == (before[0] + 1, before[1] + 1, before[2] + 1)
     assert sample("rankops_pool_nodes", {"pool": "a10-pool"}) == 2
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) == 1
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) == 4
 
-    released = []
-    monkeypatch.setattr(pools, "release", lambda kube, name, namespace: released.append(name) or
-                        pools.Release(validators_stopped=True))
-    asyncio.run(handlers.gpunodepool_deleted(body=pool, logger=logging.getLogger("test"), memo=memo))
+    asyncio.run(handlers.gpunodepool_event({"type": "DELETED", "object": pool}, models_by_input={},
+                                           pool_selectors={}, memo=memo))
     asyncio.run(handlers.rankingmodel_event({"type": "DELETED", "object": model}, memo=memo))
-    assert released == ["a10-pool"], "the deleted pool's nodes are released too"
     assert sample("rankops_pool_nodes_failing", {"pool": "a10-pool"}) is None
     assert sample("rankops_model_max_batch_size", {"namespace": "reco", "model": "ranker"}) is None
 

@@ -1,4 +1,4 @@
-"""A reconcile reads its RankingModel from the watch (ModelController.model_cache), not with a GET, unless
+"""A reconcile reads its RankingModel from the watch (ModelController.watched), not with a GET, unless
 the watch has not yet brought back the status this process last wrote (issue 13)."""
 from __future__ import annotations
 
@@ -36,26 +36,26 @@ def controller(kube):
 
 
 def test_a_watched_model_is_read_without_a_request(controller, kube):
-    controller.model_cache.observe("RankingModel", _model(10))
+    controller.watched.observe("RankingModel", _model(10))
     assert controller.current(_model(10)["metadata"])["status"]["phase"] == "seen-at-10"
     assert kube.gets == 0
 
 
 def test_a_watch_behind_this_processs_own_status_write_is_not_trusted(controller, kube):
-    controller.model_cache.observe("RankingModel", _model(10))
+    controller.watched.observe("RankingModel", _model(10))
     controller.status_written["uid-m"] = "12"
     assert controller.current(_model(10)["metadata"])["status"]["phase"] == "seen-at-99"
     assert kube.gets == 1
-    controller.model_cache.observe("RankingModel", _model(12))   # the write's answer, or its watch event
+    controller.watched.observe("RankingModel", _model(12))   # the write's answer, or its watch event
     assert controller.current(_model(12)["metadata"])["status"]["phase"] == "seen-at-12"
     assert kube.gets == 1
 
 
 def test_an_unseen_or_recreated_model_is_read_from_the_api(controller, kube):
     assert controller.current(_model(1)["metadata"])["status"]["phase"] == "seen-at-99"
-    controller.model_cache.observe("RankingModel", _model(20, uid="uid-old"))   # the same name, another object
+    controller.watched.observe("RankingModel", _model(20, uid="uid-old"))   # the same name, another object
     assert controller.current(_model(21)["metadata"])["status"]["phase"] == "seen-at-99"
-    controller.model_cache.observe("RankingModel", _model(30), deleted=True)
+    controller.watched.observe("RankingModel", _model(30), deleted=True)
     controller.current(_model(31)["metadata"])
     assert kube.gets == 3
 
@@ -79,9 +79,9 @@ def test_a_namespace_is_asked_whether_it_goes_at_most_every_few_seconds(monkeypa
 
 
 def test_a_model_whose_deleted_event_was_missed_is_dropped_by_the_next_listing(controller):
-    controller.model_cache.observe("RankingModel", _model(10))
-    controller.model_cache.listed("RankingModel", "ns", [], 12)   # listed after it went
-    assert controller.model_cache.get("RankingModel", "ns", "m") is None
+    controller.watched.observe("RankingModel", _model(10))
+    controller.watched.listed("RankingModel", "ns", [], 12)   # listed after it went
+    assert controller.watched.get("RankingModel", "ns", "m") is None
 
 
 def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
@@ -101,10 +101,10 @@ def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
     controller = runtime.ModelController(OperatorContext(kube=Gone()))
     monkeypatch.setattr(controller.clock, "reconciled", lambda key, needs: scheduled.append(key))
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result({"phase": "Pending"}))
-    controller.model_cache.observe("RankingModel", _model(5))
+    controller.watched.observe("RankingModel", _model(5))
     controller.kicked(("ns", "m", "uid-m"))
     assert scheduled == [], "not put back on the clock"
-    assert controller.model_cache.get("RankingModel", "ns", "m") is None
+    assert controller.watched.get("RankingModel", "ns", "m") is None
 
 
 def test_a_paused_replica_forgets_what_its_stopped_watches_told_it():
@@ -112,11 +112,11 @@ def test_a_paused_replica_forgets_what_its_stopped_watches_told_it():
     state = PauseState()
     controller = runtime.ModelController(OperatorContext(), state)
     controller.inputs_seen["uid-m"] = "digest"
-    controller.model_cache.observe("RankingModel", _model(7, uid="uid-paused"))
+    controller.watched.observe("RankingModel", _model(7, uid="uid-paused"))
     controller.children.listed("Deployment", "ns", [], 1)
     state.set(True)
     assert controller.inputs_seen == {}, "on resume, kopf's listing reconciles every model again"
-    assert controller.model_cache.get("RankingModel", "ns", "m") is None
+    assert controller.watched.get("RankingModel", "ns", "m") is None
     assert controller.children.needs_listing("Deployment", "ns")
 
 

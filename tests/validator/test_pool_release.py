@@ -206,34 +206,3 @@ def test_a_pool_being_deleted_gets_no_validator_back_but_keeps_its_status():
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     deleting = pools.reconcile(kube, body, operator)
     assert kube.applied == [] and deleting.status["nodes"] == 1
-
-
-@pytest.mark.parametrize("status, error", [(403, "PermanentError"), (500, "TemporaryError"), (None, None)])
-def test_the_delete_handler_turns_api_errors_into_kopf_outcomes(monkeypatch, caplog, status, error):
-    """403 (RBAC without node patch): retrying cannot help, the pool goes and says what is left;
-    anything else is retried (the handler's timeout bounds the wait)."""
-    import asyncio
-    import logging
-
-    import kopf
-
-    from rankops.controller import handlers, runtime
-    from rankops.controller.context import OperatorContext
-
-    def release(kube, name, namespace):
-        if status:
-            raise ApiError(status=status, reason="Nope")
-        return pools.Release(validators_stopped=False, cleared=["gpu-2", "gpu-1"])
-    monkeypatch.setattr(pools, "release", release)
-    models, pools_ = runtime.build(OperatorContext())
-    call = handlers.gpunodepool_deleted(body={"metadata": {"name": "t4", "uid": "u1"}},
-                                        logger=logging.getLogger("test"), memo=kopf.Memo(models=models, pools=pools_))
-    if error:
-        with pytest.raises(getattr(kopf, error)) as caught:
-            asyncio.run(call)
-        assert "Nope" in str(caught.value)
-    else:
-        with caplog.at_level(logging.INFO, "test"):
-            asyncio.run(call)
-        assert "cleared validation marks from gpu-1, gpu-2" in caplog.text
-        assert "still there" in caplog.text

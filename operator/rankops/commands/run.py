@@ -64,10 +64,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
-    from rankops.controller import handlers, runtime
+    from rankops.controller import handlers, runtime  # noqa: F401 - registers the handlers with kopf
     from rankops.controller.peering import PauseState
 
-    handlers.register_resync(operator.resync)
     pause = PauseState()   # standalone (no --peering): never paused
     # The two controllers, built once: the watch caches, queues, clock and plan pool they own start
     # with kopf (handlers.configure), which passes them to every handler in its memo.

@@ -62,7 +62,8 @@ class _Entry(NamedTuple):
 
 
 class Children:
-    """Objects of CACHED_KINDS labelled rankops.io/model, by (kind, namespace, name)."""
+    """Watched objects by (kind, namespace, name): a model's children (CACHED_KINDS labelled
+    rankops.io/model), RankingModels, or the PoolController's GpuNodePools and Nodes."""
 
     def __init__(self, relist_s: float = 600.0, clock: Callable[[], float] = time.monotonic):
         self.relist_s = relist_s
@@ -184,3 +185,28 @@ class CachedKube:
         if kind in CACHED_KINDS and namespace:
             self.children.forget(kind, namespace, name)
         return deleted
+
+
+class ClusterWatch:
+    """A Kube whose reads of cluster-scoped kinds watched whole (the PoolController's GpuNodePools
+    and Nodes) come from `Children`: listed once, then kept by the watch (and each relist); label
+    selection by equality, as a pool's nodeSelector is. Everything else goes to the API."""
+
+    def __init__(self, kube: Kube, watched: Children, kinds: tuple[str, ...]):
+        self.kube, self.watched, self.kinds = kube, watched, kinds
+
+    def __getattr__(self, name: str) -> Any:   # apply, merge_patch...: straight to the API
+        return getattr(self.kube, name)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        if kind not in self.kinds or namespace:
+            return self.kube.get(kind, namespace, name)
+        self.watched.fill(self.kube, kind, None)
+        return self.watched.get(kind, None, name)
+
+    def list(self, kind: str, namespace: str | None = None, labels: dict[str, str] | None = None,
+             label_selector: str | None = None) -> list[dict]:
+        if kind not in self.kinds or namespace or label_selector:
+            return self.kube.list(kind, namespace, labels=labels, label_selector=label_selector)
+        self.watched.fill(self.kube, kind, None)
+        return self.watched.select(kind, None, labels or {})

@@ -75,7 +75,9 @@ async def rankingmodel_event(event, memo: kopf.Memo, **_):
     memo.models.model_event(event)
 
 
-# --- GpuNodePools: the PoolController
+# --- GpuNodePools: the PoolController, on the same model: its queue, fed by these events, and its
+# own finalizer (no kopf change handler: those kept a second reconcile path, kopf's finalizer and a
+# timer task per pool)
 
 @kopf.index(GROUP, VERSION, "gpunodepools")
 def pool_selectors(name, uid, spec, **_):
@@ -87,32 +89,7 @@ async def gpunodepool_event(event, models_by_input: kopf.Index, pool_selectors: 
     memo.pools.pool_event(event, models_by_input, pool_selectors)
 
 
-@kopf.on.resume(GROUP, VERSION, "gpunodepools")
-@kopf.on.create(GROUP, VERSION, "gpunodepools")
-@kopf.on.update(GROUP, VERSION, "gpunodepools", field="spec")
-def gpunodepool_changed(body, logger, memo: kopf.Memo, **_):
-    memo.pools.reconcile(body, logger)
-
-
-def register_resync(resync_s: float) -> None:
-    """Every pool again each `resync_s` (`rankops run --resync`): a timer's interval is fixed when
-    it is registered, so `rankops run` registers it once it has read its flags."""
-    @kopf.timer(GROUP, VERSION, "gpunodepools", id="gpunodepool_resync", interval=resync_s,
-                initial_delay=resync_s, sharp=False)
-    def gpunodepool_resync(body, logger, memo: kopf.Memo, **_):
-        memo.pools.reconcile(body, logger)
-
-
 @kopf.on.event("", "v1", "nodes")
 async def node_event(event, pool_selectors: kopf.Index, memo: kopf.Memo, **_):
     memo.models.node_event(event["object"], event.get("type") == "DELETED")
     memo.pools.node_event(event, pool_selectors)
-
-
-# Not optional: the validators' labels, annotation and taint on the pool's nodes must be cleared
-# before the pool goes (kopf's finalizer holds it; its timer alone would release it as soon as the
-# timer stops, before a retry). The timeout bounds how long a failing API can hold the deletion.
-# async: waiting for the validator pods to stop runs in a thread of its own, not kopf's workers.
-@kopf.on.delete(GROUP, VERSION, "gpunodepools", timeout=600)
-async def gpunodepool_deleted(body, logger, memo: kopf.Memo, **_):
-    await memo.pools.deleted(body, logger)

@@ -2,6 +2,7 @@
 and release a deleted pool: stop its validators, then clear the marks they left on its nodes."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from dataclasses import dataclass, field
@@ -86,8 +87,7 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
         if validators is not None:
             validators.applied[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = (meta["name"], meta["uid"])
 
-    selector = ",".join(f"{k}={v}" for k, v in pool.spec.node_selector.items())
-    nodes = kube.list("Node", label_selector=selector)
+    nodes = kube.list("Node", labels=dict(pool.spec.node_selector))
     claims = node_claims(pool, nodes, kube.list("GpuNodePool"))
     summary = aggregate_pool_status(pool, nodes, claims)
     conditions = pool_conditions(summary, old.get("conditions") or [], gen, now_iso(), claims)
@@ -98,6 +98,15 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
                    (cond["type"] == "Ready" and cond["status"] == "False")
             events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
     return Result(typed_status({**summary, "conditions": conditions, "observedGeneration": gen}), events)
+
+
+def pool_inputs(pool: dict[str, Any]) -> str:
+    """Digest of what the PoolController acts on in a pool's own event: its spec (by generation),
+    a deletion asked for, its finalizer (taken off by someone else), and a status someone else
+    wrote. Its own writes are told apart by resourceVersion."""
+    meta = pool["metadata"]
+    return essence_digest([meta.get("generation"), meta.get("deletionTimestamp"),
+                           POOL_FINALIZER in (meta.get("finalizers") or []), pool.get("status")])
 
 
 def node_inputs(node: dict[str, Any]) -> str:
@@ -126,6 +135,12 @@ def pools_of_node(node: dict[str, Any], selectors: dict[str, dict[str, str]]) ->
                   if selects(selector, labels) or (mark is not None and mark == label_value(name)))
 
 
+# The operator's own, not kopf's: kopf takes its finalizer (rankops.io/finalizer, which older
+# operators' kopf deletion handler put on pools) off an object no kopf handler needs it for.
+POOL_FINALIZER = "rankops.io/clear-node-marks"
+KOPF_FINALIZER = "rankops.io/finalizer"   # released with it: what it held is done
+# How long a failing API (not a refusal) may hold a deleted pool before it goes with its marks left.
+RELEASE_TIMEOUT_S = 600.0
 VALIDATOR_STOP_WAIT_S = 60.0  # then clear anyway: a pod stuck Terminating on a lost node writes nothing
 
 
@@ -184,6 +199,15 @@ def clear_node_marks(kube: Kube, pool_name: str) -> Release:
                     raise
                 node = kube.get("Node", None, name)
     return Release(validators_stopped=True, cleared=cleared)
+
+
+def held_for_s(meta: dict[str, Any], now: dt.datetime) -> float:
+    """Seconds since the object's deletion was asked for (0 when unknown)."""
+    try:
+        asked = dt.datetime.fromisoformat(str(meta.get("deletionTimestamp")).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - asked).total_seconds())
 
 
 def release(kube: Kube, pool_name: str, namespace: str, **wait: Any) -> Release:

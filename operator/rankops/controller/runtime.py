@@ -19,8 +19,8 @@ does `--resync`; a settled pool costs no request in between.
 """
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import datetime as dt
 import logging
 import threading
 import time
@@ -133,7 +133,16 @@ class _Reconciles:
         self._record(body, result)
 
     def current(self, meta: dict) -> dict | None:
-        return self.settings.kube.get(self.kind, meta.get("namespace"), meta["name"])
+        """The object as its watch shows it (`self.watched`), when that is at least as new as the
+        status this process last wrote; otherwise (not seen yet, or the watch lags behind that
+        write) from the API. At N=1000 new models a GET per reconcile was 4.9 GETs per model."""
+        namespace = meta.get("namespace")
+        self.watched.fill(self.settings.kube, self.kind, namespace)   # once, then each --resync: a DELETED a broken watch missed
+        seen = self.watched.get(self.kind, namespace, meta["name"])
+        if seen is not None and seen["metadata"].get("uid") == meta["uid"] \
+                and cache.resource_version(seen) >= cache.resource_version(self.status_written.get(meta["uid"])):
+            return seen
+        return self.settings.kube.get(self.kind, namespace, meta["name"])
 
     def namespace_going(self, name: str) -> bool:
         return False
@@ -199,11 +208,8 @@ class ModelController(_Reconciles):
                  monotonic: Callable[[], float] = time.monotonic):
         super().__init__(settings, pause if pause is not None else PauseState())
         self.monotonic = monotonic
-        # RankingModels as their watch and this process's status writes show them: a reconcile reads
-        # its model from here, not with a GET (at N=1000, 4.9 GETs per new model), when what is here
-        # is at least as new as the last status this process wrote; otherwise (not seen yet, or the
-        # watch lags behind that write) from the API.
-        self.model_cache = cache.Children(relist_s=settings.resync)
+        # RankingModels as their watch and this process's status writes show them (`current`).
+        self.watched = cache.Children(relist_s=settings.resync)
         self.children = cache.Children(relist_s=settings.resync)
         self.node_pods = NodePods()
         self.memory = models.ModelMemory()   # children applied and refused, shapes planned, monitors
@@ -236,15 +242,6 @@ class ModelController(_Reconciles):
 
     # --- one reconcile
 
-    def current(self, meta: dict) -> dict | None:
-        namespace = meta.get("namespace")
-        self.model_cache.fill(self.settings.kube, self.kind, namespace)   # once, then each --resync: a DELETED a broken watch missed
-        seen = self.model_cache.get(self.kind, namespace, meta["name"])
-        if seen is not None and seen["metadata"].get("uid") == meta["uid"] \
-                and cache.resource_version(seen) >= cache.resource_version(self.status_written.get(meta["uid"])):
-            return seen
-        return self.settings.kube.get(self.kind, namespace, meta["name"])
-
     def _nothing_to_do(self, body: dict) -> bool:
         # A RankingModel being deleted has nothing left to reconcile: garbage collection removes
         # its children (a deleted pool still is: its marks are cleared under the same lock).
@@ -254,12 +251,12 @@ class ModelController(_Reconciles):
         return self.first_status(uid, body.get("status") or {}, result)
 
     def _gone(self, meta: dict) -> bool:   # 404: deleted, its DELETED event missed
-        self.model_cache.forget(self.kind, meta.get("namespace"), meta["name"])
+        self.watched.forget(self.kind, meta.get("namespace"), meta["name"])
         self.forget_model(meta)
         return True
 
     def _written(self, written: dict) -> None:
-        self.model_cache.observe(self.kind, written)
+        self.watched.observe(self.kind, written)
 
     def _record(self, body: dict, result) -> None:
         metrics.record_model(body, result.status, result.outcome, result.gate_results)
@@ -359,7 +356,7 @@ class ModelController(_Reconciles):
     def node_event(self, node: dict, deleted: bool) -> None:
         """Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas."""
         for namespace, model in self.node_pods.node_event(node, deleted) or ():
-            found = self.model_cache.get(self.kind, namespace, model)
+            found = self.watched.get(self.kind, namespace, model)
             if found:
                 self.kicks.kick((namespace, model, found["metadata"]["uid"]), self.posting_context(), urgent=True)
 
@@ -372,7 +369,7 @@ class ModelController(_Reconciles):
             self.kopf_context = contextvars.copy_context()
         obj = event["object"]
         meta = obj["metadata"]
-        self.model_cache.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
+        self.watched.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
         if event.get("type") == "DELETED":
             self.forget_model(meta)
             self.manual_seen.pop(meta["uid"], None)
@@ -404,7 +401,7 @@ class ModelController(_Reconciles):
         goes stale. When it resumes, kopf lists every model again and each is reconciled as at
         start-up (nothing is remembered as seen), from the API and fresh listings."""
         self.inputs_seen.clear()
-        self.model_cache.clear()
+        self.watched.clear()
         self.children.forget_listings()
         self.node_pods.clear()
         self.namespaces_seen.clear()
@@ -438,8 +435,12 @@ class ModelController(_Reconciles):
 
 
 class PoolController(_Reconciles):
-    """GpuNodePools: kopf's change handlers and timer, and the events of their nodes and of the
-    other pools, on a queue of their own."""
+    """GpuNodePools, on the same reconcile model as RankingModels: their own watch events (listed at
+    start-up, created, a new spec, deletion asked, a status someone else wrote), those of their
+    nodes and of the other pools, mapped to them, on a queue of their own; reads of pools and nodes
+    from those watches; `--resync` by the clock. Deletion is held by a finalizer of the
+    controller's own (pools.POOL_FINALIZER) until the validators are stopped and the nodes' marks
+    cleared."""
 
     kind = "GpuNodePool"
 
@@ -447,47 +448,145 @@ class PoolController(_Reconciles):
         super().__init__(settings, pause if pause is not None else models_.pause)
         self.models = models_
         self.validators = pools.Validators()
+        # GpuNodePools and Nodes as their watches show them (cluster-scoped, watched whole).
+        self.watched = cache.Children(relist_s=settings.resync)
         self.generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
+        self.inputs_seen: dict[str, str] = {}          # uid -> what a reconcile reads of the pool itself (pool_inputs)
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
-        # Validators report node by node: a pool's burst of node events within a second is one reconcile.
-        self.kicks = Kicks(self.kicked, workers=2, delay_s=1.0, paused=lambda: self.pause.paused, start=False)
+        self.kopf_context: contextvars.Context | None = None
+        # Validators report node by node: a pool's burst of node events within a second is one
+        # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
+        self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False)
+        self.clock = Clock(lambda key: self.kicks.kick(key, self.kopf_context), settings.interval,
+                           settings.resync, start=False)
+        self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
         self.kicks.start()
+        self.clock.start()
+
+    # --- one reconcile
+
+    def reads(self) -> cache.ClusterWatch:
+        return cache.ClusterWatch(self.settings.kube, self.watched, ("GpuNodePool", "Node"))
+
+    def _written(self, written: dict) -> None:
+        self.watched.observe(self.kind, written)
+
+    def _after(self, body: dict, result_word: str, result, status_patch) -> None:
+        meta = body["metadata"]
+        self.clock.reconciled((meta["name"], meta["uid"]), False)   # only events move a pool on, and --resync
 
     def _record(self, body: dict, result) -> None:
         metrics.record_pool(body["metadata"]["name"], result.status)
 
     def reconcile_pool(self, body: dict) -> pools.Result:
-        return pools.reconcile(self.settings.kube, body, self.settings, self.validators)
-
-    def reconcile(self, body: dict, logger) -> None:
-        self.run(self.reconcile_pool, body, logger)
+        return pools.reconcile(self.reads(), body, self.settings, self.validators)
 
     def kicked(self, key) -> None:
+        """The queue's work: a pool being deleted is released; a live one holds the finalizer
+        before anything marks its nodes, then is reconciled."""
         name, uid = key
-        self.run(self.reconcile_pool, {"metadata": {"name": name, "uid": uid}}, log)
+        meta = {"name": name, "uid": uid}
+        with self.locks[uid]:
+            body = self.current(meta)
+            if body is None or body["metadata"]["uid"] != uid:
+                return
+            if body["metadata"].get("deletionTimestamp"):
+                self.release(body)
+                return
+            self.hold_deletion(body)
+        self.run(self.reconcile_pool, {"metadata": meta}, log)
+
+    def hold_deletion(self, body: dict) -> None:
+        meta = body["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if pools.POOL_FINALIZER in finalizers:
+            return
+        # The resourceVersion makes it conditional: a finalizer another writer set meanwhile is kept (409, retried).
+        written = self.settings.kube.merge_patch(self.kind, None, meta["name"], {"metadata": {
+            "finalizers": [*finalizers, pools.POOL_FINALIZER], "resourceVersion": meta.get("resourceVersion")}})
+        self.wrote(meta["uid"], written)
+
+    def wrote(self, uid: str, written: dict | None) -> None:
+        """A write of this process: its watch event wakes nothing, and the next read waits for it."""
+        if written:
+            self.status_written[uid] = written["metadata"].get("resourceVersion")
+            self.watched.observe(self.kind, written)
+
+    def release(self, body: dict) -> None:
+        """Stop the validators, clear the marks, then let the pool go. Run under the pool's lock:
+        a reconcile in flight ends first, and later ones see the deletionTimestamp."""
+        meta = body["metadata"]
+        name = meta["name"]
+        if pools.POOL_FINALIZER not in (meta.get("finalizers") or []):
+            return
+        metrics.forget_pool(name)
+        try:
+            released = pools.release(self.settings.kube, name, self.settings.namespace)
+        except ApiError as exc:
+            message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or b'')[:300]!r}"
+            held = pools.held_for_s(meta, dt.datetime.now(dt.timezone.utc))
+            if exc.status != 403 and held < pools.RELEASE_TIMEOUT_S:
+                raise   # the queue tries again in 10 s
+            # 403 (RBAC without node patch): retrying will not grant it. Or the API has refused for
+            # too long: the pool goes, and says what is left behind.
+            why = "refused" if exc.status == 403 else f"failing for {held:.0f} s"
+            self.post(body, "Warning", "NodeMarksLeft", f"nodes keep the pool's rankops.io labels and taint "
+                      f"(clearing them is {why}): {message}")
+        else:
+            if not released.validators_stopped:
+                log.warning(f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
+                            f"cleared the nodes' marks anyway")
+            if released.shared_with:
+                log.warning(f"pool {released.shared_with} has the same rankops.io/pool label value: "
+                            f"its nodes keep their marks")
+            if released.cleared:
+                log.info(f"cleared validation marks from {', '.join(sorted(released.cleared))}")
+        finalizers = [f for f in meta.get("finalizers") or [] if f not in (pools.POOL_FINALIZER, pools.KOPF_FINALIZER)]
+        self.settings.kube.merge_patch(self.kind, None, name, {"metadata": {
+            "finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})
+        self.forget_pool(meta)
+
+    def post(self, body: dict, type_: str, reason: str, message: str) -> None:
+        log.warning(f"{body['metadata']['name']}: {reason}: {message}")
+        if self.kopf_context is not None:
+            self.kopf_context.run(kopf.event, body, type=type_, reason=reason, message=message[:1000])
+
+    # --- events, as kopf's handlers pass them on
 
     def pool_event(self, event: dict, models_by_input, pool_selectors) -> None:
-        meta = event["object"]["metadata"]
-        name, deleted = meta["name"], event.get("type") == "DELETED"
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+        obj = event["object"]
+        meta = obj["metadata"]
+        name, uid, deleted = meta["name"], meta["uid"], event.get("type") == "DELETED"
+        self.watched.observe(self.kind, obj, deleted=deleted)
         before = self.generations.pop(name, None) if deleted else self.generations.get(name, -1)
-        if not deleted:
+        if deleted:
+            self.forget_pool(meta)
+        else:
             self.generations[name] = meta.get("generation")
-        if event.get("type") is None:
+            seen, was = pools.pool_inputs(obj), self.inputs_seen.get(uid)
+            self.inputs_seen[uid] = seen
+            if was != seen and meta.get("resourceVersion") != self.status_written.get(uid):
+                self.kicks.kick((name, uid))
+        if event.get("type") is None:   # kopf's listing: every pool is reconciled anyway
             return
         self.models.input_event("GpuNodePool", name, models_by_input)
         if deleted or before != meta.get("generation"):   # added, gone or a new selector: the others' overlaps
             for other, entries in pool_selectors.items():
-                for uid, _selector in entries:
+                for other_uid, _selector in entries:
                     if other != name:
-                        self.kicks.kick((other, uid))
+                        self.kicks.kick((other, other_uid))
 
     def node_event(self, event: dict, pool_selectors) -> None:
         """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
-        it is in. A heartbeat, or a re-validation with the same verdict, wakes none."""
+        it is in or was in. A heartbeat, or a re-validation with the same verdict, wakes none."""
         node = event["object"]
         name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
+        was = self.watched.get("Node", None, name)   # the pools it was in count it until they are told
+        self.watched.observe("Node", node, deleted=deleted)
         seen = pools.node_inputs(node)
         before = self.nodes_seen.pop(name, None) if deleted else self.nodes_seen.get(name)
         if not deleted:
@@ -496,33 +595,23 @@ class PoolController(_Reconciles):
             return
         selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
         uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
-        for pool in pools.pools_of_node(node, selectors):
+        for pool in sorted({*pools.pools_of_node(node, selectors), *(pools.pools_of_node(was, selectors) if was else ())}):
             self.kicks.kick((pool, uids[pool]))
 
-    def release(self, body: dict) -> pools.Release:
-        # Under the pool's lock: a reconcile in flight ends first, and later ones see the
-        # deletionTimestamp and re-create no validator.
-        with self.locks[body["metadata"]["uid"]]:
-            return pools.release(self.settings.kube, body["metadata"]["name"], self.settings.namespace)
+    # --- forgetting
 
-    async def deleted(self, body: dict, logger) -> None:
-        name = body["metadata"]["name"]
-        metrics.forget_pool(name)
-        try:
-            released = await asyncio.to_thread(self.release, body)
-        except ApiError as exc:
-            message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
-            if exc.status == 403:  # retrying will not grant it: let the pool go, say what is left behind
-                raise kopf.PermanentError(f"nodes keep the pool's rankops.io labels and taint: {message}") from exc
-            raise kopf.TemporaryError(message, delay=10) from exc
-        if not released.validators_stopped:
-            logger.warning(f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
-                           f"cleared the nodes' marks anyway")
-        if released.shared_with:
-            logger.warning(f"pool {released.shared_with} has the same rankops.io/pool label value: "
-                           f"its nodes keep their marks")
-        if released.cleared:
-            logger.info(f"cleared validation marks from {', '.join(sorted(released.cleared))}")
+    def forget_pool(self, meta: dict) -> None:
+        uid = meta["uid"]
+        metrics.forget_pool(meta["name"])
+        self.clock.forget((meta["name"], uid))
+        for memory in (self.inputs_seen, self.status_written):
+            memory.pop(uid, None)
+
+    def forget_the_cluster(self) -> None:
+        """Paused (kopf peering): what the watches showed goes stale; on resuming kopf lists again."""
+        self.inputs_seen.clear()
+        self.nodes_seen.clear()
+        self.watched.clear()
 
     def check_validators(self) -> None:
         """Validator DaemonSets are not watched (the chart grants them in its namespace only): those
@@ -535,7 +624,7 @@ class PoolController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
         for key in self.validators.gone(present):
-            self.kicks.kick(key)
+            self.kicks.kick(key, self.kopf_context)
 
 
 def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:

@@ -1,0 +1,189 @@
+"""GpuNodePools run on the models' reconcile model (issue 27, item 3): their own watch events on
+the PoolController's queue, pools and nodes read from those watches, `--resync` by the clock,
+and deletion held by the controller's own finalizer until the nodes' marks are cleared. No kopf
+change handler, timer or finalizer is left for them."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+
+from rankops.controller import handlers, pools, runtime
+from rankops.controller.context import OperatorContext
+from rankops.controller.kube import ApiError
+from rankops.nodelabels import LABEL_POOL, LABEL_READY
+from tests.fakecluster import FakeCluster
+from rankops.validator import sample_hosts as trees
+
+POOL = {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": "t4", "generation": 1},
+        "spec": {"nodeSelector": {"pool": "t4"}, "requirements": trees.T4_REQUIREMENTS}}
+
+
+class Kicked:
+    """Stands in for a controller's queue: records what was asked for."""
+
+    def __init__(self):
+        self.keys: list = []
+
+    def kick(self, key, context=None, urgent=False):
+        self.keys.append(key)
+
+
+def _node(name: str, **labels: str) -> dict:
+    return {"kind": "Node", "metadata": {"name": name, "labels": {"pool": "t4", **labels}},
+            "status": {"capacity": {"nvidia.com/gpu": "1"}}}
+
+
+@pytest.fixture(autouse=True)
+def posted(monkeypatch):
+    """The Events posted, by reason (kopf posts only inside its own handlers' context)."""
+    import kopf
+
+    seen: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **kw: seen.append(kw["reason"]))
+    return seen
+
+
+@pytest.fixture
+def cluster():
+    kube = FakeCluster()
+    for name in ("gpu-t4-1", "gpu-t4-2"):
+        kube.put(_node(name))
+    return kube
+
+
+def _controller(kube):
+    _models, pools_ = runtime.build(OperatorContext(kube=kube, namespace="rankops-system",
+                                                    validator_service_account="validator"))
+    pools_.kicks = Kicked()
+    return pools_
+
+
+def _listed(controller, kube):
+    """kopf's first listing of pools and nodes, as its handlers pass them on."""
+    for kind in ("Node", "GpuNodePool"):
+        for obj in kube.list(kind):
+            event = {"type": None, "object": obj}
+            if kind == "Node":
+                controller.node_event(event, {})
+            else:
+                controller.pool_event(event, {}, {})
+
+
+def test_a_pool_is_reconciled_from_its_listing_holds_its_finalizer_first_and_reads_from_the_watch(cluster):
+    pool = cluster.put(POOL)
+    uid = pool["metadata"]["uid"]
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    assert controller.kicks.keys == [("t4", uid)], "the listing reconciles every pool, as kopf's resume did"
+
+    controller.kicked(("t4", uid))
+    writes = [c for c in cluster.calls if c.method in ("merge_patch", "apply")]
+    assert (writes[0].method, writes[0].kind) == ("merge_patch", "GpuNodePool"), \
+        "the finalizer before the validator marks any node"
+    stored = cluster.stored("GpuNodePool", None, "t4")
+    assert pools.POOL_FINALIZER in stored["metadata"]["finalizers"]
+    assert stored["status"]["nodes"] == 2
+    assert cluster.requests("get") == [], "the pool and its nodes come from the watch"
+    assert [c.kind for c in cluster.requests("list_versioned")] == ["GpuNodePool", "Node"], "each listed once"
+
+    # Its own writes come back as watch events: they wake nothing.
+    controller.kicks.keys.clear()
+    controller.pool_event({"type": "MODIFIED", "object": stored}, {}, {})
+    assert controller.kicks.keys == []
+    # A settled pool reconciled again (--resync) lists nothing: nodes and pools come from the watch.
+    cluster.calls.clear()
+    controller.kicked(("t4", uid))
+    assert [c for c in cluster.calls if c.method in ("get", "list", "list_versioned")] == []
+
+
+def test_a_node_event_is_read_from_the_watch_by_the_reconcile_it_asks_for(cluster):
+    pool = cluster.put(POOL)
+    uid = pool["metadata"]["uid"]
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    controller.kicked(("t4", uid))
+    cluster.calls.clear()
+    node = cluster.merge_patch("Node", None, "gpu-t4-2", {"metadata": {"labels": {"pool": "a10"}}})   # out of its selector
+    controller.kicks.keys.clear()
+    controller.node_event({"type": "MODIFIED", "object": node}, {"t4": [(uid, {"pool": "t4"})]})
+    assert controller.kicks.keys == [("t4", uid)]
+    controller.kicked(("t4", uid))
+    assert cluster.stored("GpuNodePool", None, "t4")["status"]["nodes"] == 1
+    assert [c for c in cluster.calls if c.method in ("get", "list", "list_versioned")] == [], \
+        "the node as its event showed it: no LIST of the nodes"
+
+
+def test_a_spec_change_and_a_status_someone_else_wrote_reconcile_the_pool(cluster):
+    pool = cluster.put(POOL)
+    uid = pool["metadata"]["uid"]
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    controller.kicked(("t4", uid))
+    controller.kicks.keys.clear()
+    cleared = cluster.merge_patch("GpuNodePool", None, "t4", {"status": {"nodes": None}}, subresource="status")
+    controller.pool_event({"type": "MODIFIED", "object": cleared}, {}, {})
+    assert controller.kicks.keys == [("t4", uid)]
+    controller.kicked(("t4", uid))
+    assert cluster.stored("GpuNodePool", None, "t4")["status"]["nodes"] == 2, "what someone else wrote is repaired"
+
+
+def test_a_deleted_pool_is_released_then_let_go(cluster):
+    cluster.merge_patch("Node", None, "gpu-t4-1", {"metadata": {"labels": {LABEL_POOL: "t4", LABEL_READY: "false"}}})
+    # An older operator's pool: kopf's deletion handler put kopf's finalizer on it.
+    pool = cluster.put({**POOL, "metadata": {**POOL["metadata"], "finalizers": [pools.KOPF_FINALIZER]}})
+    uid = pool["metadata"]["uid"]
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    controller.kicked(("t4", uid))
+    assert cluster.stored("DaemonSet", "rankops-system", "rankops-validator-t4") is not None
+    assert cluster.stored("GpuNodePool", None, "t4")["metadata"]["finalizers"] == \
+        [pools.KOPF_FINALIZER, pools.POOL_FINALIZER]
+
+    # The garbage collector removes the DaemonSet once its pods have stopped.
+    cluster.after("delete", "DaemonSet", lambda call: cluster.finish_deletion("DaemonSet", call.namespace, call.name))
+    cluster.delete("GpuNodePool", None, "t4")
+    deleting = cluster.stored("GpuNodePool", None, "t4")
+    assert deleting["metadata"]["deletionTimestamp"], "held by the finalizer"
+    controller.pool_event({"type": "MODIFIED", "object": deleting}, {}, {})
+    controller.kicked(("t4", uid))
+    assert cluster.stored("GpuNodePool", None, "t4") is None, "released, the finalizer taken off, gone"
+    assert cluster.stored("DaemonSet", "rankops-system", "rankops-validator-t4") is None
+    assert LABEL_POOL not in cluster.stored("Node", None, "gpu-t4-1")["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("status, held_s, goes", [(403, 0, True), (500, 0, False), (500, 601, True)])
+def test_api_errors_while_releasing(cluster, caplog, posted, status, held_s, goes):
+    """403 (RBAC without node patch): retrying cannot help, so the pool goes and says what it
+    leaves behind; any other error is retried by the queue, for up to pools.RELEASE_TIMEOUT_S."""
+    cluster.merge_patch("Node", None, "gpu-t4-1", {"metadata": {"labels": {LABEL_POOL: "t4", LABEL_READY: "false"}}})
+    pool = cluster.put({**POOL, "metadata": {**POOL["metadata"], "finalizers": [pools.POOL_FINALIZER]}})
+    uid = pool["metadata"]["uid"]
+    cluster.delete("GpuNodePool", None, "t4")
+    asked = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=held_s)
+    cluster.objects[("GpuNodePool", None, "t4")]["metadata"]["deletionTimestamp"] = \
+        asked.strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.fail("merge_patch", "Node", status)
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    with caplog.at_level(logging.WARNING, "rankops"):
+        if goes:
+            controller.kicked(("t4", uid))
+        else:
+            with pytest.raises(ApiError):
+                controller.kicked(("t4", uid))
+    assert (cluster.stored("GpuNodePool", None, "t4") is None) == goes
+    if goes:
+        assert posted[-1] == "NodeMarksLeft" and "rankops.io labels and taint" in caplog.text
+
+
+def test_no_kopf_change_handler_timer_or_finalizer_is_left_for_pools():
+    import kopf
+
+    registry = kopf.get_default_registry()
+    for handler_registry in (registry._changing, registry._spawning):
+        for handler in handler_registry.get_all_handlers():
+            assert "gpunodepools" not in str(handler.selector), handler.id
+    assert hasattr(handlers, "gpunodepool_event")
