@@ -13,14 +13,16 @@ import ctypes.util
 import logging
 import threading
 import time
+from typing import Any, Callable
 
 log = logging.getLogger("rankops.memory")
 ARENAS = 2
 TRIM_S = 30.0
-_M_ARENA_MAX = -8   # glibc's mallopt parameter
+M_ARENA_MAX = -8   # glibc's mallopt parameter
 
 
-def _libc():
+def glibc() -> Any:
+    """The C library when it is glibc (it has malloc_trim and mallopt), else None."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim, libc.mallopt   # noqa: B018 - glibc has both; musl has neither
@@ -29,16 +31,17 @@ def _libc():
     return libc
 
 
-def start() -> bool:
-    """Bound glibc's heaps and start the trimming thread; False where the C library is not glibc."""
-    libc = _libc()
+def start(load: Callable[[], Any] = glibc, trim_s: float = TRIM_S) -> bool:
+    """Bound glibc's heaps and start the thread that trims them every `trim_s`; False where the C
+    library is not glibc. `load`: what finds the C library (glibc, or a test's double)."""
+    libc = load()
     if libc is None:
         return False
-    libc.mallopt(_M_ARENA_MAX, ARENAS)
+    libc.mallopt(M_ARENA_MAX, ARENAS)
 
     def trim() -> None:
         while True:
-            time.sleep(TRIM_S)
+            time.sleep(trim_s)
             libc.malloc_trim(0)
 
     threading.Thread(target=trim, name="rankops-malloc-trim", daemon=True).start()
