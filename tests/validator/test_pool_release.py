@@ -1,5 +1,5 @@
 """A deleted GpuNodePool's end (controller/pools.py): validators stopped first, then the marks
-cleared from its nodes only, against a fake Kube that behaves like the API server where it matters
+cleared from its nodes only, against the shared fake API server (tests/fakecluster.py), which behaves like one where it matters
 (foreground deletion, merge patches, resourceVersion preconditions)."""
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from tests.fakecluster import FakeCluster
 NS = "rankops-system"
 OURS = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 OTHER = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-
-
 
 
 def cluster(nodes=(), pools_=(), daemonsets=(), ds_lingers=1) -> FakeCluster:
@@ -62,7 +60,8 @@ def _node(kube, name):
 
 
 def _marked(name, pool, taints=(OURS, OTHER), extra=None):
-    return {"kind": "Node", "metadata": {"name": name,
+    return {"kind": "Node",
+            "metadata": {"name": name,
                          "labels": {LABEL_READY: "false", LABEL_POOL: label_value(pool), "zone": "a", **(extra or {})},
                          "annotations": {ANNOTATION_REPORT: "{}", "keep": "me"}},
             "spec": {"taints": list(taints)}, "status": {"capacity": {"nvidia.com/gpu": "1"}}}
