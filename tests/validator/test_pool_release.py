@@ -1,6 +1,7 @@
 """A deleted GpuNodePool's end (controller/pools.py): validators stopped first, then the marks
-cleared from its nodes only, against the shared fake API server (tests/fakecluster.py), which behaves like one where it matters
-(foreground deletion, merge patches, resourceVersion preconditions)."""
+cleared from its nodes only, against the shared fake API server (tests/fakecluster.py), which
+behaves like one where it matters (foreground deletion, merge patches, resourceVersion
+preconditions)."""
 from __future__ import annotations
 
 import types
