@@ -50,8 +50,8 @@ def test_a_stale_resource_version_is_a_conflict():
     seen = cluster.get("ConfigMap", "reco", "a")
     cluster.merge_patch("ConfigMap", "reco", "a", {"data": {"k": "w"}})
     with pytest.raises(ApiError) as caught:
-        cluster.merge_patch("ConfigMap", "reco", "a", {"metadata": {"resourceVersion": seen["metadata"]["resourceVersion"]},
-                                                       "data": {"k": "mine"}})
+        cluster.merge_patch("ConfigMap", "reco", "a", {
+            "metadata": {"resourceVersion": seen["metadata"]["resourceVersion"]}, "data": {"k": "mine"}})
     assert caught.value.status == 409 and cluster.stored("ConfigMap", "reco", "a")["data"] == {"k": "w"}
     assert [c.status for c in cluster.requests("merge_patch")] == [200, 409]
 
@@ -87,6 +87,7 @@ def test_label_selectors_and_failures():
     with pytest.raises(ApiError) as caught:
         cluster.apply(_cm("d"), dry_run=True)
     assert caught.value.status == 422
-    assert cluster.apply(_cm("d"), dry_run=True) and cluster.get("ConfigMap", "reco", "d") is None, "a dry run stores nothing"
+    assert cluster.apply(_cm("d"), dry_run=True)
+    assert cluster.get("ConfigMap", "reco", "d") is None, "a dry run stores nothing"
     with pytest.raises(InvalidName):
         cluster.get("ConfigMap", "reco", "../x")

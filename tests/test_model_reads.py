@@ -10,7 +10,8 @@ from tests.fakecluster import FakeCluster
 
 
 def _model(rv: int, uid: str = "uid-m") -> dict:
-    return {"kind": "RankingModel", "metadata": {"name": "m", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)},
+    return {"kind": "RankingModel",
+            "metadata": {"name": "m", "namespace": "ns", "uid": uid, "resourceVersion": str(rv)},
             "spec": {}, "status": {"phase": f"seen-at-{rv}"}}
 
 

@@ -261,7 +261,8 @@ def test_mode_external_hands_spec_replicas_over_once_before_leaving_it_out():
     from rankops.controller import writes
     from tests.fakecluster import FakeCluster
 
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hpa-stable", "namespace": "reco"}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "hpa-stable", "namespace": "reco"}}
     cluster = FakeCluster()
     cluster.apply({**deployment, "spec": {"replicas": 4, "template": {}}})   # rankops owned spec.replicas
     cluster.calls.clear()
