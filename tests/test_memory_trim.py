@@ -20,8 +20,12 @@ def test_on_glibc_the_trimming_thread_runs():
             trimmed.set()
             return 1
 
-    assert memory.start(load=Spy, trim_s=0.01)
-    assert trimmed.wait(5)
+    stop = threading.Event()
+    try:
+        assert memory.start(load=Spy, trim_s=0.01, stop=stop)
+        assert trimmed.wait(5)
+    finally:
+        stop.set()
     assert libc.malloc_trim(0) in (0, 1), "the real one answers too"
 
 

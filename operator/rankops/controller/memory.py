@@ -12,7 +12,6 @@ import ctypes
 import ctypes.util
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 log = logging.getLogger("rankops.memory")
@@ -31,17 +30,18 @@ def glibc() -> Any:
     return libc
 
 
-def start(load: Callable[[], Any] = glibc, trim_s: float = TRIM_S) -> bool:
-    """Bound glibc's heaps and start the thread that trims them every `trim_s`; False where the C
-    library is not glibc. `load`: what finds the C library (glibc, or a test's double)."""
+def start(load: Callable[[], Any] = glibc, trim_s: float = TRIM_S, stop: threading.Event | None = None) -> bool:
+    """Bound glibc's heaps and start the thread that trims them every `trim_s` (until `stop` is
+    set, if given); False where the C library is not glibc. `load`: what finds the C library
+    (glibc, or a test's double)."""
     libc = load()
     if libc is None:
         return False
     libc.mallopt(M_ARENA_MAX, ARENAS)
+    stop = stop or threading.Event()
 
     def trim() -> None:
-        while True:
-            time.sleep(trim_s)
+        while not stop.wait(trim_s):
             libc.malloc_trim(0)
 
     threading.Thread(target=trim, name="rankops-malloc-trim", daemon=True).start()
