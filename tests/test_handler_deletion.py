@@ -10,6 +10,7 @@ from rankops import metrics
 from rankops.controller import models, runtime
 from rankops.controller.context import OperatorContext
 from rankops.controller.kube import ApiError, namespace_terminating
+from tests.fakecluster import FakeCluster
 
 
 def _refused(status: int, body: dict) -> ApiError:
@@ -29,22 +30,25 @@ RBAC = _refused(403, {"kind": "Status", "code": 403, "reason": "Forbidden",
                       "message": 'configmaps "m-stable" is forbidden: User "system:serviceaccount:x:y" cannot patch'})
 
 
-class FakeKube:
-    def __init__(self, body: dict):
-        self.body = body
-
-    def get(self, kind, namespace, name):
-        return self.body
-
-    def list_versioned(self, kind, namespace=None, label_selector=None):
-        return [], 0
-
-    def merge_patch(self, *args, **kwargs):
-        raise AssertionError("no status write expected")
+def cluster(body: dict, namespace: str | None = "alive") -> FakeCluster:
+    """The model `body` in its namespace: "alive", "going" (being deleted) or None (no such namespace)."""
+    kube = FakeCluster()
+    if namespace:
+        kube.put({"kind": "Namespace", "metadata": {"name": body["metadata"]["namespace"],
+                                                    "finalizers": ["kubernetes"]}})
+    if namespace == "going":
+        kube.delete("Namespace", None, body["metadata"]["namespace"])
+    deleting = body["metadata"].get("deletionTimestamp")
+    kube.put({**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "deletionTimestamp"}})
+    if deleting:
+        kube.delete("RankingModel", body["metadata"]["namespace"], body["metadata"]["name"])
+    kube.calls.clear()
+    return kube
 
 
 def _model(**meta) -> dict:
-    return {"metadata": {"name": "m", "namespace": "e2e-x", "uid": "uid-m", **meta}, "spec": {}}
+    return {"kind": "RankingModel", "metadata": {"name": "m", "namespace": "e2e-x", "uid": "uid-m", **meta},
+            "spec": {}}
 
 
 def _skipped() -> float:
@@ -63,7 +67,8 @@ def test_namespace_terminating_is_told_apart_from_other_refusals():
 
 def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch, caplog):
     body = _model()
-    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
+    kube = cluster(body, "going")
+    controller = runtime.ModelController(OperatorContext(kube=kube))
 
     def refuse(kube, b, **_):
         raise TERMINATING
@@ -73,6 +78,7 @@ def test_a_write_refused_by_a_terminating_namespace_is_not_an_error(monkeypatch,
         controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))   # before: kopf.TemporaryError, logged at ERROR
     assert _skipped() == before + 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not kube.requests("merge_patch"), "no status write"
 
 
 def test_other_refusals_still_raise(monkeypatch):
@@ -80,34 +86,26 @@ def test_other_refusals_still_raise(monkeypatch):
     import pytest
 
     body = _model()
-    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
+    kube = cluster(body)
+    controller = runtime.ModelController(OperatorContext(kube=kube))
 
     def refuse(kube, b, **_):
         raise RBAC
     monkeypatch.setattr(models, "reconcile", refuse)
     with pytest.raises(kopf.TemporaryError, match="403"):
         controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
+    assert not kube.requests("merge_patch"), "no status write"
 
 
 def test_a_model_being_deleted_is_not_reconciled(monkeypatch):
     body = _model(deletionTimestamp="2026-12-01T00:00:00Z", finalizers=["rankops.io/finalizer"])
-    controller = runtime.ModelController(OperatorContext(kube=FakeKube(body)))
+    kube = cluster(body)
+    assert kube.stored("RankingModel", "e2e-x", "m")["metadata"]["deletionTimestamp"]
+    controller = runtime.ModelController(OperatorContext(kube=kube))
     called = []
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: called.append(b))
     controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
-    assert called == []
-
-
-class NamespacedKube(FakeKube):
-    def __init__(self, body: dict, namespace: dict | None):
-        super().__init__(body)
-        self.namespace = namespace
-
-    def get(self, kind, namespace, name):
-        return self.namespace if kind == "Namespace" else self.body
-
-    def merge_patch(self, *args, **kwargs):
-        return self.body
+    assert called == [] and not kube.requests("merge_patch")
 
 
 def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
@@ -122,11 +120,9 @@ def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result(
         {"phase": "Pending"}, [Event("Warning", "NotReady", "0/2 replicas Ready")]))
     body = _model()
-    for namespace, expected in (({"metadata": {"name": "e2e-x"}}, ["NotReady"]),
-                                ({"metadata": {"name": "e2e-x", "deletionTimestamp": "2026-12-01T00:00:00Z"}}, []),
-                                (None, [])):
+    for namespace, expected in (("alive", ["NotReady"]), ("going", []), (None, [])):
         posted.clear()
-        controller = runtime.ModelController(OperatorContext(kube=NamespacedKube(body, namespace)))
+        controller = runtime.ModelController(OperatorContext(kube=cluster(body, namespace)))
         controller.reconciled_generation[body["metadata"]["uid"]] = None   # not new here: its Pending is said
         controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))
         assert posted == expected, namespace

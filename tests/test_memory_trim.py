@@ -6,27 +6,28 @@ import threading
 from rankops.controller import memory
 
 
-def test_on_glibc_the_trimming_thread_runs(monkeypatch):
+def test_on_glibc_the_trimming_thread_runs():
     trimmed = threading.Event()
-    monkeypatch.setattr(memory, "TRIM_S", 0.01)
-    libc = memory._libc()
+    libc = memory.glibc()
     assert libc is not None, "the CI image is glibc-based"
 
     class Spy:
         def mallopt(self, what, value):
-            assert (what, value) == (memory._M_ARENA_MAX, memory.ARENAS)
+            assert (what, value) == (memory.M_ARENA_MAX, memory.ARENAS)
             return 1
 
         def malloc_trim(self, pad):
             trimmed.set()
             return 1
 
-    monkeypatch.setattr(memory, "_libc", Spy)
-    assert memory.start()
-    assert trimmed.wait(5)
+    stop = threading.Event()
+    try:
+        assert memory.start(load=Spy, trim_s=0.01, stop=stop)
+        assert trimmed.wait(5)
+    finally:
+        stop.set()
     assert libc.malloc_trim(0) in (0, 1), "the real one answers too"
 
 
-def test_elsewhere_nothing_is_done(monkeypatch):
-    monkeypatch.setattr(memory, "_libc", lambda: None)
-    assert memory.start() is False
+def test_elsewhere_nothing_is_done():
+    assert memory.start(load=lambda: None) is False

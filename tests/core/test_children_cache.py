@@ -9,6 +9,7 @@ import pytest
 
 from rankops.controller.cache import CachedKube, Children
 from rankops.controller.kicks import Kicks
+from tests.fakecluster import FakeCluster
 
 
 def obj(name: str, rv: int, model: str = "m", **data) -> dict:
@@ -16,38 +17,21 @@ def obj(name: str, rv: int, model: str = "m", **data) -> dict:
                                               "labels": {"rankops.io/model": model}}, "data": data}
 
 
-class Api:
-    """Enough of Kube, counting requests."""
-
-    def __init__(self, items=(), rv=10):
-        self.items, self.rv, self.requests = list(items), rv, []
-
-    def list_versioned(self, kind, namespace=None, label_selector=None):
-        self.requests.append(("list", kind, namespace, label_selector))
-        return list(self.items), self.rv
-
-    def get(self, kind, namespace, name):
-        self.requests.append(("get", kind, name))
-        return None
-
-    def apply(self, o, dry_run=False):
-        self.requests.append(("apply", o["metadata"]["name"], dry_run))
-        return {**o, "metadata": {**o["metadata"], "resourceVersion": "20"}}
-
-    def delete(self, kind, namespace, name, propagation="Background"):
-        self.requests.append(("delete", name))
-        return True
+def requests(api: FakeCluster) -> list[tuple]:
+    return [(c.method, c.kind, c.namespace, c.options.get("label_selector")) if c.method.startswith("list")
+            else (c.method, c.kind, c.name) for c in api.calls]
 
 
 def test_reads_list_a_namespace_once_then_come_from_the_watch():
-    api = Api([obj("a", 5)])
+    api = FakeCluster(obj("a", 5))
     kube = CachedKube(api, Children())
-    assert kube.get("ConfigMap", "reco", "a")["metadata"]["resourceVersion"] == "5"
+    assert kube.get("ConfigMap", "reco", "a")["metadata"]["resourceVersion"] == \
+        api.stored("ConfigMap", "reco", "a")["metadata"]["resourceVersion"]
     assert kube.get("ConfigMap", "reco", "b") is None
     assert [o["metadata"]["name"] for o in kube.list("ConfigMap", "reco", labels={"rankops.io/model": "m"})] == ["a"]
-    assert api.requests == [("list", "ConfigMap", "reco", "rankops.io/model")]
+    assert requests(api) == [("list_versioned", "ConfigMap", "reco", "rankops.io/model")]
     kube.get("Secret", "reco", "s")   # not a child kind: straight to the API
-    assert api.requests[-1] == ("get", "Secret", "s")
+    assert requests(api)[-1] == ("get", "Secret", "s")
 
 
 def test_an_older_event_or_listing_never_replaces_what_is_newer():
@@ -63,22 +47,24 @@ def test_an_older_event_or_listing_never_replaces_what_is_newer():
 def test_a_listing_drops_what_it_no_longer_has_and_relists_after_the_resync():
     now = [0.0]
     children = Children(relist_s=600, clock=lambda: now[0])
-    children.observe("ConfigMap", obj("missed", 3))
-    api = Api([], rv=10)
+    api = FakeCluster(obj("missed", 3))
+    children.observe("ConfigMap", api.get("ConfigMap", "reco", "missed"))
+    api.delete("ConfigMap", "reco", "missed")
+    api.calls.clear()
     kube = CachedKube(api, children)
     assert kube.get("ConfigMap", "reco", "missed") is None, "deleted while the watch was down"
     now[0] = 599
     kube.get("ConfigMap", "reco", "x")
     now[0] = 600
     kube.get("ConfigMap", "reco", "x")
-    assert [r[0] for r in api.requests] == ["list", "list"]
+    assert [r[0] for r in requests(api)] == ["list_versioned", "list_versioned"]
 
 
 def test_own_writes_are_read_back_and_deletes_forgotten():
-    api = Api([obj("a", 5)])
+    api = FakeCluster(obj("a", 5))
     kube = CachedKube(api, Children())
-    kube.apply(obj("b", 0, v="1"))
-    assert kube.get("ConfigMap", "reco", "b")["metadata"]["resourceVersion"] == "20"
+    written = kube.apply(obj("b", 0, v="1"))
+    assert kube.get("ConfigMap", "reco", "b")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
     kube.delete("ConfigMap", "reco", "a")
     assert kube.get("ConfigMap", "reco", "a") is None
 

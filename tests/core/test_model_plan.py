@@ -9,7 +9,8 @@ from rankops import modelplan
 from rankops.controller import models
 from rankops.rollout.status_decisions import DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, first_problem
 
-from tests.core.test_render_is_the_plan import Recording, _model
+from tests.core.test_render_is_the_plan import _model
+from tests.core.test_rollout_controller import gpu_cluster
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -23,7 +24,7 @@ def test_the_first_problem_is_the_most_serious_whatever_the_order_found():
 
 
 def test_an_invalid_pool_is_said_and_nothing_is_applied():
-    cluster = Recording()
+    cluster = gpu_cluster()
     cluster.put({"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool", "metadata": {"name": "t4"},
                  "spec": {"nodeSelector": {"a": "b"}, "requirements": {"minDriverVersion": 535}}})
     body = _model("pooled", nodePool="t4")
@@ -38,7 +39,7 @@ def test_an_invalid_pool_is_said_and_nothing_is_applied():
 
 
 def test_a_missing_secret_outranks_a_missing_pool_and_stops_the_reading_there():
-    cluster = Recording()
+    cluster = gpu_cluster()
     body = _model("pooled", nodePool="absent", modelCredentialsSecret="store")
     body["metadata"].update(uid="u", generation=1)
     result = models.reconcile(cluster, body, now=T0)

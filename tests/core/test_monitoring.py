@@ -2,7 +2,6 @@
 --service-monitors`, and the operator applying it only when asked and never failing for it."""
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import pathlib
@@ -18,6 +17,7 @@ from rankops.render import names
 from rankops.render.desired import desired_objects, initial_state, monitoring_objects, resolve_shape
 from rankops.render.policy import TenantPolicy
 from rankops.yamlio import dump_all
+from tests.fakecluster import FakeCluster
 
 HERE = pathlib.Path(__file__).parent
 CASE = HERE / "cases" / "onnx-candidates-batch.yaml"
@@ -110,39 +110,24 @@ def test_run_flags_and_environment(monkeypatch):
     assert args.service_monitors is True and args.service_monitor_label == [("a", "b=c")]
 
 
-class FakeKube:
-    """Enough of controller.kube.Kube for one reconcile of a fresh model."""
-
-    def __init__(self, monitor_error: Exception | None = None):
-        self.applied: list[dict] = []
-        self.monitor_error = monitor_error
-
-    def get(self, kind, namespace, name):
-        return None
-
-    def list(self, kind, namespace=None, labels=None, label_selector=None):
-        return []
-
-    def delete(self, kind, namespace, name):
-        return False
-
-    def apply(self, obj, dry_run=False):
-        if obj["kind"] == "ServiceMonitor" and self.monitor_error:
-            raise self.monitor_error
-        if not dry_run:
-            self.applied.append(copy.deepcopy(obj))
-        return obj
+def cluster(monitor_error: Exception | None = None) -> FakeCluster:
+    """An empty cluster, for one reconcile of a fresh model; one that refuses ServiceMonitors with
+    `monitor_error`."""
+    kube = FakeCluster()
+    if monitor_error:
+        kube.fail("apply", "ServiceMonitor", monitor_error)
+    return kube
 
 
-def reconcile(kube: FakeKube, **kwargs) -> models.Result:
+def reconcile(kube: FakeCluster, **kwargs) -> models.Result:
     return models.reconcile(kube, model_doc(uid="u-1"), **kwargs)
 
 
 def test_operator_applies_it_only_with_the_flag():
-    kube = FakeKube()
+    kube = cluster()
     reconcile(kube)
     assert "ServiceMonitor" not in [o["kind"] for o in kube.applied]
-    kube = FakeKube()
+    kube = cluster()
     result = reconcile(kube, service_monitors=True, service_monitor_labels={"release": "kps"})
     [sm] = [o for o in kube.applied if o["kind"] == "ServiceMonitor"]
     assert sm["metadata"]["labels"]["release"] == "kps" and sm["metadata"]["ownerReferences"][0]["uid"] == "u-1"
@@ -157,7 +142,7 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
     memory = models.ModelMemory()
     caplog.set_level(logging.INFO, logger="rankops.models")
     for _ in range(3):
-        kube = FakeKube(monitor_error=error)
+        kube = cluster(monitor_error=error)
         result = reconcile(kube, service_monitors=True, memory=memory)
         assert {o["kind"] for o in kube.applied} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
         conditions = {c["type"]: c for c in result.status["conditions"]}
@@ -167,9 +152,9 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
     assert len(lines) == 1
     assert lines[0].levelno == (logging.INFO if isinstance(error, ApiMissing) else logging.WARNING)
     # Once it can be applied again, the same problem later is worth one more line.
-    reconcile(FakeKube(), service_monitors=True, memory=memory)
+    reconcile(cluster(), service_monitors=True, memory=memory)
     memory.monitors_applied.clear()   # as MONITOR_REAPPLY_S later: applied again
-    reconcile(FakeKube(monitor_error=error), service_monitors=True, memory=memory)
+    reconcile(cluster(monitor_error=error), service_monitors=True, memory=memory)
     assert len([r for r in caplog.records if "ServiceMonitor" in r.getMessage()]) == 2
 
 
@@ -180,23 +165,13 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     body = model_doc(uid="u-1")
     seen = {}
 
-    class Kube:
-        def get(self, kind, namespace, name):
-            return body
-
-        def list_versioned(self, kind, namespace=None, label_selector=None):
-            return [], 0
-
-        def merge_patch(self, *a, **kw):
-            return body
-
     def fake_reconcile(kube, b, **kwargs):
         seen.update(kwargs)
         return models.Result({})
 
     policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
     controller = runtime.ModelController(OperatorContext(
-        kube=Kube(), service_monitors=True, service_monitor_labels={"release": "kps"}, tenant_policy=policy,
+        kube=FakeCluster(body), service_monitors=True, service_monitor_labels={"release": "kps"}, tenant_policy=policy,
         image_pull_secrets=["regcred"], pod_metrics_networks=["127.0.0.0/8"]))
     monkeypatch.setattr(models, "reconcile", fake_reconcile)
     controller.kicked((body["metadata"]["namespace"], body["metadata"]["name"], body["metadata"]["uid"]))

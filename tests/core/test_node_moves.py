@@ -12,7 +12,8 @@ from rankops.controller.node_pods import NodePods
 from rankops.render import names
 from rankops.rollout.disruption import LEAVING_COST, StablePod, node_leaving, plan_moves
 
-from tests.core.test_rollout_controller import FakeCluster, Model
+from tests.core.test_rollout_controller import Model, gpu_cluster, run_deployment
+from tests.fakecluster import roll_out
 
 
 def node(name="gpu-1", unschedulable=False, **labels):
@@ -85,15 +86,15 @@ def test_node_pods_wake_the_models_on_a_node_only_when_it_starts_or_stops_leavin
 
 
 def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_then_scales_back():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     cluster.put(node("gpu-2"))
     model = Model(cluster, version="1")
     model.body["spec"]["replicas"] = 2
     model.reconcile()
-    cluster.run_deployment(names.STABLE)
+    run_deployment(cluster, names.STABLE)
     dep_name = names.deployment_name(model.body["metadata"]["name"], names.STABLE)
     pods = cluster.list("Pod", "reco", {names.LABEL_TRACK: names.STABLE})
-    cluster.objects[("Pod", "reco", pods[1]["metadata"]["name"])]["spec"]["nodeName"] = "gpu-2"
+    cluster.put({"kind": "Pod", **pods[1], "spec": {**pods[1]["spec"], "nodeName": "gpu-2"}})
     cluster.put(node("gpu-1", unschedulable=True))                 # kubectl cordon gpu-1
     t = model.t
 
@@ -120,9 +121,7 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
     cluster.put({"kind": "Pod", "metadata": {"name": "replacement", "namespace": "reco",
                                              "labels": dict(pods[0]["metadata"]["labels"])},
                  "spec": {"nodeName": "gpu-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-    dep = cluster.objects[("Deployment", "reco", dep_name)]
-    dep["status"] = {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}
-    dep["metadata"]["generation"] = 1
+    assert roll_out(cluster, "reco", dep_name)["status"]["readyReplicas"] == 3
     result = reconcile(10)
     assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
     ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
@@ -178,11 +177,11 @@ def test_a_pod_watch_counts_a_track_s_pods_per_node_leaving_out_those_going():
 
 
 def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     model = Model(cluster, version="1")
     model.body["spec"]["replicas"] = 2
     model.reconcile()
-    cluster.run_deployment(names.STABLE)
+    run_deployment(cluster, names.STABLE)
 
     def reconcile(seconds, nodes):
         result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(model.t + seconds),

@@ -16,7 +16,7 @@ from rankops.controller import models
 from rankops.render import planned
 from rankops.render.desired import resolve_shape
 
-from test_rollout_controller import FakeCluster
+from tests.core.test_rollout_controller import gpu_cluster
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -93,7 +93,7 @@ def test_a_record_of_other_inputs_or_out_of_bounds_is_planned_again():
 
 
 def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch):
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1}, "spec": auto_spec()}
     memory = models.ModelMemory()
@@ -127,7 +127,7 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
 
     from rankops.controller.plans import Plans
 
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1},
             "spec": auto_spec(slo={"p99LatencyMs": 10, "targetQps": 3000})}
@@ -150,7 +150,7 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
 
 
 def test_a_plan_that_fails_is_said_and_not_made_again_for_the_same_inputs(monkeypatch):
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1},
             "spec": auto_spec(slo={"p99LatencyMs": 1, "targetQps": 2000})}   # below the profile's 2 ms

@@ -5,27 +5,13 @@ from __future__ import annotations
 from rankops.controller import pools
 from rankops.controller.context import OperatorContext
 from rankops.render.pullsecrets import with_pull_secrets
-
-
-class FakeKube:
-    def __init__(self):
-        self.applied = []
-
-    def apply(self, obj):
-        self.applied.append(obj)
-        return obj
-
-    def list(self, kind, namespace=None, label_selector=None, labels=None):
-        return []
-
-    def get(self, kind, namespace, name):
-        return None
+from tests.fakecluster import FakeCluster
 
 
 def test_validator_daemonsets_get_the_operators_pull_secrets():
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
             "metadata": {"name": "t4", "uid": "u1", "generation": 1}, "spec": {"nodeSelector": {"pool": "t4"}}}
-    kube = FakeKube()
+    kube = FakeCluster()
     pools.reconcile(kube, body, OperatorContext(image_pull_secrets=["regcred"]))
     (ds,) = [o for o in kube.applied if o["kind"] == "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]

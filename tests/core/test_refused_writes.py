@@ -11,6 +11,7 @@ import pytest
 from rankops.controller import models, refusal, writes
 from rankops.controller.kube import KINDS, ApiError, InvalidName
 from rankops.render import names
+from tests.fakecluster import FakeCluster, roll_out
 
 NS, NAME, UID = "reco", "ranker", "uid-1"
 
@@ -44,45 +45,31 @@ def invalid(kind: str, field: str, message: str) -> ApiError:
     return exc
 
 
-class Cluster:
-    """Enough of controller.kube.Kube; `refuse(kind)` answers every write of that kind with an error."""
+class Cluster(FakeCluster):
+    """A cluster whose Deployments roll out as soon as they are applied (their pods never listed),
+    with what the operator watching it remembers across reconciles, on a clock of the test's."""
 
     def __init__(self):
-        self.objects: dict[tuple[str, str], dict] = {}
-        self.errors: dict[str, Exception] = {}
-        self.writes: list[tuple[str, bool]] = []
-        self.secrets: set[str] = set()
-        # What the operator watching this cluster remembers across reconciles, on a clock of the test's.
+        super().__init__()
         self.now = 1000.0
         self.memory = models.ModelMemory(writes.Writes(clock=lambda: self.now))
+        self.after("apply", "Deployment", lambda call: roll_out(self, call.namespace, call.name))
 
-    def get(self, kind, namespace, name):
-        found = self.objects.get((kind, name))
-        return copy.deepcopy(found) if found else None
+    @property
+    def writes(self) -> list[tuple[str, bool]]:
+        """The applies asked for, refused ones too: (kind, dry run)."""
+        return [(c.kind, c.dry_run) for c in self.requests("apply")]
 
-    def exists(self, kind, namespace, name):
-        assert kind == "Secret"
-        return name in self.secrets
+    def refuse(self, kind: str, error: Exception) -> None:
+        """Every write of `kind` answered with `error` until `accept(kind)`."""
+        self.fail("apply", kind, error)
 
-    def list(self, kind, namespace=None, labels=None, label_selector=None):
-        return []
+    def accept(self, kind: str) -> None:
+        self.heal("apply", kind)
 
-    def delete(self, kind, namespace, name, propagation="Background"):
-        return self.objects.pop((kind, name), None) is not None
 
-    def apply(self, obj, dry_run=False):
-        self.writes.append((obj["kind"], dry_run))
-        if obj["kind"] in self.errors:
-            raise self.errors[obj["kind"]]
-        if not dry_run:
-            stored = copy.deepcopy(obj)
-            if obj["kind"] == "Deployment":   # as if its pods came up
-                replicas = obj["spec"]["replicas"]
-                stored["metadata"]["generation"] = 1
-                stored["status"] = {"observedGeneration": 1, "replicas": replicas, "readyReplicas": replicas,
-                                    "updatedReplicas": replicas}
-            self.objects[(obj["kind"], obj["metadata"]["name"])] = stored
-        return obj
+def kinds_and_names(cluster: Cluster) -> list[tuple[str, str]]:
+    return [(kind, name) for kind, _, name in cluster.objects]
 
 
 def reconcile(cluster: Cluster, model: dict) -> models.Result:
@@ -107,8 +94,8 @@ def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_ob
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
 
-    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations",
-                                           "Invalid value: \"bad key\": name part must consist of alphanumerics")
+    cluster.refuse("Deployment", invalid("Deployment", "spec.template.metadata.annotations",
+                                         "Invalid value: \"bad key\": name part must consist of alphanumerics"))
     result = reconcile(cluster, body(2, status, replicas=3, podAnnotations={"ok": "1"}))
 
     assert cluster.objects == before, "nothing of generation 2 may be written"
@@ -129,13 +116,14 @@ def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_ob
 def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not_written():
     cluster = Cluster()
     status = serve(cluster)
-    cluster.writes.clear()
+    cluster.calls.clear()
     reconcile(cluster, body(1, status))   # the same children again: all as observed
     assert cluster.writes == []
-    cluster.objects[("ConfigMap", names.config_map_name(NAME, names.STABLE))]["data"] = {"config.pbtxt": "edited"}
+    edited = cluster.stored("ConfigMap", NS, names.config_map_name(NAME, names.STABLE))
+    cluster.put({**edited, "data": {"config.pbtxt": "edited"}})
     reconcile(cluster, body(1, status))   # a hand edit is drift: that child alone is written again
     assert cluster.writes == [("ConfigMap", False)]
-    cluster.writes.clear()
+    cluster.calls.clear()
     reconcile(cluster, body(2, status, replicas=2))
     dry = [k for k, d in cluster.writes if d]
     real = [k for k, d in cluster.writes if not d]
@@ -147,11 +135,11 @@ def test_a_new_set_of_children_is_dry_run_first_and_a_known_one_is_not_written()
 def test_retries_back_off_and_a_new_generation_tries_at_once():
     cluster = Cluster()
     status = serve(cluster)
-    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.spec.containers[0].image", "bad")
+    cluster.refuse("Deployment", invalid("Deployment", "spec.template.spec.containers[0].image", "bad"))
     refused = reconcile(cluster, body(2, status, replicas=2)).status
     assert "next try in 10 s" in condition(refused, "Degraded")["message"]
 
-    cluster.writes.clear()
+    cluster.calls.clear()
     for _ in range(5):   # timer ticks inside the delay: no request, no new status
         again = reconcile(cluster, body(2, refused, replicas=2))
         assert again.status == refused and again.events == []
@@ -162,7 +150,7 @@ def test_retries_back_off_and_a_new_generation_tries_at_once():
     assert cluster.writes, "tried again once the delay passed"
     assert "next try in 20 s" in condition(refused, "Degraded")["message"]
 
-    cluster.writes.clear()
+    cluster.calls.clear()
     reconcile(cluster, body(3, refused, replicas=1, podAnnotations={"a": "b"}))
     assert cluster.writes, "a new generation does not wait for the delay"
 
@@ -170,20 +158,20 @@ def test_retries_back_off_and_a_new_generation_tries_at_once():
 def test_once_fixed_the_children_are_applied_and_degraded_clears():
     cluster = Cluster()
     status = serve(cluster)
-    cluster.errors["Deployment"] = invalid("Deployment", "spec.template.metadata.annotations", "bad")
+    cluster.refuse("Deployment", invalid("Deployment", "spec.template.metadata.annotations", "bad"))
     status = reconcile(cluster, body(2, status, replicas=2)).status
-    del cluster.errors["Deployment"]          # e.g. the admission policy that refused it was fixed
+    cluster.accept("Deployment")          # e.g. the admission policy that refused it was fixed
     cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
         status = reconcile(cluster, body(2, status, replicas=2)).status
     assert condition(status, "Degraded")["status"] == "False"
     assert condition(status, "Ready")["reason"] == "ReplicasReady"
-    assert cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]["spec"]["replicas"] == 2
+    assert cluster.stored("Deployment", NS, names.deployment_name(NAME, names.STABLE))["spec"]["replicas"] == 2
 
 
 def test_transient_errors_are_not_refusals():
     cluster = Cluster()
-    cluster.errors["ConfigMap"] = ApiError(status=503, reason="Service Unavailable")
+    cluster.refuse("ConfigMap", ApiError(status=503, reason="Service Unavailable"))
     with pytest.raises(ApiError):
         reconcile(cluster, body(1))
     assert cluster.memory.writes.refused == {}
@@ -195,7 +183,7 @@ def test_an_api_the_cluster_does_not_serve_is_a_refusal_naming_the_traffic_field
     cluster = Cluster()
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
-    cluster.errors["HTTPRoute"] = ApiMissing("/apis/gateway.networking.k8s.io/v1/...")
+    cluster.refuse("HTTPRoute", ApiMissing("/apis/gateway.networking.k8s.io/v1/..."))
     status = reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status
     assert cluster.objects == before
     message = condition(status, "Degraded")["message"]
@@ -224,11 +212,11 @@ def test_a_missing_credentials_secret_is_degraded_naming_the_field_and_serving_i
     assert degraded["reason"] == "CredentialsSecretNotFound"
     assert "spec.modelCredentialsSecret" in degraded["message"] and "create secret generic s3-creds" in degraded["message"]
     assert cluster.objects == before
-    cluster.secrets.add("s3-creds")
+    cluster.put({"kind": "Secret", "metadata": {"name": "s3-creds", "namespace": NS}})
     for _ in range(2):
         status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
     assert condition(status, "Degraded")["status"] == "False"
-    dep = cluster.objects[("Deployment", names.deployment_name(NAME, names.STABLE))]
+    dep = cluster.stored("Deployment", NS, names.deployment_name(NAME, names.STABLE))
     fetch = dep["spec"]["template"]["spec"]["initContainers"][0]
     assert fetch["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
 
@@ -247,25 +235,25 @@ def test_a_new_models_children_are_written_without_a_dry_run_deployments_last():
     reconcile(cluster, body(1))
     assert cluster.writes and not [k for k, dry in cluster.writes if dry], cluster.writes
     assert cluster.writes[-1] == ("Deployment", False), "no pod starts before its siblings are accepted"
-    assert ("ConfigMap", names.config_map_name(NAME, names.STABLE)) in cluster.objects
+    assert ("ConfigMap", names.config_map_name(NAME, names.STABLE)) in kinds_and_names(cluster)
 
 
 @pytest.mark.parametrize("refused_kind", ["Deployment", "Service"])
 def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(refused_kind):
     cluster = Cluster()
-    cluster.errors[refused_kind] = invalid(refused_kind, "metadata.annotations", "bad")
+    cluster.refuse(refused_kind, invalid(refused_kind, "metadata.annotations", "bad"))
     status = reconcile(cluster, body(1)).status
     assert cluster.objects == {}, "what the refused pass created is deleted"
     assert ("Deployment", False) not in cluster.writes[:-1], "the Deployment is written last, if at all"
     assert condition(status, "Degraded")["reason"] == "ChildRefused"
 
-    cluster.writes.clear()
+    cluster.calls.clear()
     cluster.now += refusal.RETRY_MAX_S
     reconcile(cluster, body(1, status))
     assert cluster.writes and all(dry for _, dry in cluster.writes), "a model once refused dry-runs first"
     assert cluster.objects == {}
 
-    del cluster.errors[refused_kind]
+    cluster.accept(refused_kind)
     cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
         status = reconcile(cluster, body(1, status)).status
@@ -273,15 +261,10 @@ def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(refus
 
 
 def test_a_refused_new_model_leaves_alone_what_another_manager_made_under_a_childs_name():
-    class Shared(Cluster):
-        def apply(self, obj, dry_run=False):
-            answer = super().apply(obj, dry_run)
-            if obj["kind"] == "ConfigMap":   # it was there, made by someone else, unknown to the cache
-                answer = {**answer, "metadata": {**answer["metadata"],
-                                                 "managedFields": [{"manager": "kubectl"}, {"manager": "rankops"}]}}
-            return answer
-
-    cluster = Shared()
-    cluster.errors["Deployment"] = invalid("Deployment", "metadata.annotations", "bad")
+    cluster = Cluster()
+    # Someone else makes a ConfigMap under the child's name after the reconcile looked and before it applies.
+    cluster.before("apply", "ConfigMap", lambda call: cluster.put(
+        {"kind": "ConfigMap", "metadata": {"name": call.name, "namespace": call.namespace}, "data": {"theirs": "1"}}))
+    cluster.refuse("Deployment", invalid("Deployment", "metadata.annotations", "bad"))
     reconcile(cluster, body(1))
-    assert [kind for kind, _ in cluster.objects] == ["ConfigMap"], "only what this pass made is deleted"
+    assert [kind for kind, _ in kinds_and_names(cluster)] == ["ConfigMap"], "only what this pass made is deleted"

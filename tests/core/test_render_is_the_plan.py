@@ -16,7 +16,7 @@ import yaml
 from rankops.commands.render import render_documents
 from rankops.controller import models
 from rankops.controller.unchanged import APPLIED_ANNOTATION
-from tests.core.test_rollout_controller import FakeCluster
+from tests.core.test_rollout_controller import gpu_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "manifests" / "examples"
@@ -54,20 +54,6 @@ SHAPES = {
 }
 
 
-class Recording(FakeCluster):
-    def __init__(self):
-        super().__init__()
-        self.applied: list[dict] = []
-
-    def apply(self, obj, dry_run=False):
-        if not dry_run:
-            self.applied.append(copy.deepcopy(obj))
-        return super().apply(obj, dry_run)
-
-    def exists(self, kind, namespace, name):
-        return self.get(kind, namespace, name) is not None
-
-
 def _without_owner(obj: dict) -> dict:
     """What the operator applied, less what only the operator can add: the owner reference (no
     uid offline) and the digest of what it applied (its apply-only-on-change bookkeeping)."""
@@ -87,7 +73,7 @@ def _key(obj: dict) -> tuple[str, str]:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape):
     docs = SHAPES[shape]
-    cluster = Recording()
+    cluster = gpu_cluster()
     for pool in (d for d in docs if d["kind"] == "GpuNodePool"):
         cluster.put({**copy.deepcopy(pool), "status": {"nodes": 1, "ready": 1}})
     labels = {"release": "kube-prometheus-stack"}

@@ -10,7 +10,7 @@ from rankops.controller import models
 from rankops.controller.patching import apply_merge_patch, merge_patch
 from rankops.render import names
 
-from tests.core.test_rollout_controller import SIBLINGS, T0, FakeCluster, serving_v1
+from tests.core.test_rollout_controller import SIBLINGS, T0, gpu_cluster, serving_v1
 
 
 def _newer(status: dict) -> dict:
@@ -24,7 +24,7 @@ def _newer(status: dict) -> dict:
 
 
 def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_know():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     rm.body["spec"]["version"] = SIBLINGS[0]
     rm.reconcile()
@@ -51,7 +51,7 @@ def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_k
 
 
 def test_an_invalid_spec_with_a_newer_status_is_degraded_not_a_crash():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     body = copy.deepcopy(rm.body)
     body["status"] = {**body["status"], "trafficMirror": {"percent": 3}}

@@ -87,9 +87,9 @@ def test_the_controller_reads_a_stable_pod_failing_its_warm_up_into_degraded_and
     import copy
 
     from rankops.controller import models
-    from tests.core.test_rollout_controller import MODEL, T0, FakeCluster, Model, unavailable_stable
+    from tests.core.test_rollout_controller import MODEL, T0, Model, gpu_cluster, unavailable_stable
 
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     model = Model(cluster, version="1")
     model.reconcile()
     labels = unavailable_stable(cluster, model)

@@ -12,15 +12,16 @@ import ctypes
 import ctypes.util
 import logging
 import threading
-import time
+from typing import Any, Callable
 
 log = logging.getLogger("rankops.memory")
 ARENAS = 2
 TRIM_S = 30.0
-_M_ARENA_MAX = -8   # glibc's mallopt parameter
+M_ARENA_MAX = -8   # glibc's mallopt parameter
 
 
-def _libc():
+def glibc() -> Any:
+    """The C library when it is glibc (it has malloc_trim and mallopt), else None."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim, libc.mallopt   # noqa: B018 - glibc has both; musl has neither
@@ -29,16 +30,18 @@ def _libc():
     return libc
 
 
-def start() -> bool:
-    """Bound glibc's heaps and start the trimming thread; False where the C library is not glibc."""
-    libc = _libc()
+def start(load: Callable[[], Any] = glibc, trim_s: float = TRIM_S, stop: threading.Event | None = None) -> bool:
+    """Bound glibc's heaps and start the thread that trims them every `trim_s` (until `stop` is
+    set, if given); False where the C library is not glibc. `load`: what finds the C library
+    (glibc, or a test's double)."""
+    libc = load()
     if libc is None:
         return False
-    libc.mallopt(_M_ARENA_MAX, ARENAS)
+    libc.mallopt(M_ARENA_MAX, ARENAS)
+    stop = stop or threading.Event()
 
     def trim() -> None:
-        while True:
-            time.sleep(TRIM_S)
+        while not stop.wait(trim_s):
             libc.malloc_trim(0)
 
     threading.Thread(target=trim, name="rankops-malloc-trim", daemon=True).start()
