@@ -13,7 +13,7 @@ from typing import Any, Collection, Iterable
 
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from rankops.api.phases import (  # noqa: F401 (the precedence lists: re-exported)
-    DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, DegradedReason, ModelPhase)
+    DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, DegradedReason, ModelPhase, RolloutPhase)
 from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, TrafficMode
 from rankops.render import names
 from rankops.render.desired import effective_weight
@@ -67,15 +67,36 @@ def typed_status(status: dict[str, Any]) -> dict[str, Any]:
 
 def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A stored status without the fields this operator's RankingModelStatus does not know (what a
-    newer rankops left behind before an older one was rolled back onto the same CRD), and their
-    paths. Kept, they made every status write a ValidationError: a crash loop with no status."""
-    return RankingModelStatus.known_fields(status)
+    newer rankops left behind before an older one was rolled back onto the same CRD), and without
+    the phases it does not know, and what was dropped (a field's path, "path=value" of a value).
+    Kept, they made every status write a ValidationError: a crash loop with no status.
+
+    status.phase is decided anew by every reconcile: an unknown one just goes. status.rollout.phase
+    is what the machine continues from, and one it does not know it cannot continue: the record
+    is kept (its version, fromVersion and attempt, and the manual controls acted on, so a leftover
+    rankops.io/promote or abort never acts twice) but closed as Canceled, the one end that claims
+    nothing: no promotion (trusted_stable vouches only for a Promoted one), no failure. The machine
+    then treats it as any ended rollout: spec.version at the stable version leaves stable serving
+    (the canary goes), another version starts a fresh attempt from CanaryStarting, its gates run
+    again, and no traffic reaches its canary before they pass."""
+    kept, dropped = RankingModelStatus.known_fields(status)
+    rollout = kept.get("rollout")
+    if isinstance(rollout, dict) and "phase" not in rollout:
+        unknown = (status.get("rollout") or {}).get("phase")
+        said = f"status.rollout.phase {unknown} is not a phase this operator knows (written by a newer rankops?)" \
+            if unknown is not None else "status.rollout had no phase"
+        kept["rollout"] = {**rollout, "phase": RolloutPhase.CANCELED, "message": (
+            f"{said}: "
+            f"the rollout of version {rollout.get('version')} is not continued; "
+            "if spec.version still names another version than the stable one, it starts again with its gates")}
+    return kept, dropped
 
 
 def unknown_fields_message(paths: list[str]) -> str:
+    """What known_status dropped, said once: fields by their path, values as "path=value"."""
     shown = ", ".join(f"status.{p}" for p in paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
-    return (f"{len(paths)} status field(s) this operator does not know were dropped: {shown} (written by a newer "
-            "rankops? this one manages the model without them)")
+    return (f"{len(paths)} status field(s) or value(s) this operator does not know were dropped: {shown} "
+            "(written by a newer rankops? this one manages the model without them)")
 
 
 def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
