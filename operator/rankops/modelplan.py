@@ -20,8 +20,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from rankops import autoscale
-from rankops.api.conditions import get_condition
+from rankops.api.conditions import DEGRADED, get_condition
 from rankops.api.errors import describe
+from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import NodeSpread, RankingModel, TrafficMode
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, failure_tolerance,
@@ -35,7 +36,7 @@ from rankops.rollout.machine import (Decision, Event, GateObservation, Observed,
 from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves, shared_node
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
 
-POLICY_REASON = "NotAllowedOnThisCluster"   # a field the cluster admin's policy refuses
+POLICY_REASON = DegradedReason.NOT_ALLOWED_ON_THIS_CLUSTER   # a field the cluster admin's policy refuses
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def refusal(rm: RankingModel, settings: Settings) -> tuple[str, str] | None:
         return POLICY_REASON, "; ".join(refused) + " (the serving version is left untouched)"
     engines_off, _ = image_fit.engine_mismatches(rm.spec)
     if engines_off:   # Triton would refuse the engine: say so before any pod starts
-        return "TensorRTVersionMismatch", "; ".join(engines_off) + " (the serving version is left untouched)"
+        return DegradedReason.TENSORRT_VERSION_MISMATCH, "; ".join(engines_off) + " (the serving version is left untouched)"
     return None
 
 
@@ -139,17 +140,17 @@ def _blocking(observed: ModelObserved, spec_node_pool: str | None) -> tuple[str,
     from what was observed."""
     problems: list[tuple[str, str]] = []
     if observed.credentials_missing:
-        problems.append(("CredentialsSecretNotFound", observed.credentials_missing))
+        problems.append((DegradedReason.CREDENTIALS_SECRET_NOT_FOUND, observed.credentials_missing))
     pool = observed.pool
     if spec_node_pool and pool is not None and not pool.exists:
-        problems.append(("NodePoolNotFound", f"GpuNodePool {spec_node_pool} does not exist: create it "
+        problems.append((DegradedReason.NODE_POOL_NOT_FOUND, f"GpuNodePool {spec_node_pool} does not exist: create it "
                                              f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool"))
     if spec_node_pool and pool is not None and pool.invalid:
-        problems.append(("NodePoolInvalid", f"GpuNodePool {spec_node_pool} has an invalid spec ({pool.invalid}): its "
+        problems.append((DegradedReason.NODE_POOL_INVALID, f"GpuNodePool {spec_node_pool} has an invalid spec ({pool.invalid}): its "
                                             "requirements cannot place the model; fix the pool (its author is the "
                                             "cluster admin) or spec.nodePool"))
     if observed.plan_failed:
-        problems.append(("PlanFailed", observed.plan_failed))
+        problems.append((DegradedReason.PLAN_FAILED, observed.plan_failed))
     return status_decisions.first_problem(problems)
 
 
@@ -161,7 +162,7 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     status, gen = dict(body.get("status") or {}), meta.get("generation")
     rm, invalid = parse(body)
     if rm is None:
-        return not_applied(status, gen, "InvalidSpec", invalid, now, events)
+        return not_applied(status, gen, DegradedReason.INVALID_SPEC, invalid, now, events)
     refused = refusal(rm, settings)
     blocked = refused or _blocking(observed, rm.spec.node_pool)
     if blocked:
@@ -178,8 +179,8 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         notes += (crowded,)
         # Said once: the note lives in an AsExpected Degraded's message (another reason's hides it,
         # and the Event waits until that one clears).
-        was = get_condition(status.get("conditions") or [], "Degraded") or {}
-        if was.get("reason", "AsExpected") == "AsExpected" and crowded not in was.get("message", ""):
+        was = get_condition(status.get("conditions") or [], DEGRADED) or {}
+        if was.get("reason", DegradedReason.AS_EXPECTED) == DegradedReason.AS_EXPECTED and crowded not in was.get("message", ""):
             events += (Event("Warning", "ReplicasShareANode", crowded),)
 
     s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)
@@ -200,7 +201,7 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         if scaling is not None and scaling.external:   # the user's autoscaler owns the stable's replicas
             applies = autoscale.without_replicas(applies, names.deployment_name(meta["name"], names.STABLE))
     except RenderError as exc:
-        return not_applied(status, gen, "RenderFailed", str(exc), now, events)
+        return not_applied(status, gen, DegradedReason.RENDER_FAILED, str(exc), now, events)
 
     canary = decision.serving.canary_version
     c_ready = ready_count((seen for _, seen in observed.canary_pods), canary) if canary else 0

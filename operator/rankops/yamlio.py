@@ -16,6 +16,8 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 
 _Dumper.add_representer(str, _str)
+# A StrEnum member (api.phases: a phase, a reason) is written as its string.
+_Dumper.add_multi_representer(str, lambda dumper, value: _str(dumper, str(value)))
 
 
 def dump_all(docs: Iterable[Any]) -> str:

@@ -80,3 +80,14 @@ def test_every_field_has_a_description():
             missing = [path for path, node in _schema_nodes(schema)
                        if path not in ("$", "$.metadata") and not path.endswith(("[]", "{}")) and not (node.get("description") or "").strip()]
             assert not missing, f"{name.name}: fields without a description (add Field(description=...)): {missing}"
+
+
+def test_the_phases_are_enums_in_the_schema_and_reasons_stay_open():
+    from rankops.api.phases import ModelPhase, RolloutPhase
+
+    crd = next(c for c in crdgen.all_crds() if c["spec"]["names"]["kind"] == "RankingModel")
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == [p.value for p in ModelPhase]
+    assert status["rollout"]["properties"]["phase"]["enum"] == [p.value for p in RolloutPhase]
+    # Condition.reason is shared by every condition type (and the pools'): a pattern, no list.
+    assert "enum" not in status["conditions"]["items"]["properties"]["reason"]

@@ -7,7 +7,9 @@ import datetime as dt
 
 from rankops import modelplan
 from rankops.controller import models
-from rankops.rollout.status_decisions import DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, first_problem
+from rankops.api.phases import DegradedReason
+from rankops.rollout import warming
+from rankops.rollout.status_decisions import DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, first_problem
 
 from tests.core.test_render_is_the_plan import _model
 from tests.core.test_rollout_controller import gpu_cluster
@@ -21,6 +23,14 @@ def test_the_first_problem_is_the_most_serious_whatever_the_order_found():
     assert first_problem([("SomethingNew", "n"), ("RequestsNotBatched", "b")]) == ("RequestsNotBatched", "b")
     assert first_problem([]) is None
     assert DEGRADED_PRECEDENCE[:len(NOT_APPLIED_REASONS)] == NOT_APPLIED_REASONS
+
+
+def test_the_precedence_is_the_degraded_reasons_enum_in_its_order():
+    assert DEGRADED_PRECEDENCE == tuple(DegradedReason)[:-1] and tuple(DegradedReason)[-1] == "AsExpected"
+    assert NOT_APPLIED_REASONS + SERVING_REASONS == DEGRADED_PRECEDENCE
+    assert NOT_APPLIED_REASONS[-1] == "ChildRefused" and SERVING_REASONS[0] == "RolledBack"
+    assert DegradedReason.WARMUP_FAILING == warming.WARMUP_FAILING, "the warm container's reason, said by Degraded"
+    assert modelplan.POLICY_REASON in NOT_APPLIED_REASONS
 
 
 def test_an_invalid_pool_is_said_and_nothing_is_applied():

@@ -60,3 +60,104 @@ def test_an_invalid_spec_with_a_newer_status_is_degraded_not_a_crash():
     degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "InvalidSpec" and "trafficMirror" not in result.status
     assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1
+
+
+def _warned(result) -> list:
+    return [e for e in result.events if e.reason == "StatusFieldsUnknown"]
+
+
+def _written(stored: dict, result) -> dict:
+    """What the handlers' merge patch against the stored status leaves."""
+    return apply_merge_patch(stored, merge_patch(stored, result.status))
+
+
+def test_a_rollout_phase_this_operator_does_not_know_starts_the_rollout_again_through_its_gates():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    target = SIBLINGS[0]
+    rm.body["spec"]["version"] = target
+    rm.reconcile()
+    rm.to_canary()
+    old_attempt = rm.rollout["attempt"]
+    stored = copy.deepcopy(rm.body["status"])
+    stored["phase"] = "Shadowing"
+    stored["rollout"].update(phase="Shadowing", promoted=f"{target}/once")   # a manual promote acted on
+    rm.body["metadata"]["annotations"]["rankops.io/promote"] = f"{target}/once"   # left in place
+    body = {**copy.deepcopy(rm.body), "status": stored}
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
+    warned = _warned(result)
+    assert len(warned) == 1 and warned[0].type == "Warning"
+    assert "status.rollout.phase=Shadowing" in warned[0].message and "status.phase=Shadowing" in warned[0].message
+    rollout = result.status["rollout"]
+    # (its canary's pods are up already: CanaryStarting moves on to the warmup gate in the same step)
+    assert rollout["phase"] == "Warming" and rollout["attempt"] != old_attempt, \
+        "a phase it cannot continue: a fresh attempt, its gates again"
+    assert [e.reason for e in result.events if e.type == "Normal"][:2] == ["CanaryStarting", "Warming"]
+    assert rollout["promoted"] == f"{target}/once", "the manual controls acted on are kept: none acts twice"
+    assert result.status["phase"] == "Warming" and not result.status.get("canaryWeight"), \
+        "no traffic to the canary before its gates pass"
+    assert result.status["stableVersion"] == "1"
+    # Written back, nothing more to say; the rollout converges through its gates to Promoted.
+    rm.body["status"] = _written(stored, result)
+    rm.t += 10
+    again = models.reconcile(cluster, copy.deepcopy(rm.body), now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
+    assert not _warned(again)
+    rm.body["status"] = again.status
+    rm.to_canary()
+    for _ in range(20):
+        if rm.reconcile(30)["rollout"]["phase"] == "Promoting":
+            break
+    cluster.run_deployment(names.STABLE)
+    status = rm.reconcile()
+    assert status["rollout"]["phase"] == "Promoted" and status["stableVersion"] == target, status["rollout"]
+
+
+def test_an_unknown_rollout_phase_of_a_version_back_to_stable_is_closed_and_stable_serves():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    rm.to_canary()
+    rm.body["spec"]["version"] = "1"   # back to stable, while a newer operator's phase is stored
+    stored = copy.deepcopy(rm.body["status"])
+    stored["rollout"]["phase"] = "Shadowing"
+    body = {**copy.deepcopy(rm.body), "status": stored}
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
+    assert [e.message for e in _warned(result)] and "status.rollout.phase=Shadowing" in _warned(result)[0].message
+    assert result.status["rollout"]["phase"] == "Canceled" and "Shadowing" in result.status["rollout"]["message"]
+    assert result.status["phase"] == "Ready" and result.status["stableVersion"] == "1"
+    assert not result.status.get("canaryVersion")
+    assert not cluster.get("Deployment", "reco", names.deployment_name(rm.body["metadata"]["name"], names.CANARY)), \
+        "the canary of the rollout not continued goes"
+    again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": _written(stored, result)},
+                             now=T0 + dt.timedelta(seconds=rm.t + 20), memory=rm.memory)
+    assert not _warned(again) and again.status["phase"] == "Ready"
+
+
+def test_a_model_phase_this_operator_does_not_know_is_dropped_and_decided_anew():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    stored = {**copy.deepcopy(rm.body["status"]), "phase": "Hibernating"}
+    body = {**copy.deepcopy(rm.body), "status": stored}
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
+    warned = _warned(result)
+    assert len(warned) == 1 and "status.phase=Hibernating" in warned[0].message, warned
+    assert result.status["phase"] == "Ready"
+    again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": _written(stored, result)},
+                             now=T0 + dt.timedelta(seconds=rm.t + 20), memory=rm.memory)
+    assert not _warned(again) and again.status["phase"] == "Ready"
+
+
+def test_an_invalid_spec_with_an_unknown_rollout_phase_is_degraded_not_a_crash():
+    cluster = FakeCluster()
+    rm = serving_v1(cluster)
+    rm.body["spec"]["version"] = SIBLINGS[0]
+    rm.reconcile()
+    body = copy.deepcopy(rm.body)
+    body["status"]["rollout"]["phase"] = "Shadowing"
+    body["spec"]["replicas"] = -1
+    result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and result.status["phase"] == "Degraded"
+    assert result.status["rollout"]["phase"] == "Canceled"
+    assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1

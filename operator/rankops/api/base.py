@@ -5,6 +5,7 @@ manifest is an error naming the field rather than a silently ignored key.
 """
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from typing import Any
@@ -38,9 +39,12 @@ class ApiModel(BaseModel):
 
     @classmethod
     def known_fields(cls, data: Any, path: str = "") -> tuple[Any, list[str]]:
-        """`data` (wire form) without the keys this model does not know, and their paths: what a
-        newer rankops wrote into a stored status is dropped and said, not a ValidationError on
-        every reconcile. Values are not checked here; a field typed `dict[str, Any]` keeps its keys."""
+        """`data` (wire form) without the keys this model does not know, and without the values of
+        its enum fields that it does not know (a newer rankops' new phase), and what was dropped: the
+        path of a key, "path=value" of a value. What a newer rankops wrote into a stored status is
+        dropped and said, not a ValidationError on every reconcile. Other values are not checked
+        here; a field typed `dict[str, Any]` keeps its keys. A required enum field whose value is
+        dropped leaves its object invalid: the caller decides what stands in for it."""
         if not isinstance(data, dict):
             return data, []
         fields = {(f.alias or name): f for name, f in cls.model_fields.items()}
@@ -51,13 +55,34 @@ class ApiModel(BaseModel):
             if field is None:
                 dropped.append(where)
                 continue
-            kept[key], inner = _known(field.annotation, value, where)
+            known, inner = _known(field.annotation, value, where)
             dropped += inner
+            if known is not _DROPPED:
+                kept[key] = known
         return kept, dropped
 
 
+_DROPPED = object()   # an enum value this operator does not know: its key (or list item) goes
+
+
+def _enum_of(annotation: Any) -> type[enum.Enum] | None:
+    """The Enum a field typed `annotation` takes (`E`, `E | None`, `Annotated[E, ...]`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        enums = [e for e in map(_enum_of, typing.get_args(annotation)) if e is not None]
+        return enums[0] if len(enums) == 1 else None
+    return None
+
+
 def _known(annotation: Any, value: Any, path: str) -> tuple[Any, list[str]]:
-    """`value` of a field typed `annotation` with unknown keys of its models dropped."""
+    """`value` of a field typed `annotation` with unknown keys of its models dropped (_DROPPED: an
+    enum value this operator does not know)."""
+    known_enum = _enum_of(annotation)
+    if known_enum is not None and value is not None:
+        if any(value == m.value for m in known_enum):
+            return value, []
+        return _DROPPED, [f"{path}={value}"]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType, typing.Annotated):
         models = [a for a in args if isinstance(a, type) and issubclass(a, ApiModel)]
@@ -71,7 +96,8 @@ def _known(annotation: Any, value: Any, path: str) -> tuple[Any, list[str]]:
         cleaned, dropped = [], []
         for i, item in enumerate(value):
             kept, inner = _known(args[0], item, f"{path}[{i}]")
-            cleaned.append(kept)
+            if kept is not _DROPPED:
+                cleaned.append(kept)
             dropped += inner
         return cleaned, dropped
     if isinstance(annotation, type) and issubclass(annotation, ApiModel) and isinstance(value, dict):

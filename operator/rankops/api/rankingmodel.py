@@ -15,6 +15,7 @@ from rankops.api import bounds
 from rankops.api.autoscaling import AUTOSCALING_RULES, Autoscaling, AutoscalingStatus
 from rankops.api.base import ApiModel, refuse_unquoted_version
 from rankops.api.conditions import Condition
+from rankops.api.phases import ModelPhase, RolloutPhase
 from rankops.api.planning import Planning, PlanStatus, Slo
 from rankops.images import FETCHER_IMAGE, GATES_IMAGE
 
@@ -628,8 +629,9 @@ class GateResult(ApiModel):
 class RolloutStatus(ApiModel):
     version: Annotated[str, Field(description="The version being rolled out.")]
     from_version: Annotated[str | None, Field(description="The stable version when this rollout started.")] = None
-    phase: Annotated[str, Field(description=(
-        "CanaryStarting, Warming, Verifying, Canary, Promoting, Promoted, RolledBack, Superseded or Canceled."))]
+    phase: Annotated[RolloutPhase, Field(description=(
+        "Where the rollout is: an active phase (CanaryStarting, Warming, Verifying, Canary, Promoting, in that "
+        "order), or how it ended (Promoted, RolledBack, Superseded, Canceled)."))]
     attempt: Annotated[str | None, Field(description=(
         "Id of this attempt, new for every start and retry; its gate Jobs carry it in name and labels."))] = None
     started_at: Annotated[str | None, Field(description="When this rollout attempt started (RFC 3339).")] = None
@@ -672,7 +674,9 @@ class RolloutStatus(ApiModel):
 
 class RankingModelStatus(ApiModel):
     observed_generation: Annotated[int | None, Field(description="The metadata.generation this status was computed from.")] = None
-    phase: Annotated[str | None, Field(description="Pending, Ready, Degraded, or a rollout phase.")] = None
+    phase: Annotated[ModelPhase | None, Field(description=(
+        "The active rollout's phase while one is in flight, RolledBack while spec.version stays rolled back, "
+        "Degraded while a generation cannot be applied, else Ready or Pending."))] = None
     stable_version: Annotated[str | None, Field(description="The version serving traffic.")] = None
     canary_version: Annotated[str | None, Field(description="The version in canary, if any.")] = None
     canary_weight: Annotated[int | None, Field(description="Percent of traffic the canary gets now.")] = None

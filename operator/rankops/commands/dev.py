@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rankops.api.phases import ModelPhase
 from rankops.devcluster.binaries import BinariesMissing
 from rankops.devcluster.controlplane import ControlPlaneError
 from rankops.devcluster.nodes import E2E_NODES, SHAPES, dev_node_set
@@ -196,7 +197,7 @@ def demo_progress(pool: dict[str, Any] | None, model: dict[str, Any] | None) -> 
 def model_ready(model: dict[str, Any] | None) -> bool:
     status = (model or {}).get("status") or {}
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    return status.get("phase") == "Ready" and ready.get("status") == "True"
+    return status.get("phase") == ModelPhase.READY and ready.get("status") == "True"
 
 
 class _Demo:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from rankops import autoscale, modelplan
 from rankops.api.errors import describe
+from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import RankingModel
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
@@ -299,10 +300,10 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     try:
         execute(kube, rm, planned_now, memory)
     except writes.ChildRefused as exc:   # the plan's own Events count only once it is applied
-        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), "ChildRefused", str(exc),
+        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), DegradedReason.CHILD_REFUSED, str(exc),
                                              now, tuple(events)))
     except InvalidName as exc:   # never expected: the API models refuse such names first
-        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), "InvalidSpec",
+        return _result(modelplan.not_applied(status, rm.metadata.get("generation"), DegradedReason.INVALID_SPEC,
                                              f"{exc}; the serving version is left untouched", now, tuple(events)))
     return _result(planned_now)
 

@@ -126,7 +126,7 @@ def _promoting(s: Step) -> None:
     """The stable rolls to the target; once all of it runs it, the rollout is Promoted."""
     observed, target = s.observed, s.target
     if observed.stable_template_version == target and observed.stable_updated_ready >= observed.stable_desired:
-        s.move(PROMOTED, f"version {target} promoted: stable updated, canary removed", "Promoted")
+        s.move(PROMOTED, f"version {target} promoted: stable updated, canary removed")
     elif s.phase_age() > s.timeout:
         s.roll_back("promotion", f"stable did not run version {target} on all {observed.stable_desired} replicas "
                                  f"within {s.timeout}s ({observed.stable_updated_ready} updated and Ready); "
@@ -218,7 +218,7 @@ def _start(spec: RankingModelSpec, status: dict[str, Any], observed: Observed, s
     record.update({key: (rollout or {}).get(key) for key in CONSUMED.values() if (rollout or {}).get(key)})
     if retry:
         record["retried"] = retry
-    events.append(Event("Normal", "CanaryStarting", record["message"]))
+    events.append(Event("Normal", CANARY_STARTING, record["message"]))
     return record, [], None
 
 

@@ -9,13 +9,18 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankops.api.phases import ACTIVE_PHASES, RolloutPhase
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.render.desired import ServingState
 from rankops.rollout.readiness import PodObservation
 
-CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING = "CanaryStarting", "Warming", "Verifying", "Canary", "Promoting"
-PROMOTED, ROLLED_BACK, SUPERSEDED, CANCELED = "Promoted", "RolledBack", "Superseded", "Canceled"
-ACTIVE = (CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING)
+# The phases (api.phases.RolloutPhase), by their short names.
+CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING = (
+    RolloutPhase.CANARY_STARTING, RolloutPhase.WARMING, RolloutPhase.VERIFYING, RolloutPhase.CANARY,
+    RolloutPhase.PROMOTING)
+PROMOTED, ROLLED_BACK, SUPERSEDED, CANCELED = (
+    RolloutPhase.PROMOTED, RolloutPhase.ROLLED_BACK, RolloutPhase.SUPERSEDED, RolloutPhase.CANCELED)
+ACTIVE = ACTIVE_PHASES
 GATE_OF_PHASE = {WARMING: "warmup", VERIFYING: "equivalence"}
 NEXT_PHASE = {WARMING: VERIFYING, VERIFYING: CANARY}
 GATES = ("warmup", "equivalence")
@@ -82,7 +87,7 @@ class Decision:
     gate_jobs: tuple[str, ...] = ()  # gates whose Job must exist now
     reference_version: str | None = None  # a versions[] reference served for the equivalence gate
     events: tuple[Event, ...] = ()
-    outcome: str | None = None       # Promoted | RolledBack | Superseded, when this step ended a rollout
+    outcome: str | None = None       # Promoted | RolledBack | Superseded | Canceled, when this step ended a rollout
 
 
 def iso(t: dt.datetime) -> str:
@@ -145,6 +150,7 @@ class Step:
 
     @property
     def phase(self) -> str:
+        """The record's phase: a RolloutPhase (status as read went through known_status)."""
         return self.rollout["phase"]
 
     @property
@@ -161,7 +167,7 @@ class Step:
         batching: auto the plan's replicas, not spec.replicas)."""
         return self.observed.replicas or self.observed.stable_desired or self.spec.replicas
 
-    def recorded_in(self, *phases: str) -> bool:
+    def recorded_in(self, *phases: RolloutPhase) -> bool:
         """Whether status (as read) already says this attempt is in one of `phases`."""
         return self.recorded.get("version") == self.target and attempt_id(self.recorded) == self.attempt \
             and self.recorded.get("phase") in phases
@@ -178,13 +184,13 @@ class Step:
     def say(self, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(type_, reason, message))
 
-    def move(self, to: str, message: str, reason: str | None = None, warning: bool = False) -> None:
+    def move(self, to: RolloutPhase, message: str, reason: str | None = None, warning: bool = False) -> None:
         self.rollout.update(phase=to, phaseSince=iso(self.now), message=message)
         self.say("Warning" if warning else "Normal", reason or to, message)
 
     def roll_back(self, gate: str, message: str) -> None:
         self.rollout["failedGate"] = gate
-        self.move(ROLLED_BACK, message, "RolledBack", warning=True)
+        self.move(ROLLED_BACK, message, warning=True)
 
     def record_gate(self, entry: dict[str, Any]) -> None:
         """status.gates keeps one entry per gate: the latest."""

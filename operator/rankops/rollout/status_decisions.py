@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Collection, Iterable
 
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
+from rankops.api.phases import (  # noqa: F401 (the precedence lists: re-exported)
+    DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, DegradedReason, ModelPhase, RolloutPhase)
 from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, TrafficMode
 from rankops.render import names
 from rankops.render.desired import effective_weight
@@ -65,15 +67,36 @@ def typed_status(status: dict[str, Any]) -> dict[str, Any]:
 
 def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A stored status without the fields this operator's RankingModelStatus does not know (what a
-    newer rankops left behind before an older one was rolled back onto the same CRD), and their
-    paths. Kept, they made every status write a ValidationError: a crash loop with no status."""
-    return RankingModelStatus.known_fields(status)
+    newer rankops left behind before an older one was rolled back onto the same CRD), and without
+    the phases it does not know, and what was dropped (a field's path, "path=value" of a value).
+    Kept, they made every status write a ValidationError: a crash loop with no status.
+
+    status.phase is decided anew by every reconcile: an unknown one just goes. status.rollout.phase
+    is what the machine continues from, and one it does not know it cannot continue: the record
+    is kept (its version, fromVersion and attempt, and the manual controls acted on, so a leftover
+    rankops.io/promote or abort never acts twice) but closed as Canceled, the one end that claims
+    nothing: no promotion (trusted_stable vouches only for a Promoted one), no failure. The machine
+    then treats it as any ended rollout: spec.version at the stable version leaves stable serving
+    (the canary goes), another version starts a fresh attempt from CanaryStarting, its gates run
+    again, and no traffic reaches its canary before they pass."""
+    kept, dropped = RankingModelStatus.known_fields(status)
+    rollout = kept.get("rollout")
+    if isinstance(rollout, dict) and "phase" not in rollout:
+        unknown = (status.get("rollout") or {}).get("phase")
+        said = f"status.rollout.phase {unknown} is not a phase this operator knows (written by a newer rankops?)" \
+            if unknown is not None else "status.rollout had no phase"
+        kept["rollout"] = {**rollout, "phase": RolloutPhase.CANCELED, "message": (
+            f"{said}: "
+            f"the rollout of version {rollout.get('version')} is not continued; "
+            "if spec.version still names another version than the stable one, it starts again with its gates")}
+    return kept, dropped
 
 
 def unknown_fields_message(paths: list[str]) -> str:
+    """What known_status dropped, said once: fields by their path, values as "path=value"."""
     shown = ", ".join(f"status.{p}" for p in paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
-    return (f"{len(paths)} status field(s) this operator does not know were dropped: {shown} (written by a newer "
-            "rankops? this one manages the model without them)")
+    return (f"{len(paths)} status field(s) or value(s) this operator does not know were dropped: {shown} "
+            "(written by a newer rankops? this one manages the model without them)")
 
 
 def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
@@ -81,7 +104,8 @@ def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
     flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
     refused write to retry), a model whose replicas rankops scales (its load is read every
     `--interval`). A settled model waits for events and `--resync` alone."""
-    return (status.get("rollout") or {}).get("phase") in ACTIVE or status.get("phase") not in ("Ready", ROLLED_BACK) \
+    return (status.get("rollout") or {}).get("phase") in ACTIVE \
+        or status.get("phase") not in (ModelPhase.READY, ModelPhase.ROLLED_BACK) \
         or status.get("observedGeneration") != generation or (status.get("autoscaling") or {}).get("mode") == "rankops"
 
 
@@ -129,17 +153,17 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
         else None
     reason, message = degraded_reason(facts, failed, rollout if active else None)
     was = get_condition(conditions, DEGRADED)
-    degraded = reason != "AsExpected"
+    degraded = reason != DegradedReason.AS_EXPECTED
     conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen, facts.now)
-    if degraded and (not was or was.get("reason") != reason) and reason != "RolledBack":
+    if degraded and (not was or was.get("reason") != reason) and reason != DegradedReason.ROLLED_BACK:
         events.append(Event("Warning", reason, message))   # a rollback has its own Event, from step()
 
     if active:
-        phase = rollout["phase"]
+        phase = ModelPhase(rollout["phase"])
     elif failed:
-        phase = ROLLED_BACK
+        phase = ModelPhase.ROLLED_BACK
     else:
-        phase = "Ready" if is_ready else "Pending"
+        phase = ModelPhase.READY if is_ready else ModelPhase.PENDING
     status = {
         "observedGeneration": gen,
         "phase": phase,
@@ -162,7 +186,7 @@ def first_status_can_wait(old: dict[str, Any], new: dict[str, Any]) -> bool:
     it would only say Pending, waiting for the replicas just created, nothing wrong and no rollout.
     The reconcile that sees them Ready (a Deployment event), or the clock's at --interval, writes
     it; in a burst of new models that is one status write per model instead of two."""
-    if old.get("phase") or new.get("phase") != "Pending" or (new.get("rollout") or {}).get("phase") in ACTIVE:
+    if old.get("phase") or new.get("phase") != ModelPhase.PENDING or (new.get("rollout") or {}).get("phase") in ACTIVE:
         return False
     degraded = get_condition(new.get("conditions") or [], DEGRADED)
     return not degraded or degraded.get("status") != "True"
@@ -177,15 +201,10 @@ def first_ready_event(old: dict[str, Any], new: dict[str, Any]) -> Event | None:
     return Event("Normal", "Ready", ready.get("message", ""))
 
 
-# Every reason a model is Degraded, most serious first: one list for both kinds. The first ones
-# mean this generation is not applied (what served before serves on, Ready says SpecNotApplied);
-# the others are found while the generation serves.
-NOT_APPLIED_REASONS = ("InvalidSpec", "NotAllowedOnThisCluster", "TensorRTVersionMismatch",
-                       "CredentialsSecretNotFound", "NodePoolNotFound", "NodePoolInvalid", "PlanFailed",
-                       "RenderFailed", "ChildRefused")
-SERVING_REASONS = ("RolledBack", "PodsUnschedulable", "CanaryNotJudged", "NoReadyNodes", "DriverTooOld",
-                   warming.WARMUP_FAILING, "RequestsNotBatched", "PlanPredictsProblem")
-DEGRADED_PRECEDENCE = NOT_APPLIED_REASONS + SERVING_REASONS
+# Every reason a model is Degraded, most serious first, is api.phases.DegradedReason in its order:
+# DEGRADED_PRECEDENCE, one list for both kinds. The first ones (NOT_APPLIED_REASONS) mean this
+# generation is not applied (what served before serves on, Ready says SpecNotApplied); the others
+# (SERVING_REASONS) are found while the generation serves.
 
 
 def first_problem(problems: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
@@ -200,26 +219,27 @@ def degraded_reason(facts: Facts, failed: dict[str, Any] | None,
                     active: dict[str, Any] | None = None) -> tuple[str, str]:
     """Degraded's (reason, message): the first of what is wrong, by DEGRADED_PRECEDENCE. `active`:
     the rollout in flight, whose canary may be unplaceable or unjudgeable."""
-    problems = []
+    R = DegradedReason
+    problems: list[tuple[str, str]] = []
     if failed:
-        problems.append(("RolledBack", failed.get("message", "")))
+        problems.append((R.ROLLED_BACK, failed.get("message", "")))
     if facts.unschedulable:
-        problems.append(("PodsUnschedulable", facts.unschedulable))
+        problems.append((R.PODS_UNSCHEDULABLE, facts.unschedulable))
     if active and active.get("unschedulable"):
-        problems.append(("PodsUnschedulable", f"canary {active['version']}: {active['unschedulable']}"))
+        problems.append((R.PODS_UNSCHEDULABLE, f"canary {active['version']}: {active['unschedulable']}"))
     if active and active.get("analysisProblem"):
-        problems.append(("CanaryNotJudged", f"canary analysis of {active['version']}: {active['analysisProblem']}"))
+        problems.append((R.CANARY_NOT_JUDGED, f"canary analysis of {active['version']}: {active['analysisProblem']}"))
     if facts.pool_note:
-        problems.append(("NoReadyNodes", facts.pool_note))
+        problems.append((R.NO_READY_NODES, facts.pool_note))
     if facts.placement:
         problems.append(facts.placement)
     if facts.warm_failing:
-        problems.append((warming.WARMUP_FAILING, warming.describe(facts.warm_failing)))
+        problems.append((R.WARMUP_FAILING, warming.describe(facts.warm_failing)))
     if facts.unbatched:
-        problems.append(("RequestsNotBatched", "; ".join(facts.unbatched)))
+        problems.append((R.REQUESTS_NOT_BATCHED, "; ".join(facts.unbatched)))
     if facts.problems:
-        problems.append(("PlanPredictsProblem", "; ".join(facts.problems)))
-    return first_problem(problems) or ("AsExpected", "; ".join(["no problem seen", *facts.notes]))
+        problems.append((R.PLAN_PREDICTS_PROBLEM, "; ".join(facts.problems)))
+    return first_problem(problems) or (R.AS_EXPECTED, "; ".join(["no problem seen", *facts.notes]))
 
 
 def degraded_only(old: dict[str, Any], generation: int | None, reason: str, message: str,
@@ -244,7 +264,7 @@ def degraded_only(old: dict[str, Any], generation: int | None, reason: str, mess
     conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, generation, now)
     events = () if was and was.get("status") == "True" and was.get("reason") == reason \
         else (Event("Warning", reason, message),)
-    status.update(conditions=conditions, phase="Degraded", observedGeneration=generation)
+    status.update(conditions=conditions, phase=ModelPhase.DEGRADED, observedGeneration=generation)
     return StatusDecision(typed_status(status), events)
 
 

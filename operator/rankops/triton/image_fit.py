@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rankops.api.phases import DegradedReason
 from rankops.triton import compat as triton_compat
 from rankops.nodelabels import LABEL_DRIVER, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR
 from rankops.triton.compat import Verdict
@@ -95,7 +96,7 @@ def pool_driver_problem(image: str, pool: str, ready_nodes: list[dict[str, Any]]
                f"; no ready node of GpuNodePool {pool} has one: {named}. Its pods stay Pending. Fix: pick an "
                f"older Triton image in spec.tritonImage ({older}), or upgrade the nodes' driver to R{floor} or "
                f"later (RHEL 8: dnf -y module switch-to nvidia-driver:{floor}-dkms --allowerasing, then reboot)")
-    return "DriverTooOld", message
+    return DegradedReason.DRIVER_TOO_OLD, message
 
 
 def _version(text: str) -> tuple[int, ...]:
