@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rankops.controller.kube import KINDS, ApiError
+from rankops.controller.patching import apply_merge_patch
 from rankops.render import names
 from rankops.render.names import FIELD_MANAGER
 
@@ -84,15 +85,7 @@ def status_error(status: int, reason: str = "", message: str = "", causes: list[
 
 def merge(target: Any, patch: Any) -> Any:
     """RFC 7386: `patch` applied to `target` (a new value; neither is changed)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
+    return apply_merge_patch(copy.deepcopy(target), copy.deepcopy(patch))
 
 
 def _applied(old: Any, mine_before: Any, others: list[Any], new: Any) -> Any:

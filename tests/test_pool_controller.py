@@ -61,6 +61,16 @@ def _controller(kube):
     return pools_
 
 
+def _settled(cluster):
+    """A pool reconciled once by a controller that has listed pools and nodes: (controller, uid)."""
+    uid = cluster.put(POOL)["metadata"]["uid"]
+    controller = _controller(cluster)
+    _listed(controller, cluster)
+    controller.kicked(("t4", uid))
+    controller.kicks.keys.clear()
+    return controller, uid
+
+
 def _listed(controller, kube):
     """kopf's first listing of pools and nodes, as its handlers pass them on."""
     for kind in ("Node", "GpuNodePool"):
@@ -100,14 +110,9 @@ def test_a_pool_is_reconciled_from_its_listing_holds_its_finalizer_first_and_rea
 
 
 def test_a_node_event_is_read_from_the_watch_by_the_reconcile_it_asks_for(cluster):
-    pool = cluster.put(POOL)
-    uid = pool["metadata"]["uid"]
-    controller = _controller(cluster)
-    _listed(controller, cluster)
-    controller.kicked(("t4", uid))
+    controller, uid = _settled(cluster)
     cluster.calls.clear()
     node = cluster.merge_patch("Node", None, "gpu-t4-2", {"metadata": {"labels": {"pool": "a10"}}})   # out of its selector
-    controller.kicks.keys.clear()
     controller.node_event({"type": "MODIFIED", "object": node}, {"t4": [(uid, {"pool": "t4"})]})
     assert controller.kicks.keys == [("t4", uid)]
     controller.kicked(("t4", uid))
@@ -116,13 +121,8 @@ def test_a_node_event_is_read_from_the_watch_by_the_reconcile_it_asks_for(cluste
         "the node as its event showed it: no LIST of the nodes"
 
 
-def test_a_spec_change_and_a_status_someone_else_wrote_reconcile_the_pool(cluster):
-    pool = cluster.put(POOL)
-    uid = pool["metadata"]["uid"]
-    controller = _controller(cluster)
-    _listed(controller, cluster)
-    controller.kicked(("t4", uid))
-    controller.kicks.keys.clear()
+def test_a_status_someone_else_wrote_reconciles_the_pool(cluster):
+    controller, uid = _settled(cluster)
     cleared = cluster.merge_patch("GpuNodePool", None, "t4", {"status": {"nodes": None}}, subresource="status")
     controller.pool_event({"type": "MODIFIED", "object": cleared}, {}, {})
     assert controller.kicks.keys == [("t4", uid)]
@@ -187,3 +187,13 @@ def test_no_kopf_change_handler_timer_or_finalizer_is_left_for_pools():
         for handler in handler_registry.get_all_handlers():
             assert "gpunodepools" not in str(handler.selector), handler.id
     assert hasattr(handlers, "gpunodepool_event")
+
+
+def test_a_new_spec_reconciles_the_pool_and_the_pools_it_may_overlap(cluster):
+    controller, uid = _settled(cluster)
+    other = cluster.put({**POOL, "metadata": {"name": "a10"}, "spec": {"nodeSelector": {"pool": "a10"}}})
+    changed = cluster.merge_patch("GpuNodePool", None, "t4", {"spec": {"taintFailingNodes": True}})
+    assert changed["metadata"]["generation"] == 2
+    selectors = {"t4": [(uid, {"pool": "t4"})], "a10": [(other["metadata"]["uid"], {"pool": "a10"})]}
+    controller.pool_event({"type": "MODIFIED", "object": changed}, {}, selectors)
+    assert sorted(controller.kicks.keys) == sorted([("t4", uid), ("a10", other["metadata"]["uid"])])

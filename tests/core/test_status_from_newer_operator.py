@@ -10,7 +10,7 @@ from rankops.controller import models
 from rankops.controller.patching import apply_merge_patch, merge_patch
 from rankops.render import names
 
-from tests.core.test_rollout_controller import SIBLINGS, T0, gpu_cluster, serving_v1
+from tests.core.test_rollout_controller import SIBLINGS, T0, gpu_cluster, run_deployment, serving_v1
 
 
 def _newer(status: dict) -> dict:
@@ -66,13 +66,19 @@ def _warned(result) -> list:
     return [e for e in result.events if e.reason == "StatusFieldsUnknown"]
 
 
+def _with_status(cluster, rm, status: dict, after_s: float):
+    """A reconcile of the model with `status` stored, `after_s` after the model's own clock."""
+    return models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": status},
+                            now=T0 + dt.timedelta(seconds=rm.t + after_s), memory=rm.memory)
+
+
 def _written(stored: dict, result) -> dict:
     """What the handlers' merge patch against the stored status leaves."""
     return apply_merge_patch(stored, merge_patch(stored, result.status))
 
 
 def test_a_rollout_phase_this_operator_does_not_know_starts_the_rollout_again_through_its_gates():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     target = SIBLINGS[0]
     rm.body["spec"]["version"] = target
@@ -107,13 +113,13 @@ def test_a_rollout_phase_this_operator_does_not_know_starts_the_rollout_again_th
     for _ in range(20):
         if rm.reconcile(30)["rollout"]["phase"] == "Promoting":
             break
-    cluster.run_deployment(names.STABLE)
+    run_deployment(cluster, names.STABLE)
     status = rm.reconcile()
     assert status["rollout"]["phase"] == "Promoted" and status["stableVersion"] == target, status["rollout"]
 
 
 def test_an_unknown_rollout_phase_of_a_version_back_to_stable_is_closed_and_stable_serves():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     rm.body["spec"]["version"] = SIBLINGS[0]
     rm.reconcile()
@@ -129,13 +135,12 @@ def test_an_unknown_rollout_phase_of_a_version_back_to_stable_is_closed_and_stab
     assert not result.status.get("canaryVersion")
     assert not cluster.get("Deployment", "reco", names.deployment_name(rm.body["metadata"]["name"], names.CANARY)), \
         "the canary of the rollout not continued goes"
-    again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": _written(stored, result)},
-                             now=T0 + dt.timedelta(seconds=rm.t + 20), memory=rm.memory)
+    again = _with_status(cluster, rm, _written(stored, result), 20)
     assert not _warned(again) and again.status["phase"] == "Ready"
 
 
 def test_a_model_phase_this_operator_does_not_know_is_dropped_and_decided_anew():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     stored = {**copy.deepcopy(rm.body["status"]), "phase": "Hibernating"}
     body = {**copy.deepcopy(rm.body), "status": stored}
@@ -143,13 +148,12 @@ def test_a_model_phase_this_operator_does_not_know_is_dropped_and_decided_anew()
     warned = _warned(result)
     assert len(warned) == 1 and "status.phase=Hibernating" in warned[0].message, warned
     assert result.status["phase"] == "Ready"
-    again = models.reconcile(cluster, {**copy.deepcopy(rm.body), "status": _written(stored, result)},
-                             now=T0 + dt.timedelta(seconds=rm.t + 20), memory=rm.memory)
+    again = _with_status(cluster, rm, _written(stored, result), 20)
     assert not _warned(again) and again.status["phase"] == "Ready"
 
 
 def test_an_invalid_spec_with_an_unknown_rollout_phase_is_degraded_not_a_crash():
-    cluster = FakeCluster()
+    cluster = gpu_cluster()
     rm = serving_v1(cluster)
     rm.body["spec"]["version"] = SIBLINGS[0]
     rm.reconcile()
