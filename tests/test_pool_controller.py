@@ -4,7 +4,6 @@ and deletion held by the controller's own finalizer until the nodes' marks are c
 change handler, timer or finalizer is left for them."""
 from __future__ import annotations
 
-import datetime as dt
 import logging
 
 import pytest
@@ -22,13 +21,16 @@ POOL = {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
 
 
 class Kicked:
-    """Stands in for a controller's queue: records what was asked for."""
+    """Stands in for a controller's queue: records what was asked for, and, as the queue does,
+    drops what is asked while the replica is paused."""
 
-    def __init__(self):
+    def __init__(self, paused=lambda: False):
         self.keys: list = []
+        self.paused = paused
 
     def kick(self, key, context=None, urgent=False):
-        self.keys.append(key)
+        if not self.paused():
+            self.keys.append(key)
 
 
 def _node(name: str, **labels: str) -> dict:
@@ -54,10 +56,11 @@ def cluster():
     return kube
 
 
-def _controller(kube):
-    _models, pools_ = runtime.build(OperatorContext(kube=kube, namespace="rankops-system",
-                                                    validator_service_account="validator"))
-    pools_.kicks = Kicked()
+def _controller(kube, **kwargs):
+    models_, _ = runtime.build(OperatorContext(kube=kube, namespace="rankops-system",
+                                               validator_service_account="validator"))
+    pools_ = runtime.PoolController(models_.settings, models_, **kwargs)
+    pools_.kicks = Kicked(lambda: pools_.pause.paused)
     return pools_
 
 
@@ -154,20 +157,23 @@ def test_a_deleted_pool_is_released_then_let_go(cluster):
     assert LABEL_POOL not in cluster.stored("Node", None, "gpu-t4-1")["metadata"]["labels"]
 
 
-@pytest.mark.parametrize("status, held_s, goes", [(403, 0, True), (500, 0, False), (500, 601, True)])
-def test_api_errors_while_releasing(cluster, caplog, posted, status, held_s, goes):
+@pytest.mark.parametrize("status, tried_for_s, goes", [(403, 0, True), (500, 0, False), (500, 601, True)])
+def test_api_errors_while_releasing(cluster, caplog, posted, status, tried_for_s, goes):
     """403 (RBAC without node patch): retrying cannot help, so the pool goes and says what it
-    leaves behind; any other error is retried by the queue, for up to pools.RELEASE_TIMEOUT_S."""
+    leaves behind; any other error is retried by the queue, for up to pools.RELEASE_TIMEOUT_S from
+    this process's first try (a pool deleted while the operator was down gets the whole time)."""
     cluster.merge_patch("Node", None, "gpu-t4-1", {"metadata": {"labels": {LABEL_POOL: "t4", LABEL_READY: "false"}}})
     pool = cluster.put({**POOL, "metadata": {**POOL["metadata"], "finalizers": [pools.POOL_FINALIZER]}})
     uid = pool["metadata"]["uid"]
-    cluster.delete("GpuNodePool", None, "t4")
-    asked = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=held_s)
-    cluster.objects[("GpuNodePool", None, "t4")]["metadata"]["deletionTimestamp"] = \
-        asked.strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.delete("GpuNodePool", None, "t4")   # asked long ago (the fake's deletionTimestamp is a day old)
     cluster.fail("merge_patch", "Node", status)
-    controller = _controller(cluster)
+    now = [1000.0]
+    controller = _controller(cluster, monotonic=lambda: now[0])
     _listed(controller, cluster)
+    if tried_for_s:
+        with pytest.raises(ApiError):
+            controller.kicked(("t4", uid))   # the first try
+        now[0] += tried_for_s
     with caplog.at_level(logging.WARNING, "rankops"):
         if goes:
             controller.kicked(("t4", uid))
@@ -177,6 +183,35 @@ def test_api_errors_while_releasing(cluster, caplog, posted, status, held_s, goe
     assert (cluster.stored("GpuNodePool", None, "t4") is None) == goes
     if goes:
         assert posted[-1] == "NodeMarksLeft" and "rankops.io labels and taint" in caplog.text
+
+
+def test_events_while_paused_are_forgotten_so_the_relisting_after_resuming_reconciles(cluster):
+    """A standby replica (kopf peering) drops its kicks: what it saw meanwhile must not count as
+    seen, or the listing on resuming would look unchanged and wake nothing."""
+    controller, uid = _settled(cluster)
+    controller.pause.set(True)   # forgets what the watches showed
+    cluster.delete("GpuNodePool", None, "t4")
+    deleting = cluster.stored("GpuNodePool", None, "t4")
+    controller.pool_event({"type": "MODIFIED", "object": deleting}, {}, {})   # still in kopf's queue
+    controller.pause.set(False)
+    controller.pool_event({"type": None, "object": deleting}, {}, {})
+    assert controller.kicks.keys == [("t4", uid)]
+
+
+def test_a_relisting_that_shows_this_processs_own_last_write_still_reconciles_what_changed(cluster):
+    """A broken watch is relisted by kopf: changes missed in between are seen as the listing shows
+    them, even when the listed version is this process's own last write, and nodes changed meanwhile
+    wake their pools."""
+    controller, uid = _settled(cluster)
+    stored = cluster.stored("GpuNodePool", None, "t4")
+    stored["metadata"]["generation"] = 2   # a spec change the watch missed, as the listing shows it
+    controller.status_written[uid] = stored["metadata"]["resourceVersion"]
+    controller.pool_event({"type": None, "object": stored}, {}, {})
+    assert controller.kicks.keys == [("t4", uid)]
+    controller.kicks.keys.clear()
+    node = cluster.merge_patch("Node", None, "gpu-t4-2", {"metadata": {"labels": {"pool": "a10"}}})
+    controller.node_event({"type": None, "object": node}, {"t4": [(uid, {"pool": "t4"})]})
+    assert controller.kicks.keys == [("t4", uid)]
 
 
 def test_no_kopf_change_handler_timer_or_finalizer_is_left_for_pools():

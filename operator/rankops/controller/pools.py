@@ -2,7 +2,6 @@
 and release a deleted pool: stop its validators, then clear the marks they left on its nodes."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from dataclasses import dataclass, field
@@ -139,7 +138,8 @@ def pools_of_node(node: dict[str, Any], selectors: dict[str, dict[str, str]]) ->
 # operators' kopf deletion handler put on pools) off an object no kopf handler needs it for.
 POOL_FINALIZER = "rankops.io/clear-node-marks"
 KOPF_FINALIZER = "rankops.io/finalizer"   # released with it: what it held is done
-# How long a failing API (not a refusal) may hold a deleted pool before it goes with its marks left.
+# How long a failing API (not a refusal) may hold a deleted pool, from the operator's first try to
+# release it, before it goes with its marks left.
 RELEASE_TIMEOUT_S = 600.0
 VALIDATOR_STOP_WAIT_S = 60.0  # then clear anyway: a pod stuck Terminating on a lost node writes nothing
 
@@ -199,15 +199,6 @@ def clear_node_marks(kube: Kube, pool_name: str) -> Release:
                     raise
                 node = kube.get("Node", None, name)
     return Release(validators_stopped=True, cleared=cleared)
-
-
-def held_for_s(meta: dict[str, Any], now: dt.datetime) -> float:
-    """Seconds since the object's deletion was asked for (0 when unknown)."""
-    try:
-        asked = dt.datetime.fromisoformat(str(meta.get("deletionTimestamp")).replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return max(0.0, (now - asked).total_seconds())
 
 
 def release(kube: Kube, pool_name: str, namespace: str, **wait: Any) -> Release:

@@ -20,7 +20,6 @@ does `--resync`; a settled pool costs no request in between.
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import logging
 import threading
 import time
@@ -244,7 +243,7 @@ class ModelController(_Reconciles):
 
     def _nothing_to_do(self, body: dict) -> bool:
         # A RankingModel being deleted has nothing left to reconcile: garbage collection removes
-        # its children (a deleted pool still is: its marks are cleared under the same lock).
+        # its children (a deleted pool is released instead: PoolController.release).
         return bool(body["metadata"].get("deletionTimestamp"))
 
     def _before_status(self, uid: str, body: dict, result):
@@ -365,6 +364,8 @@ class ModelController(_Reconciles):
         start-up: every model, as kopf's resume did), when it is created, and when what a reconcile
         reads of it changes: its spec (a new generation), a promote/abort/retry annotation, a status
         someone else wrote. The operator's own status writes and metadata edits wake nothing."""
+        if self.pause.paused:   # its kick would be dropped; kopf lists every model again on resuming
+            return
         if self.kopf_context is None:
             self.kopf_context = contextvars.copy_context()
         obj = event["object"]
@@ -444,14 +445,17 @@ class PoolController(_Reconciles):
 
     kind = "GpuNodePool"
 
-    def __init__(self, settings: OperatorContext, models_: ModelController, pause: PauseState | None = None):
+    def __init__(self, settings: OperatorContext, models_: ModelController, pause: PauseState | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
         super().__init__(settings, pause if pause is not None else models_.pause)
+        self.monotonic = monotonic
         self.models = models_
         self.validators = pools.Validators()
         # GpuNodePools and Nodes as their watches show them (cluster-scoped, watched whole).
         self.watched = cache.Children(relist_s=settings.resync)
         self.generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
         self.inputs_seen: dict[str, str] = {}          # uid -> what a reconcile reads of the pool itself (pool_inputs)
+        self.release_tried: dict[str, float] = {}      # uid -> when this process first tried to release it
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
         self.kopf_context: contextvars.Context | None = None
         # Validators report node by node: a pool's burst of node events within a second is one
@@ -495,18 +499,21 @@ class PoolController(_Reconciles):
             if body["metadata"].get("deletionTimestamp"):
                 self.release(body)
                 return
-            self.hold_deletion(body)
+            if not self.hold_deletion(body):
+                return   # gone meanwhile: no validator for it
         self.run(self.reconcile_pool, {"metadata": meta}, log)
 
-    def hold_deletion(self, body: dict) -> None:
+    def hold_deletion(self, body: dict) -> bool:
+        """The pool carries the finalizer (False: it is gone)."""
         meta = body["metadata"]
         finalizers = meta.get("finalizers") or []
         if pools.POOL_FINALIZER in finalizers:
-            return
+            return True
         # The resourceVersion makes it conditional: a finalizer another writer set meanwhile is kept (409, retried).
         written = self.settings.kube.merge_patch(self.kind, None, meta["name"], {"metadata": {
             "finalizers": [*finalizers, pools.POOL_FINALIZER], "resourceVersion": meta.get("resourceVersion")}})
         self.wrote(meta["uid"], written)
+        return written is not None
 
     def wrote(self, uid: str, written: dict | None) -> None:
         """A write of this process: its watch event wakes nothing, and the next read waits for it."""
@@ -522,11 +529,14 @@ class PoolController(_Reconciles):
         if pools.POOL_FINALIZER not in (meta.get("finalizers") or []):
             return
         metrics.forget_pool(name)
+        first_try = self.release_tried.setdefault(meta["uid"], self.monotonic())
         try:
             released = pools.release(self.settings.kube, name, self.settings.namespace)
         except ApiError as exc:
             message = f"Kubernetes API said {exc.status} {exc.reason}: {(exc.body or b'')[:300]!r}"
-            held = pools.held_for_s(meta, dt.datetime.now(dt.timezone.utc))
+            # From the first try here, not from the deletion: a pool deleted while the operator was
+            # down gets the whole timeout too.
+            held = self.monotonic() - first_try
             if exc.status != 403 and held < pools.RELEASE_TIMEOUT_S:
                 raise   # the queue tries again in 10 s
             # 403 (RBAC without node patch): retrying will not grant it. Or the API has refused for
@@ -536,16 +546,22 @@ class PoolController(_Reconciles):
                       f"(clearing them is {why}): {message}")
         else:
             if not released.validators_stopped:
-                log.warning(f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
-                            f"cleared the nodes' marks anyway")
+                self.post(body, "Warning", "ValidatorsStillRunning",
+                          f"validator pods of {name} still there after {pools.VALIDATOR_STOP_WAIT_S:.0f} s; "
+                          f"cleared the nodes' marks anyway")
             if released.shared_with:
-                log.warning(f"pool {released.shared_with} has the same rankops.io/pool label value: "
-                            f"its nodes keep their marks")
+                self.post(body, "Warning", "NodeMarksShared",
+                          f"pool {released.shared_with} has the same rankops.io/pool label value: "
+                          f"its nodes keep their marks")
             if released.cleared:
                 log.info(f"cleared validation marks from {', '.join(sorted(released.cleared))}")
         finalizers = [f for f in meta.get("finalizers") or [] if f not in (pools.POOL_FINALIZER, pools.KOPF_FINALIZER)]
-        self.settings.kube.merge_patch(self.kind, None, name, {"metadata": {
+        written = self.settings.kube.merge_patch(self.kind, None, name, {"metadata": {
             "finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})
+        if written and written["metadata"].get("deletionTimestamp") and written["metadata"].get("finalizers"):
+            self.watched.observe(self.kind, written)   # another finalizer holds it still: not released again
+        else:
+            self.watched.forget(self.kind, None, name)
         self.forget_pool(meta)
 
     def post(self, body: dict, type_: str, reason: str, message: str) -> None:
@@ -556,6 +572,8 @@ class PoolController(_Reconciles):
     # --- events, as kopf's handlers pass them on
 
     def pool_event(self, event: dict, models_by_input, pool_selectors) -> None:
+        if self.pause.paused:   # its kick would be dropped; kopf lists every pool again on resuming
+            return
         if self.kopf_context is None:
             self.kopf_context = contextvars.copy_context()
         obj = event["object"]
@@ -569,7 +587,9 @@ class PoolController(_Reconciles):
             self.generations[name] = meta.get("generation")
             seen, was = pools.pool_inputs(obj), self.inputs_seen.get(uid)
             self.inputs_seen[uid] = seen
-            if was != seen and meta.get("resourceVersion") != self.status_written.get(uid):
+            # A listing after a broken watch may show this process's last write over changes it missed.
+            listing = event.get("type") is None
+            if was != seen and (listing or meta.get("resourceVersion") != self.status_written.get(uid)):
                 self.kicks.kick((name, uid))
         if event.get("type") is None:   # kopf's listing: every pool is reconciled anyway
             return
@@ -583,6 +603,8 @@ class PoolController(_Reconciles):
     def node_event(self, event: dict, pool_selectors) -> None:
         """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
         it is in or was in. A heartbeat, or a re-validation with the same verdict, wakes none."""
+        if self.pause.paused:
+            return
         node = event["object"]
         name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
         was = self.watched.get("Node", None, name)   # the pools it was in count it until they are told
@@ -591,8 +613,8 @@ class PoolController(_Reconciles):
         before = self.nodes_seen.pop(name, None) if deleted else self.nodes_seen.get(name)
         if not deleted:
             self.nodes_seen[name] = seen
-        if event.get("type") is None or (not deleted and before == seen):   # None: kopf's listing
-            return
+        if (not deleted and before == seen) or (event.get("type") is None and before is None):
+            return   # unchanged, or kopf's first listing (every pool is reconciled then anyway)
         selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
         uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
         for pool in sorted({*pools.pools_of_node(node, selectors), *(pools.pools_of_node(was, selectors) if was else ())}):
@@ -604,7 +626,7 @@ class PoolController(_Reconciles):
         uid = meta["uid"]
         metrics.forget_pool(meta["name"])
         self.clock.forget((meta["name"], uid))
-        for memory in (self.inputs_seen, self.status_written):
+        for memory in (self.inputs_seen, self.status_written, self.release_tried):
             memory.pop(uid, None)
 
     def forget_the_cluster(self) -> None:
