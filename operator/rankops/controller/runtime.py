@@ -12,10 +12,11 @@ latency-profile ConfigMaps it names, mapped to it, so drift is repaired and Read
 happens. Reads of the model and its children come from those watches (controller/cache.py).
 The clock reconciles a model `--interval` after its last reconcile while only time moves it on
 (a rollout in flight, not Ready yet, a refused write to retry: gate deadlines and the canary
-hold), and every model `--resync` after its last. Pools have kopf's create/update/resume
-handlers (their finalizer clears the nodes' marks): a change of a node they select (labels,
-verdict, GPU capacity) or of another pool reconciles them on the PoolController's queue, and so
-does `--resync`; a settled pool costs no request in between.
+hold), and every model `--resync` after its last. Pools run the same way on the PoolController:
+their own events, and those of the nodes they select and of the other pools, on its own queue and
+clock, with reads from its own watch cache; its finalizer (pools.POOL_FINALIZER) holds a deleted
+pool until its validators are stopped and its nodes' marks cleared. A settled object costs no
+request in between.
 """
 from __future__ import annotations
 
@@ -80,6 +81,9 @@ class _Reconciles:
         self.settings, self.pause = settings, pause
         self.locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
+        # Objects of its kind (a pool controller: and Nodes) as their watch and this process's writes show them.
+        self.watched = cache.Children(relist_s=settings.resync)
+        self.kopf_context: contextvars.Context | None = None   # a kopf handler's context, as the first one ran
 
     def run(self, reconcile: Callable[[dict], Any], body: dict, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Serialise reconciles of one object (timer and event handlers may overlap), then record."""
@@ -130,6 +134,19 @@ class _Reconciles:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
             logger.info(f"{event.reason}: {event.message}")
         self._record(body, result)
+
+    def own_event(self, event: dict) -> dict | None:
+        """What both controllers do first with an event of their own kind: nothing while paused (its
+        kick would be dropped; kopf lists every object again on resuming), else keep kopf's context
+        (the clock's and the queue's threads post Events in it) and note the object in `watched`.
+        Returns the object, or None when paused."""
+        if self.pause.paused:
+            return None
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+        obj = event["object"]
+        self.watched.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
+        return obj
 
     def current(self, meta: dict) -> dict | None:
         """The object as its watch shows it (`self.watched`), when that is at least as new as the
@@ -207,8 +224,6 @@ class ModelController(_Reconciles):
                  monotonic: Callable[[], float] = time.monotonic):
         super().__init__(settings, pause if pause is not None else PauseState())
         self.monotonic = monotonic
-        # RankingModels as their watch and this process's status writes show them (`current`).
-        self.watched = cache.Children(relist_s=settings.resync)
         self.children = cache.Children(relist_s=settings.resync)
         self.node_pods = NodePods()
         self.memory = models.ModelMemory()   # children applied and refused, shapes planned, monitors
@@ -217,7 +232,6 @@ class ModelController(_Reconciles):
         self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)
         self.inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads of it, at its last event
         self.manual_seen: dict[str, tuple] = {}   # uid -> the promote/abort values last checked
-        self.kopf_context: contextvars.Context | None = None   # a kopf handler's context, as the first one ran
         # A child's burst of events (its status moving pod by pod) within a quarter second is one
         # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
         self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
@@ -364,13 +378,10 @@ class ModelController(_Reconciles):
         start-up: every model, as kopf's resume did), when it is created, and when what a reconcile
         reads of it changes: its spec (a new generation), a promote/abort/retry annotation, a status
         someone else wrote. The operator's own status writes and metadata edits wake nothing."""
-        if self.pause.paused:   # its kick would be dropped; kopf lists every model again on resuming
+        obj = self.own_event(event)
+        if obj is None:
             return
-        if self.kopf_context is None:
-            self.kopf_context = contextvars.copy_context()
-        obj = event["object"]
         meta = obj["metadata"]
-        self.watched.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
         if event.get("type") == "DELETED":
             self.forget_model(meta)
             self.manual_seen.pop(meta["uid"], None)
@@ -451,13 +462,10 @@ class PoolController(_Reconciles):
         self.monotonic = monotonic
         self.models = models_
         self.validators = pools.Validators()
-        # GpuNodePools and Nodes as their watches show them (cluster-scoped, watched whole).
-        self.watched = cache.Children(relist_s=settings.resync)
         self.generations: dict[str, int | None] = {}   # pool name -> the generation its last event had
         self.inputs_seen: dict[str, str] = {}          # uid -> what a reconcile reads of the pool itself (pool_inputs)
         self.release_tried: dict[str, float] = {}      # uid -> when this process first tried to release it
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
-        self.kopf_context: contextvars.Context | None = None
         # Validators report node by node: a pool's burst of node events within a second is one
         # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
         self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False)
@@ -572,14 +580,11 @@ class PoolController(_Reconciles):
     # --- events, as kopf's handlers pass them on
 
     def pool_event(self, event: dict, models_by_input, pool_selectors) -> None:
-        if self.pause.paused:   # its kick would be dropped; kopf lists every pool again on resuming
+        obj = self.own_event(event)
+        if obj is None:
             return
-        if self.kopf_context is None:
-            self.kopf_context = contextvars.copy_context()
-        obj = event["object"]
         meta = obj["metadata"]
         name, uid, deleted = meta["name"], meta["uid"], event.get("type") == "DELETED"
-        self.watched.observe(self.kind, obj, deleted=deleted)
         before = self.generations.pop(name, None) if deleted else self.generations.get(name, -1)
         if deleted:
             self.forget_pool(meta)
