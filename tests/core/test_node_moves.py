@@ -174,6 +174,15 @@ def test_a_pod_watch_counts_a_track_s_pods_per_node_leaving_out_those_going():
     pods.pod_event({"metadata": {"namespace": "ns", "name": "s2"}, "spec": {}}, deleted=True)
     assert pods.track_nodes("ns", "m", names.STABLE) == (("a", 1),)
     assert pods.track_nodes("ns", "m", names.CANARY) == (("b", 1),)
+    # Another model's pod, and one relabelled to it, count for that model only.
+    pods.pod_event({"metadata": {"namespace": "ns", "name": "o1", "labels": {names.LABEL_MODEL: "other",
+                    names.LABEL_TRACK: names.STABLE}}, "spec": {"nodeName": "a"}}, deleted=False)
+    pods.pod_event({"metadata": {"namespace": "ns", "name": "s1", "labels": {names.LABEL_MODEL: "other",
+                    names.LABEL_TRACK: names.STABLE}}, "spec": {"nodeName": "a"}}, deleted=False)
+    assert pods.track_nodes("ns", "m", names.STABLE) == ()
+    assert pods.track_nodes("ns", "other", names.STABLE) == (("a", 2),)
+    assert pods.node_event({"metadata": {"name": "a"}, "spec": {"unschedulable": True}}, deleted=False) == {("ns", "other")}
+    assert pods.leaving_nodes("ns", "other") == frozenset({"a"}) and pods.leaving_nodes("ns", "m") == frozenset()
 
 
 def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
