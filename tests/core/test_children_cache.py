@@ -143,3 +143,19 @@ def test_a_read_is_a_copy_without_managed_fields():
     assert children.get("ConfigMap", "reco", "a")["data"] == {"v": "1"}
     assert children.select("ConfigMap", "reco", {"rankops.io/model": "m"})[0]["data"] == {"v": "1"}
     assert children.select("ConfigMap", "reco", {"rankops.io/model": "other"}) == []
+
+
+def test_select_finds_a_model_s_children_through_relabels_deletions_and_listings():
+    children = Children()
+    children.observe("ConfigMap", obj("a", 1, model="m"))
+    children.observe("ConfigMap", obj("b", 2, model="m"))
+    children.observe("ConfigMap", obj("c", 3, model="other"))
+    names_of = lambda model: [o["metadata"]["name"] for o in children.select("ConfigMap", "reco", {"rankops.io/model": model})]  # noqa: E731
+    assert names_of("m") == ["a", "b"] and names_of("other") == ["c"]
+    children.observe("ConfigMap", obj("b", 4, model="other"))   # relabelled: it moves
+    assert names_of("m") == ["a"] and names_of("other") == ["b", "c"]
+    children.observe("ConfigMap", obj("a", 5, model="m"), deleted=True)
+    assert names_of("m") == [] and [o["metadata"]["name"] for o in children.select("ConfigMap", "reco", {})] == ["b", "c"]
+    children.listed("ConfigMap", "reco", [obj("c", 3, model="other")], 6)   # b is gone by then
+    assert names_of("other") == ["c"] and children.get("ConfigMap", "reco", "b") is None
+    assert children.select("ConfigMap", "elsewhere", {}) == []

@@ -69,6 +69,10 @@ class Children:
         self.relist_s = relist_s
         self.clock = clock
         self._objects: dict[Key, _Entry] = {}
+        # Names by (kind, namespace) and by (kind, namespace, model label): a reconcile selects its
+        # own children, and at N=1000 a scan of every object per select was O(models x children).
+        self._spaces: dict[tuple[str, str], set[str]] = {}
+        self._by_model: dict[tuple[str, str, str], set[str]] = {}
         self._gone: dict[Key, int] = {}            # resourceVersion at deletion
         self._listed: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
@@ -85,17 +89,33 @@ class Children:
         if rv and newest and rv < newest:
             return   # older than what is known
         if deleted or obj is None:
-            self._objects.pop(key, None)
+            self._drop(key)
             self._gone[key] = rv
         else:
-            self._objects[key] = _Entry.of(obj, rv)
+            self._drop(key)
+            entry = self._objects[key] = _Entry.of(obj, rv)
+            self._spaces.setdefault(key[:2], set()).add(key[2])
+            model = entry.labels.get(LABEL_MODEL)
+            if model is not None:
+                self._by_model.setdefault((*key[:2], model), set()).add(key[2])
             self._gone.pop(key, None)
+
+    def _drop(self, key: Key) -> _Entry | None:
+        entry = self._objects.pop(key, None)
+        if entry is not None:
+            for index, at in ((self._spaces, key[:2]), (self._by_model, (*key[:2], entry.labels.get(LABEL_MODEL)))):
+                names = index.get(at)
+                if names is not None:
+                    names.discard(key[2])
+                    if not names:
+                        del index[at]
+        return entry
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         """This process deleted it (the watch's DELETED event follows)."""
         key = (kind, namespace or "", name)
         with self._lock:
-            current = self._objects.pop(key, None)
+            current = self._drop(key)
             self._gone[key] = max(self._gone.get(key, 0), current.rv if current else 0)
 
     def forget_listings(self) -> None:
@@ -106,6 +126,8 @@ class Children:
     def clear(self) -> None:
         with self._lock:
             self._objects.clear()
+            self._spaces.clear()
+            self._by_model.clear()
             self._gone.clear()
             self._listed.clear()
 
@@ -128,7 +150,8 @@ class Children:
                 key = _key(kind, obj)
                 present.add(key)
                 self._merge(key, obj, resource_version(obj), False)
-            for key in [k for k in self._objects if k[:2] == (kind, namespace or "") and k not in present]:
+            space = (kind, namespace or "")
+            for key in [(*space, name) for name in self._spaces.get(space, ()) if (*space, name) not in present]:
                 if self._objects[key].rv <= list_rv:   # gone by the time of the listing
                     self._merge(key, None, list_rv, True)
             self._listed[(kind, namespace or "")] = self.clock()
@@ -139,11 +162,12 @@ class Children:
         return entry.object() if entry else None
 
     def select(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        space = (kind, namespace or "")
         with self._lock:
-            found = sorted((name, e) for (k, ns, name), e in self._objects.items()
-                           if k == kind and ns == (namespace or "")
-                           and all(e.labels.get(lk) == lv for lk, lv in labels.items()))
-        return [e.object() for _, e in found]
+            model = labels.get(LABEL_MODEL)
+            candidates = self._by_model.get((*space, model), ()) if model is not None else self._spaces.get(space, ())
+            found = [(name, self._objects[(*space, name)]) for name in sorted(candidates)]
+        return [e.object() for _, e in found if all(e.labels.get(lk) == lv for lk, lv in labels.items())]
 
 
 class CachedKube:
