@@ -34,7 +34,7 @@ from rankops.api.crdgen import GROUP
 from rankops.controller import cache, models, pools
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
-from rankops.controller.diffbase import DigestDiffBaseStorage, essence_digest
+from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
 from rankops.controller.kicks import Kicks
 from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.node_pods import NodePods
@@ -63,9 +63,8 @@ def configure_kopf(settings: kopf.OperatorSettings, workers: int) -> None:
     its creation handlers."""
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    # A digest, not a copy of the spec: a copy over 256 KiB of annotations made the object
-    # undeletable (controller/diffbase.py).
-    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    # No change handlers, so no diff base: kopf would deep-copy every watched body per event (controller/diffbase.py).
+    settings.persistence.diffbase_storage = NoDiffBaseStorage()
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = workers
     settings.watching.server_timeout = 300
