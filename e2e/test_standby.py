@@ -40,7 +40,8 @@ def acting(process: Any) -> bool:
 
 
 def handled(process: Any, after: int) -> list[str]:
-    """The per-object lines (kopf's handlers and events, rankops' reconciles) logged after byte `after`."""
+    """The per-object lines (kopf's warnings about an object, rankops' reconciles: each is logged
+    the first time a process reconciles a model) logged after byte `after`."""
     text = process.log_path.read_text(errors="replace")[after:]
     return [line for line in text.splitlines() if "kopf.objects" in line or _RECONCILED.search(line)]
 
