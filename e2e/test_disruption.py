@@ -14,7 +14,20 @@ from rankops.render import names
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
 
 
-def test_the_stable_budget_keeps_replicas_minus_the_tolerance_through_evictions(k8s, namespace, operator):
+HOLD_TAINT = {"key": "e2e.rankops.io/hold", "value": "true", "effect": "NoSchedule"}
+
+
+def _hold_new_pods(k8s, nodes, hold: bool) -> None:
+    """Taint (or untaint) the GPU nodes so the replacement of an evicted pod stays Pending: on kwok
+    it would be Ready within a second and give the budget back before the second eviction. A
+    NoSchedule taint is not a leaving node (rollout.disruption.node_leaving): nothing moves."""
+    for node in nodes:
+        taints = [t for t in k8s.core.read_node(node).spec.taints or [] if t.key != HOLD_TAINT["key"]]
+        kept = [k8s.api_client.sanitize_for_serialization(t) for t in taints]
+        k8s.core.patch_node(node, {"spec": {"taints": kept + ([HOLD_TAINT] if hold else [])}})
+
+
+def test_the_stable_budget_keeps_replicas_minus_the_tolerance_through_evictions(k8s, namespace, operator, gpu_nodes):
     models.create(k8s, namespace, models.model_manifest("budget", replicas=2))
     models.wait_ready(k8s, namespace, "budget")
     policy = client.PolicyV1Api(k8s.api_client)
@@ -37,12 +50,16 @@ def test_the_stable_budget_keeps_replicas_minus_the_tolerance_through_evictions(
     evict = lambda pod: k8s.core.create_namespaced_pod_eviction(  # noqa: E731
         pod.metadata.name, namespace, {"apiVersion": "policy/v1", "kind": "Eviction",
                                        "metadata": {"name": pod.metadata.name, "namespace": namespace}})
-    evict(pods[0])
-    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(name, namespace).status.disruptions_allowed == 0,
-             30, "the budget spent")
-    with pytest.raises(ApiException) as refused:
-        evict(pods[1])
-    assert refused.value.status == 429, refused.value
+    _hold_new_pods(k8s, gpu_nodes.gpu, True)
+    try:
+        evict(pods[0])
+        wait_for(lambda: policy.read_namespaced_pod_disruption_budget(name, namespace).status.disruptions_allowed == 0,
+                 30, "the budget spent")
+        with pytest.raises(ApiException) as refused:
+            evict(pods[1])
+        assert refused.value.status == 429, refused.value
+    finally:
+        _hold_new_pods(k8s, gpu_nodes.gpu, False)
 
 
 def _stable_pods(k8s, namespace: str, model: str) -> list:
