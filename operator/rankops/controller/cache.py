@@ -16,6 +16,7 @@ its own copy, so no caller can change what the cache holds.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -45,17 +46,27 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
+# Kinds whose status no reconcile reads: the disruption controller's counts on a budget change
+# every time a pod comes or goes, and would wake the model for nothing.
+STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service", "ConfigMap"})
+
+
 class _Entry(NamedTuple):
     rv: int
     labels: dict[str, str]
-    blob: bytes   # zlib-compressed JSON
+    blob: bytes     # zlib-compressed JSON
+    content: bytes  # digest of what a reconcile reads: not the resourceVersion, not an unread status
 
     @classmethod
-    def of(cls, obj: dict[str, Any], rv: int) -> _Entry:
+    def of(cls, kind: str, obj: dict[str, Any], rv: int) -> _Entry:
         # managedFields are most of a child's bytes and no reconcile reads them.
         meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
         encoded = json.dumps({**obj, "metadata": meta}, separators=(",", ":")).encode()
-        return cls(rv, dict(meta.get("labels") or {}), zlib.compress(encoded, 1))
+        read = {k: v for k, v in obj.items() if k != "metadata" and not (k == "status" and kind in STATUS_UNREAD)}
+        read["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+        content = hashlib.blake2b(json.dumps(read, sort_keys=True, separators=(",", ":")).encode(),
+                                  digest_size=8).digest()
+        return cls(rv, dict(meta.get("labels") or {}), zlib.compress(encoded, 1), content)
 
     def object(self) -> dict[str, Any]:
         return json.loads(zlib.decompress(self.blob))
@@ -77,28 +88,31 @@ class Children:
         self._listed: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def observe(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> None:
-        """A watch event, or this process's own write answered by the API server."""
+    def observe(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> bool:
+        """A watch event, or this process's own write answered by the API server. True when it
+        changed what a reconcile reads: False for an older version, for the watch's echo of this
+        process's own write, or for a status no reconcile reads (a budget's pod counts)."""
         key, rv = _key(kind, obj), resource_version(obj)
         with self._lock:
-            self._merge(key, obj, rv, deleted)
+            return self._merge(key, obj, rv, deleted)
 
-    def _merge(self, key: Key, obj: dict[str, Any] | None, rv: int, deleted: bool) -> None:
+    def _merge(self, key: Key, obj: dict[str, Any] | None, rv: int, deleted: bool) -> bool:
         current = self._objects.get(key)
         newest = max(current.rv if current else 0, self._gone.get(key, 0))
         if rv and newest and rv < newest:
-            return   # older than what is known
+            return False   # older than what is known
         if deleted or obj is None:
             self._drop(key)
             self._gone[key] = rv
-        else:
-            self._drop(key)
-            entry = self._objects[key] = _Entry.of(obj, rv)
-            self._spaces.setdefault(key[:2], set()).add(key[2])
-            model = entry.labels.get(LABEL_MODEL)
-            if model is not None:
-                self._by_model.setdefault((*key[:2], model), set()).add(key[2])
-            self._gone.pop(key, None)
+            return True
+        self._drop(key)
+        entry = self._objects[key] = _Entry.of(key[0], obj, rv)
+        self._spaces.setdefault(key[:2], set()).add(key[2])
+        model = entry.labels.get(LABEL_MODEL)
+        if model is not None:
+            self._by_model.setdefault((*key[:2], model), set()).add(key[2])
+        self._gone.pop(key, None)
+        return current is None or current.content != entry.content
 
     def _drop(self, key: Key) -> _Entry | None:
         entry = self._objects.pop(key, None)

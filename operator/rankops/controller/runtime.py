@@ -343,8 +343,10 @@ class ModelController(_Reconciles):
 
     def child_event(self, kind: str, event: dict) -> None:
         obj = event["object"]
-        self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
-        if event.get("type") is not None:   # None: kopf's initial listing; the resume handlers cover it
+        changed = self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
+        # None: kopf's initial listing (the resume handlers cover it); unchanged: the echo of this
+        # process's own write, or a status no reconcile reads.
+        if event.get("type") is not None and changed:
             self.owner_kick(obj, urgent=kind == "Deployment" and event.get("type") != "DELETED" and all_ready(obj))
 
     def pod_event(self, event: dict) -> None:
