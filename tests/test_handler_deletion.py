@@ -10,6 +10,7 @@ from rankops import metrics
 from rankops.controller import models, runtime
 from rankops.controller.context import OperatorContext
 from rankops.controller.kube import ApiError, namespace_terminating
+from tests import wire
 from tests.fakecluster import FakeCluster
 
 
@@ -118,7 +119,7 @@ def test_events_are_not_posted_into_a_namespace_being_deleted(monkeypatch):
     posted = []
     monkeypatch.setattr(kopf, "event", lambda body, **kw: posted.append(kw["reason"]))
     monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result(
-        {"phase": "Pending"}, [Event("Warning", "NotReady", "0/2 replicas Ready")]))
+        wire.status({"phase": "Pending"}), [Event("Warning", "NotReady", "0/2 replicas Ready")]))
     body = _model()
     for namespace, expected in (("alive", ["NotReady"]), ("going", []), (None, [])):
         posted.clear()

@@ -12,7 +12,10 @@ import yaml
 
 from rankops import metrics
 from rankops.devcluster.controlplane import free_port
+from rankops.api.gpunodepool import GpuNodePoolStatus
+from rankops.api.rankingmodel import GateResult
 from rankops.rollout.machine import CANCELED, PROMOTED, ROLLED_BACK, SUPERSEDED
+from tests import wire
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ROOT / "charts" / "rankops-operator" / "files"
@@ -142,9 +145,10 @@ def test_controllers_record_each_reconcile_and_forget_deleted_objects(monkeypatc
     memo = kopf.Memo(models=model_controller, pools=pool_controller)
     pool_status = {"nodes": 2, "ready": 1, "failing": 1,
                    "conditions": [{"type": "Degraded", "status": "True", "reason": "NodesFailing"}]}
-    monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator, validators: pools.Result(pool_status))
+    monkeypatch.setattr(pools, "reconcile", lambda kube, body, operator, validators: pools.Result(GpuNodePoolStatus.model_validate(pool_status)))
     monkeypatch.setattr(models, "reconcile", lambda kube, body, **_: models.Result(
-        {"phase": "Ready"}, outcome=ROLLED_BACK, gate_results=[{"gate": "equivalence", "outcome": "fail"}]))
+        wire.status({"phase": "Ready"}), outcome=ROLLED_BACK,
+        gate_results=[GateResult(gate="equivalence", version="2", outcome="fail")]))
     degraded = lambda: sample("rankops_reconciles_total", {"kind": "GpuNodePool", "result": "degraded"}) or 0
     rolled_back = lambda: sample("rankops_rollouts_total", {"outcome": "rolled_back"}) or 0
     gate_fail = lambda: sample("rankops_gate_results_total", {"gate": "equivalence", "outcome": "fail"}) or 0

@@ -6,6 +6,7 @@ import pytest
 
 from rankops.controller import runtime
 from rankops.controller.context import OperatorContext
+from tests import wire
 from tests.fakecluster import FakeCluster
 
 
@@ -92,8 +93,9 @@ def test_a_status_write_that_finds_the_model_gone_forgets_it(monkeypatch):
     scheduled = []
     controller = runtime.ModelController(OperatorContext(kube=kube))
     monkeypatch.setattr(controller.clock, "reconciled", lambda key, needs: scheduled.append(key))
-    monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result({"phase": "Pending"}))
+    monkeypatch.setattr(models, "reconcile", lambda kube, b, **_: models.Result(wire.status({"phase": "Pending"})))
     controller.watched.observe("RankingModel", _model(5))
+    controller.reconciled_generation["uid-m"] = None   # not new here: its Pending is written
     controller.kicked(("ns", "m", "uid-m"))
     assert [c.status for c in kube.requests("merge_patch")] == [404], "its status write found it gone"
     assert scheduled == [], "not put back on the clock"
@@ -116,12 +118,14 @@ def test_a_paused_replica_forgets_what_its_stopped_watches_told_it():
 def test_a_new_models_pending_is_left_unwritten_once_and_its_first_ready_is_said(controller):
     from rankops.controller import models
 
-    pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False", "message": "0/1"},
-                                                  {"type": "Degraded", "status": "False"}]}
-    ready = {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "message": "1/1 Ready"},
-                                              {"type": "Degraded", "status": "False"}]}
+    pending = wire.status({"phase": "Pending", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "0/1"},
+        {"type": "Degraded", "status": "False", "reason": "AsExpected"}]})
+    ready = wire.status({"phase": "Ready", "conditions": [
+        {"type": "Ready", "status": "True", "reason": "ReplicasReady", "message": "1/1 Ready"},
+        {"type": "Degraded", "status": "False", "reason": "AsExpected"}]})
     first = controller.first_status("u", {}, models.Result(pending))
-    assert first.status == {} and first.events == [], "nothing written or said"
+    assert not first.write and first.events == [], "nothing written or said"
     controller.reconciled_generation["u"] = 1
     second = controller.first_status("u", {}, models.Result(ready))
     assert second.status == ready and [(e.reason, e.message) for e in second.events] == [("Ready", "1/1 Ready")]

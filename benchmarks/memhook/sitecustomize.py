@@ -58,6 +58,25 @@ if _dump:
             out.write("\n== gc objects by type\n" + "".join(f"{c:9d} {t}\n" for t, c in types.most_common(30)))
             out.write(f"\nthreads {threading.active_count()}\n")
             _allocators(out)
+            _holders(out, os.environ.get("RANKOPS_BENCH_HOLDERS_OF", "Body"))
         os.replace(_dump + ".tmp", _dump)
+
+    def _holders(out, type_name: str) -> None:
+        """What keeps objects of `type_name` alive: the referrer chains of three of them."""
+        import types as _types
+        found = [o for o in gc.get_objects() if type(o).__name__ == type_name][:3]
+        out.write(f"\n== what holds {type_name}\n")
+        for obj in found:
+            chain, seen = [obj], {id(found)}
+            for _ in range(6):
+                refs = [r for r in gc.get_referrers(chain[-1]) if id(r) not in seen
+                        and r is not chain and not isinstance(r, _types.FrameType)]
+                if not refs:
+                    break
+                seen.update(id(r) for r in refs)
+                chain.append(refs[0])
+                out.write("   " * len(chain) + f"{type(refs[0]).__qualname__} "
+                          f"({len(refs)} referrers: {sorted({type(r).__qualname__ for r in refs})[:6]})\n")
+            out.write("\n")
 
     signal.signal(signal.SIGUSR2, _write)

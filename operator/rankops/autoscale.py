@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.api.autoscaling import AutoscalingStatus
+from rankops.api.autoscaling import AutoscalingStatus, Recommendation
+from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import RankingModelSpec
 
 TOLERANCE = 0.1          # |need / serving - 1| within this: no change (HPA's default tolerance)
@@ -178,12 +179,12 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any]) -> tuple[floa
     return total_rate, (queue_us / requests / 1000.0 if requests else 0.0), counted
 
 
-def reading_due(spec: RankingModelSpec, recorded: dict[str, Any] | None, now: dt.datetime) -> bool:
+def reading_due(spec: RankingModelSpec, recorded: AutoscalingStatus | None, now: dt.datetime) -> bool:
     """Whether this reconcile reads the serving pods' counters: autoscaling by rankops, and the
     last reading at least MIN_READING_S ago."""
     if not spec.autoscaling.by_rankops:
         return False
-    read_at = _time((recorded or {}).get("readAt"))
+    read_at = _time(recorded.read_at if recorded else None)
     return read_at is None or (now - read_at).total_seconds() >= MIN_READING_S
 
 
@@ -192,12 +193,12 @@ def reading_due(spec: RankingModelSpec, recorded: dict[str, Any] | None, now: dt
 @dataclass(frozen=True)
 class Scaling:
     replicas: int                                 # the stable replicas the model serves now
-    status: dict[str, Any]                        # status.autoscaling, wire form
+    status: AutoscalingStatus                     # status.autoscaling
     events: tuple[tuple[str, str, str], ...] = ()   # (type, reason, message)
     external: bool = False                        # the stable Deployment is applied without spec.replicas
 
 
-def capacity(spec: RankingModelSpec, plan: Any = None, plan_status: dict[str, Any] | None = None
+def capacity(spec: RankingModelSpec, plan: Any = None, plan_status: PlanStatus | None = None
              ) -> tuple[float | None, str | None]:
     """(requests/s one replica sustains within the P99 budget, where it comes from): the spec's
     autoscaling.capacityPerReplicaQps, or the plan's sustainable rate per GPU x gpusPerReplica."""
@@ -205,7 +206,7 @@ def capacity(spec: RankingModelSpec, plan: Any = None, plan_status: dict[str, An
         return spec.autoscaling.capacity_per_replica_qps, "spec"
     per_gpu = getattr(plan, "qps_per_gpu", None)
     if per_gpu is None and plan_status:
-        per_gpu = plan_status.get("qpsPerGpu")
+        per_gpu = plan_status.qps_per_gpu
     if per_gpu:
         return float(per_gpu) * spec.gpus_per_replica, "plan"
     return None, None
@@ -217,9 +218,9 @@ def bounds_of(spec: RankingModelSpec, failure_tolerance: int) -> Bounds:
                   a.scale_up_stabilization_seconds, a.scale_down_stabilization_seconds, a.max_avg_queue_ms)
 
 
-def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[str, Any] | None,
+def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: dict[str, Any] | None,
          start_replicas: int, failure_tolerance: int, now: dt.datetime, *, plan: Any = None,
-         plan_status: dict[str, Any] | None = None, deployment_replicas: int | None = None,
+         plan_status: PlanStatus | None = None, deployment_replicas: int | None = None,
          external_name: str | None = None, problems: tuple[str, ...] = ()) -> Scaling | None:
     """The replicas to serve and status.autoscaling for this reconcile; None without autoscaling.
     `recorded`: status.autoscaling as read; `reading`: this reconcile's {pod: pod_reading} (None: not
@@ -229,51 +230,50 @@ def step(spec: RankingModelSpec, recorded: dict[str, Any] | None, reading: dict[
     scaling = spec.autoscaling
     if not scaling.enabled:
         return None
-    recorded = recorded if (recorded or {}).get("mode") == scaling.mode.value else None
+    recorded = recorded if recorded is not None and recorded.mode == scaling.mode.value else None
     if scaling.external:
         replicas = deployment_replicas if deployment_replicas is not None else start_replicas
         message = (f"{external_name} owns the stable Deployment's replicas ({replicas} now): rankops applies it "
                    "without spec.replicas" if external_name else
                    "no HorizontalPodAutoscaler targets the stable Deployment yet: rankops applies it without "
                    f"spec.replicas, which stay at {replicas}")
-        status = {"mode": "external", "external": external_name, "desiredReplicas": replicas,
-                  "reason": "External", "message": message}
-        return Scaling(replicas, AutoscalingStatus.model_validate(status).to_wire(), external=True)
+        return Scaling(replicas, AutoscalingStatus(mode="external", external=external_name, desired_replicas=replicas,
+                                                   reason="External", message=message), external=True)
 
     b = bounds_of(spec, failure_tolerance)
     cap, source = capacity(spec, plan, plan_status)
-    decided = (recorded or {}).get("desiredReplicas")
+    decided = recorded.desired_replicas if recorded else None
     # First decision: from what runs (a model switched on, or from mode external), else the spec's or plan's.
     start = deployment_replicas if deployment_replicas is not None else start_replicas
-    current = clamp(decided if isinstance(decided, int) else start, b)
-    history = tuple((t, r["replicas"]) for r in (recorded or {}).get("recommendations") or []
-                    if (t := _time(r.get("at"))) is not None)
-    kept = {k: (recorded or {}).get(k) for k in ("observedQps", "avgQueueMs", "reading", "readAt", "lastScaleTime")}
+    current = clamp(decided if decided is not None else start, b)
+    history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
+                    if (t := _time(r.at)) is not None)
+    kept = {k: getattr(recorded, k) if recorded else None
+            for k in ("observed_qps", "avg_queue_ms", "reading", "read_at", "last_scale_time")}
     if cap is None:   # never expected: the spec's validation asks for capacityPerReplicaQps first
-        status = {"mode": "rankops", "desiredReplicas": current, "reason": "NoCapacity",
-                  "message": "no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept}
-        return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
+        return Scaling(current, AutoscalingStatus(
+            mode="rankops", desired_replicas=current, reason="NoCapacity",
+            message="no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept))
     if reading is None:   # not read in this reconcile: what was decided stands (within the bounds)
-        if isinstance(decided, int) and decided == current:
-            status = {**recorded, "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
-                      "desiredReplicas": current}
-            return Scaling(current, AutoscalingStatus.model_validate(status).to_wire())
+        if recorded is not None and decided == current:
+            return Scaling(current, recorded.model_copy(update={
+                "capacity_per_replica_qps": round(cap, 3), "capacity_source": source, "desired_replicas": current}))
         outcome = decide(Inputs(now, current, cap, b, history=history))
     else:
-        qps, queue_ms, _ = rate((recorded or {}).get("reading"), reading)
+        qps, queue_ms, _ = rate(recorded.reading if recorded else None, reading)
         outcome = decide(Inputs(now, current, cap, b, qps, queue_ms, history))
-        kept.update(observedQps=None if qps is None else round(qps, 3),
-                    avgQueueMs=None if queue_ms is None else round(queue_ms, 3), reading=reading, readAt=_iso(now))
+        kept.update(observed_qps=None if qps is None else round(qps, 3),
+                    avg_queue_ms=None if queue_ms is None else round(queue_ms, 3), reading=reading, read_at=_iso(now))
     message = outcome.message + (f"; not read: {'; '.join(problems[:3])}" if problems else "")
     events: tuple[tuple[str, str, str], ...] = ()
-    before = decided if isinstance(decided, int) else start
+    before = decided if decided is not None else start
     if outcome.desired != before:
-        kept["lastScaleTime"] = _iso(now)
+        kept["last_scale_time"] = _iso(now)
         events = (("Normal", SCALED, f"stable replicas {before} -> {outcome.desired}: {outcome.message}"),)
-    status = {"mode": "rankops", "capacityPerReplicaQps": round(cap, 3), "capacitySource": source,
-              "desiredReplicas": outcome.desired, "reason": outcome.reason, "message": message[:1000], **kept,
-              "recommendations": [{"at": _iso(t), "replicas": r} for t, r in outcome.history]}
-    return Scaling(outcome.desired, AutoscalingStatus.model_validate(status).to_wire(), events)
+    return Scaling(outcome.desired, AutoscalingStatus(
+        mode="rankops", capacity_per_replica_qps=round(cap, 3), capacity_source=source,
+        desired_replicas=outcome.desired, reason=outcome.reason, message=message[:1000], **kept,
+        recommendations=[Recommendation(at=_iso(t), replicas=r) for t, r in outcome.history]), events)
 
 
 def without_replicas(objects: list[dict[str, Any]], deployment: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ reference track, pull secrets), the gate Jobs to create once (a Job's pod templa
 the deletions, the pod patches (canary traffic labels), the typed status and the Events.
 `rankops render` prints the plan of a model as new (no observations), so what it prints is what
 the operator applies. Why a generation is not applied, and why a model is Degraded, come from one
-precedence list (status_decisions.DEGRADED_PRECEDENCE).
+precedence list (model_status.DEGRADED_PRECEDENCE).
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from rankops import autoscale
 from rankops.api.conditions import DEGRADED, get_condition
 from rankops.api.errors import describe
 from rankops.api.phases import DegradedReason
-from rankops.api.rankingmodel import NodeSpread, RankingModel, TrafficMode
+from rankops.api.planning import PlanStatus
+from rankops.api.rankingmodel import GateResult, NodeSpread, RankingModel, RankingModelStatus, TrafficMode
 from rankops.render import names
 from rankops.render.desired import (RenderError, ResolvedShape, desired_objects, failure_tolerance,
                                     monitoring_objects, track_objects, with_owner)
@@ -31,7 +32,7 @@ from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_proble
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
-from rankops.rollout import status_decisions
+from rankops import model_status
 from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, step)
 from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves, shared_node
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
@@ -64,7 +65,7 @@ class ModelObserved:
     `rankops render` plans) has nothing here but the clock and the shape."""
     now: dt.datetime
     resolved: ResolvedShape | None = None          # the shape to serve (the planner's, for batching: auto)
-    plan_status: dict[str, Any] | None = None      # status.plan that says why
+    plan_status: PlanStatus | None = None          # status.plan that says why
     plan_failed: str | None = None                 # why no shape could be made
     credentials_missing: str | None = None
     pool: PoolView | None = None
@@ -87,7 +88,7 @@ class ModelObserved:
 
 @dataclass(frozen=True)
 class ModelPlan:
-    status: dict[str, Any]
+    status: RankingModelStatus
     events: tuple[Event, ...] = ()
     applies: tuple[dict[str, Any], ...] = ()       # applied (server-side), in order
     creates: tuple[dict[str, Any], ...] = ()       # created once if absent, never re-applied (gate Jobs)
@@ -95,7 +96,7 @@ class ModelPlan:
     pod_patches: tuple[tuple[str, dict[str, Any]], ...] = ()  # (pod, metadata merge patch): no restart
     monitors: tuple[dict[str, Any], ...] = ()      # ServiceMonitors, applied where the CRD is served
     outcome: str | None = None                     # the rollout's end, when this reconcile ended it
-    gate_results: tuple[dict[str, Any], ...] = ()  # status.gates entries new in this reconcile
+    gate_results: tuple[GateResult, ...] = ()      # status.gates entries new in this reconcile
     not_applied: str | None = None                 # the reason nothing was applied for this generation
 
     def objects(self) -> list[dict[str, Any]]:
@@ -128,10 +129,10 @@ def refusal(rm: RankingModel, settings: Settings) -> tuple[str, str] | None:
     return None
 
 
-def not_applied(status: dict[str, Any], generation: int | None, reason: str, message: str, now: dt.datetime,
+def not_applied(status: RankingModelStatus, generation: int | None, reason: str, message: str, now: dt.datetime,
                 events: tuple[Event, ...] = ()) -> ModelPlan:
     """A generation that cannot be applied: Degraded says why, and what serves is left as it was."""
-    decided = status_decisions.degraded_only(status, generation, reason, message, iso(now))
+    decided = model_status.degraded_only(status, generation, reason, message, iso(now))
     return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)
 
 
@@ -151,15 +152,19 @@ def _blocking(observed: ModelObserved, spec_node_pool: str | None) -> tuple[str,
                                             "cluster admin) or spec.nodePool"))
     if observed.plan_failed:
         problems.append((DegradedReason.PLAN_FAILED, observed.plan_failed))
-    return status_decisions.first_problem(problems)
+    return model_status.first_problem(problems)
 
 
 def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Settings(),
-         events: tuple[Event, ...] = ()) -> ModelPlan:
-    """The plan of one RankingModel (`body`: its metadata, spec and known status) from what was
-    observed. `events`: what the shell already has to say (e.g. StatusFieldsUnknown)."""
+         events: tuple[Event, ...] = (), status: RankingModelStatus | None = None) -> ModelPlan:
+    """The plan of one RankingModel (`body`: its metadata and spec) from what was observed.
+    `status`: its status as read (the shell's, through model_status.known_status); None: the
+    body's, which must validate as it is (a model as new has none). `events`: what the shell
+    already has to say (e.g. StatusFieldsUnknown)."""
     now, meta = observed.now, body["metadata"]
-    status, gen = dict(body.get("status") or {}), meta.get("generation")
+    gen = meta.get("generation")
+    if status is None:
+        status = RankingModelStatus.model_validate(body.get("status") or {})
     rm, invalid = parse(body)
     if rm is None:
         return not_applied(status, gen, DegradedReason.INVALID_SPEC, invalid, now, events)
@@ -179,8 +184,8 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         notes += (crowded,)
         # Said once: the note lives in an AsExpected Degraded's message (another reason's hides it,
         # and the Event waits until that one clears).
-        was = get_condition(status.get("conditions") or [], DEGRADED) or {}
-        if was.get("reason", DegradedReason.AS_EXPECTED) == DegradedReason.AS_EXPECTED and crowded not in was.get("message", ""):
+        was = get_condition(status.conditions, DEGRADED)
+        if (was is None or was.reason == DegradedReason.AS_EXPECTED) and crowded not in (was.message if was else ""):
             events += (Event("Warning", "ReplicasShareANode", crowded),)
 
     s_desired, _, s_settled, s_version = deployment_view(observed.stable_dep)
@@ -205,32 +210,32 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
 
     canary = decision.serving.canary_version
     c_ready = ready_count((seen for _, seen in observed.canary_pods), canary) if canary else 0
-    decided = status_decisions.decide(rm.spec, status, decision, status_decisions.Facts(
+    decided = model_status.decide(rm.spec, status, decision, model_status.Facts(
         now=iso(now), generation=gen,
-        stable=status_decisions.StableView(observed.stable_dep is not None, *deployment_view(observed.stable_dep)),
+        stable=model_status.StableView(observed.stable_dep is not None, *deployment_view(observed.stable_dep)),
         canary_ready=c_ready, replicas=resolved.replicas, plan=observed.plan_status,
         problems=tuple(resolved.problems), unbatched=tuple(resolved.unbatched), pool_note=pool.note,
         placement=pool.placement, notes=notes, warm_failing=observed.warm_failing,
         unschedulable=observed.unschedulable, moving=moves.message))
     name = meta["name"]
-    deletions = status_decisions.deletions(name, decision, observed.present, observed.jobs)
+    deletions = model_status.deletions(name, decision, observed.present, observed.jobs)
     monitors = tuple(monitoring_objects(rm, settings.service_monitor_labels)) \
         if settings.service_monitor_labels is not None else ()
     return ModelPlan(
-        status=decided.status if scaling is None else {**decided.status, "autoscaling": scaling.status},
+        status=decided.status if scaling is None else decided.status.model_copy(update={"autoscaling": scaling.status}),
         events=(*events, *decision.events, *decided.events, *(Event(*e) for e in (scaling.events if scaling else ()))),
         applies=tuple(applies),
         creates=tuple(creates), deletions=tuple(deletions),
         pod_patches=tuple(_canary_traffic(rm, decision, observed)) + tuple(
             (pod, {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: LEAVING_COST}}}) for pod in moves.let_go),
         monitors=monitors, outcome=decision.outcome,
-        gate_results=tuple(g for g in decision.gates if g not in (status.get("gates") or [])))
+        gate_results=tuple(g for g in decision.gates if g not in status.gates))
 
 
-def _autoscaling(rm: RankingModel, status: dict[str, Any], observed: ModelObserved,
+def _autoscaling(rm: RankingModel, status: RankingModelStatus, observed: ModelObserved,
                  resolved: ResolvedShape) -> autoscale.Scaling | None:
     return autoscale.step(
-        rm.spec, status.get("autoscaling"), observed.autoscale_reading, resolved.replicas, failure_tolerance(rm.spec),
+        rm.spec, status.autoscaling, observed.autoscale_reading, resolved.replicas, failure_tolerance(rm.spec),
         observed.now, plan=resolved.plan, plan_status=observed.plan_status,
         deployment_replicas=deployment_view(observed.stable_dep)[0] if observed.stable_dep else None,
         external_name=observed.external_scaler, problems=observed.autoscale_problems)
@@ -278,7 +283,7 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
     existing = {job for job, _ in observed.jobs}
     creates = []
     for gate in decision.gate_jobs:
-        job = gate_jobs.gate_job(rm, gate, decision.rollout["version"], attempt_id(decision.rollout),
+        job = gate_jobs.gate_job(rm, gate, decision.rollout.version, attempt_id(decision.rollout),
                                  decision.stable_version, reference_served=bool(decision.reference_version))
         if job["metadata"]["name"] not in existing:
             creates.append(with_owner(job, rm))

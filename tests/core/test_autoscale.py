@@ -12,7 +12,7 @@ from rankops import autoscale, modelplan
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.render import names
 from rankops.render.desired import resolve_shape
-from rankops.rollout.status_decisions import needs_clock
+from rankops.model_status import needs_clock
 
 from tests.core.test_render_is_the_plan import SMALL, _model
 
@@ -160,12 +160,12 @@ def stable_replicas(done: modelplan.ModelPlan) -> int:
 
 def test_the_plan_serves_the_decided_replicas_says_why_and_posts_an_event():
     first = plan_at(body(), 0, {"p1": 0}, stable_dep(1))
-    assert first.status["autoscaling"]["reason"] == "NoReading" and stable_replicas(first) == 1
+    assert first.status.to_wire()["autoscaling"]["reason"] == "NoReading" and stable_replicas(first) == 1
     assert needs_clock(first.status, 1), "the load is read every --interval"
     second = plan_at(body(first.status), 10, {"p1": 250}, stable_dep(1))
-    scaled = second.status["autoscaling"]
+    scaled = second.status.to_wire()["autoscaling"]
     assert scaled["desiredReplicas"] == 3 and scaled["observedQps"] == 25.0 and scaled["capacitySource"] == "spec"
-    assert stable_replicas(second) == 3 and second.status["replicas"] == 3 and second.status["ready"] == "1/3"
+    assert stable_replicas(second) == 3 and second.status.to_wire()["replicas"] == 3 and second.status.to_wire()["ready"] == "1/3"
     assert [e.reason for e in second.events if e.reason == autoscale.SCALED] == ["Scaled"]
     assert "1 -> 3" in next(e.message for e in second.events if e.reason == "Scaled")
     pdb = next(o for o in second.applies if o["kind"] == "PodDisruptionBudget" and "stable" in o["metadata"]["name"])
@@ -176,13 +176,13 @@ def test_an_operator_restart_mid_window_keeps_the_window_from_status():
     status = plan_at(body(), 0, {"p1": 0}, stable_dep(1)).status
     status = plan_at(body(status), 10, {"p1": 250}, stable_dep(1)).status           # up to 3
     status = plan_at(body(status), 20, {"p1": 300, "p2": 50, "p3": 50}, stable_dep(3)).status   # 5 req/s now
-    assert status["autoscaling"]["desiredReplicas"] == 3
+    assert status.autoscaling.desired_replicas == 3
     # A new operator process: nothing but the status it reads back (as the API server stores it).
-    restarted = copy.deepcopy(status)
+    restarted = copy.deepcopy(status.to_wire())
     held = plan_at(body(restarted), 50, {"p1": 450, "p2": 50, "p3": 50}, stable_dep(3))
-    assert held.status["autoscaling"]["reason"] == "ScaleDownStabilizing" and stable_replicas(held) == 3
+    assert held.status.to_wire()["autoscaling"]["reason"] == "ScaleDownStabilizing" and stable_replicas(held) == 3
     down = plan_at(body(held.status), 80, {"p1": 600, "p2": 50, "p3": 50}, stable_dep(3))
-    assert down.status["autoscaling"]["desiredReplicas"] == 1, "60 s after the last recommendation of 3"
+    assert down.status.to_wire()["autoscaling"]["desiredReplicas"] == 1, "60 s after the last recommendation of 3"
     assert stable_replicas(down) == 1
 
 
@@ -193,9 +193,9 @@ def test_a_reconcile_that_reads_nothing_keeps_what_was_decided():
     again = modelplan.plan(body(status), modelplan.ModelObserved(now=at(11), resolved=resolve_shape(rm.spec),
                                                                  stable_dep=stable_dep(3)))
     assert stable_replicas(again) == 3 and not [e for e in again.events if e.reason == "Scaled"]
-    assert again.status["autoscaling"] == status["autoscaling"]
-    assert not autoscale.reading_due(rm.spec, status["autoscaling"], at(12))
-    assert autoscale.reading_due(rm.spec, status["autoscaling"], at(16))
+    assert again.status.autoscaling == status.autoscaling
+    assert not autoscale.reading_due(rm.spec, status.autoscaling, at(12))
+    assert autoscale.reading_due(rm.spec, status.autoscaling, at(16))
 
 
 @pytest.mark.parametrize("traffic, weight, stable, canary", [("replicas", 25, 3, 1), ("replicas", 50, 4, 4),
@@ -217,7 +217,7 @@ def test_the_rollout_step_sees_the_scaled_size_and_promotion_keeps_it():
     done = plan_at(b, 11, {"p1": 260}, stable_dep(3))
     deployments = {o["metadata"]["name"]: o["spec"]["replicas"] for o in done.applies if o["kind"] == "Deployment"}
     assert deployments["scaled-stable"] == 3, "a rollout starts beside the scaled stable"
-    assert done.status["replicas"] == 3
+    assert done.status.to_wire()["replicas"] == 3
 
 
 def test_mode_external_applies_the_stable_without_replicas_and_reports_the_deployments_count():
@@ -228,12 +228,12 @@ def test_mode_external_applies_the_stable_without_replicas_and_reports_the_deplo
                                                      external_scaler="HorizontalPodAutoscaler/scaled"))
     dep = next(o for o in done.applies if o["kind"] == "Deployment")
     assert "replicas" not in dep["spec"], "server-side apply leaves spec.replicas to the HPA"
-    assert done.status["autoscaling"] == {
+    assert done.status.to_wire()["autoscaling"] == {
         "mode": "external", "external": "HorizontalPodAutoscaler/scaled", "desiredReplicas": 7, "reason": "External",
         "message": "HorizontalPodAutoscaler/scaled owns the stable Deployment's replicas (7 now): rankops applies it "
                    "without spec.replicas", "recommendations": []}
-    assert done.status["replicas"] == 7
-    assert not needs_clock({**done.status, "phase": "Ready"}, 1), "nothing to read: no --interval visits"
+    assert done.status.to_wire()["replicas"] == 7
+    assert not needs_clock(done.status.model_copy(update={"phase": "Ready"}), 1), "nothing to read: no --interval visits"
 
 
 def test_turning_autoscaling_off_goes_back_to_the_spec_and_drops_the_status():
@@ -298,5 +298,5 @@ def test_lowered_bounds_apply_at_once_and_say_so():
 
 def test_switched_on_it_starts_from_what_runs():
     done = plan_at(body(), 0, {"p1": 0}, stable_dep(4))
-    assert done.status["autoscaling"]["desiredReplicas"] == 4 and stable_replicas(done) == 4
+    assert done.status.to_wire()["autoscaling"]["desiredReplicas"] == 4 and stable_replicas(done) == 4
     assert not [e for e in done.events if e.reason == "Scaled"]

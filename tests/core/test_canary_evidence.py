@@ -10,7 +10,8 @@ import pytest
 from rankops.render.desired import ServingState
 from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, canary_size
 from rankops.rollout.readiness import observe_pod
-from rankops.rollout.status_decisions import Facts, StableView, decide
+from rankops.api.rankingmodel import RankingModelStatus
+from rankops.model_status import Facts, StableView, decide
 
 from tests.core.test_rollout_machine import _counters, _serving, drive, model, pod, up
 
@@ -157,9 +158,9 @@ def test_unschedulable_canary_pods_are_said_with_the_schedulers_reason():
     assert s["rollout"]["unschedulable"] == f"1 pod unschedulable: {message}"
     assert "waiting for canary 2 (0/1 pods Ready): 1 pod unschedulable: 0/3 nodes" in s["rollout"]["message"]
     assert "capacity: replace" in s["rollout"]["message"]
-    status = decide(rm.spec, {}, d, Facts(now="2026-11-30T12:00:10Z", generation=2,
+    status = decide(rm.spec, RankingModelStatus(), d, Facts(now="2026-11-30T12:00:10Z", generation=2,
                                           stable=StableView(True, 4, 4, 4, "1")))
-    degraded = next(c for c in status.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in status.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "PodsUnschedulable" and "Insufficient nvidia.com/gpu" in degraded["message"]
     assert [e.reason for e in status.events] == ["PodsUnschedulable"]
     # Once placed and Ready: the record forgets it, and the rollout goes on.
@@ -171,9 +172,9 @@ def test_canary_metrics_unreadable_is_degraded_canary_not_judged():
     rm = judged()
     s = _serving(rm)
     d, s = drive(rm, s, 60, **up(), metrics_problems=UNREAD)
-    status = decide(rm.spec, {}, d, Facts(now="2026-11-30T12:01:00Z", generation=2,
+    status = decide(rm.spec, RankingModelStatus(), d, Facts(now="2026-11-30T12:01:00Z", generation=2,
                                           stable=StableView(True, 4, 4, 4, "1"), canary_ready=1))
-    degraded = next(c for c in status.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in status.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "CanaryNotJudged" and "10.244.0.9" in degraded["message"]
     # Read again: the problem clears.
     d, s = drive(rm, s, 70, **up(), track_metrics=ZERO)
@@ -250,10 +251,10 @@ def test_stable_pods_the_scheduler_cannot_place_are_summed_up_with_its_reason():
     assert unschedulable_summary([bound], "stable") is None
     assert unschedulable_summary([bound, pending("a"), pending("b"), pending("c", deleting=True)], "stable") == \
         "2 stable pods unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
-    status = decide(model("1").spec, {}, drive(model("1"), {})[0], Facts(
+    status = decide(model("1").spec, RankingModelStatus(), drive(model("1"), {})[0], Facts(
         now="2026-11-30T12:00:10Z", generation=1, stable=StableView(True, 4, 2, 2, "1"), replicas=4,
         unschedulable=unschedulable_summary([pending("a")], "stable")))
-    degraded = next(c for c in status.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in status.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert (degraded["reason"], degraded["message"]) == (
         "PodsUnschedulable", "1 stable pod unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
 
@@ -274,7 +275,7 @@ def test_the_controller_says_why_stable_pods_are_not_scheduled():
                       "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}})
     later = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 20),
                              memory=model.memory)
-    degraded = next(c for c in later.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in later.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "PodsUnschedulable")
     assert degraded["message"] == "1 stable pod unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     assert [e.reason for e in later.events if e.type == "Warning"] == ["PodsUnschedulable"]

@@ -13,7 +13,7 @@ from rankops.api import crdgen
 from rankops.api.rankingmodel import RankingModel
 from rankops.render import names
 from rankops.render.desired import ServingState, desired_objects, resolve_shape, track_objects
-from rankops.rollout.status_decisions import track_children
+from rankops.model_status import track_children
 
 HERE = pathlib.Path(__file__).parent
 MODEL = "ctr-ranker"

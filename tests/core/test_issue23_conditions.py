@@ -14,12 +14,13 @@ def test_an_invalid_pool_keeps_its_transition_time_and_warns_once() -> None:
     body = {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
             "metadata": {"name": "t4", "uid": "u1", "generation": 3}, "spec": {"nodeSelector": 5}}
     first = pools.reconcile(None, body, OPERATOR)
-    [degraded] = first.status["conditions"]
+    stored = first.status.to_wire()
+    [degraded] = stored["conditions"]
     assert (degraded["type"], degraded["status"], degraded["reason"]) == ("Degraded", "True", "InvalidSpec")
     assert [e.reason for e in first.events] == ["InvalidSpec"]
     old_time = degraded["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    again = pools.reconcile(None, {**body, "status": first.status}, OPERATOR)
-    assert again.status["conditions"][0]["lastTransitionTime"] == old_time
+    again = pools.reconcile(None, {**body, "status": stored}, OPERATOR)
+    assert again.status.to_wire()["conditions"][0]["lastTransitionTime"] == old_time
     assert again.events == []
 
 

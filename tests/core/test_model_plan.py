@@ -9,7 +9,7 @@ from rankops import modelplan
 from rankops.controller import models
 from rankops.api.phases import DegradedReason
 from rankops.rollout import warming
-from rankops.rollout.status_decisions import DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, first_problem
+from rankops.model_status import DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, first_problem
 
 from tests.core.test_render_is_the_plan import _model
 from tests.core.test_rollout_controller import gpu_cluster
@@ -40,11 +40,11 @@ def test_an_invalid_pool_is_said_and_nothing_is_applied():
     body = _model("pooled", nodePool="t4")
     body["metadata"].update(uid="u", generation=1)
     result = models.reconcile(cluster, body, now=T0)
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "NodePoolInvalid" and "GpuNodePool t4 has an invalid spec" in degraded["message"]
     assert "minDriverVersion" in degraded["message"]
     assert cluster.applied == [], "its requirements cannot place the model: nothing is applied"
-    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
+    ready = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "SpecNotApplied"
 
 
@@ -53,7 +53,7 @@ def test_a_missing_secret_outranks_a_missing_pool_and_stops_the_reading_there():
     body = _model("pooled", nodePool="absent", modelCredentialsSecret="store")
     body["metadata"].update(uid="u", generation=1)
     result = models.reconcile(cluster, body, now=T0)
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "CredentialsSecretNotFound"
     observed = models.observe(cluster, modelplan.parse(body)[0], {}, T0)
     assert observed.credentials_missing and observed.pool is None, "the pool is not read after that"

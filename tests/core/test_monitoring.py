@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from rankops.api.rankingmodel import RankingModel
+from rankops.api.rankingmodel import RankingModel, RankingModelStatus
 from rankops.commands.render import load_documents, render_documents
 from rankops.controller import models
 from rankops.controller.kube import ApiError, ApiMissing
@@ -132,7 +132,7 @@ def test_operator_applies_it_only_with_the_flag():
     [sm] = [o for o in kube.applied if o["kind"] == "ServiceMonitor"]
     assert sm["metadata"]["labels"]["release"] == "kps" and sm["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert kube.applied[-1]["kind"] == "ServiceMonitor", "applied last, after what serves"
-    degraded = [c for c in result.status["conditions"] if c["type"] == "Degraded"]
+    degraded = [c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded"]
     assert degraded[0]["status"] == "False"
 
 
@@ -145,7 +145,7 @@ def test_a_missing_crd_or_right_never_blocks_serving_and_is_logged_once(error, c
         kube = cluster(monitor_error=error)
         result = reconcile(kube, service_monitors=True, memory=memory)
         assert {o["kind"] for o in kube.applied} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
-        conditions = {c["type"]: c for c in result.status["conditions"]}
+        conditions = {c["type"]: c for c in result.status.to_wire()["conditions"]}
         assert conditions["Degraded"]["status"] == "False", "monitoring is optional: not a Degraded condition"
         assert all(e.type == "Normal" for e in result.events)
     lines = [r for r in caplog.records if "ServiceMonitor" in r.getMessage()]
@@ -167,7 +167,7 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
 
     def fake_reconcile(kube, b, **kwargs):
         seen.update(kwargs)
-        return models.Result({})
+        return models.Result(RankingModelStatus())
 
     policy = TenantPolicy.from_settings(["/srv/models"], ["registry.corp/"])
     controller = runtime.ModelController(OperatorContext(

@@ -103,14 +103,14 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
         t += seconds
         result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t),
                                   leaving_nodes=frozenset({"gpu-1"}), memory=model.memory)
-        model.body["status"] = result.status
+        model.body["status"] = result.status.to_wire()
         return result
 
     result = reconcile(10)
     assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 3, "one replacement surged"
     leaving = cluster.get("Pod", "reco", pods[0]["metadata"]["name"])
     assert leaving["metadata"]["annotations"][names.ANNOTATION_DELETION_COST] == LEAVING_COST
-    progressing = next(c for c in result.status["conditions"] if c["type"] == "Progressing")
+    progressing = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Progressing")
     assert progressing["reason"] == "MovingReplicas" and "(cordoned)" in progressing["message"]
     assert "MovingReplicas" in [e.reason for e in result.events]
     # The budget still counts the model's 2 replicas, not the surge.
@@ -124,14 +124,14 @@ def test_the_controller_surges_a_replacement_for_a_replica_on_a_cordoned_node_th
     assert roll_out(cluster, "reco", dep_name)["status"]["readyReplicas"] == 3
     result = reconcile(10)
     assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
-    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
+    ready = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", "a move keeps the model Ready"
     assert "NotReady" not in [e.reason for e in result.events]
     # The old pod gone, its node no longer has the model's pods: nothing moves.
     cluster.delete("Pod", "reco", pods[0]["metadata"]["name"])
     result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(t + 10), memory=model.memory)
     assert cluster.get("Deployment", "reco", dep_name)["spec"]["replicas"] == 2
-    assert next(c for c in result.status["conditions"] if c["type"] == "Progressing")["reason"] != "MovingReplicas"
+    assert next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Progressing")["reason"] != "MovingReplicas"
 
 
 def model_now(seconds):
@@ -195,15 +195,15 @@ def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
     def reconcile(seconds, nodes):
         result = models.reconcile(cluster, copy.deepcopy(model.body), now=model_now(model.t + seconds),
                                   stable_nodes=nodes)
-        model.body["status"] = result.status
+        model.body["status"] = result.status.to_wire()
         return result
 
     first = reconcile(10, (("gpu-1", 2),))
-    degraded = next(c for c in first.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in first.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "False" and degraded["reason"] == "AsExpected"
     assert "2 of 2 stable replicas run on node gpu-1: losing it leaves 0" in degraded["message"]
     assert [e.reason for e in first.events].count("ReplicasShareANode") == 1
-    assert next(c for c in first.status["conditions"] if c["type"] == "Ready")["status"] == "True"
+    assert next(c for c in first.status.to_wire()["conditions"] if c["type"] == "Ready")["status"] == "True"
     again = reconcile(20, (("gpu-1", 2),))
     assert "ReplicasShareANode" not in [e.reason for e in again.events], "said once"
     # Degraded for another reason: the note is hidden there, and no Event repeats it each reconcile.
@@ -214,4 +214,4 @@ def test_a_model_whose_replicas_share_a_node_says_so_once_and_stays_ready():
                               now=model_now(model.t + 25), stable_nodes=(("gpu-1", 2),))
     assert "ReplicasShareANode" not in [e.reason for e in hidden.events]
     spread = reconcile(30, (("gpu-1", 1), ("gpu-2", 1)))
-    assert "run on node" not in next(c for c in spread.status["conditions"] if c["type"] == "Degraded")["message"]
+    assert "run on node" not in next(c for c in spread.status.to_wire()["conditions"] if c["type"] == "Degraded")["message"]

@@ -12,6 +12,7 @@ import datetime as dt
 import pytest
 
 from rankops.api.rankingmodel import RankingModel
+from rankops import model_status as sd
 from rankops.controller import models
 from rankops.render import planned
 from rankops.render.desired import resolve_shape
@@ -74,8 +75,7 @@ def test_a_recorded_plan_gives_back_the_shape_it_was_planned_with(changes):
     spec = parsed(auto_spec(**changes))
     fresh = resolve_shape(spec)
     key = planned.inputs_digest(spec)
-    recorded = planned.with_digest(fresh.plan.to_status(), key)
-    back = planned.from_status(spec, recorded, key)
+    back = planned.from_status(spec, planned.plan_status(fresh, key), key)
     assert (back.shape, back.replicas, back.problems, back.unbatched) == \
         (fresh.shape, fresh.replicas, fresh.problems, fresh.unbatched)
 
@@ -83,13 +83,18 @@ def test_a_recorded_plan_gives_back_the_shape_it_was_planned_with(changes):
 def test_a_record_of_other_inputs_or_out_of_bounds_is_planned_again():
     spec = parsed(auto_spec())
     key = planned.inputs_digest(spec)
-    recorded = planned.with_digest(resolve_shape(spec).plan.to_status(), key)
+    recorded = planned.plan_status(resolve_shape(spec), key)
     assert planned.from_status(spec, recorded, digest(replicas=3)) is None, "other inputs"
-    assert planned.from_status(spec, {**recorded, "inputsDigest": None}, key) is None, "no digest recorded"
-    assert planned.from_status(spec, {**recorded, "maxBatchSize": 0}, key) is None
-    assert planned.from_status(spec, {**recorded, "mode": "explicit"}, key) is None
-    assert planned.from_status(spec, {**recorded, "maxBatchSize": 10**7}, key) is None, "tensors too big"
-    assert planned.from_status(spec, {"mode": "auto"}, key) is None, "a record that does not parse"
+    assert planned.from_status(spec, recorded.model_copy(update={"inputs_digest": None}), key) is None, \
+        "no digest recorded"
+    assert planned.from_status(spec, recorded.model_copy(update={"max_batch_size": 0}), key) is None
+    assert planned.from_status(spec, recorded.model_copy(update={"mode": "explicit"}), key) is None
+    assert planned.from_status(spec, recorded.model_copy(update={"max_batch_size": 10**7}), key) is None, \
+        "tensors too big"
+    # A stored record that does not parse never gets here: model_status.known_status drops it
+    # ("plan=invalid"), and the model is planned again.
+    stored, dropped = sd.known_status({"plan": {"mode": "auto", "inputsDigest": key}})
+    assert stored.plan is None and dropped == ["plan=invalid"]
 
 
 def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch):
@@ -101,14 +106,14 @@ def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch)
     real = models.resolve_shape
     monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
 
-    status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
+    status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
     assert calls == [1] and status["plan"]["inputsDigest"] == planned.inputs_digest(parsed(auto_spec()))
     body["status"] = status
     models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory)
     assert calls == [1], "the same inputs: not planned again"
 
     memory = models.ModelMemory()   # a restarted operator: only the status remembers
-    again = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
+    again = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
     assert calls == [1] and again["plan"] == status["plan"] and again["replicas"] == status["replicas"]
     deployment = cluster.get("Deployment", "reco", "ctr-stable")
     assert deployment["spec"]["replicas"] == status["plan"]["replicas"]
@@ -117,7 +122,7 @@ def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch)
     models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory)
     assert calls == [1]
     body["spec"] = auto_spec(slo={"p99LatencyMs": 10, "targetQps": 8000})
-    replanned = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
+    replanned = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
     assert calls == [1, 1] and replanned["plan"]["inputsDigest"] != status["plan"]["inputsDigest"]
     assert replanned["plan"]["replicas"] > status["plan"]["replicas"]
 
@@ -140,11 +145,11 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
     kicked_who: list = []
 
     first = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans, memory=memory)
-    assert first.status == {} and first.events == [], "nothing written before the plan is made"
+    assert not first.write and first.events == [], "nothing written before the plan is made"
     assert cluster.get("Deployment", "reco", "ctr-stable") is None
     assert kicked.wait(10) and kicked_who == [("reco", "ctr", "u1")]
     assert threads and all(t.startswith("rankops-plan") for t in threads), threads
-    second = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans, memory=memory).status
+    second = models.reconcile(cluster, copy.deepcopy(body), now=T0, plans=plans, memory=memory).status.to_wire()
     assert second["plan"]["inputsDigest"] and cluster.get("Deployment", "reco", "ctr-stable") is not None
     assert len(threads) == 1, "planned once"
 
@@ -159,7 +164,7 @@ def test_a_plan_that_fails_is_said_and_not_made_again_for_the_same_inputs(monkey
     real = models.resolve_shape
     monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
-        status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status
+        status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
         assert (degraded["status"], degraded["reason"]) == ("True", "PlanFailed")
         body["status"] = status

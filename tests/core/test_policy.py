@@ -166,10 +166,10 @@ def test_the_operator_reports_a_refused_uri_as_degraded_and_writes_nothing():
     cluster = FakeCluster()   # nothing exists
     result = models.reconcile(cluster, body, policy=TenantPolicy())
     assert [c for c in cluster.calls if c.method not in ("get", "exists", "list")] == [], "nothing written"
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", models.POLICY_REASON)
     assert degraded["message"].startswith("spec.versions[0].modelUri: file:///etc would mount the node's /etc")
-    assert result.status["stableVersion"] == "3" and result.status["observedGeneration"] == 3
+    assert result.status.to_wire()["stableVersion"] == "3" and result.status.to_wire()["observedGeneration"] == 3
     assert [e.reason for e in result.events] == [models.POLICY_REASON]
 
 

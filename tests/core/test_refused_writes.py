@@ -80,7 +80,7 @@ def serve(cluster: Cluster) -> dict:
     """Reconcile generation 1 until it is Ready; return its status."""
     status = None
     for _ in range(2):
-        status = reconcile(cluster, body(1, status)).status
+        status = reconcile(cluster, body(1, status)).status.to_wire()
     assert status["phase"] == "Ready", status
     return status
 
@@ -99,7 +99,7 @@ def test_a_refused_edit_is_degraded_with_the_reason_and_field_and_the_serving_ob
     result = reconcile(cluster, body(2, status, replicas=3, podAnnotations={"ok": "1"}))
 
     assert cluster.objects == before, "nothing of generation 2 may be written"
-    status = result.status
+    status = result.status.to_wire()
     degraded = condition(status, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "ChildRefused"
     for said in ("422 Invalid", "Deployment ranker-stable", "spec.template.metadata.annotations", "spec.podAnnotations",
@@ -136,17 +136,17 @@ def test_retries_back_off_and_a_new_generation_tries_at_once():
     cluster = Cluster()
     status = serve(cluster)
     cluster.refuse("Deployment", invalid("Deployment", "spec.template.spec.containers[0].image", "bad"))
-    refused = reconcile(cluster, body(2, status, replicas=2)).status
+    refused = reconcile(cluster, body(2, status, replicas=2)).status.to_wire()
     assert "next try in 10 s" in condition(refused, "Degraded")["message"]
 
     cluster.calls.clear()
     for _ in range(5):   # timer ticks inside the delay: no request, no new status
         again = reconcile(cluster, body(2, refused, replicas=2))
-        assert again.status == refused and again.events == []
+        assert again.status.to_wire() == refused and again.events == []
     assert cluster.writes == []
 
     cluster.now += 10
-    refused = reconcile(cluster, body(2, refused, replicas=2)).status
+    refused = reconcile(cluster, body(2, refused, replicas=2)).status.to_wire()
     assert cluster.writes, "tried again once the delay passed"
     assert "next try in 20 s" in condition(refused, "Degraded")["message"]
 
@@ -159,11 +159,11 @@ def test_once_fixed_the_children_are_applied_and_degraded_clears():
     cluster = Cluster()
     status = serve(cluster)
     cluster.refuse("Deployment", invalid("Deployment", "spec.template.metadata.annotations", "bad"))
-    status = reconcile(cluster, body(2, status, replicas=2)).status
+    status = reconcile(cluster, body(2, status, replicas=2)).status.to_wire()
     cluster.accept("Deployment")          # e.g. the admission policy that refused it was fixed
     cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
-        status = reconcile(cluster, body(2, status, replicas=2)).status
+        status = reconcile(cluster, body(2, status, replicas=2)).status.to_wire()
     assert condition(status, "Degraded")["status"] == "False"
     assert condition(status, "Ready")["reason"] == "ReplicasReady"
     assert cluster.stored("Deployment", NS, names.deployment_name(NAME, names.STABLE))["spec"]["replicas"] == 2
@@ -184,7 +184,7 @@ def test_an_api_the_cluster_does_not_serve_is_a_refusal_naming_the_traffic_field
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
     cluster.refuse("HTTPRoute", ApiMissing("/apis/gateway.networking.k8s.io/v1/..."))
-    status = reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status
+    status = reconcile(cluster, body(2, status, rollout={"canary": {"traffic": "gatewayAPI"}})).status.to_wire()
     assert cluster.objects == before
     message = condition(status, "Degraded")["message"]
     assert "HTTPRoute" in message and "not served by this cluster" in message
@@ -207,14 +207,14 @@ def test_a_missing_credentials_secret_is_degraded_naming_the_field_and_serving_i
     cluster = Cluster()
     status = serve(cluster)
     before = copy.deepcopy(cluster.objects)
-    status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+    status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status.to_wire()
     degraded = condition(status, "Degraded")
     assert degraded["reason"] == "CredentialsSecretNotFound"
     assert "spec.modelCredentialsSecret" in degraded["message"] and "create secret generic s3-creds" in degraded["message"]
     assert cluster.objects == before
     cluster.put({"kind": "Secret", "metadata": {"name": "s3-creds", "namespace": NS}})
     for _ in range(2):
-        status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status
+        status = reconcile(cluster, body(2, status, modelCredentialsSecret="s3-creds")).status.to_wire()
     assert condition(status, "Degraded")["status"] == "False"
     dep = cluster.stored("Deployment", NS, names.deployment_name(NAME, names.STABLE))
     fetch = dep["spec"]["template"]["spec"]["initContainers"][0]
@@ -242,7 +242,7 @@ def test_a_new_models_children_are_written_without_a_dry_run_deployments_last():
 def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(refused_kind):
     cluster = Cluster()
     cluster.refuse(refused_kind, invalid(refused_kind, "metadata.annotations", "bad"))
-    status = reconcile(cluster, body(1)).status
+    status = reconcile(cluster, body(1)).status.to_wire()
     assert cluster.objects == {}, "what the refused pass created is deleted"
     assert ("Deployment", False) not in cluster.writes[:-1], "the Deployment is written last, if at all"
     assert condition(status, "Degraded")["reason"] == "ChildRefused"
@@ -256,7 +256,7 @@ def test_a_refused_new_model_leaves_no_child_and_its_retries_dry_run_first(refus
     cluster.accept(refused_kind)
     cluster.now += refusal.RETRY_MAX_S
     for _ in range(2):
-        status = reconcile(cluster, body(1, status)).status
+        status = reconcile(cluster, body(1, status)).status.to_wire()
     assert status["phase"] == "Ready" and condition(status, "Degraded")["status"] == "False"
 
 

@@ -86,7 +86,7 @@ def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape):
     # applied again, it is not watched).
     result = models.reconcile(cluster, body, now=T0, service_monitors=True, service_monitor_labels=labels,
                               pull_secrets=("regcred",), memory=models.ModelMemory())
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] not in ("RenderFailed", "ChildRefused", "PlanFailed"), degraded
     applied = {_key(o): _without_owner(o) for o in cluster.applied}
     rendered = {_key(o): o for o in render_documents([(f"{shape}#{i}", d) for i, d in enumerate(docs)], labels,

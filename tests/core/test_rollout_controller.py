@@ -15,6 +15,7 @@ from rankops.render import names
 from rankops.rollout.jobs import is_gate_job_of
 from rankops.rollout.machine import attempt_id
 from tests import fakecluster as fake
+from tests import wire
 from tests.fakecluster import FakeCluster, ready_node
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
@@ -81,15 +82,15 @@ class Model:
         self.t += seconds
         result = models.reconcile(self.cluster, copy.deepcopy(self.body), now=T0 + dt.timedelta(seconds=self.t),
                                   pull_secrets=self.pull_secrets, memory=self.memory)
-        self.body["status"] = result.status
-        return result.status
+        self.body["status"] = result.status.to_wire()   # as the operator writes it
+        return self.body["status"]
 
     @property
     def rollout(self) -> dict:
         return self.body["status"]["rollout"]
 
     def job(self, gate: str) -> str:
-        return names.gate_job_name(MODEL, gate, self.rollout["version"], attempt_id(self.rollout))
+        return names.gate_job_name(MODEL, gate, self.rollout["version"], attempt_id(wire.rollout(self.rollout)))
 
     def to_canary(self) -> None:
         run_deployment(self.cluster, names.CANARY)
@@ -152,7 +153,7 @@ def test_a_job_that_only_has_the_name_is_not_read():
     rm.reconcile()
     name = rm.job("warmup")
     ours = cluster.get("Job", "reco", name)
-    assert is_gate_job_of(ours, MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(rm.rollout))
+    assert is_gate_job_of(ours, MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(wire.rollout(rm.rollout)))
     # Someone else's Job under that name, with a passing pod: labels of another version.
     cluster.delete("Job", "reco", name)
     cluster.put({**ours, "metadata": {**ours["metadata"], "uid": None,
@@ -164,7 +165,7 @@ def test_a_job_that_only_has_the_name_is_not_read():
     assert warmup["outcome"] == "error" and warmup["reason"] == "ForeignJob" and name in warmup["summary"]
     # Right labels but not owned by this RankingModel: not read either.
     assert not is_gate_job_of({**ours, "metadata": {**ours["metadata"], "ownerReferences": []}},
-                              MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(rm.rollout))
+                              MODEL, "rm-uid", "warmup", SIBLINGS[0], attempt_id(wire.rollout(rm.rollout)))
 
 
 def test_the_canary_is_not_promoted_when_its_pods_node_is_gone():

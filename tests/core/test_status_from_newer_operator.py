@@ -32,14 +32,14 @@ def test_a_status_written_by_a_newer_operator_is_read_without_what_it_does_not_k
     stored = _newer(rm.body["status"])
     body = {**copy.deepcopy(rm.body), "status": stored}
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
-    assert result.status["rollout"]["phase"] == "Canary", "the rollout goes on"
+    assert result.status.to_wire()["rollout"]["phase"] == "Canary", "the rollout goes on"
     warned = [e for e in result.events if e.reason == "StatusFieldsUnknown"]
     assert len(warned) == 1 and warned[0].type == "Warning"
     for path in ("status.rollout.trafficShadow", "status.gates[0].confidence", "status.conditions[0].severity",
                  "status.trafficMirror"):
         assert path in warned[0].message, warned[0].message
     # The write removes them (the handlers' merge patch against what was stored) ...
-    patch = merge_patch(stored, result.status)
+    patch = merge_patch(stored, result.status.to_wire())
     assert patch["trafficMirror"] is None and patch["rollout"]["trafficShadow"] is None
     written = apply_merge_patch(stored, patch)
     assert "trafficShadow" not in written["rollout"] and "trafficMirror" not in written
@@ -57,8 +57,8 @@ def test_an_invalid_spec_with_a_newer_status_is_degraded_not_a_crash():
     body["status"] = {**body["status"], "trafficMirror": {"percent": 3}}
     body["spec"]["replicas"] = -1
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
-    assert degraded["reason"] == "InvalidSpec" and "trafficMirror" not in result.status
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and "trafficMirror" not in result.status.to_wire()
     assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1
 
 
@@ -74,7 +74,7 @@ def _with_status(cluster, rm, status: dict, after_s: float):
 
 def _written(stored: dict, result) -> dict:
     """What the handlers' merge patch against the stored status leaves."""
-    return apply_merge_patch(stored, merge_patch(stored, result.status))
+    return apply_merge_patch(stored, merge_patch(stored, result.status.to_wire()))
 
 
 def test_a_rollout_phase_this_operator_does_not_know_starts_the_rollout_again_through_its_gates():
@@ -94,21 +94,21 @@ def test_a_rollout_phase_this_operator_does_not_know_starts_the_rollout_again_th
     warned = _warned(result)
     assert len(warned) == 1 and warned[0].type == "Warning"
     assert "status.rollout.phase=Shadowing" in warned[0].message and "status.phase=Shadowing" in warned[0].message
-    rollout = result.status["rollout"]
+    rollout = result.status.to_wire()["rollout"]
     # (its canary's pods are up already: CanaryStarting moves on to the warmup gate in the same step)
     assert rollout["phase"] == "Warming" and rollout["attempt"] != old_attempt, \
         "a phase it cannot continue: a fresh attempt, its gates again"
     assert [e.reason for e in result.events if e.type == "Normal"][:2] == ["CanaryStarting", "Warming"]
     assert rollout["promoted"] == f"{target}/once", "the manual controls acted on are kept: none acts twice"
-    assert result.status["phase"] == "Warming" and not result.status.get("canaryWeight"), \
+    assert result.status.to_wire()["phase"] == "Warming" and not result.status.to_wire().get("canaryWeight"), \
         "no traffic to the canary before its gates pass"
-    assert result.status["stableVersion"] == "1"
+    assert result.status.to_wire()["stableVersion"] == "1"
     # Written back, nothing more to say; the rollout converges through its gates to Promoted.
     rm.body["status"] = _written(stored, result)
     rm.t += 10
     again = models.reconcile(cluster, copy.deepcopy(rm.body), now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
     assert not _warned(again)
-    rm.body["status"] = again.status
+    rm.body["status"] = again.status.to_wire()
     rm.to_canary()
     for _ in range(20):
         if rm.reconcile(30)["rollout"]["phase"] == "Promoting":
@@ -130,13 +130,13 @@ def test_an_unknown_rollout_phase_of_a_version_back_to_stable_is_closed_and_stab
     body = {**copy.deepcopy(rm.body), "status": stored}
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
     assert [e.message for e in _warned(result)] and "status.rollout.phase=Shadowing" in _warned(result)[0].message
-    assert result.status["rollout"]["phase"] == "Canceled" and "Shadowing" in result.status["rollout"]["message"]
-    assert result.status["phase"] == "Ready" and result.status["stableVersion"] == "1"
-    assert not result.status.get("canaryVersion")
+    assert result.status.to_wire()["rollout"]["phase"] == "Canceled" and "Shadowing" in result.status.to_wire()["rollout"]["message"]
+    assert result.status.to_wire()["phase"] == "Ready" and result.status.to_wire()["stableVersion"] == "1"
+    assert not result.status.to_wire().get("canaryVersion")
     assert not cluster.get("Deployment", "reco", names.deployment_name(rm.body["metadata"]["name"], names.CANARY)), \
         "the canary of the rollout not continued goes"
     again = _with_status(cluster, rm, _written(stored, result), 20)
-    assert not _warned(again) and again.status["phase"] == "Ready"
+    assert not _warned(again) and again.status.to_wire()["phase"] == "Ready"
 
 
 def test_a_model_phase_this_operator_does_not_know_is_dropped_and_decided_anew():
@@ -147,9 +147,9 @@ def test_a_model_phase_this_operator_does_not_know_is_dropped_and_decided_anew()
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
     warned = _warned(result)
     assert len(warned) == 1 and "status.phase=Hibernating" in warned[0].message, warned
-    assert result.status["phase"] == "Ready"
+    assert result.status.to_wire()["phase"] == "Ready"
     again = _with_status(cluster, rm, _written(stored, result), 20)
-    assert not _warned(again) and again.status["phase"] == "Ready"
+    assert not _warned(again) and again.status.to_wire()["phase"] == "Ready"
 
 
 def test_an_invalid_spec_with_an_unknown_rollout_phase_is_degraded_not_a_crash():
@@ -161,7 +161,7 @@ def test_an_invalid_spec_with_an_unknown_rollout_phase_is_degraded_not_a_crash()
     body["status"]["rollout"]["phase"] = "Shadowing"
     body["spec"]["replicas"] = -1
     result = models.reconcile(cluster, body, now=T0 + dt.timedelta(seconds=rm.t + 10), memory=rm.memory)
-    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
-    assert degraded["reason"] == "InvalidSpec" and result.status["phase"] == "Degraded"
-    assert result.status["rollout"]["phase"] == "Canceled"
+    degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and result.status.to_wire()["phase"] == "Degraded"
+    assert result.status.to_wire()["rollout"]["phase"] == "Canceled"
     assert [e.reason for e in result.events].count("StatusFieldsUnknown") == 1

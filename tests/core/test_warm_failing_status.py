@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from rankops.rollout import status_decisions as sd
+from rankops import model_status as sd
 from rankops.rollout import warming
 
-from tests.core.test_status_decisions import conds, conds_message, facts, idle, serving, spec
+from tests.core.test_model_status import conds, conds_message, decide, facts, idle, serving, spec
 
 FAILED = json.dumps({"reason": "WarmupFailing", "rounds": 3,
                      "message": "75% of 600 warm requests failed in the last 3 rounds (at most 1% may): HTTP 400: "
@@ -73,13 +73,13 @@ def test_the_models_pods_are_listed_only_once_the_stable_has_been_unavailable_a_
 
 def test_warm_failures_make_the_model_degraded_warmup_failing_with_one_warning_event():
     found = warming.warm_failures([pod(warm=crashed())])
-    first = sd.decide(spec("1"), {}, idle(), facts(serving(ready=3), warm_failing=found))
+    first = decide(spec("1"), {}, idle(), facts(serving(ready=3), warm_failing=found))
     assert conds(first.status)["Degraded"] == ("True", "WarmupFailing")
     assert "pod ctr-stable-7d9f-abcde: 75% of 600 warm requests failed" in conds_message(first.status, "Degraded")
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "WarmupFailing")]
-    again = sd.decide(spec("1"), first.status, idle(), facts(serving(ready=3), warm_failing=found))
+    again = decide(spec("1"), first.status, idle(), facts(serving(ready=3), warm_failing=found))
     assert again.events == (), "said once, not every reconcile"
-    healed = sd.decide(spec("1"), again.status, idle(), facts())
+    healed = decide(spec("1"), again.status, idle(), facts())
     assert conds(healed.status)["Degraded"] == ("False", "AsExpected")
 
 
@@ -98,7 +98,7 @@ def test_the_controller_reads_a_stable_pod_failing_its_warm_up_into_degraded_and
     soon = models.reconcile(cluster, copy.deepcopy(model.body), now=T0 + dt.timedelta(seconds=model.t + 5),
                             memory=model.memory)
     assert conds(soon.status)["Degraded"] == ("False", "AsExpected"), "un-Available 5 s: not listed yet"
-    later = models.reconcile(cluster, copy.deepcopy({**model.body, "status": soon.status}),
+    later = models.reconcile(cluster, copy.deepcopy({**model.body, "status": soon.status.to_wire()}),
                              now=T0 + dt.timedelta(seconds=model.t + 20), memory=model.memory)
     assert conds(later.status)["Degraded"] == ("True", "WarmupFailing")
     assert f"pod {MODEL}-stable-0: 75% of 600 warm requests failed" in conds_message(later.status, "Degraded")

@@ -124,7 +124,7 @@ def test_pool_status_counts_owned_nodes_and_names_the_excluded_ones():
     claims = node_claims(old, nodes, pools)
     summary = aggregate_pool_status(old, nodes, claims)
     assert (summary["nodes"], summary["excluded"], summary["pending"]) == (3, 2, 3)
-    conds = {c["type"]: c for c in pool_conditions(summary, [], 1, "2026-03-01T00:00:00Z", claims)}
+    conds = {c.type: c.to_wire() for c in pool_conditions(summary, [], 1, "2026-03-01T00:00:00Z", claims)}
     assert (conds["NodesWithoutGpus"]["status"], conds["NodesWithoutGpus"]["reason"]) == ("True", "NoGpuCapacity")
     assert conds["NodesWithoutGpus"]["message"].startswith("cp-1, cpu-1: no nvidia.com/gpu capacity")
     assert (conds["Overlapping"]["status"], conds["Overlapping"]["reason"]) == ("True", "SharesNodesWithNewerPool")
@@ -134,12 +134,12 @@ def test_pool_status_counts_owned_nodes_and_names_the_excluded_ones():
     claims = node_claims(new, t4_nodes, pools)
     summary = aggregate_pool_status(new, t4_nodes, claims)
     assert (summary["nodes"], summary["excluded"]) == (0, 2)
-    conds = {c["type"]: c for c in pool_conditions(summary, [], 1, "2026-03-01T00:00:00Z", claims)}
+    conds = {c.type: c.to_wire() for c in pool_conditions(summary, [], 1, "2026-03-01T00:00:00Z", claims)}
     assert (conds["Overlapping"]["status"], conds["Overlapping"]["reason"]) == ("True", "SharesNodesWithOlderPool")
     assert "GpuNodePool all-nodes (older) also selects g-1, g-2 and validates them" in conds["Overlapping"]["message"]
     assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "NoNodesOwned")
     assert conds["NodesWithoutGpus"]["status"] == "False"
 
     alone = node_claims(new, t4_nodes, [NEW])
-    conds = {c["type"]: c for c in pool_conditions(aggregate_pool_status(new, t4_nodes, alone), [], 1, "now", alone)}
+    conds = {c.type: c.to_wire() for c in pool_conditions(aggregate_pool_status(new, t4_nodes, alone), [], 1, "now", alone)}
     assert (conds["Overlapping"]["status"], conds["Overlapping"]["reason"]) == ("False", "NoOverlap")

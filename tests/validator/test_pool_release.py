@@ -178,8 +178,8 @@ def test_a_pool_being_deleted_gets_no_validator_back_but_keeps_its_status():
             "spec": {"nodeSelector": {"pool": "t4"}, "requirements": trees.T4_REQUIREMENTS}}
     kube = cluster(nodes=[_marked("gpu-1", "t4", extra={"pool": "t4"})])
     live = pools.reconcile(kube, body, operator)
-    assert [o["kind"] for o in kube.applied] == ["DaemonSet"] and live.status["nodes"] == 1
+    assert [o["kind"] for o in kube.applied] == ["DaemonSet"] and live.status.to_wire()["nodes"] == 1
     kube.applied.clear()
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     deleting = pools.reconcile(kube, body, operator)
-    assert kube.applied == [] and deleting.status["nodes"] == 1
+    assert kube.applied == [] and deleting.status.to_wire()["nodes"] == 1

@@ -17,6 +17,7 @@ from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER,
                                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL,
                                     LABEL_READY, LABEL_TOPOLOGY_ALIGNED, TAINT_KEY, clear_marks_patch, label_value, node_patch,
                                     run_on_node)
+from rankops.api.conditions import Condition
 from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
 from rankops.validator.report import validate_host
 
@@ -211,10 +212,11 @@ def test_pool_status_counts_and_groups_failures(build_host):
 
 def test_pool_status_is_a_valid_status_object(build_host):
     from rankops.api.gpunodepool import GpuNodePoolStatus
-    summary = aggregate_pool_status(_pool(), [_labelled(build_host, "b", "selinux-boolean-off")])
-    conditions = pool_conditions(summary, [], 3, "2024-05-01T00:00:00Z")
-    GpuNodePoolStatus.model_validate({**summary, "observedGeneration": 3, "conditions": conditions})
-    assert [(c["type"], c["status"], c["reason"]) for c in conditions] == \
+    from rankops.validator.pool_status import pool_status
+    status = pool_status(_pool(), [_labelled(build_host, "b", "selinux-boolean-off")], None, GpuNodePoolStatus(), 3,
+                         "2024-05-01T00:00:00Z")
+    assert isinstance(status, GpuNodePoolStatus) and (status.nodes, status.failing, status.observed_generation) == (1, 1, 3)
+    assert [(c.type, c.status, c.reason) for c in status.conditions] == \
         [("Ready", "False", "NoReadyNodes"), ("Degraded", "True", "NodesFailing")]
 
 
@@ -237,15 +239,15 @@ def test_pool_status_shows_the_ready_nodes_drivers_and_the_newest_triton_they_ru
 
 
 def test_condition_transition_time_moves_only_on_flips():
-    previous = [{"type": "Ready", "status": "True", "lastTransitionTime": "T0"},
-                {"type": "Degraded", "status": "False", "lastTransitionTime": "T0"}]
+    previous = [Condition(type="Ready", status="True", reason="NodesReady", last_transition_time="T0"),
+                Condition(type="Degraded", status="False", reason="NoFailingNodes", last_transition_time="T0")]
     summary = {"nodes": 2, "ready": 1, "failing": 1, "pending": 0,
                "failingByCheck": [{"check": "selinux", "count": 1, "nodes": ["b"]}]}
     ready, degraded = pool_conditions(summary, previous, 4, "T1")
-    assert ready["lastTransitionTime"] == "T0" and degraded["lastTransitionTime"] == "T1"
-    assert "selinux (1)" in degraded["message"]
+    assert ready.last_transition_time == "T0" and degraded.last_transition_time == "T1"
+    assert "selinux (1)" in degraded.message
     none = pool_conditions({"nodes": 0, "ready": 0, "failing": 0, "pending": 0}, [], 1, "T1")
-    assert none[0]["reason"] == "NoNodesMatched"
+    assert none[0].reason == "NoNodesMatched"
 
 
 def test_daemonset_runs_the_validator_read_only_on_the_pools_nodes():

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 
@@ -60,6 +60,36 @@ class ApiModel(BaseModel):
             if known is not _DROPPED:
                 kept[key] = known
         return kept, dropped
+
+    @classmethod
+    def from_stored(cls, data: Any) -> tuple[Any, list[str]]:
+        """The model of `data` as stored (a status a newer rankops, or a hand, wrote), and what was
+        dropped: unknown keys and enum values (known_fields), then the top-level fields whose value
+        does not validate, each said as "path=invalid". Never a ValidationError for what a field
+        holds: the next reconcile decides a dropped field anew."""
+        kept, dropped = cls.known_fields(data if isinstance(data, dict) else {})
+        return cls.validated_dropping(kept, dropped)
+
+    @classmethod
+    def validated_dropping(cls, kept: dict[str, Any], dropped: list[str]) -> tuple[Any, list[str]]:
+        """The model of `kept`, less the top-level fields that do not validate (added to `dropped`)."""
+        while True:
+            try:
+                return cls.model_validate(kept), dropped
+            except ValidationError as exc:
+                bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]} & set(kept)
+                if not bad:
+                    raise
+                kept = {k: v for k, v in kept.items() if k not in bad}
+                dropped = dropped + [f"{k}=invalid" for k in sorted(bad)]
+
+
+def unknown_fields_message(paths: list[str]) -> str:
+    """What from_stored (or model_status.known_status) dropped, said once: fields by their path, values as "path=value"."""
+    shown = ", ".join(f"status.{p}" for p in paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
+    return (f"{len(paths)} status field(s) or value(s) this operator does not know (or that do not validate) "
+            f"were dropped: {shown} "
+            "(written by a newer rankops? this one goes on without them)")
 
 
 _DROPPED = object()   # an enum value this operator does not know: its key (or list item) goes

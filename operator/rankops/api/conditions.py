@@ -30,22 +30,18 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def set_condition(conditions: list[dict], type_: str, status: bool | None, reason: str, message: str,
-                  generation: int | None, now: str | None = None) -> list[dict]:
+def set_condition(conditions: list[Condition], type_: str, status: bool | None, reason: str, message: str,
+                  generation: int | None, now: str | None = None) -> list[Condition]:
     """Return conditions with `type_` set; the transition time moves only when status flips."""
     status_word = "Unknown" if status is None else ("True" if status else "False")
-    previous = next((c for c in conditions if c.get("type") == type_), None)
-    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status_word else None
-    updated = {
-        "type": type_, "status": status_word, "reason": reason, "message": message[:1024],
-        "observedGeneration": generation, "lastTransitionTime": since or now or now_iso(),
-    }
-    if updated["observedGeneration"] is None:
-        del updated["observedGeneration"]
-    others = [c for c in conditions if c.get("type") != type_]
+    previous = get_condition(conditions, type_)
+    since = previous.last_transition_time if previous and previous.status == status_word else None
+    updated = Condition(type=type_, status=status_word, reason=reason, message=message[:1024],
+                        observed_generation=generation, last_transition_time=since or now or now_iso())
+    others = [c for c in conditions if c.type != type_]
     order = {READY: 0, PROGRESSING: 1, DEGRADED: 2}
-    return sorted(others + [updated], key=lambda c: (order.get(c["type"], 9), c["type"]))
+    return sorted(others + [updated], key=lambda c: (order.get(c.type, 9), c.type))
 
 
-def get_condition(conditions: list[dict], type_: str) -> dict | None:
-    return next((c for c in conditions or [] if c.get("type") == type_), None)
+def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions or [] if c.type == type_), None)

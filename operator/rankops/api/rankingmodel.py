@@ -9,7 +9,7 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rankops.api import bounds
 from rankops.api.autoscaling import AUTOSCALING_RULES, Autoscaling, AutoscalingStatus
@@ -627,6 +627,10 @@ class GateResult(ApiModel):
 
 
 class RolloutStatus(ApiModel):
+    # The record a rollout step works on (rollout.record.Step): changed field by field, each
+    # assignment checked against its type. step() works on its own copy, never the status it read.
+    model_config = ConfigDict(frozen=False, validate_assignment=True)
+
     version: Annotated[str, Field(description="The version being rolled out.")]
     from_version: Annotated[str | None, Field(description="The stable version when this rollout started.")] = None
     phase: Annotated[RolloutPhase, Field(description=(

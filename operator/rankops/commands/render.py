@@ -135,13 +135,13 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
         body = {**doc, "metadata": {"namespace": "default", **(doc.get("metadata") or {})}}
         pool = pools.get(obj.spec.node_pool)
         done = modelplan.as_new(body, settings, pool.spec.requirements if pool else None)
-        degraded = get_condition(done.status.get("conditions") or [], DEGRADED) or {}
+        degraded = get_condition(done.status.conditions, DEGRADED)
         if done.not_applied:   # as the operator refuses it
-            errors.append(f"{where} RankingModel {name}: {degraded.get('reason')}: {degraded.get('message')}")
+            errors.append(f"{where} RankingModel {name}: {degraded.reason}: {degraded.message}")
             continue
-        if degraded.get("status") == "True":   # served as asked, but the operator will report it: say so here too
-            print(f"rankops render: warning: {where} RankingModel {name}: {degraded['reason']}: "
-                  f"{degraded['message']}", file=sys.stderr)
+        if degraded is not None and degraded.status == "True":   # served as asked, but the operator will report it
+            print(f"rankops render: warning: {where} RankingModel {name}: {degraded.reason}: "
+                  f"{degraded.message}", file=sys.stderr)
         out += done.objects()
     if errors:
         raise InputError("\n".join(errors))

@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rankops import autoscale, modelplan
+from rankops import autoscale, model_status, modelplan
 from rankops.api.errors import describe
 from rankops.api.phases import DegradedReason
-from rankops.api.rankingmodel import RankingModel
+from rankops.api.planning import PlanStatus
+from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
 from rankops.controller import canary_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
@@ -31,7 +32,6 @@ from rankops.render.desired import RenderError, ResolvedShape, resolve_shape
 from rankops.render.policy import TenantPolicy
 from rankops.rollout import disruption
 from rankops.rollout import jobs as gate_jobs
-from rankops.rollout import status_decisions
 from rankops.rollout import warming
 from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
                                      passed_gates)
@@ -41,16 +41,17 @@ from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 POLICY_REASON = modelplan.POLICY_REASON
-SPEC_NOT_APPLIED = status_decisions.SPEC_NOT_APPLIED
+SPEC_NOT_APPLIED = model_status.SPEC_NOT_APPLIED
 FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
 
 
 @dataclass
 class Result:
-    status: dict[str, Any]
+    status: RankingModelStatus
     events: list[Event] = field(default_factory=list)
     outcome: str | None = None
-    gate_results: list[dict] = field(default_factory=list)
+    gate_results: list[GateResult] = field(default_factory=list)
+    write: bool = True    # False: the status is left as stored (nothing decided yet)
 
 
 def _job_finished(job: dict) -> bool:
@@ -85,10 +86,11 @@ def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObserv
                            failure_reason=(failed or {}).get("reason"), verdict=verdict)
 
 
-def _gate_observations(kube: Kube, rm_meta: dict, rollout: dict, gates: list[dict]) -> dict[str, GateObservation]:
+def _gate_observations(kube: Kube, rm_meta: dict, rollout: RolloutStatus,
+                       gates: list[GateResult]) -> dict[str, GateObservation]:
     """What the gate Jobs of this rollout attempt show; a Job that merely has the name is not read,
     and a gate whose passing verdict is recorded for this attempt is not read again."""
-    name, namespace, version = rm_meta["name"], rm_meta["namespace"], rollout["version"]
+    name, namespace, version = rm_meta["name"], rm_meta["namespace"], rollout.version
     attempt = attempt_id(rollout)
     seen: dict[str, GateObservation] = {}
     for gate in (g for g in GATES if g not in passed_gates(gates, rollout)):
@@ -216,7 +218,7 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
 
 
 def _plan(memory: ModelMemory, spec: Any, profile: dict[int, float] | None,
-          digest: str) -> tuple[ResolvedShape, dict[str, Any] | None]:
+          digest: str) -> tuple[ResolvedShape, PlanStatus | None]:
     started = time.monotonic()
     try:
         resolved = resolve_shape(spec, profile)
@@ -226,7 +228,7 @@ def _plan(memory: ModelMemory, spec: Any, profile: dict[int, float] | None,
     except Exception as exc:   # a planner bug: said as PlanFailed, not retried on every reconcile
         memory.keep(digest, RenderError(f"the planner failed: {type(exc).__name__}: {exc}"))
         raise
-    kept = (resolved, planned.with_digest(resolved.plan.to_status() if resolved.plan is not None else None, digest))
+    kept = (resolved, planned.plan_status(resolved, digest))
     memory.keep(digest, kept)
     # Said once per plan made (a reconcile that reuses one says nothing): how often and how long it plans.
     log.info(f"planned inputs {digest[:12]} in {time.monotonic() - started:.2f} s: maxBatchSize "
@@ -236,14 +238,15 @@ def _plan(memory: ModelMemory, spec: Any, profile: dict[int, float] | None,
 
 
 def _resolve(memory: ModelMemory, rm: RankingModel, profile: dict[int, float] | None,
-             recorded: dict[str, Any] | None = None, plans: Plans | None = None, who: Any = None) -> tuple[ResolvedShape, dict[str, Any] | None]:
+             recorded: PlanStatus | None = None, plans: Plans | None = None,
+             who: Any = None) -> tuple[ResolvedShape, PlanStatus | None]:
     """The shape to serve and the status.plan that says why; `recorded`: the status.plan now.
     With `plans`, a plan still to make is made on its thread (PlanPending), and `who` reconciled
     again once it is."""
     digest = planned.inputs_digest(rm.spec, profile)
     if digest is None:   # nothing to plan (or planning refuses: resolve_shape says why)
         resolved = resolve_shape(rm.spec, profile)
-        return resolved, resolved.plan.to_status() if resolved.plan is not None else None
+        return resolved, planned.plan_status(resolved)
     with memory.shapes_lock:
         kept = memory.shapes.get(digest)
         if kept is not None:
@@ -254,8 +257,8 @@ def _resolve(memory: ModelMemory, rm: RankingModel, profile: dict[int, float] | 
         return kept
     resolved = planned.from_status(rm.spec, recorded, digest)
     if resolved is not None:
-        memory.keep(digest, (resolved, dict(recorded)))
-        return resolved, dict(recorded)
+        memory.keep(digest, (resolved, recorded))
+        return resolved, recorded
     if plans is None:
         return _plan(memory, rm.spec, profile, digest)
     spec = rm.spec
@@ -281,20 +284,19 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     memory = memory if memory is not None else ModelMemory()
     now = now or dt.datetime.now(dt.timezone.utc)
     events: list[Event] = []
-    status, unknown = status_decisions.known_status(body.get("status") or {})
+    status, unknown = model_status.known_status(body.get("status") or {})
     if unknown:   # said once: the status written next leaves them out (the merge patch removes them)
-        events.append(Event("Warning", "StatusFieldsUnknown", status_decisions.unknown_fields_message(unknown)))
-        body = {**body, "status": status}
+        events.append(Event("Warning", "StatusFieldsUnknown", model_status.unknown_fields_message(unknown)))
     settings = modelplan.Settings(policy, tuple(pull_secrets),
                                   (service_monitor_labels or {}) if service_monitors else None)
     rm, _ = modelplan.parse(body)
     if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
-        return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events)))
+        return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events), status))
     try:
         observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes, memory, stable_nodes)
     except PlanPending:
-        return Result(status, events)   # nothing changes until the plan is made; then this model is kicked
-    planned_now = modelplan.plan(body, observed, settings, tuple(events))
+        return Result(status, events, write=False)   # nothing changes until the plan is made; then this model is kicked
+    planned_now = modelplan.plan(body, observed, settings, tuple(events), status)
     if planned_now.not_applied:
         return _result(planned_now)
     try:
@@ -312,7 +314,7 @@ def _result(done: modelplan.ModelPlan) -> Result:
     return Result(done.status, list(done.events), done.outcome, list(done.gate_results))
 
 
-def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.datetime,
+def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.datetime,
             metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
             leaving_nodes: frozenset[str] = frozenset(), memory: ModelMemory | None = None,
             stable_nodes: tuple[tuple[str, int], ...] = ()) -> modelplan.ModelObserved:
@@ -328,36 +330,36 @@ def observe(kube: Kube, rm: RankingModel, status: dict[str, Any], now: dt.dateti
     if pool is not None and (not pool.exists or pool.invalid):
         return modelplan.ModelObserved(now=now, pool=pool)
     try:
-        resolved, plan_status = _resolve(memory, rm, _read_profile(kube, rm), status.get("plan"), plans,
+        resolved, plan_status = _resolve(memory, rm, _read_profile(kube, rm), status.plan, plans,
                                          (namespace, name, rm.metadata.get("uid")))
     except RenderError as exc:
         return modelplan.ModelObserved(now=now, pool=pool, plan_failed=str(exc))
 
     stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
     canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
-    rollout = status.get("rollout")
-    active = bool(rollout and rollout.get("phase") in ACTIVE)
-    gates_seen = _gate_observations(kube, rm.metadata, rollout, status.get("gates") or []) if active else {}
+    rollout = status.rollout
+    active = rollout is not None and rollout.phase in ACTIVE
+    gates_seen = _gate_observations(kube, rm.metadata, rollout, status.gates) if active else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
     # While the canary serves: both tracks' Triton numbers, for the canary analysis.
     track_metrics, metrics_problems = canary_metrics.read(kube, namespace, name, metrics_networks) \
-        if active and rollout.get("phase") == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
+        if active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
     # spec.autoscaling: the serving pods' load counters, at most every autoscale.MIN_READING_S.
     load, load_problems = canary_metrics.read_load(kube, namespace, name, metrics_networks) \
-        if autoscale.reading_due(rm.spec, status.get("autoscaling"), now) else (None, ())
+        if autoscale.reading_due(rm.spec, status.autoscaling, now) else (None, ())
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
         if rm.spec.autoscaling.external else None
     jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
         "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": names.GATE_APP}))
     # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
-    foreign = tuple((names.gate_job_name(name, gate, rollout["version"], attempt_id(rollout)), True)
+    foreign = tuple((names.gate_job_name(name, gate, rollout.version, attempt_id(rollout)), True)
                     for gate, seen in gates_seen.items() if seen.failure_reason == "ForeignJob")
     tracks = [child for track in (names.CANARY, names.REFERENCE)
-              for child in status_decisions.track_children(name, track)]
+              for child in model_status.track_children(name, track)]
     present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
     # The stable pods only while some may be on a leaving node, or a surge has not ended yet.
-    wanted = (status.get("autoscaling") or {}).get("desiredReplicas") or resolved.replicas   # autoscaled, or planned
+    wanted = (status.autoscaling.desired_replicas if status.autoscaling else None) or resolved.replicas   # autoscaled, or planned
     surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > wanted
     stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, pool) if leaving_nodes or surging else ()
     return modelplan.ModelObserved(

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from rankops.api.base import unknown_fields_message
 from rankops.api.conditions import get_condition, now_iso, set_condition
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
@@ -20,19 +21,14 @@ from rankops.validator.daemonset import render_validator, validator_name
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
 from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
-from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
+from rankops.validator.pool_status import node_claims, pool_status
 
 
 @dataclass
 class Result:
-    status: dict[str, Any]
+    status: GpuNodePoolStatus
     events: list[Event] = field(default_factory=list)
-
-
-def typed_status(status: dict[str, Any]) -> dict[str, Any]:
-    """`status` through the GpuNodePoolStatus model: a field the model (and so the CRD schema) lacks
-    raises instead of being pruned by the API server; absent values are left out."""
-    return GpuNodePoolStatus.model_validate(status).to_wire()
+    write: bool = True
 
 
 def _owned(obj: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
@@ -62,19 +58,20 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
     """`validators`: where the DaemonSets applied are noted (None: nowhere)."""
     meta = body["metadata"]
     gen = meta.get("generation")
-    old = dict(body.get("status") or {})
-    events: list[Event] = []
+    old, unknown = GpuNodePoolStatus.from_stored(body.get("status") or {})
+    # Said once: the status written next leaves them out.
+    events = [Event("Warning", "StatusFieldsUnknown", unknown_fields_message(unknown))] if unknown else []
     try:
         pool = GpuNodePool.model_validate({"metadata": meta, "spec": body.get("spec", {})})
     except ValidationError as exc:
         message = "; ".join(describe(exc))
-        before = get_condition(old.get("conditions") or [], "Degraded") or {}
+        before = get_condition(old.conditions, "Degraded")
         # Only Degraded, as before (what a valid spec reported no longer holds), its time kept while it stays.
         conditions = set_condition([before] if before else [], "Degraded", True, "InvalidSpec", message, gen)
         # The Event is for the transition: the same refusal again (every reconcile) posts nothing.
-        if (before.get("status"), before.get("reason"), before.get("message")) != ("True", "InvalidSpec", message[:1024]):
+        if before is None or (before.status, before.reason, before.message) != ("True", "InvalidSpec", message[:1024]):
             events.append(Event("Warning", "InvalidSpec", message))
-        return Result(typed_status({**old, "conditions": conditions, "observedGeneration": gen}), events)
+        return Result(old.model_copy(update={"conditions": conditions, "observed_generation": gen}), events)
 
     # A pool being deleted keeps its status, but its validator is not re-created: the delete
     # handler removes it before it clears the nodes' marks.
@@ -88,15 +85,14 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
 
     nodes = kube.list("Node", labels=dict(pool.spec.node_selector))
     claims = node_claims(pool, nodes, kube.list("GpuNodePool"))
-    summary = aggregate_pool_status(pool, nodes, claims)
-    conditions = pool_conditions(summary, old.get("conditions") or [], gen, now_iso(), claims)
-    before = {c.get("type"): (c.get("status"), c.get("reason")) for c in old.get("conditions") or []}
-    for cond in conditions:
-        if before.get(cond["type"]) != (cond["status"], cond["reason"]):
-            warn = (cond["type"] in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond["status"] == "True") or \
-                   (cond["type"] == "Ready" and cond["status"] == "False")
-            events.append(Event("Warning" if warn else "Normal", cond["reason"], cond["message"]))
-    return Result(typed_status({**summary, "conditions": conditions, "observedGeneration": gen}), events)
+    status = pool_status(pool, nodes, claims, old, gen, now_iso())
+    before = {c.type: (c.status, c.reason) for c in old.conditions}
+    for cond in status.conditions:
+        if before.get(cond.type) != (cond.status, cond.reason):
+            warn = (cond.type in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond.status == "True") or \
+                   (cond.type == "Ready" and cond.status == "False")
+            events.append(Event("Warning" if warn else "Normal", cond.reason, cond.message))
+    return Result(status, events)
 
 
 def pool_inputs(pool: dict[str, Any]) -> str:

@@ -43,7 +43,7 @@ from rankops.controller.peering import PauseState
 from rankops.controller.plans import Plans
 from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
-from rankops.rollout import status_decisions
+from rankops import model_status
 from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
@@ -104,8 +104,9 @@ class _Reconciles:
             result, status_patch = None, None
             try:
                 result = self._before_status(uid, body, reconcile(body))
-                result_word = metrics.reconcile_result(result.status)
-                status_patch = merge_patch(body.get("status") or {}, result.status)
+                wire = result.status.to_wire()   # the typed status, as the API server stores it
+                result_word = metrics.reconcile_result(wire)
+                status_patch = merge_patch(body.get("status") or {}, wire) if getattr(result, "write", True) else None
                 if status_patch:
                     written = self.settings.kube.merge_patch(self.kind, meta.get("namespace"), meta["name"],
                                                              {"status": status_patch}, subresource="status")
@@ -271,17 +272,23 @@ class ModelController(_Reconciles):
         self.watched.observe(self.kind, written)
 
     def _record(self, body: dict, result) -> None:
-        metrics.record_model(body, result.status, result.outcome, result.gate_results)
+        metrics.record_model(body, result.status.to_wire(), result.outcome,
+                             [gate.to_wire() for gate in result.gate_results])
 
-    def first_status(self, uid: str, old: dict, result):
+    def first_status(self, uid: str, stored: dict, result):
         """A new model's first status that would only say Pending is left to its next reconcile (one
-        status write per new model, not two); that one says its first Ready, which has no flip."""
-        if uid not in self.reconciled_generation and status_decisions.first_status_can_wait(old, result.status):
+        status write per new model, not two); that one says its first Ready, which has no flip.
+        `stored`: the status as the API server has it (read here only on those two reconciles)."""
+        waiting = uid in self.first_status_waiting
+        if uid in self.reconciled_generation and not waiting:
+            return result
+        old = model_status.known_status(stored)[0]
+        if not waiting and model_status.first_status_can_wait(old, result.status):
             self.first_status_waiting.add(uid)
-            return models.Result(old)   # nothing written, nothing said
-        if uid in self.first_status_waiting:
+            return models.Result(old, write=False)   # nothing written, nothing said
+        if waiting:
             self.first_status_waiting.discard(uid)
-            ready = status_decisions.first_ready_event(old, result.status)
+            ready = model_status.first_ready_event(old, result.status)
             if ready is not None:
                 result.events.append(ready)
         return result
@@ -293,7 +300,7 @@ class ModelController(_Reconciles):
         uid, generation = meta["uid"], meta.get("generation")
         status = result.status if result is not None else None
         self.clock.reconciled((meta["namespace"], meta["name"], uid),
-                              status is None or status_decisions.needs_clock(status, generation))
+                              status is None or model_status.needs_clock(status, generation))
         first, before = uid not in self.reconciled_generation, self.reconciled_generation.get(uid)
         self.reconciled_generation[uid] = generation
         if first or before != generation or status_patch:
@@ -491,7 +498,7 @@ class PoolController(_Reconciles):
         self.clock.reconciled((meta["name"], meta["uid"]), False)   # only events move a pool on, and --resync
 
     def _record(self, body: dict, result) -> None:
-        metrics.record_pool(body["metadata"]["name"], result.status)
+        metrics.record_pool(body["metadata"]["name"], result.status.to_wire())
 
     def reconcile_pool(self, body: dict) -> pools.Result:
         return pools.reconcile(self.reads(), body, self.settings, self.validators)

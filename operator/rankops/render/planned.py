@@ -52,18 +52,17 @@ def inputs_digest(spec: RankingModelSpec, profile: dict[int, float] | None = Non
     return hashlib.sha256(repr((_planner_code(), inputs, checked, candidates)).encode()).hexdigest()
 
 
-def with_digest(plan_status: dict[str, Any] | None, digest: str | None) -> dict[str, Any] | None:
-    return {**plan_status, "inputsDigest": digest} if plan_status is not None and digest else plan_status
-
-
-def from_status(spec: RankingModelSpec, recorded: dict[str, Any] | None, digest: str | None) -> ResolvedShape | None:
-    """The shape status.plan records when it was planned from these inputs (`digest`), or None:
-    plan again (no record, other inputs, a record that does not parse or fails the bounds)."""
-    if not recorded or not digest or recorded.get("inputsDigest") != digest:
+def plan_status(resolved: ResolvedShape, digest: str | None = None) -> PlanStatus | None:
+    """status.plan of a resolved shape (None: nothing was planned), with the digest of its inputs."""
+    if resolved.plan is None:
         return None
-    try:
-        plan = PlanStatus.model_validate(recorded)
-    except ValidationError:
+    return PlanStatus.model_validate({**resolved.plan.to_status(), **({"inputsDigest": digest} if digest else {})})
+
+
+def from_status(spec: RankingModelSpec, plan: PlanStatus | None, digest: str | None) -> ResolvedShape | None:
+    """The shape status.plan records when it was planned from these inputs (`digest`), or None:
+    plan again (no record, other inputs, a record that fails the bounds)."""
+    if plan is None or not digest or plan.inputs_digest != digest:
         return None
     if isinstance(spec.batching, Batching):
         if plan.mode != "explicit":

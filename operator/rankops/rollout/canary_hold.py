@@ -11,7 +11,8 @@ import datetime as dt
 import math
 from typing import Any
 
-from rankops.api.rankingmodel import CanaryCapacity, NoVerdictPolicy, RankingModelSpec, TrafficMode
+from rankops.api.rankingmodel import (CanaryCapacity, GateResult, NoVerdictPolicy, RankingModelSpec, RolloutStatus,
+                                      TrafficMode)
 from rankops.render.desired import canary_replicas_for
 from rankops.rollout import canary_analysis
 from rankops.rollout.readiness import ready_count
@@ -26,7 +27,7 @@ def analysis_bounds(spec: RankingModelSpec) -> canary_analysis.Bounds:
                                   max_avg_queue_ms=cfg.max_avg_queue_ms, max_avg_queue_vs_stable=cfg.max_avg_queue_vs_stable)
 
 
-def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed,
+def _analyse(spec: RankingModelSpec, rollout: RolloutStatus, observed: Observed,
              attempt: str) -> canary_analysis.Judgement | None:
     """The canary's numbers since its current step's weight took effect, against the stable's
     (None: analysis off, or not read).
@@ -40,8 +41,8 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
     readings = observed.track_metrics
     if not spec.rollout.canary.analysis.enabled or not readings or not readings.get("canary"):
         return None
-    step = rollout.get("step") or 1
-    baseline = rollout.get("analysisBaseline")
+    step = rollout.step or 1
+    baseline = rollout.analysis_baseline
     if not baseline or baseline.get("attempt") != attempt or (baseline.get("step") or 1) != step:
         baseline = {"attempt": attempt, "step": step}
     # A pod first seen after the window began (a step's scale-up, a restart: a counter went down)
@@ -60,8 +61,8 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
            if pod not in (baseline.get(track) or {})
            or any(c.values.get(k, 0.0) < v for k, v in baseline[track][pod].items())}}
         for track, pods in readings.items()}, **({"joined": joined} if joined else {})}
-    if baseline != rollout.get("analysisBaseline"):
-        rollout["analysisBaseline"] = baseline
+    if baseline != rollout.analysis_baseline:
+        rollout.analysis_baseline = baseline
     # Triton's latency summary covers about the last minute, so a pod that joined the window less
     # than that ago still reports its own cold start and warm replay in its P99: it is left out of
     # its track's P99 (its failures still count) until the minute has passed.
@@ -77,14 +78,14 @@ def _analyse(spec: RankingModelSpec, rollout: dict[str, Any], observed: Observed
 
 
 def _canary_result(version: str, attempt: str, judged: canary_analysis.Judgement, now: dt.datetime,
-                   step: int, steps: int, window: dict[str, Any]) -> dict[str, Any]:
+                   step: int, steps: int, window: dict[str, Any]) -> GateResult:
     """status.gates' canary entry: the outcome and what it was judged on (both tracks' requests,
     failures and P99s, the bounds, and the window: its start and the seconds the canary served)."""
     outcome = {canary_analysis.FAIL: "fail", canary_analysis.PASS: "pass"}.get(judged.outcome, "inconclusive")
     where = f"step {step}/{steps}: " if steps > 1 else ""
-    return {"gate": "canary", "version": version, "attempt": attempt, "outcome": outcome, "reason": judged.reason,
-            "summary": where + judged.summary, "metrics": {**judged.metrics, "step": step, **window},
-            "finishedAt": iso(now)}
+    return GateResult(gate="canary", version=version, attempt=attempt, outcome=outcome, reason=judged.reason,
+                      summary=where + judged.summary, metrics={**judged.metrics, "step": step, **window},
+                      finished_at=iso(now))
 
 
 def lendable_replicas(spec: RankingModelSpec) -> int:
@@ -120,10 +121,10 @@ def _capacity_hint(spec: RankingModelSpec) -> str:
 
 
 def _no_verdict_result(version: str, attempt: str, now: dt.datetime, step: int, steps: int, reason: str,
-                       summary: str, window: dict[str, Any]) -> dict[str, Any]:
+                       summary: str, window: dict[str, Any]) -> GateResult:
     where = f"step {step}/{steps}: " if steps > 1 else ""
-    return {"gate": "canary", "version": version, "attempt": attempt, "outcome": "inconclusive", "reason": reason,
-            "summary": where + summary, "metrics": {"step": step, **window}, "finishedAt": iso(now)}
+    return GateResult(gate="canary", version=version, attempt=attempt, outcome="inconclusive", reason=reason,
+                      summary=where + summary, metrics={"step": step, **window}, finished_at=iso(now))
 
 
 def hold(s: Step, paused: bool) -> None:
@@ -149,11 +150,10 @@ def hold(s: Step, paused: bool) -> None:
     ready = ready_count(observed.canary_pods, target)
     # A hold starts once every pod of the step serves, and goes on while as many as then do: the
     # stable scaling up (spec.autoscaling) asks for more canary pods, which is no lost canary.
-    started_with = rollout.get("stepPods") if rollout.get("stepSince") else None
+    started_with = rollout.step_pods if rollout.step_since else None
     serving = traffic_on and ready >= (min(wanted, started_with) if started_with else wanted)
     # (A record of an operator before steps has only canarySince.)
-    since = parse_time(rollout.get("stepSince") or (None if rollout.get("canaryDownSince")
-                                                    else rollout.get("canarySince")))
+    since = parse_time(rollout.step_since or (None if rollout.canary_down_since else rollout.canary_since))
 
     # Whatever part of its weight the canary serves, its failures count: a failing canary is rolled
     # back at once, paused or not, at full weight or not.
@@ -166,36 +166,33 @@ def hold(s: Step, paused: bool) -> None:
         return
 
     if serving and since is None:   # the step's weight is served from now: its hold starts (again)
-        if rollout.get("canaryDownSince"):
+        if rollout.canary_down_since:
             s.say("Normal", "CanaryServing", f"canary {target} serves its weight{where} with "
                                              f"{ready}/{wanted} pods: its {duration}s hold starts")
-        rollout.pop("canaryDownSince", None)
-        rollout.pop("holdExtendedSince", None)
-        rollout["canarySince"] = rollout.get("canarySince") or iso(now)
-        rollout.update(stepSince=iso(now), stepPods=ready)
+        s.set(canary_down_since=None, hold_extended_since=None, canary_since=rollout.canary_since or iso(now),
+              step_since=iso(now), step_pods=ready)
         since = now
     elif since is not None and not serving:
         held = int((now - since).total_seconds())
-        for key in ("stepSince", "stepPods", "analysisBaseline", "holdExtendedSince"):
-            rollout.pop(key, None)
-        rollout["canaryDownSince"] = iso(now)
-        stuck = rollout.get("unschedulable")
-        rollout["message"] = (f"canary {target} stopped serving{where} after {held}s of its {duration}s hold "
-                              f"({ready}/{wanted} pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
-                              "): the hold and its analysis start again once every pod serves")
-        s.say("Warning", "CanaryNotServing", rollout["message"])
+        stuck = rollout.unschedulable
+        s.set(step_since=None, step_pods=None, analysis_baseline=None, hold_extended_since=None,
+              canary_down_since=iso(now),
+              message=(f"canary {target} stopped serving{where} after {held}s of its {duration}s hold "
+                       f"({ready}/{wanted} pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+                       "): the hold and its analysis start again once every pod serves"))
+        s.say("Warning", "CanaryNotServing", rollout.message)
         since = None
 
     if since is None:   # not serving at the step's weight (yet, or any more): it has timeoutSeconds to
-        waiting = parse_time(rollout.get("canaryDownSince") or rollout.get("phaseSince")) or now
+        waiting = parse_time(rollout.canary_down_since or rollout.phase_since) or now
         if (now - waiting).total_seconds() > timeout and not paused:
-            stuck = rollout.get("unschedulable")
+            stuck = rollout.unschedulable
             s.roll_back("canary", f"canary {target} not serving{where} within {timeout}s ({ready}/{wanted} pods "
                                   f"Ready on live nodes" + (f"; {stuck}" if stuck else "") +
                                   f"); stable {stable} untouched")
-        elif rollout.get("unschedulable"):
-            rollout["message"] = (f"waiting for canary {target}{where} ({ready}/{wanted} pods Ready): "
-                                  f"{rollout['unschedulable']}" + _capacity_hint(spec))
+        elif rollout.unschedulable:
+            s.set(message=f"waiting for canary {target}{where} ({ready}/{wanted} pods Ready): "
+                          f"{rollout.unschedulable}" + _capacity_hint(spec))
         return
 
     held = (now - since).total_seconds()
@@ -209,33 +206,28 @@ def hold(s: Step, paused: bool) -> None:
     elif judged is not None and judged.outcome == canary_analysis.WAIT:
         problem = judged.summary
     # Kept in the record while it lasts: Degraded says it (CanaryNotJudged, with its Event, once).
-    if blind:
-        rollout["analysisProblem"] = blind
-    else:
-        rollout.pop("analysisProblem", None)
+    s.set(analysis_problem=blind)
 
-    def judged_entry() -> dict[str, Any]:
+    def judged_entry() -> GateResult:
         return _canary_result(target, attempt, judged, now, number, steps, window)
 
     def advance(why: str, note: str) -> None:
-        rollout.pop("awaitingDecision", None)
-        rollout.pop("holdExtendedSince", None)
+        s.set(awaiting_decision=None, hold_extended_since=None)
         if last or promote:
             if promote:
-                rollout["promoted"] = promote
+                s.set(promoted=promote)
             s.move(PROMOTING, f"{why}{note}; updating stable to {target}")
             return
         upcoming = plan[number]
-        rollout.update(step=number + 1, canaryDownSince=iso(now))   # serving the new weight starts its hold
-        rollout.pop("stepSince", None)
-        rollout.pop("stepPods", None)
+        # Serving the new weight starts its hold.
+        s.set(step=number + 1, canary_down_since=iso(now), step_since=None, step_pods=None)
         if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
-            rollout["analysisBaseline"] = {"attempt": attempt, "step": number + 1, **{
+            s.set(analysis_baseline={"attempt": attempt, "step": number + 1, **{
                 track: {pod: dict(c.values) for pod, c in pods.items()}
-                for track, pods in observed.track_metrics.items()}}
-        rollout["message"] = (f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
-                              f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s{note}")
-        s.say("Normal", "CanaryStepPassed", rollout["message"])
+                for track, pods in observed.track_metrics.items()}})
+        s.set(message=f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
+                      f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s{note}")
+        s.say("Normal", "CanaryStepPassed", rollout.message)
 
     if paused:
         return
@@ -265,11 +257,11 @@ def hold(s: Step, paused: bool) -> None:
         return
     # The hold is over but nothing judged the canary: extend it, then let the policy decide.
     if held < duration + analysis.max_extension_seconds:
-        if not rollout.get("holdExtendedSince"):
-            rollout["holdExtendedSince"] = iso(now)
-            rollout["message"] = (f"canary {target}{where} held {int(held)}s without a verdict ({problem}): hold "
-                                  f"extended up to {analysis.max_extension_seconds}s (analysis.maxExtensionSeconds)")
-            s.say("Warning", "CanaryHoldExtended", rollout["message"])
+        if not rollout.hold_extended_since:
+            s.set(hold_extended_since=iso(now),
+                  message=f"canary {target}{where} held {int(held)}s without a verdict ({problem}): hold "
+                          f"extended up to {analysis.max_extension_seconds}s (analysis.maxExtensionSeconds)")
+            s.say("Warning", "CanaryHoldExtended", rollout.message)
         return
     policy = analysis.on_no_verdict
     summary = (f"no verdict after {int(held)}s serving ({duration}s hold + {analysis.max_extension_seconds}s "
@@ -279,12 +271,12 @@ def hold(s: Step, paused: bool) -> None:
                                          f"{summary}; moved on by analysis.onNoVerdict promote", window))
         advance(f"canary held {int(held)}s{where}", f"; no canary verdict ({problem}), onNoVerdict promote")
     elif policy is NoVerdictPolicy.hold:
-        if not rollout.get("awaitingDecision"):
-            rollout["awaitingDecision"] = (f"{summary}; onNoVerdict hold: annotate rankops.io/promote={target} "
-                                           f"to move on, or rankops.io/abort={target} to roll back")
-            rollout["message"] = f"canary {target}{where} awaits a decision: {rollout['awaitingDecision']}"
+        if not rollout.awaiting_decision:
+            awaiting = (f"{summary}; onNoVerdict hold: annotate rankops.io/promote={target} "
+                        f"to move on, or rankops.io/abort={target} to roll back")
+            s.set(awaiting_decision=awaiting, message=f"canary {target}{where} awaits a decision: {awaiting}")
             s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "AwaitingDecision", summary, window))
-            s.say("Warning", "CanaryAwaitingDecision", rollout["message"])
+            s.say("Warning", "CanaryAwaitingDecision", rollout.message)
     else:
         s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "NoVerdict", summary, window))
         s.roll_back("canary", f"canary {target}{where}: {summary}; rolled back by analysis.onNoVerdict rollback; "

@@ -21,9 +21,10 @@ rollout/record.py's `Step`; the Canary phase is rollout/canary_hold.py.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from rankops.api.rankingmodel import RankingModelSpec, TorchscriptReference
+from rankops.api.rankingmodel import (GateResult, RankingModelSpec, RankingModelStatus, RolloutStatus,
+                                      TorchscriptReference)
 from rankops.render.desired import ServingState
 from rankops.rollout import canary_hold
 from rankops.rollout.canary_hold import analysis_bounds, canary_size, lendable_replicas  # noqa: F401 (API)
@@ -35,7 +36,7 @@ from rankops.rollout.record import (  # noqa: F401 (the machine's API: re-export
     iso, new_attempt_id, parse_time, passed_gates)
 
 
-def trusted_stable(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> tuple[str, str | None]:
+def trusted_stable(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> tuple[str, str | None]:
     """The stable version, and why status.stableVersion was not taken when it was not.
 
     status.stableVersion is accepted when it is what the stable Deployment runs, or what the rollout
@@ -43,12 +44,12 @@ def trusted_stable(spec: RankingModelSpec, status: dict[str, Any], observed: Obs
     version any other rollout started from. A claim nothing vouches for (a hand edit) is ignored;
     the vouched version stays stable, and a version change goes through its gates.
     """
-    claimed, rollout = status.get("stableVersion"), status.get("rollout")
+    claimed, rollout = status.stable_version, status.rollout
     serving = observed.stable_template_version
-    if rollout and rollout.get("phase") == PROMOTED and set(GATES) <= passed_gates(status.get("gates") or [], rollout):
-        vouched = rollout["version"]
-    elif rollout and rollout.get("fromVersion"):
-        vouched = rollout["fromVersion"]
+    if rollout and rollout.phase == PROMOTED and set(GATES) <= passed_gates(status.gates, rollout):
+        vouched = rollout.version
+    elif rollout and rollout.from_version:
+        vouched = rollout.from_version
     else:
         vouched = serving or claimed or spec.version
     if claimed is None or claimed in (vouched, serving):
@@ -78,15 +79,15 @@ def _canary_starting(s: Step) -> None:
     """The canary comes up; Ready on live nodes, it goes to its warmup gate."""
     pods, target = s.observed.canary_pods, s.target
     ready, desired = ready_count(pods, target), s.observed.canary_desired
-    stuck = s.rollout.get("unschedulable")
+    stuck = s.rollout.unschedulable
     if desired > 0 and ready >= desired:
         s.move(WARMING, f"canary {target} Ready ({ready}/{desired} pods); running the warmup gate")
     elif s.phase_age() > s.timeout:
         s.roll_back("canary", f"canary {target} not Ready after {s.timeout}s ({ready}/{desired} pods Ready on "
                               f"live nodes" + (f"; {stuck}" if stuck else "") + ")")
     elif stuck:
-        s.rollout["message"] = (f"waiting for canary {target} ({ready}/{desired} pods Ready): {stuck}"
-                                + canary_hold._capacity_hint(s.spec))
+        s.set(message=f"waiting for canary {target} ({ready}/{desired} pods Ready): {stuck}"
+                      + canary_hold._capacity_hint(s.spec))
 
 
 def _gate(s: Step) -> None:
@@ -104,18 +105,16 @@ def _gate(s: Step) -> None:
         f"{gate} Job failed ({seen.failure_reason or 'no verdict in its termination message'})")
     if seen.failure_reason == "DeadlineExceeded":
         outcome, summary = "error", f"{gate} Job did not finish within {timeout}s (Job deadline exceeded)"
-    s.record_gate({"gate": gate, "version": target, "attempt": s.attempt, "outcome": outcome,
-                   "reason": verdict.get("reason") or seen.failure_reason or "NoVerdict",
-                   "summary": summary, "metrics": verdict.get("metrics") or {}, "finishedAt": iso(s.now)})
+    s.record_gate(GateResult(gate=gate, version=target, attempt=s.attempt, outcome=outcome,
+                             reason=verdict.get("reason") or seen.failure_reason or "NoVerdict",
+                             summary=summary, metrics=verdict.get("metrics") or {}, finished_at=iso(s.now)))
     if outcome != "pass" or not seen.succeeded:
         s.roll_back(gate, f"{gate} gate {outcome} for {target}: {summary}; stable {s.stable} untouched")
         return
     nxt = NEXT_PHASE[s.phase]
     s.say("Normal", "GatePassed", f"{gate} gate passed for {target}: {summary}")
     if nxt == CANARY:
-        for key in ("canarySince", "stepSince"):
-            s.rollout.pop(key, None)   # set when traffic really starts (canary_hold)
-        s.rollout["step"] = 1
+        s.set(canary_since=None, step_since=None, step=1)   # the times: set when traffic really starts (canary_hold)
         steps = " then ".join(f"{p.weight}% for {p.duration_seconds}s" for p in s.spec.rollout.canary.step_plan())
         s.move(CANARY, f"gates passed; canary {target} takes {steps}")
     else:
@@ -151,20 +150,16 @@ def _guards(s: Step) -> None:
                "GateVerdictMissing", warning=True)
     abort = s.asked(ABORT_ANNOTATION)
     if abort:   # honoured in every active phase, paused or not
-        s.rollout["aborted"] = abort
+        s.set(aborted=abort)
         s.roll_back("manual", f"rollout of version {target} aborted by annotation {ABORT_ANNOTATION}; "
                               f"stable {s.stable} untouched")
         return
     if s.phase not in (CANARY_STARTING, CANARY):
-        s.rollout.pop("unschedulable", None)
+        s.set(unschedulable=None)
         return
     # Kept in the record while it lasts: Degraded says it (PodsUnschedulable, with its Event), and
     # the rollout's message says what it waits for.
-    stuck = _unschedulable(s.observed.canary_pods, target)
-    if stuck:
-        s.rollout["unschedulable"] = stuck
-    else:
-        s.rollout.pop("unschedulable", None)
+    s.set(unschedulable=_unschedulable(s.observed.canary_pods, target))
     if s.observed.canary_warm_failing:
         # Its warm container saw the version fail its requests: no gate will pass it, no wait helps.
         s.roll_back("canary", f"canary {target} fails its warm-up requests: "
@@ -184,45 +179,46 @@ def _run_phases(s: Step) -> None:
         PHASES[s.phase](s)
 
 
-def _start(spec: RankingModelSpec, status: dict[str, Any], observed: Observed, stable: str,
-           events: list[Event]) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
-    """The rollout record this step works on, its gates, and the outcome when there is nothing to
-    roll (None, or an idle record, when the target is stable or stays rolled back)."""
+def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed, stable: str,
+           events: list[Event]) -> tuple[RolloutStatus | None, list[GateResult], str | None]:
+    """The rollout record this step works on (its own copy: the status read is left as it was), its
+    gates, and the outcome when there is nothing to roll (None, or an idle record, when the target
+    is stable or stays rolled back)."""
     now, target = observed.now, spec.version
-    rollout, gates = status.get("rollout"), list(status.get("gates") or [])
-    phase = (rollout or {}).get("phase")
+    rollout, gates = status.rollout, list(status.gates)
+    phase = rollout.phase if rollout else None
     if target == stable:
         if rollout and phase in ACTIVE:
-            record = {**rollout, "phase": CANCELED, "phaseSince": iso(now),
-                      "message": f"spec.version is back to the stable version {stable}; canary {rollout['version']} removed"}
-            events.append(Event("Normal", "RolloutCanceled", record["message"]))
+            record = rollout.model_copy(deep=True)
+            record.phase, record.phase_since = CANCELED, iso(now)
+            record.message = f"spec.version is back to the stable version {stable}; canary {rollout.version} removed"
+            events.append(Event("Normal", "RolloutCanceled", record.message))
             return record, gates, CANCELED
         return rollout, gates, "idle"
     retry = asked(observed.annotations, RETRY_ANNOTATION, target, rollout)
-    if rollout and rollout["version"] == target and phase == ROLLED_BACK and not retry:
+    if rollout and rollout.version == target and phase == ROLLED_BACK and not retry:
         return rollout, gates, "idle"   # stays rolled back until spec.version changes or a retry is asked
-    if rollout and rollout["version"] == target and phase in ACTIVE:
-        return dict(rollout), gates, None
+    if rollout and rollout.version == target and phase in ACTIVE:
+        return rollout.model_copy(deep=True), gates, None
     if rollout and phase in ACTIVE:
         events.append(Event("Normal", "RolloutSuperseded",
-                            f"rollout of version {rollout['version']} superseded by version {target}"))
-    elif rollout and rollout["version"] == target and phase not in (ROLLED_BACK, SUPERSEDED, CANCELED):
+                            f"rollout of version {rollout.version} superseded by version {target}"))
+    elif rollout and rollout.version == target and phase not in (ROLLED_BACK, SUPERSEDED, CANCELED):
         # Promoted while stable is not the target, or a phase this machine never writes.
         events.append(Event("Warning", "RolloutRestarted",
                             f"status.rollout says {phase} for version {target} but stable is {stable}: "
                             f"running version {target}'s gates again"))
     started = iso(now)
-    record = {"version": target, "fromVersion": stable, "phase": CANARY_STARTING,
-              "attempt": new_attempt_id(target, started, rollout), "startedAt": started, "phaseSince": started,
-              "message": f"starting canary of version {target} beside stable {stable}"}
-    record.update({key: (rollout or {}).get(key) for key in CONSUMED.values() if (rollout or {}).get(key)})
-    if retry:
-        record["retried"] = retry
-    events.append(Event("Normal", CANARY_STARTING, record["message"]))
+    consumed = {key: getattr(rollout, key) for key in CONSUMED.values() if rollout and getattr(rollout, key)}
+    record = RolloutStatus(version=target, from_version=stable, phase=CANARY_STARTING,
+                           attempt=new_attempt_id(target, started, rollout), started_at=started, phase_since=started,
+                           message=f"starting canary of version {target} beside stable {stable}",
+                           **{**consumed, **({"retried": retry} if retry else {})})
+    events.append(Event("Normal", CANARY_STARTING, record.message))
     return record, [], None
 
 
-def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> Decision:
+def step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> Decision:
     stable, rejected = trusted_stable(spec, status, observed)
     events: list[Event] = []
     if rejected:
@@ -232,7 +228,7 @@ def step(spec: RankingModelSpec, status: dict[str, Any], observed: Observed) -> 
         outcome = CANCELED if settled == CANCELED else None
         return Decision(stable, ServingState(stable), rollout, gates, events=tuple(events), outcome=outcome)
 
-    s = Step(spec, observed, stable, status.get("rollout") or {}, rollout, gates, events)
+    s = Step(spec, observed, stable, status.rollout, rollout, gates, events)
     _guards(s)
     if s.phase in ACTIVE:
         _run_phases(s)

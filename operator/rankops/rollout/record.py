@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankops.api.phases import ACTIVE_PHASES, RolloutPhase
-from rankops.api.rankingmodel import RankingModelSpec
+from rankops.api.rankingmodel import GateResult, RankingModelSpec, RolloutStatus
 from rankops.render.desired import ServingState
 from rankops.rollout.readiness import PodObservation
 
@@ -82,8 +82,8 @@ class Event:
 class Decision:
     stable_version: str              # status.stableVersion after this step
     serving: ServingState            # what to render now
-    rollout: dict[str, Any] | None   # status.rollout
-    gates: list[dict[str, Any]]      # status.gates
+    rollout: RolloutStatus | None    # status.rollout
+    gates: list[GateResult]          # status.gates
     gate_jobs: tuple[str, ...] = ()  # gates whose Job must exist now
     reference_version: str | None = None  # a versions[] reference served for the equivalence gate
     events: tuple[Event, ...] = ()
@@ -100,31 +100,29 @@ def parse_time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def attempt_id(rollout: dict[str, Any]) -> str:
+def attempt_id(rollout: RolloutStatus) -> str:
     """Short id of one rollout attempt: gate Job names and verdicts carry it, so a retry never reads
     old verdicts. Records made before `attempt` was stored derive it as they did then."""
-    return rollout.get("attempt") or \
-        hashlib.sha256(f"{rollout['version']}@{rollout.get('startedAt')}".encode()).hexdigest()[:6]
+    return rollout.attempt or hashlib.sha256(f"{rollout.version}@{rollout.started_at}".encode()).hexdigest()[:6]
 
 
-def new_attempt_id(version: str, started: str, previous: dict[str, Any] | None) -> str:
+def new_attempt_id(version: str, started: str, previous: RolloutStatus | None) -> str:
     # Chained to the attempt it replaces: two attempts of a version started in the same second differ.
     prev = attempt_id(previous) if previous else ""
     return hashlib.sha256(f"{version}@{started}@{prev}".encode()).hexdigest()[:6]
 
 
-def passed_gates(gates: list[dict[str, Any]], rollout: dict[str, Any]) -> set[str]:
+def passed_gates(gates: list[GateResult], rollout: RolloutStatus) -> set[str]:
     """Gates with a passing verdict recorded for this rollout's version and attempt."""
     attempt = attempt_id(rollout)
-    return {g.get("gate") for g in gates if g.get("outcome") == "pass" and g.get("version") == rollout["version"]
-            and g.get("attempt") == attempt}
+    return {g.gate for g in gates if g.outcome == "pass" and g.version == rollout.version and g.attempt == attempt}
 
 
-def current_step(spec: RankingModelSpec, rollout: dict[str, Any] | None) -> tuple[int, Any]:
+def current_step(spec: RankingModelSpec, rollout: RolloutStatus | None) -> tuple[int, Any]:
     """The canary step being held (1-based, clamped to the spec's steps, which may have changed)
     and its CanaryStep."""
     plan = spec.rollout.canary.step_plan()
-    number = min(max(int((rollout or {}).get("step") or 1), 1), len(plan))
+    number = min(max((rollout.step if rollout else None) or 1, 1), len(plan))
     return number, plan[number - 1]
 
 
@@ -135,9 +133,9 @@ class Step:
     spec: RankingModelSpec
     observed: Observed
     stable: str                       # the trusted stable version
-    recorded: dict[str, Any]          # status.rollout as it was read (traffic follows it)
-    rollout: dict[str, Any]           # the record being made
-    gates: list[dict[str, Any]]
+    recorded: RolloutStatus | None    # status.rollout as it was read (traffic follows it)
+    rollout: RolloutStatus            # the record being made (step()'s own copy)
+    gates: list[GateResult]
     events: list[Event]
 
     @property
@@ -146,12 +144,11 @@ class Step:
 
     @property
     def target(self) -> str:
-        return self.rollout["version"]
+        return self.rollout.version
 
     @property
-    def phase(self) -> str:
-        """The record's phase: a RolloutPhase (status as read went through known_status)."""
-        return self.rollout["phase"]
+    def phase(self) -> RolloutPhase:
+        return self.rollout.phase
 
     @property
     def attempt(self) -> str:
@@ -169,13 +166,14 @@ class Step:
 
     def recorded_in(self, *phases: RolloutPhase) -> bool:
         """Whether status (as read) already says this attempt is in one of `phases`."""
-        return self.recorded.get("version") == self.target and attempt_id(self.recorded) == self.attempt \
-            and self.recorded.get("phase") in phases
+        recorded = self.recorded
+        return recorded is not None and recorded.version == self.target \
+            and attempt_id(recorded) == self.attempt and recorded.phase in phases
 
     def phase_age(self) -> float:
         """Seconds in the current phase: read when used, as a move earlier in this step starts a new one
         (a hold longer than the timeout must not make the Promoting it moves to late at once)."""
-        return (self.now - (parse_time(self.rollout.get("phaseSince")) or self.now)).total_seconds()
+        return (self.now - (parse_time(self.rollout.phase_since) or self.now)).total_seconds()
 
     def asked(self, annotation: str) -> str | None:
         """The annotation's value when it names the target and has not acted yet."""
@@ -184,23 +182,28 @@ class Step:
     def say(self, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(type_, reason, message))
 
+    def set(self, **fields: Any) -> None:
+        """Change the record's fields (None: not recorded); each value is checked against its type."""
+        for name, value in fields.items():
+            setattr(self.rollout, name, value)
+
     def move(self, to: RolloutPhase, message: str, reason: str | None = None, warning: bool = False) -> None:
-        self.rollout.update(phase=to, phaseSince=iso(self.now), message=message)
+        self.set(phase=to, phase_since=iso(self.now), message=message)
         self.say("Warning" if warning else "Normal", reason or to, message)
 
     def roll_back(self, gate: str, message: str) -> None:
-        self.rollout["failedGate"] = gate
+        self.set(failed_gate=gate)
         self.move(ROLLED_BACK, message, warning=True)
 
-    def record_gate(self, entry: dict[str, Any]) -> None:
+    def record_gate(self, entry: GateResult) -> None:
         """status.gates keeps one entry per gate: the latest."""
-        self.gates = [g for g in self.gates if g.get("gate") != entry["gate"]] + [entry]
+        self.gates = [g for g in self.gates if g.gate != entry.gate] + [entry]
 
 
-def asked(annotations: dict[str, str], annotation: str, target: str, record: dict[str, Any] | None) -> str | None:
+def asked(annotations: dict[str, str], annotation: str, target: str, record: RolloutStatus | None) -> str | None:
     """The annotation's value when it names `target` and has not acted yet (manual controls act once
     per value; the value acted on is kept in the record)."""
     value = annotations.get(annotation)
-    if value is None or value.split("/", 1)[0] != target or value == (record or {}).get(CONSUMED[annotation]):
+    if value is None or value.split("/", 1)[0] != target or (record and value == getattr(record, CONSUMED[annotation])):
         return None
     return value

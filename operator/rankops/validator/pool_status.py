@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rankops.api.gpunodepool import GpuNodePool
+from rankops.api.conditions import Condition
+from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 from rankops.triton.image_fit import newest_release
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_DRIVER, LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
 from rankops.validator.ownership import NodeClaim, claim
@@ -126,8 +127,8 @@ def exclusion_conditions(claims: dict[str, NodeClaim]) -> list[tuple[str, str, s
     return [without, overlap]
 
 
-def pool_conditions(summary: dict[str, Any], previous: list[dict[str, Any]], generation: int | None,
-                    now: str, claims: dict[str, NodeClaim] | None = None) -> list[dict[str, Any]]:
+def pool_conditions(summary: dict[str, Any], previous: list[Condition], generation: int | None,
+                    now: str, claims: dict[str, NodeClaim] | None = None) -> list[Condition]:
     """Ready and Degraded conditions for the summary, and with `claims` NodesWithoutGpus and
     Overlapping; lastTransitionTime moves only when a condition's status flips. `now` is an
     RFC 3339 timestamp."""
@@ -148,13 +149,22 @@ def pool_conditions(summary: dict[str, Any], previous: list[dict[str, Any]], gen
         degraded = ("True", "NodesFailing", f"{failing} of {nodes} nodes fail validation: {checks}.")
     else:
         degraded = ("False", "NoFailingNodes", "No node fails validation.")
-    old = {cond.get("type"): cond for cond in previous}
+    old = {cond.type: cond for cond in previous}
     conditions = []
     wanted = [("Ready", ready_cond), ("Degraded", degraded)]
     wanted += [(kind, rest) for kind, *rest in exclusion_conditions(claims)] if claims is not None else []
     for kind, (status, reason, message) in wanted:
-        before = old.get(kind) or {}
-        since = before.get("lastTransitionTime") if before.get("status") == status else None
-        conditions.append({"type": kind, "status": status, "reason": reason, "message": message,
-                           "lastTransitionTime": since or now, "observedGeneration": generation})
+        before = old.get(kind)
+        since = before.last_transition_time if before and before.status == status else None
+        conditions.append(Condition(type=kind, status=status, reason=reason, message=message,
+                                    last_transition_time=since or now, observed_generation=generation))
     return conditions
+
+
+def pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]], claims: dict[str, NodeClaim] | None,
+                previous: GpuNodePoolStatus, generation: int | None, now: str) -> GpuNodePoolStatus:
+    """The pool's status: its nodes' counts (aggregate_pool_status) and its conditions."""
+    summary = aggregate_pool_status(pool, nodes, claims)
+    return GpuNodePoolStatus.model_validate({
+        **summary, "observedGeneration": generation,
+        "conditions": pool_conditions(summary, previous.conditions, generation, now, claims)})

@@ -6,15 +6,18 @@ phase, a rollback, each Degraded cause, a spec the operator cannot apply.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 from pydantic import ValidationError
 
 from rankops.api.rankingmodel import RankingModel, RankingModelStatus
 from rankops.render import names
 from rankops.render.desired import ServingState
-from rankops.rollout import status_decisions as sd
+from rankops import model_status as sd
 from rankops.rollout.machine import (CANARY, CANARY_STARTING, PROMOTED, PROMOTING, ROLLED_BACK, VERIFYING, WARMING,
                                      Decision)
+from tests import wire
 
 NOW, LATER = "2026-12-01T12:00:00Z", "2026-12-01T12:05:00Z"
 MODEL = "ctr"
@@ -36,8 +39,24 @@ def spec(version="2", traffic="replicas", replicas=4, weight=20, reference="stab
 
 
 def rollout(phase, version="2", **more):
-    return {"version": version, "fromVersion": "1", "phase": phase, "attempt": "a1b2c3",
-            "startedAt": NOW, "phaseSince": NOW, "message": f"{phase} of {version}", **more}
+    return wire.rollout({"version": version, "fromVersion": "1", "phase": phase, "attempt": "a1b2c3",
+                         "startedAt": NOW, "phaseSince": NOW, "message": f"{phase} of {version}", **more})
+
+
+class Stored(NamedTuple):
+    status: dict
+    events: tuple
+
+
+def decide(spec, old, decision, facts) -> Stored:
+    """sd.decide from a status as stored, and its status as it is stored."""
+    decided = sd.decide(spec, wire.status(old), decision, facts)
+    return Stored(wire.stored(decided.status), decided.events)
+
+
+def degraded_only(old, *args) -> Stored:
+    decided = sd.degraded_only(wire.status(old), *args)
+    return Stored(wire.stored(decided.status), decided.events)
 
 
 def idle(stable="1") -> Decision:
@@ -59,13 +78,13 @@ def facts(stable=None, **more) -> sd.Facts:
 
 
 def conds(status):
-    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    return {c["type"]: (c["status"], c["reason"]) for c in wire.stored(status)["conditions"]}
 
 
 # -- phase and conditions --
 
 def test_a_settled_stable_is_ready_stable_and_as_expected_and_says_nothing_on_first_visit():
-    decided = sd.decide(spec("1"), {}, idle(), facts())
+    decided = decide(spec("1"), {}, idle(), facts())
     status = decided.status
     assert status["phase"] == "Ready" and status["ready"] == "4/4" and status["observedGeneration"] == 3
     assert conds(status) == {"Ready": ("True", "ReplicasReady"), "Progressing": ("False", "Stable"),
@@ -83,32 +102,32 @@ def test_a_settled_stable_is_ready_stable_and_as_expected_and_says_nothing_on_fi
     (serving(version="0"), "the Deployment runs another version"),
 ])
 def test_a_stable_not_settled_at_the_wanted_version_and_count_is_pending_and_deploying(stable, why):
-    status = sd.decide(spec("1"), {}, idle(), facts(stable)).status
+    status = decide(spec("1"), {}, idle(), facts(stable)).status
     assert status["phase"] == "Pending", why
     assert conds(status)["Ready"] == ("False", "ReplicasNotReady")
     assert conds(status)["Progressing"] == ("True", "Deploying")
 
 
 def test_ready_flipping_says_so_once_and_moves_its_transition_time_only_then():
-    pending = sd.decide(spec("1"), {}, idle(), facts(serving(ready=2))).status
-    up = sd.decide(spec("1"), pending, idle(), facts(now=LATER))
+    pending = decide(spec("1"), {}, idle(), facts(serving(ready=2))).status
+    up = decide(spec("1"), pending, idle(), facts(now=LATER))
     assert [(e.type, e.reason) for e in up.events] == [("Normal", "Ready")]
     ready = next(c for c in up.status["conditions"] if c["type"] == "Ready")
     assert ready["lastTransitionTime"] == LATER
-    again = sd.decide(spec("1"), up.status, idle(), facts(now="2026-12-01T13:00:00Z"))
+    again = decide(spec("1"), up.status, idle(), facts(now="2026-12-01T13:00:00Z"))
     assert again.events == () and again.status == up.status, "the same facts change nothing"
-    down = sd.decide(spec("1"), up.status, idle(), facts(serving(ready=3), now="2026-12-01T13:00:00Z"))
+    down = decide(spec("1"), up.status, idle(), facts(serving(ready=3), now="2026-12-01T13:00:00Z"))
     assert [(e.type, e.reason) for e in down.events] == [("Warning", "NotReady")]
     assert "3/4 replicas of version 1 Ready and up to date" in conds_message(down.status, "Ready")
 
 
 def conds_message(status, type_):
-    return next(c["message"] for c in status["conditions"] if c["type"] == type_)
+    return next(c["message"] for c in wire.stored(status)["conditions"] if c["type"] == type_)
 
 
 @pytest.mark.parametrize("phase", [CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING])
 def test_an_active_rollout_is_the_phase_and_progressing_with_its_message(phase):
-    status = sd.decide(spec("2"), {}, rolling(phase), facts()).status
+    status = decide(spec("2"), {}, rolling(phase), facts()).status
     assert status["phase"] == phase and status["rollout"]["phase"] == phase
     assert conds(status)["Progressing"] == ("True", phase)
     assert conds_message(status, "Progressing") == f"{phase} of 2"
@@ -117,14 +136,14 @@ def test_an_active_rollout_is_the_phase_and_progressing_with_its_message(phase):
 
 def test_a_promoted_rollout_is_ready_and_stable_again():
     decision = Decision("2", ServingState("2"), rollout(PROMOTED), [])
-    status = sd.decide(spec("2"), {}, decision, facts(serving("2"))).status
+    status = decide(spec("2"), {}, decision, facts(serving("2"))).status
     assert status["phase"] == "Ready" and status["stableVersion"] == "2" and "canaryVersion" not in status
     assert conds(status)["Progressing"] == ("False", "Stable")
 
 
 def test_a_rolled_back_target_is_rolled_back_and_degraded_without_a_second_event():
     decision = Decision("1", ServingState("1"), rollout(ROLLED_BACK, failedGate="warmup"), [])
-    decided = sd.decide(spec("2"), {}, decision, facts())
+    decided = decide(spec("2"), {}, decision, facts())
     assert decided.status["phase"] == ROLLED_BACK
     assert conds(decided.status)["Degraded"] == ("True", "RolledBack")
     assert conds(decided.status)["Ready"] == ("True", "ReplicasReady"), "the stable still serves"
@@ -133,7 +152,7 @@ def test_a_rolled_back_target_is_rolled_back_and_degraded_without_a_second_event
 
 def test_a_rollback_of_another_version_than_the_spec_names_is_history_not_degraded():
     decision = Decision("1", ServingState("1"), rollout(ROLLED_BACK, version="3"), [])
-    status = sd.decide(spec("1"), {}, decision, facts()).status
+    status = decide(spec("1"), {}, decision, facts()).status
     assert status["phase"] == "Ready" and conds(status)["Degraded"] == ("False", "AsExpected")
 
 
@@ -148,15 +167,15 @@ CAUSES = [("pool_note", "no validated node", "NoReadyNodes"),
 @pytest.mark.parametrize("first", range(len(CAUSES)))
 def test_degraded_names_the_most_serious_cause_and_warns_when_its_reason_changes(first):
     given = {key: value for key, value, _ in CAUSES[first:]}
-    decided = sd.decide(spec("1"), {}, idle(), facts(**given))
+    decided = decide(spec("1"), {}, idle(), facts(**given))
     reason = CAUSES[first][2]
     assert conds(decided.status)["Degraded"] == ("True", reason)
     assert [(e.type, e.reason) for e in decided.events] == [("Warning", reason)]
-    assert sd.decide(spec("1"), decided.status, idle(), facts(**given)).events == (), "said once"
+    assert decide(spec("1"), decided.status, idle(), facts(**given)).events == (), "said once"
 
 
 def test_what_was_not_checked_is_said_in_an_as_expected_degraded():
-    status = sd.decide(spec("1"), {}, idle(), facts(notes=("tritonImage 99.01 not in rankops' table",))).status
+    status = decide(spec("1"), {}, idle(), facts(notes=("tritonImage 99.01 not in rankops' table",))).status
     assert conds(status)["Degraded"] == ("False", "AsExpected")
     assert conds_message(status, "Degraded") == "no problem seen; tritonImage 99.01 not in rankops' table"
 
@@ -164,28 +183,28 @@ def test_what_was_not_checked_is_said_in_an_as_expected_degraded():
 # -- the canary's weight --
 
 def test_no_canary_no_weight_and_a_canary_before_traffic_weighs_zero():
-    assert "canaryWeight" not in sd.decide(spec("1"), {}, idle(), facts()).status
-    assert sd.decide(spec("2"), {}, rolling(WARMING), facts(canary_ready=1)).status["canaryWeight"] == 0
+    assert "canaryWeight" not in decide(spec("1"), {}, idle(), facts()).status
+    assert decide(spec("2"), {}, rolling(WARMING), facts(canary_ready=1)).status["canaryWeight"] == 0
 
 
 def test_by_replicas_the_weight_is_the_share_of_ready_pods():
-    status = sd.decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(canary_ready=1)).status
+    status = decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(canary_ready=1)).status
     assert status["canaryWeight"] == 20   # 1 canary of 5 Ready pods
-    status = sd.decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(serving(ready=3), canary_ready=1)).status
+    status = decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(serving(ready=3), canary_ready=1)).status
     assert status["canaryWeight"] == 25   # a stable pod down: the canary gets more than its 20%
 
 
 def test_routed_the_weight_is_the_held_steps():
     decision = rolling(CANARY, traffic=True, weight=50)
-    assert sd.decide(spec("2", "gatewayAPI"), {}, decision, facts(canary_ready=0)).status["canaryWeight"] == 50
-    assert sd.decide(spec("2", "gatewayAPI"), {}, rolling(VERIFYING), facts()).status["canaryWeight"] == 0
+    assert decide(spec("2", "gatewayAPI"), {}, decision, facts(canary_ready=0)).status["canaryWeight"] == 50
+    assert decide(spec("2", "gatewayAPI"), {}, rolling(VERIFYING), facts()).status["canaryWeight"] == 0
 
 
 # -- a spec the operator cannot apply --
 
 def test_a_spec_not_applied_says_degraded_and_keeps_what_serves():
-    ready = sd.decide(spec("1"), {}, idle(), facts(generation=1)).status
-    decided = sd.degraded_only(ready, 2, "InvalidSpec", "spec.replicas: must be >= 1", LATER)
+    ready = decide(spec("1"), {}, idle(), facts(generation=1)).status
+    decided = degraded_only(ready, 2, "InvalidSpec", "spec.replicas: must be >= 1", LATER)
     status = decided.status
     assert status["phase"] == "Degraded" and status["observedGeneration"] == 2
     assert status["stableVersion"] == "1" and status["ready"] == "4/4", "the rest as it was"
@@ -193,13 +212,13 @@ def test_a_spec_not_applied_says_degraded_and_keeps_what_serves():
                              "Degraded": ("True", "InvalidSpec")}
     assert "version 1 serves as before (4/4 Ready)" in conds_message(status, "Ready")
     assert [(e.type, e.reason) for e in decided.events] == [("Warning", "InvalidSpec")]
-    assert sd.degraded_only(status, 2, "InvalidSpec", "spec.replicas: must be >= 1", LATER).events == ()
-    other = sd.degraded_only(status, 3, "PlanFailed", "no plan", LATER)
+    assert degraded_only(status, 2, "InvalidSpec", "spec.replicas: must be >= 1", LATER).events == ()
+    other = degraded_only(status, 3, "PlanFailed", "no plan", LATER)
     assert [e.reason for e in other.events] == ["PlanFailed"], "a new reason is said"
 
 
 def test_a_spec_not_applied_before_anything_served_says_nothing_serves():
-    status = sd.degraded_only({}, 1, "NodePoolNotFound", "GpuNodePool a100 does not exist", NOW).status
+    status = degraded_only({}, 1, "NodePoolNotFound", "GpuNodePool a100 does not exist", NOW).status
     assert conds(status)["Ready"] == ("Unknown", "SpecNotApplied")
     assert "nothing serves yet" in conds_message(status, "Ready")
 
@@ -244,24 +263,38 @@ def test_running_gate_jobs_the_decision_does_not_run_are_stopped_and_finished_on
 # -- typed status --
 
 def test_status_is_the_typed_model_and_a_field_it_lacks_fails():
-    status = sd.decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(canary_ready=1)).status
-    assert RankingModelStatus.model_validate(status).to_wire() == status
-    with pytest.raises(ValidationError, match="stepIndex"):
-        sd.typed_status({**status, "rollout": {**status["rollout"], "stepIndex": 2}})
+    decided = sd.decide(spec("2"), RankingModelStatus(), rolling(CANARY, traffic=True), facts(canary_ready=1))
+    assert isinstance(decided.status, RankingModelStatus)
+    stored = decided.status.to_wire()
+    assert RankingModelStatus.model_validate(stored) == decided.status, "what is stored reads back the same"
+    with pytest.raises(ValidationError, match="step_index"):
+        decided.status.rollout.step_index = 2   # the record a step changes: no field the CRD lacks
+    with pytest.raises(ValidationError, match="step"):
+        decided.status.rollout.step = 0         # nor a value it refuses (step >= 1)
     with pytest.raises(ValidationError, match="canaryPercent"):
-        sd.typed_status({**status, "canaryPercent": 20})
-    assert "canaryVersion" not in sd.typed_status({**status, "canaryVersion": None}), "no nulls written"
+        RankingModelStatus.model_validate({**stored, "canaryPercent": 20})
+    assert "canaryVersion" not in decided.status.model_copy(update={"canary_version": None}).to_wire(), \
+        "no nulls written"
+
+
+def test_a_stored_value_that_does_not_validate_is_dropped_and_said_not_raised():
+    stored = decide(spec("2"), {}, rolling(CANARY, traffic=True), facts(canary_ready=1)).status
+    status, dropped = sd.known_status({**stored, "replicas": "many", "gates": [{"gate": "warmup"}]})
+    assert sorted(dropped) == ["gates=invalid", "replicas=invalid"]
+    assert status.replicas is None and status.gates == [] and status.rollout.phase == CANARY
 
 
 def test_a_pools_status_is_its_typed_model_too():
-    from rankops.controller.pools import typed_status
+    from rankops.api.gpunodepool import GpuNodePoolStatus
 
     status = {"nodes": 2, "ready": 1, "failing": 1, "pending": 0, "excluded": 0, "driverVersions": None,
               "failingByCheck": [{"check": "nouveau", "count": 1, "nodes": ["gpu-2"]}], "observedGeneration": 1,
               "conditions": [{"type": "Ready", "status": "True", "reason": "NodesReady", "message": "1 of 2"}]}
-    assert "driverVersions" not in typed_status(status)
+    typed, dropped = GpuNodePoolStatus.from_stored({**status, "readyNodes": 1, "ready": -1})
+    assert sorted(dropped) == ["ready=invalid", "readyNodes"] and typed.nodes == 2
+    assert "driverVersions" not in typed.to_wire()
     with pytest.raises(ValidationError, match="readyNodes"):
-        typed_status({**status, "readyNodes": 1})
+        GpuNodePoolStatus.model_validate({**status, "readyNodes": 1})
 
 
 @pytest.mark.parametrize("status, generation, clock", [
@@ -276,23 +309,31 @@ def test_a_pools_status_is_its_typed_model_too():
       for p in (CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING)],
 ])
 def test_only_a_model_that_time_moves_on_is_rechecked_on_a_clock(status, generation, clock):
-    assert sd.needs_clock(status, generation) is clock
+    assert sd.needs_clock(wire.status(status), generation) is clock
 
+
+
+def can_wait(old, new):
+    return sd.first_status_can_wait(wire.status(old), wire.status(new))
+
+
+def first_ready(old, new):
+    return sd.first_ready_event(wire.status(old), wire.status(new))
 
 
 def test_only_a_first_status_that_would_say_pending_and_nothing_else_may_wait():
     pending = {"phase": "Pending", "conditions": [{"type": "Degraded", "status": "False", "reason": "AsExpected"}]}
-    assert sd.first_status_can_wait({}, pending)
-    assert not sd.first_status_can_wait({"phase": "Pending"}, pending), "a model with a status: written as it changes"
-    assert not sd.first_status_can_wait({}, {**pending, "phase": "Ready"})
-    assert not sd.first_status_can_wait({}, {**pending, "conditions": [
+    assert can_wait({}, pending)
+    assert not can_wait({"phase": "Pending"}, pending), "a model with a status: written as it changes"
+    assert not can_wait({}, {**pending, "phase": "Ready"})
+    assert not can_wait({}, {**pending, "conditions": [
         {"type": "Degraded", "status": "True", "reason": "NoReadyNodes"}]}), "a problem is said at once"
-    assert not sd.first_status_can_wait({}, {**pending, "rollout": {"phase": WARMING}})
+    assert not can_wait({}, {**pending, "rollout": {"version": "2", "phase": WARMING}})
 
 
 def test_a_model_whose_pending_was_not_written_says_its_first_ready():
-    ready = sd.decide(spec("1"), {}, idle(), facts()).status
-    event = sd.first_ready_event({}, ready)
+    ready = decide(spec("1"), {}, idle(), facts()).status
+    event = first_ready({}, ready)
     assert (event.type, event.reason) == ("Normal", "Ready") and "4/4 replicas" in event.message
-    assert sd.first_ready_event({"phase": "Pending"}, ready) is None, "a written Pending flips in decide()"
-    assert sd.first_ready_event({}, sd.decide(spec("1"), {}, idle(), facts(stable=sd.StableView())).status) is None
+    assert first_ready({"phase": "Pending"}, ready) is None, "a written Pending flips in decide()"
+    assert first_ready({}, decide(spec("1"), {}, idle(), facts(stable=sd.StableView())).status) is None

@@ -1,20 +1,24 @@
-"""What a reconcile reports and removes, as pure functions beside `step()`.
+"""A RankingModel's status and what its reconcile removes, as pure functions beside the rollout's
+`step()`.
 
-`step()` decides the rollout; these decide the rest from its Decision and what the cluster
-showed: the phase, the Ready / Progressing / Degraded conditions, the canary's traffic weight,
-the Events of a condition that flips, and which children go. controller.models gathers the facts
-and applies the outcome. Status leaves here as the typed model (api.rankingmodel's
-RankingModelStatus) in its wire form, so the code cannot write a field the CRD schema lacks.
+`step()` decides the rollout; these decide the rest of the model's status from its Decision and
+what the cluster showed: the phase, the Ready / Progressing / Degraded conditions (one precedence
+list for every Degraded reason), the canary's traffic weight, the Events of a condition that
+flips, and which children go. modelplan gathers the facts and the shell applies the outcome.
+Status comes in and goes out as the typed model (api.rankingmodel's RankingModelStatus), so the
+code cannot write a field the CRD schema lacks; a stored one is read through `known_status`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable
 
+from rankops.api.base import unknown_fields_message  # noqa: F401 (said by the shell)
 from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from rankops.api.phases import (  # noqa: F401 (the precedence lists: re-exported)
     DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, DegradedReason, ModelPhase, RolloutPhase)
-from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, TrafficMode
+from rankops.api.planning import PlanStatus
+from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, RolloutStatus, TrafficMode
 from rankops.render import names
 from rankops.render.desired import effective_weight
 from rankops.rollout.machine import ACTIVE, ROLLED_BACK, Decision, Event, attempt_id
@@ -41,7 +45,7 @@ class Facts:
     stable: StableView
     canary_ready: int = 0                      # Ready canary pods of the canary version, on live nodes
     replicas: int = 1                          # the replicas wanted (spec, or the plan's)
-    plan: dict[str, Any] | None = None         # status.plan
+    plan: PlanStatus | None = None             # status.plan
     problems: tuple[str, ...] = ()             # what the plan predicts will go wrong
     unbatched: tuple[str, ...] = ()            # inputs that keep Triton from batching requests
     pool_note: str | None = None               # the pool has no validated ready node
@@ -54,18 +58,11 @@ class Facts:
 
 @dataclass(frozen=True)
 class StatusDecision:
-    status: dict[str, Any]           # the whole status, wire form (camelCase, no nulls)
+    status: RankingModelStatus       # the whole status
     events: tuple[Event, ...] = ()
 
 
-def typed_status(status: dict[str, Any]) -> dict[str, Any]:
-    """`status` through the RankingModelStatus model and back: a field the model (and so the CRD
-    schema) does not have raises pydantic's ValidationError instead of being pruned by the API
-    server; absent values are left out (the merge patch removes them)."""
-    return RankingModelStatus.model_validate(status).to_wire()
-
-
-def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def known_status(status: dict[str, Any]) -> tuple[RankingModelStatus, list[str]]:
     """A stored status without the fields this operator's RankingModelStatus does not know (what a
     newer rankops left behind before an older one was rolled back onto the same CRD), and without
     the phases it does not know, and what was dropped (a field's path, "path=value" of a value).
@@ -78,7 +75,10 @@ def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     nothing: no promotion (trusted_stable vouches only for a Promoted one), no failure. The machine
     then treats it as any ended rollout: spec.version at the stable version leaves stable serving
     (the canary goes), another version starts a fresh attempt from CanaryStarting, its gates run
-    again, and no traffic reaches its canary before they pass."""
+    again, and no traffic reaches its canary before they pass.
+
+    A field whose value does not validate (a status edited by hand) is dropped as well, said as
+    "path=invalid": the next reconcile decides it anew."""
     kept, dropped = RankingModelStatus.known_fields(status)
     rollout = kept.get("rollout")
     if isinstance(rollout, dict) and "phase" not in rollout:
@@ -89,24 +89,18 @@ def known_status(status: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             f"{said}: "
             f"the rollout of version {rollout.get('version')} is not continued; "
             "if spec.version still names another version than the stable one, it starts again with its gates")}
-    return kept, dropped
+    return RankingModelStatus.validated_dropping(kept, dropped)
 
 
-def unknown_fields_message(paths: list[str]) -> str:
-    """What known_status dropped, said once: fields by their path, values as "path=value"."""
-    shown = ", ".join(f"status.{p}" for p in paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
-    return (f"{len(paths)} status field(s) or value(s) this operator does not know were dropped: {shown} "
-            "(written by a newer rankops? this one manages the model without them)")
-
-
-def needs_clock(status: dict[str, Any], generation: int | None) -> bool:
+def needs_clock(status: RankingModelStatus, generation: int | None) -> bool:
     """Whether only time moves the model on, so it is re-checked at `--interval`: a rollout in
     flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
     refused write to retry), a model whose replicas rankops scales (its load is read every
     `--interval`). A settled model waits for events and `--resync` alone."""
-    return (status.get("rollout") or {}).get("phase") in ACTIVE \
-        or status.get("phase") not in (ModelPhase.READY, ModelPhase.ROLLED_BACK) \
-        or status.get("observedGeneration") != generation or (status.get("autoscaling") or {}).get("mode") == "rankops"
+    return (status.rollout is not None and status.rollout.phase in ACTIVE) \
+        or status.phase not in (ModelPhase.READY, ModelPhase.ROLLED_BACK) \
+        or status.observed_generation != generation \
+        or (status.autoscaling is not None and status.autoscaling.mode == "rankops")
 
 
 def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
@@ -121,13 +115,13 @@ def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary
     return decision.serving.canary_weight or spec.rollout.canary.weight   # the step's weight, routed exactly
 
 
-def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, facts: Facts) -> StatusDecision:
+def decide(spec: RankingModelSpec, old: RankingModelStatus, decision: Decision, facts: Facts) -> StatusDecision:
     """The status after a reconcile that applied `decision`, and the Events its conditions' flips say."""
     stable, gen, want = facts.stable, facts.generation, facts.replicas
     events: list[Event] = []
-    conditions = old.get("conditions") or []
+    conditions = old.conditions
     rollout = decision.rollout
-    active = bool(rollout and rollout.get("phase") in ACTIVE)
+    active = rollout is not None and rollout.phase in ACTIVE
     # The stable Deployment runs fewer while a replacing canary holds some of its GPUs, and more
     # while replicas move off leaving nodes: Ready once it runs at least what is rendered (a surge
     # being scaled back is still Ready) and serves what it can.
@@ -139,66 +133,57 @@ def decide(spec: RankingModelSpec, old: dict[str, Any], decision: Decision, fact
     prev_ready = get_condition(conditions, READY)
     conditions = set_condition(conditions, READY, is_ready, "ReplicasReady" if is_ready else "ReplicasNotReady",
                                ready_msg, gen, facts.now)
-    if prev_ready and prev_ready.get("status") != ("True" if is_ready else "False"):
+    if prev_ready and prev_ready.status != ("True" if is_ready else "False"):
         events.append(Event("Normal" if is_ready else "Warning", "Ready" if is_ready else "NotReady", ready_msg))
-    progressing = ("AwaitingDecision" if rollout.get("awaitingDecision") else rollout["phase"]) if active \
+    progressing = ("AwaitingDecision" if rollout.awaiting_decision else rollout.phase) if active \
         else ("MovingReplicas" if facts.moving else "Deploying" if not is_ready else "Stable")
     was_progressing = get_condition(conditions, PROGRESSING)
     conditions = set_condition(conditions, PROGRESSING, active or not is_ready or bool(facts.moving), progressing,
-                               rollout["message"] if active else facts.moving or ready_msg, gen, facts.now)
-    if facts.moving and (not was_progressing or was_progressing.get("reason") != "MovingReplicas") and not active:
+                               (rollout.message or "") if active else facts.moving or ready_msg, gen, facts.now)
+    if facts.moving and (not was_progressing or was_progressing.reason != "MovingReplicas") and not active:
         events.append(Event("Normal", "MovingReplicas", facts.moving))
 
-    failed = rollout if rollout and rollout.get("phase") == ROLLED_BACK and rollout.get("version") == spec.version \
-        else None
+    failed = rollout if rollout and rollout.phase == ROLLED_BACK and rollout.version == spec.version else None
     reason, message = degraded_reason(facts, failed, rollout if active else None)
     was = get_condition(conditions, DEGRADED)
     degraded = reason != DegradedReason.AS_EXPECTED
     conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen, facts.now)
-    if degraded and (not was or was.get("reason") != reason) and reason != DegradedReason.ROLLED_BACK:
+    if degraded and (not was or was.reason != reason) and reason != DegradedReason.ROLLED_BACK:
         events.append(Event("Warning", reason, message))   # a rollback has its own Event, from step()
 
     if active:
-        phase = ModelPhase(rollout["phase"])
+        phase = ModelPhase(rollout.phase)
     elif failed:
         phase = ModelPhase.ROLLED_BACK
     else:
         phase = ModelPhase.READY if is_ready else ModelPhase.PENDING
-    status = {
-        "observedGeneration": gen,
-        "phase": phase,
-        "stableVersion": decision.stable_version,
-        "canaryVersion": decision.serving.canary_version,
-        "canaryWeight": weight(spec, decision, stable.ready, facts.canary_ready),
-        "replicas": want,
-        "readyReplicas": stable.ready,
-        "ready": f"{stable.ready}/{want}",
-        "rollout": rollout,
-        "gates": decision.gates,
-        "plan": facts.plan,
-        "conditions": conditions,
-    }
-    return StatusDecision(typed_status(status), tuple(events))
+    status = RankingModelStatus(
+        observed_generation=gen, phase=phase, stable_version=decision.stable_version,
+        canary_version=decision.serving.canary_version,
+        canary_weight=weight(spec, decision, stable.ready, facts.canary_ready),
+        replicas=want, ready_replicas=stable.ready, ready=f"{stable.ready}/{want}",
+        rollout=rollout, gates=list(decision.gates), plan=facts.plan, conditions=conditions)
+    return StatusDecision(status, tuple(events))
 
 
-def first_status_can_wait(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def first_status_can_wait(old: RankingModelStatus, new: RankingModelStatus) -> bool:
     """Whether a new model's first status (it has none yet) may be left unwritten for one reconcile:
     it would only say Pending, waiting for the replicas just created, nothing wrong and no rollout.
     The reconcile that sees them Ready (a Deployment event), or the clock's at --interval, writes
     it; in a burst of new models that is one status write per model instead of two."""
-    if old.get("phase") or new.get("phase") != ModelPhase.PENDING or (new.get("rollout") or {}).get("phase") in ACTIVE:
+    if old.phase or new.phase != ModelPhase.PENDING or (new.rollout is not None and new.rollout.phase in ACTIVE):
         return False
-    degraded = get_condition(new.get("conditions") or [], DEGRADED)
-    return not degraded or degraded.get("status") != "True"
+    degraded = get_condition(new.conditions, DEGRADED)
+    return not degraded or degraded.status != "True"
 
 
-def first_ready_event(old: dict[str, Any], new: dict[str, Any]) -> Event | None:
+def first_ready_event(old: RankingModelStatus, new: RankingModelStatus) -> Event | None:
     """The Ready Event of a model whose first status, Pending, was left unwritten
     (first_status_can_wait): `decide` says a flip of Ready, and this one had no Ready to flip from."""
-    ready = get_condition(new.get("conditions") or [], READY)
-    if old.get("phase") or not ready or ready.get("status") != "True":
+    ready = get_condition(new.conditions, READY)
+    if old.phase or not ready or ready.status != "True":
         return None
-    return Event("Normal", "Ready", ready.get("message", ""))
+    return Event("Normal", "Ready", ready.message)
 
 
 # Every reason a model is Degraded, most serious first, is api.phases.DegradedReason in its order:
@@ -215,20 +200,20 @@ def first_problem(problems: Iterable[tuple[str, str]]) -> tuple[str, str] | None
     return ranked[0][1] if ranked else None
 
 
-def degraded_reason(facts: Facts, failed: dict[str, Any] | None,
-                    active: dict[str, Any] | None = None) -> tuple[str, str]:
+def degraded_reason(facts: Facts, failed: RolloutStatus | None,
+                    active: RolloutStatus | None = None) -> tuple[str, str]:
     """Degraded's (reason, message): the first of what is wrong, by DEGRADED_PRECEDENCE. `active`:
     the rollout in flight, whose canary may be unplaceable or unjudgeable."""
     R = DegradedReason
     problems: list[tuple[str, str]] = []
     if failed:
-        problems.append((R.ROLLED_BACK, failed.get("message", "")))
+        problems.append((R.ROLLED_BACK, failed.message or ""))
     if facts.unschedulable:
         problems.append((R.PODS_UNSCHEDULABLE, facts.unschedulable))
-    if active and active.get("unschedulable"):
-        problems.append((R.PODS_UNSCHEDULABLE, f"canary {active['version']}: {active['unschedulable']}"))
-    if active and active.get("analysisProblem"):
-        problems.append((R.CANARY_NOT_JUDGED, f"canary analysis of {active['version']}: {active['analysisProblem']}"))
+    if active and active.unschedulable:
+        problems.append((R.PODS_UNSCHEDULABLE, f"canary {active.version}: {active.unschedulable}"))
+    if active and active.analysis_problem:
+        problems.append((R.CANARY_NOT_JUDGED, f"canary analysis of {active.version}: {active.analysis_problem}"))
     if facts.pool_note:
         problems.append((R.NO_READY_NODES, facts.pool_note))
     if facts.placement:
@@ -242,7 +227,7 @@ def degraded_reason(facts: Facts, failed: dict[str, Any] | None,
     return first_problem(problems) or (R.AS_EXPECTED, "; ".join(["no problem seen", *facts.notes]))
 
 
-def degraded_only(old: dict[str, Any], generation: int | None, reason: str, message: str,
+def degraded_only(old: RankingModelStatus, generation: int | None, reason: str, message: str,
                   now: str) -> StatusDecision:
     """A problem only the operator can see (an invalid spec, a missing input, a refused write): say
     so, and leave whatever is serving (and the rest of the status) as it was.
@@ -250,22 +235,20 @@ def degraded_only(old: dict[str, Any], generation: int | None, reason: str, mess
     Ready keeps saying whether what serves is Ready (the previous generation's objects), but at
     this generation and with a reason that says this one is not applied.
     """
-    status = dict(old)
-    conditions = status.get("conditions") or []
-    was = get_condition(conditions, DEGRADED)
-    conditions = set_condition(conditions, DEGRADED, True, reason, message, generation, now)
+    was = get_condition(old.conditions, DEGRADED)
+    conditions = set_condition(old.conditions, DEGRADED, True, reason, message, generation, now)
     ready = get_condition(conditions, READY)
-    serving = {"True": True, "False": False}.get((ready or {}).get("status"))
-    stable = status.get("stableVersion")
+    serving = {"True": True, "False": False}.get(ready.status if ready else None)
+    stable = old.stable_version
     note = (f"generation {generation} is not applied ({reason}: see Degraded); "
-            + (f"version {stable} serves as before ({status.get('ready', '?')} Ready)" if stable and ready
+            + (f"version {stable} serves as before ({old.ready or '?'} Ready)" if stable and ready
                else "nothing serves yet"))
     conditions = set_condition(conditions, READY, serving, SPEC_NOT_APPLIED, note, generation, now)
     conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, generation, now)
-    events = () if was and was.get("status") == "True" and was.get("reason") == reason \
-        else (Event("Warning", reason, message),)
-    status.update(conditions=conditions, phase=ModelPhase.DEGRADED, observedGeneration=generation)
-    return StatusDecision(typed_status(status), events)
+    events = () if was and was.status == "True" and was.reason == reason else (Event("Warning", reason, message),)
+    status = old.model_copy(update={"conditions": conditions, "phase": ModelPhase.DEGRADED,
+                                    "observed_generation": generation})
+    return StatusDecision(status, events)
 
 
 def unwanted_tracks(decision: Decision) -> list[str]:
@@ -279,7 +262,7 @@ def wanted_job_names(model: str, decision: Decision) -> set[str]:
     """The gate Jobs the decision runs now (the Jobs of its rollout attempt's current gate)."""
     if not decision.gate_jobs:
         return set()
-    version, attempt = decision.rollout["version"], attempt_id(decision.rollout)
+    version, attempt = decision.rollout.version, attempt_id(decision.rollout)
     return {names.gate_job_name(model, gate, version, attempt) for gate in decision.gate_jobs}
 
 
