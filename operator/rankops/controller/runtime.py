@@ -106,7 +106,7 @@ class _Reconciles:
                 result = self._before_status(uid, body, reconcile(body))
                 wire = result.status.to_wire()   # the typed status, as the API server stores it
                 result_word = metrics.reconcile_result(wire)
-                status_patch = merge_patch(body.get("status") or {}, wire) if getattr(result, "write", True) else None
+                status_patch = merge_patch(body.get("status") or {}, wire) if result.write else None
                 if status_patch:
                     written = self.settings.kube.merge_patch(self.kind, meta.get("namespace"), meta["name"],
                                                              {"status": status_patch}, subresource="status")
@@ -133,7 +133,7 @@ class _Reconciles:
         for event in events:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
             logger.info(f"{event.reason}: {event.message}")
-        self._record(body, result)
+        self._record(body, result, wire)
 
     def own_event(self, event: dict) -> dict | None:
         """What both controllers do first with an event of their own kind: nothing while paused (its
@@ -179,7 +179,7 @@ class _Reconciles:
     def _after(self, body: dict, result_word: str, result, status_patch) -> None:
         pass
 
-    def _record(self, body: dict, result) -> None:
+    def _record(self, body: dict, result, wire: dict) -> None:
         pass
 
 
@@ -271,9 +271,8 @@ class ModelController(_Reconciles):
     def _written(self, written: dict) -> None:
         self.watched.observe(self.kind, written)
 
-    def _record(self, body: dict, result) -> None:
-        metrics.record_model(body, result.status.to_wire(), result.outcome,
-                             [gate.to_wire() for gate in result.gate_results])
+    def _record(self, body: dict, result, wire: dict) -> None:
+        metrics.record_model(body, wire, result.outcome, [gate.to_wire() for gate in result.gate_results])
 
     def first_status(self, uid: str, stored: dict, result):
         """A new model's first status that would only say Pending is left to its next reconcile (one
@@ -497,8 +496,8 @@ class PoolController(_Reconciles):
         meta = body["metadata"]
         self.clock.reconciled((meta["name"], meta["uid"]), False)   # only events move a pool on, and --resync
 
-    def _record(self, body: dict, result) -> None:
-        metrics.record_pool(body["metadata"]["name"], result.status.to_wire())
+    def _record(self, body: dict, result, wire: dict) -> None:
+        metrics.record_pool(body["metadata"]["name"], wire)
 
     def reconcile_pool(self, body: dict) -> pools.Result:
         return pools.reconcile(self.reads(), body, self.settings, self.validators)

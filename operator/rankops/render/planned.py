@@ -14,9 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import Batching, RankingModelSpec
