@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from rankops.devcluster.ports import free_ports
 from rankops.triton.client import Endpoint
 from rankops.triton.samples import generate_samples, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, latency_stats, replay
@@ -71,12 +71,6 @@ def ranking_model() -> onnx.ModelProto:
     return model
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_mlserver(root: Path) -> tuple[subprocess.Popen, int]:
     shutil.copy(RUNTIME, root / RUNTIME.name)
     folder = root / "ranker"
@@ -89,9 +83,9 @@ def start_mlserver(root: Path) -> tuple[subprocess.Popen, int]:
         "parameters": {"uri": "./model.onnx", "version": "1"},
         "inputs": [{"name": n, "datatype": types[n], "shape": shape[n]} for n in shape],
         "outputs": [{"name": "scores", "datatype": "FP32", "shape": [-1, -1]}]}))
-    port = free_port()
+    port, grpc_port, metrics_port = free_ports(3)
     (root / "settings.json").write_text(json.dumps({
-        "host": "127.0.0.1", "http_port": port, "grpc_port": free_port(), "metrics_port": free_port(),
+        "host": "127.0.0.1", "http_port": port, "grpc_port": grpc_port, "metrics_port": metrics_port,
         "parallel_workers": 0}))
     log = open(root / "mlserver.log", "wb")
     process = subprocess.Popen([str(Path(sys.executable).parent / "mlserver"), "start", str(root)],

@@ -47,8 +47,9 @@ from rankops.controller.kube import open_stream, send  # noqa: E402
 from rankops.devcluster.binaries import ensure_binaries  # noqa: E402
 from rankops.devcluster.cluster import add_nodes, api_client  # noqa: E402
 from rankops.devcluster.controlplane import LocalControlPlane  # noqa: E402
-from rankops.devcluster.operator_process import (OperatorProcess, free_port, install_chart,  # noqa: E402
+from rankops.devcluster.operator_process import (OperatorProcess, install_chart,  # noqa: E402
                                                  service_account_kubeconfig)
+from rankops.devcluster.ports import free_port  # noqa: E402
 from rankops.render import names  # noqa: E402
 
 NAMESPACE = "bench"

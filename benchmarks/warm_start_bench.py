@@ -26,6 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 from rankops.devcluster import triton  # noqa: E402
+from rankops.devcluster.ports import free_ports  # noqa: E402
 
 HOST = "127.0.0.1"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -60,8 +61,8 @@ def _proc_stats(pid: int) -> tuple[float, int]:
 def one_run(doc: dict, work: Path) -> dict:
     _, server = triton.server_for_model(doc, work)
     _, deployment, _ = triton.rendered_serving(doc)
-    server.ports = {name: triton.free_port(HOST) for name in ("http", "grpc", "metrics")}
-    port = triton.free_port(HOST)
+    *ports, port = free_ports(4, HOST)
+    server.ports = dict(zip(("http", "grpc", "metrics"), ports))
     log = open(work / "warm.log", "wb")
     start = time.monotonic()
     warm = subprocess.Popen(_warm_argv(deployment, server.ports, port), stdout=log, stderr=subprocess.STDOUT)

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from rankops import metrics
-from rankops.devcluster.controlplane import free_port
+from rankops.devcluster.ports import free_port
 from rankops.api.gpunodepool import GpuNodePoolStatus
 from rankops.api.rankingmodel import GateResult
 from rankops.rollout.machine import CANCELED, PROMOTED, ROLLED_BACK, SUPERSEDED

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from rankops.devcluster.ports import free_ports
 
 
 HERE = Path(__file__).parent
@@ -89,12 +90,6 @@ def ranking_models(tmp_path_factory) -> RankingModels:
     return RankingModels(root=root, torchscript=torchscript)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class Server:
     url: str          # HOST:PORT for the gates
@@ -104,7 +99,7 @@ class Server:
 @pytest.fixture(scope="session")
 def mlserver(ranking_models: RankingModels, tmp_path_factory) -> Server:
     """One MLServer serving every variant on 127.0.0.1, for the whole session."""
-    http_port, grpc_port, metrics_port = _free_port(), _free_port(), _free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     (ranking_models.root / "settings.json").write_text(json.dumps({
         "host": "127.0.0.1", "http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port,
         "parallel_workers": 0,     # MLServer 1.7.1 serves custom runtimes in-process only this way

@@ -8,6 +8,8 @@ explain, and answer an inference request with the declared output shapes.
 from __future__ import annotations
 
 import copy
+import socket
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,45 @@ def test_findings_see_glog_and_plain_warnings_but_not_the_cpu_only_start(tmp_pat
         'I1201 08:49:35.055588 11264 metrics.cc:770] "Collecting CPU metrics"\n')
     server = triton.TritonServer(install=triton_install, container_args=[], repository=tmp_path, log_path=log)
     assert [f.split()[0] for f in server.findings()] == ["Warning:", "E1201"]
+
+
+def test_ports_picked_together_are_distinct():
+    from rankops.devcluster.ports import free_ports
+
+    ports = free_ports(64)
+    assert len(set(ports)) == 64 and all(1024 <= p <= 65535 for p in ports)
+
+
+def test_a_start_on_a_port_another_process_took_is_tried_again_on_fresh_ports(tmp_path, triton_install,
+                                                                               monkeypatch):
+    """CI once saw Triton refuse to start on a just-picked port; the server picks again, and says
+    the first failure when the ports were the caller's own."""
+    from rankops.devcluster import ports as port_module
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks = []
+    real = port_module.free_ports
+
+    def first_pick_taken(count, host="127.0.0.1"):
+        picked = real(count, host)
+        picks.append(picked)
+        return [taken, *picked[1:]] if len(picks) == 1 else picked
+
+    monkeypatch.setattr(triton, "free_ports", first_pick_taken)
+    args = ["--model-control-mode=explicit", "--log-verbose=0"]
+    try:
+        with triton.TritonServer(install=triton_install, container_args=args, repository=tmp_path,
+                                 log_path=tmp_path / "auto.log") as server:
+            assert len(picks) == 2 and server.ports["http"] != taken
+            with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready", timeout=5) as resp:
+                assert resp.status == 200
+        given = triton.TritonServer(install=triton_install, container_args=args, repository=tmp_path,
+                                    log_path=tmp_path / "given.log",
+                                    ports={"http": taken, "grpc": real(1)[0], "metrics": real(1)[0]})
+        with pytest.raises(triton.TritonError, match="already in use"):
+            given.start(timeout_s=60)
+    finally:
+        squatter.close()

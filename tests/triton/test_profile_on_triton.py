@@ -17,6 +17,7 @@ import yaml
 
 from rankops.cli import main
 from rankops.devcluster import triton
+from rankops.devcluster.ports import free_port
 from rankops.planner.profile import parse_profile_text
 from timed_model import server, write_repository
 
@@ -98,7 +99,7 @@ def test_planning_fields_for_a_single_instance_model(timed_server, capsys):
 
 
 def test_unreachable_server_names_the_url_flag(capsys):
-    port = triton.free_port()
+    port = free_port()
     code, out, err = _profile(capsys, "--url", f"127.0.0.1:{port}", "--model", "timed")
     assert code == 1 and not out
     assert f"127.0.0.1:{port} does not answer" in err and "--url HOST:PORT" in err

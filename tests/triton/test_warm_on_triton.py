@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from rankops.devcluster import triton
+from rankops.devcluster.ports import free_port, free_ports
 from rankops.render import gate_requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,8 +76,9 @@ def test_warm_is_not_ready_until_it_has_warmed_its_triton_and_warms_it_again_aft
         triton_install, tmp_path):
     doc = _doc()
     rm, server = triton.server_for_model(doc, tmp_path, install=triton_install)
-    server.ports = {name: triton.free_port(HOST) for name in ("http", "grpc", "metrics")}
-    port, log = triton.free_port(HOST), tmp_path / "warm.log"
+    *ports, port = free_ports(4, HOST)
+    server.ports = dict(zip(("http", "grpc", "metrics"), ports))
+    log = tmp_path / "warm.log"
     with open(log, "wb") as out:
         warm = subprocess.Popen(_warm_command(doc, server, port), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -119,7 +121,7 @@ def test_a_replica_that_cannot_meet_the_bound_goes_ready_anyway_and_says_why(tri
     doc = _doc(maxP99Ms=0.001, requests=20)
     _, server = triton.server_for_model(doc, tmp_path, install=triton_install)
     with server:
-        port, log = triton.free_port(HOST), tmp_path / "warm.log"
+        port, log = free_port(HOST), tmp_path / "warm.log"
         command = _warm_command(doc, server, port)
         command[command.index("--deadline-s") + 1] = "1"
         with open(log, "wb") as out:

@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+
+from .ports import free_ports
 
 CONTEXT_NAME = "rankops-local"
 STAGES_DIR = Path(__file__).with_name("kwok")
@@ -46,12 +47,6 @@ class _Component:
     process: subprocess.Popen[bytes]
     log_path: Path
 
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -228,7 +223,7 @@ class LocalControlPlane:
         tokens.write_text(f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
         tokens.chmod(0o600)
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_port, peer_port, api_port = free_ports(3)
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._spawn("etcd", [
             "--name=rankops",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .controlplane import _die_with_parent, tail, terminate
+from .ports import free_port
 
 REGION = "us-east-1"
 USER = "rankops-models"
@@ -57,11 +58,6 @@ def server_python() -> str:
         (venv / ".installed").touch()
     return str(python)
 
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class ObjectStore:

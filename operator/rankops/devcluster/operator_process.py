@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,14 @@ from typing import Any
 
 import yaml
 
+from .ports import free_port
+
 CHART = Path(__file__).resolve().parents[3] / "charts" / "rankops-operator"
 RELEASE = "rankops"
 RELEASE_NAMESPACE = "rankops-system"
 OPERATOR_SERVICE_ACCOUNT = "rankops-operator"
 VALIDATOR_SERVICE_ACCOUNT = "rankops-operator-validator"
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _tool(name: str, bin_dir: Path | None) -> str:

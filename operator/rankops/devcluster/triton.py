@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from .ports import free_ports
 
 PYTRITON_VERSION = "0.7.0"          # ships tritonserver 2.51.0
 TRITON_VERSION = "2.51.0"
@@ -285,11 +286,9 @@ def local_arguments(container_args: Sequence[str], host: str, install: TritonIns
     return args
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
+_PORT_ATTEMPTS = 3
+_PORT_TAKEN = re.compile(r"already in use|cannot listen to HTTP requests and GRPC")
 
 # glog lines (W1201 08:49:35.05 ...) and the plain ones printed before logging starts ("Warning: ...").
 _FINDING = re.compile(r"^([WEF]\d{4} |Warning:|Error:)")
@@ -347,8 +346,20 @@ class TritonServer:
         return local_arguments(self.container_args, self.host, self.install, self.repository, self.ports)
 
     def start(self, timeout_s: float = 120.0) -> "TritonServer":
-        if not self.ports:
-            self.ports = {name: free_port(self.host) for name in ("http", "grpc", "metrics")}
+        if self.ports:
+            return self._start(timeout_s)
+        # Ports it picks itself: another process may bind one between the pick and Triton's
+        # bind, so a start that fails on a taken port is tried again on fresh ones.
+        for attempt in range(_PORT_ATTEMPTS):
+            self.ports = dict(zip(("http", "grpc", "metrics"), free_ports(3, self.host)))
+            try:
+                return self._start(timeout_s)
+            except TritonError:
+                if attempt + 1 == _PORT_ATTEMPTS or not _PORT_TAKEN.search(self.log_text()):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout_s: float) -> "TritonServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen([str(self.install.server_bin), *self.arguments()], stdout=log,
