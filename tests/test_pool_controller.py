@@ -28,7 +28,7 @@ class Kicked:
         self.keys: list = []
         self.paused = paused
 
-    def kick(self, key, context=None, urgent=False):
+    def kick(self, key, urgent=False):
         if not self.paused():
             self.keys.append(key)
 

@@ -59,24 +59,93 @@ if _dump:
             out.write(f"\nthreads {threading.active_count()}\n")
             _allocators(out)
             _holders(out, os.environ.get("RANKOPS_BENCH_HOLDERS_OF", "Body"))
+            _collect(out)
         os.replace(_dump + ".tmp", _dump)
 
+    def _rss_mib() -> float:
+        with open("/proc/self/status") as status:
+            kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        return kib / 1024
+
+    def _collect(out) -> None:
+        """How much of it is cyclic garbage a full collection would free (it runs one)."""
+        import ctypes
+        before, counts = _rss_mib(), gc.get_count()
+        freed = gc.collect()
+        after = _rss_mib()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+        out.write(f"\n== full collection\ncounts before {counts}; {freed} objects freed; "
+                  f"RSS {before:.1f} -> {after:.1f} MiB, {_rss_mib():.1f} MiB after malloc_trim\n"
+                  f"gc stats {gc.get_stats()}\n")
+
     def _holders(out, type_name: str) -> None:
-        """What keeps objects of `type_name` alive: the referrer chains of three of them."""
+        """What keeps objects of `type_name` alive: for three of them, the shortest referrer path
+        to a root (a frame, a module, a class, a contextvars Context, a thread, a task)."""
+        import asyncio
+        import contextvars
         import types as _types
-        found = [o for o in gc.get_objects() if type(o).__name__ == type_name][:3]
+        from collections import deque
+        everything = gc.get_objects()
+        found = [o for o in everything if type(o).__name__ == type_name][:3]
+        del everything
         out.write(f"\n== what holds {type_name}\n")
+        here = sys._getframe()
+        mine = set()
+        frame = here
+        while frame is not None:
+            mine.add(id(frame))
+            frame = frame.f_back
+        roots = (_types.FrameType, _types.ModuleType, type, contextvars.Context, threading.Thread, asyncio.Task)
+
+        def describe(o) -> str:
+            if isinstance(o, _types.FrameType):
+                return f"frame {o.f_code.co_name} {o.f_code.co_filename}:{o.f_lineno}"
+            if isinstance(o, dict):
+                return f"dict keys={list(o)[:8]}"
+            if isinstance(o, (list, tuple, set)):
+                return f"{type(o).__qualname__} len={len(o)}"
+            if isinstance(o, _types.CellType):
+                return "cell"
+            if isinstance(o, _types.FunctionType):
+                return f"function {o.__qualname__}"
+            if isinstance(o, contextvars.Context):
+                return f"Context vars={[v.name for v in o]}"
+            return f"{type(o).__module__}.{type(o).__qualname__}"
+
         for obj in found:
-            chain, seen = [obj], {id(found)}
-            for _ in range(6):
-                refs = [r for r in gc.get_referrers(chain[-1]) if id(r) not in seen
-                        and r is not chain and not isinstance(r, _types.FrameType)]
-                if not refs:
-                    break
-                seen.update(id(r) for r in refs)
-                chain.append(refs[0])
-                out.write("   " * len(chain) + f"{type(refs[0]).__qualname__} "
-                          f"({len(refs)} referrers: {sorted({type(r).__qualname__ for r in refs})[:6]})\n")
+            parent = {id(obj): None}
+            keep = {id(obj): obj}
+            queue = deque([(obj, 0)])
+            ignore = mine | {id(found), id(parent), id(keep), id(queue)}
+            root = None
+            while queue and root is None:
+                current, depth = queue.popleft()
+                if depth >= 14:
+                    continue
+                for ref in gc.get_referrers(current):
+                    if id(ref) in ignore or id(ref) in parent:
+                        continue
+                    if isinstance(ref, _types.FrameType) and ref.f_code.co_filename == __file__:
+                        continue
+                    parent[id(ref)], keep[id(ref)] = id(current), ref
+                    if isinstance(ref, roots):
+                        root = ref
+                        break
+                    queue.append((ref, depth + 1))
+            if root is None:
+                out.write(f"  no root found ({len(parent)} objects visited):\n")
+                for key, ref in keep.items():
+                    out.write(f"    {describe(ref)} <- {describe(keep[parent[key]]) if parent[key] else '-'}"
+                              f" (referrers {len(gc.get_referrers(ref))})\n")
+                out.write("\n")
+                continue
+            step = id(root)
+            while step is not None:
+                out.write(f"  {describe(keep[step])}\n")
+                step = parent[step]
             out.write("\n")
 
     signal.signal(signal.SIGUSR2, _write)

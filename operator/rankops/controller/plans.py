@@ -7,7 +7,6 @@ many models or reconciles ask for it.
 """
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,20 +24,19 @@ class Plans:
         self._done = done
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rankops-plan")
         self._lock = threading.Lock()
-        # digest -> the models that asked for it, each with its asker's context (kopf's, in a
-        # handler: its reconcile posts Events through context variables)
-        self._waiting: dict[str, dict[Hashable, contextvars.Context]] = {}
+        # digest -> the models that asked for it, in the order they asked (`done` runs each in
+        # the context its reconciles need: the kicks' own)
+        self._waiting: dict[str, dict[Hashable, None]] = {}
 
     def ask(self, digest: str, make: Callable[[], None], who: Hashable) -> None:
         """Make the plan `digest` with `make` (which keeps its result where the next reconcile finds
         it, a failure included) unless it is being made already; then reconcile `who` again."""
-        context = contextvars.copy_context()
         with self._lock:
             waiting = self._waiting.get(digest)
             if waiting is not None:
-                waiting.setdefault(who, context)
+                waiting.setdefault(who, None)
                 return
-            self._waiting[digest] = {who: context}
+            self._waiting[digest] = {who: None}
         self._pool.submit(self._make, digest, make)
 
     def pending(self, digest: str) -> bool:
@@ -53,5 +51,5 @@ class Plans:
         finally:
             with self._lock:
                 waiting = self._waiting.pop(digest, {})
-        for who, context in sorted(waiting.items(), key=lambda item: repr(item[0])):
-            context.run(self._done, who)
+        for who in sorted(waiting, key=repr):
+            self._done(who)

@@ -135,6 +135,17 @@ class _Reconciles:
             logger.info(f"{event.reason}: {event.message}")
         self._record(body, result, wire)
 
+    def keep_kopf_context(self) -> None:
+        """In each of kopf's handlers: the first one's context is kept, for the reconciles and
+        Events of the queue's and the clock's threads (kopf keeps its settings and Event queue in
+        context variables, set for its handlers only; kopf.event() raises LookupError elsewhere)."""
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+
+    def posting_context(self) -> contextvars.Context | None:
+        """The kept kopf context (None until a handler ran): the queue runs each reconcile in a copy."""
+        return self.kopf_context
+
     def own_event(self, event: dict) -> dict | None:
         """What both controllers do first with an event of their own kind: nothing while paused (its
         kick would be dropped; kopf lists every object again on resuming), else keep kopf's context
@@ -142,8 +153,7 @@ class _Reconciles:
         Returns the object, or None when paused."""
         if self.pause.paused:
             return None
-        if self.kopf_context is None:
-            self.kopf_context = contextvars.copy_context()
+        self.keep_kopf_context()
         obj = event["object"]
         self.watched.observe(self.kind, obj, deleted=event.get("type") == "DELETED")
         return obj
@@ -235,23 +245,16 @@ class ModelController(_Reconciles):
         # A child's burst of events (its status moving pod by pod) within a quarter second is one
         # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
         self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
-                           start=False)
+                           start=False, context=self.posting_context)
         # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
         self.plans = Plans(done=self.kicks.kick)
-        # Reconciles no event asks for (gate deadlines, the canary hold, --resync); its thread has no
-        # kopf context of its own to post Events with.
-        self.clock = Clock(lambda key: self.kicks.kick(key, self.posting_context()), settings.interval,
-                           settings.resync, start=False)
+        # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
+        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
         self.kicks.start()
         self.clock.start()
-
-    def posting_context(self) -> contextvars.Context | None:
-        """A context in which kopf.event() posts (kopf keeps its settings and Event queue in context
-        variables, set for its handlers only): for reconciles a thread of rankops' own asks for."""
-        return self.kopf_context
 
     # --- one reconcile
 
@@ -348,6 +351,7 @@ class ModelController(_Reconciles):
             self.kicks.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
 
     def child_event(self, kind: str, event: dict) -> None:
+        self.keep_kopf_context()
         obj = event["object"]
         changed = self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
         # None: kopf's initial listing (the resume handlers cover it); unchanged: the echo of this
@@ -360,6 +364,7 @@ class ModelController(_Reconciles):
         self.node_pods.pod_event(event["object"], deleted=event.get("type") == "DELETED")
 
     def configmap_event(self, event: dict, models_by_input) -> None:
+        self.keep_kopf_context()
         obj = event["object"]
         meta = obj["metadata"]
         if names.LABEL_MODEL in (meta.get("labels") or {}):
@@ -375,10 +380,11 @@ class ModelController(_Reconciles):
 
     def node_event(self, node: dict, deleted: bool) -> None:
         """Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas."""
+        self.keep_kopf_context()
         for namespace, model in self.node_pods.node_event(node, deleted) or ():
             found = self.watched.get(self.kind, namespace, model)
             if found:
-                self.kicks.kick((namespace, model, found["metadata"]["uid"]), self.posting_context(), urgent=True)
+                self.kicks.kick((namespace, model, found["metadata"]["uid"]), urgent=True)
 
     def model_event(self, event: dict) -> None:
         """A model is reconciled from its own events, as its children are: when kopf lists it (at
@@ -450,7 +456,7 @@ class ModelController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
         for key in self.memory.monitors_gone(present):
-            self.kicks.kick(key, self.posting_context())   # this thread has no kopf context to post Events with
+            self.kicks.kick(key)
 
 
 class PoolController(_Reconciles):
@@ -475,9 +481,9 @@ class PoolController(_Reconciles):
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
         # Validators report node by node: a pool's burst of node events within a second is one
         # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
-        self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False)
-        self.clock = Clock(lambda key: self.kicks.kick(key, self.kopf_context), settings.interval,
-                           settings.resync, start=False)
+        self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
+                           context=self.posting_context)
+        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
@@ -581,8 +587,8 @@ class PoolController(_Reconciles):
 
     def post(self, body: dict, type_: str, reason: str, message: str) -> None:
         log.warning(f"{body['metadata']['name']}: {reason}: {message}")
-        if self.kopf_context is not None:
-            self.kopf_context.run(kopf.event, body, type=type_, reason=reason, message=message[:1000])
+        if self.kopf_context is not None:   # a copy: a context runs in one thread at a time
+            self.kopf_context.copy().run(kopf.event, body, type=type_, reason=reason, message=message[:1000])
 
     # --- events, as kopf's handlers pass them on
 
@@ -617,6 +623,7 @@ class PoolController(_Reconciles):
         it is in or was in. A heartbeat, or a re-validation with the same verdict, wakes none."""
         if self.pause.paused:
             return
+        self.keep_kopf_context()
         node = event["object"]
         name, deleted = node["metadata"]["name"], event.get("type") == "DELETED"
         was = self.watched.get("Node", None, name)   # the pools it was in count it until they are told
@@ -658,7 +665,7 @@ class PoolController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
         for key in self.validators.gone(present):
-            self.kicks.kick(key, self.kopf_context)
+            self.kicks.kick(key)
 
 
 def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:
