@@ -24,6 +24,7 @@ from typing import Any
 from rankops.api.autoscaling import AutoscalingStatus, Recommendation
 from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import RankingModelSpec
+from rankops.triton.metrics import implausible as implausible_move
 
 TOLERANCE = 0.1          # |need / serving - 1| within this: no change (HPA's default tolerance)
 MIN_READING_S = 5.0      # readings closer than this are not taken (a burst of events reads once)
@@ -155,11 +156,34 @@ def pod_reading(requests: float, queue_us: float, at: dt.datetime) -> dict[str, 
     return {"requests": requests, "queueUs": queue_us, "at": _iso(at)}
 
 
-def rate(previous: dict[str, Any] | None, current: dict[str, Any]) -> tuple[float | None, float | None, int]:
+def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """({pod: pod_reading} of both tracks' serving pods, or None when no pod has an answer newer
+    than the recorded reading: nothing new to count), and the pods not read. `snapshot`:
+    controller/pod_metrics.Snapshot."""
+    previous = (recorded.reading if recorded else None) or {}
+    reading = {pod: pod_reading(c.values.get("success", 0.0) + c.values.get("failure", 0.0),
+                                c.values.get("queue_us", 0.0), at)
+               for pods in snapshot.readings.values() for pod, (c, at) in pods.items()}
+    fresh = any(not isinstance(previous.get(pod), dict) or _time(previous[pod].get("at")) is None
+                or _time(previous[pod].get("at")) < _time(now["at"]) for pod, now in reading.items())
+    return (reading if fresh else None), snapshot.problems
+
+
+def _number(value: Any) -> float | None:
+    """A stored counter as a finite, non-negative number (None: not one, e.g. null from a NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: list[str] | None = None
+         ) -> tuple[float | None, float | None, int]:
     """(requests/s, average queue ms, pods counted) between two readings ({pod: pod_reading}):
     each pod read both times counts its own difference over its own interval; a pod new in this
-    reading (its counters include its warm-up) or restarted (counters went down) counts from the
-    next one. None: no pod was read twice."""
+    reading (its counters include its warm-up), restarted (counters went down), or whose stored
+    reading is not a number counts from the next one. A pod whose counters moved more than a
+    Triton pod can serve (triton/metrics.implausible) is left out and named in
+    `implausible`. None: no pod was read twice."""
     if not previous:
         return None, None, 0
     total_rate, requests, queue_us, counted = 0.0, 0.0, 0.0, 0
@@ -167,10 +191,19 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any]) -> tuple[floa
         before = previous.get(pod)
         if not isinstance(before, dict):
             continue
-        seconds = (_time(now_read["at"]) - _time(before["at"])).total_seconds()
-        done = float(now_read["requests"]) - float(before.get("requests", 0))
-        waited = float(now_read.get("queueUs", 0)) - float(before.get("queueUs", 0))
+        then, at = _time(before.get("at")), _time(now_read.get("at"))
+        counters = [_number(now_read.get("requests")), _number(before.get("requests")),
+                    _number(now_read.get("queueUs", 0)), _number(before.get("queueUs", 0))]
+        if then is None or at is None or any(c is None for c in counters):
+            continue
+        seconds = (at - then).total_seconds()
+        done, waited = counters[0] - counters[1], counters[2] - counters[3]
         if seconds <= 0 or done < 0 or waited < 0:
+            continue
+        wrong = implausible_move({"success": done, "queue_us": waited}, seconds)
+        if wrong:
+            if implausible is not None:
+                implausible.append(f"{pod}: {wrong}")
             continue
         total_rate += done / seconds
         requests, queue_us, counted = requests + done, queue_us + waited, counted + 1
@@ -260,10 +293,19 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
                 "capacity_per_replica_qps": round(cap, 3), "capacity_source": source, "desired_replicas": current}))
         outcome = decide(Inputs(now, current, cap, b, history=history))
     else:
-        qps, queue_ms, _ = rate(recorded.reading if recorded else None, reading)
+        implausible: list[str] = []
+        qps, queue_ms, _ = rate(recorded.reading if recorded else None, reading, implausible)
         outcome = decide(Inputs(now, current, cap, b, qps, queue_ms, history))
+        problems = (*problems, *implausible)
         kept.update(observed_qps=None if qps is None else round(qps, 3),
                     avg_queue_ms=None if queue_ms is None else round(queue_ms, 3), reading=reading, read_at=_iso(now))
+    if problems and outcome.desired < current:
+        # An unread pod may carry the load that keeps the replicas (the HPA counts it at 100% of
+        # target when scaling down): no scale-down on what could not be read. A scale-up stands
+        # (unread pods counted no load: the safe side that way).
+        outcome = Outcome(current, outcome.recommended, "ScaleDownHeld",
+                          f"{outcome.message}; scale-down to {outcome.desired} held at {current}: "
+                          f"{len(problems)} serving pod(s) not read", outcome.history)
     message = outcome.message + (f"; not read: {'; '.join(problems[:3])}" if problems else "")
     events: tuple[tuple[str, str, str], ...] = ()
     before = decided if decided is not None else start

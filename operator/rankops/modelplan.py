@@ -75,6 +75,7 @@ class ModelObserved:
     gates: dict[str, GateObservation] = field(default_factory=dict)
     track_metrics: dict[str, dict[str, Any]] | None = None
     metrics_problems: tuple[str, ...] = ()
+    metrics_unread: dict[str, tuple[str, ...]] = field(default_factory=dict)   # track -> its pods not read, why
     warm_failing: tuple[str, ...] = ()
     unschedulable: str | None = None
     jobs: tuple[tuple[str, bool], ...] = ()        # (name, finished) of this model's gate Jobs
@@ -194,7 +195,8 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         now=now, canary_pods=tuple(seen for _, seen in observed.canary_pods), canary_desired=c_desired,
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
         gates=observed.gates, annotations=meta.get("annotations") or {}, track_metrics=observed.track_metrics,
-        metrics_problems=observed.metrics_problems, replicas=resolved.replicas,
+        metrics_problems=observed.metrics_problems, metrics_unread=observed.metrics_unread,
+        replicas=resolved.replicas,
         canary_warm_failing=_canary_warm_failing(observed)))
     pool = observed.pool or PoolView()
     # Replicas on leaving nodes: a surge elsewhere first, then the old ones go (rollout/disruption).

@@ -66,21 +66,45 @@ def test_it_reads_tritons_metrics_text():
     assert (window.requests, window.failures, window.p99_ms, window.avg_batch_size) == (200, 20, 7.3, 100.0)
 
 
-def test_the_operator_reads_only_ready_serving_pods_in_its_networks():
-    from rankops.controller.canary_metrics import serving_pods
+def _deployment(track, uid, version):
+    return {"metadata": {"name": f"ranker-{track}", "uid": uid},
+            "spec": {"template": {"metadata": {"labels": {"rankops.io/version": version}}}}}
 
-    def pod(name, track, ip, ready=True, traffic="on"):
-        return {"metadata": {"name": name, "labels": {"rankops.io/track": track, "rankops.io/traffic": traffic}},
-                "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-    pods = [pod("c0", "canary", "127.77.0.3"), pod("c1", "canary", "127.77.0.4", ready=False),
-            pod("s0", "stable", "127.77.0.2"), pod("s1", "stable", "10.244.0.9"),
-            pod("r0", "reference", "127.77.0.5"), pod("s2", "stable", "127.77.0.6", traffic="off")]
-    found, refused = serving_pods(pods, ["127.0.0.0/8"])
-    assert found == {"canary": [("c0", "127.77.0.3")], "stable": [("s0", "127.77.0.2")]}
+
+def _pod(name, track, ip, ready=True, traffic="on", owner=None):
+    meta = {"name": name, "labels": {"rankops.io/track": track, "rankops.io/traffic": traffic}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": owner, "uid": f"{owner}-uid", "controller": True}]
+    return {"metadata": meta, "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+REPLICA_SETS = {("rs-stable", "rs-stable-uid"): "dep-stable", ("rs-canary", "rs-canary-uid"): "dep-canary",
+                ("rs-other", "rs-other-uid"): "dep-of-another-model"}
+
+
+def test_the_operator_reads_only_ready_serving_pods_of_its_deployments_in_its_networks():
+    from rankops.controller.pod_metrics import Target, serving_targets
+
+    deployments = {"stable": _deployment("stable", "dep-stable", "3"), "canary": _deployment("canary", "dep-canary", "4")}
+    pods = [_pod("c0", "canary", "127.77.0.3", owner="rs-canary"), _pod("c1", "canary", "127.77.0.4", ready=False,
+                                                                        owner="rs-canary"),
+            _pod("s0", "stable", "127.77.0.2", owner="rs-stable"), _pod("s1", "stable", "10.244.0.9", owner="rs-stable"),
+            _pod("r0", "reference", "127.77.0.5", owner="rs-stable"),
+            _pod("s2", "stable", "127.77.0.6", traffic="off", owner="rs-stable"),
+            # The labels alone: a pod anyone made, one of another model's ReplicaSet, one claiming to be canary.
+            _pod("forged", "stable", "127.77.0.7"), _pod("other", "stable", "127.77.0.8", owner="rs-other"),
+            _pod("claims-canary", "canary", "127.77.0.9", owner="rs-stable")]
+    owner = lambda name, uid: REPLICA_SETS.get((name, uid))  # noqa: E731
+    targets, refused, foreign = serving_targets(pods, deployments, owner, ["127.0.0.0/8"])
+    # The track and the Triton version come from the owning Deployment, not from the pod's labels.
+    assert targets == [Target("canary", "c0", "127.77.0.3", "4"), Target("stable", "s0", "127.77.0.2", "3"),
+                       Target("stable", "claims-canary", "127.77.0.9", "3")]
+    assert [f.split(":")[0] for f in foreign] == ["forged", "other"]
     # A serving pod outside the networks is not read, and said: the analysis cannot judge it.
-    assert len(refused) == 1 and refused[0].startswith("s1 (10.244.0.9): outside the networks")
-    assert "--pod-metrics-network 127.0.0.0/8" in refused[0]
-    assert [name for name, _ in serving_pods(pods, [])[0]["stable"]] == ["s0", "s1"]
+    assert len(refused) == 1 and refused[0][0] == "stable" and refused[0][1].startswith("s1 (10.244.0.9): outside")
+    assert "--pod-metrics-network 127.0.0.0/8" in refused[0][1]
+    assert [t.pod for t in serving_targets(pods, deployments, owner, [])[0] if t.track == "stable"] == \
+        ["s0", "s1", "claims-canary"]
 
 
 def test_metrics_without_a_series_of_the_model_are_not_a_reading():

@@ -197,6 +197,11 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# Application: whose ReplicaSet a serving pod is, before its metrics port is read (a pod that only
+# carries the model's labels is not the model's); get only, once per ReplicaSet.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get]
 # Application: each Triton track's PodDisruptionBudget (stable: replicas - failureTolerance kept
 # through drains; canary and reference: never hold one up).
 - apiGroups: [policy]

@@ -23,7 +23,7 @@ from rankops.api.errors import describe
 from rankops.api.phases import DegradedReason
 from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
-from rankops.controller import canary_metrics, writes
+from rankops.controller import pod_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
@@ -148,10 +148,14 @@ class ModelMemory:
     - `monitoring_notes`: what _apply_monitoring has logged, so a missing CRD or right is one line
       per process, not one per reconcile; a success clears it, so the same problem coming back is
       logged again. `secrets_unchecked`: that Secrets may not be read was said.
+    - `metrics`: the serving pods' Triton metrics, read bounded and off the reconcile
+      (controller/pod_metrics.py).
     """
 
-    def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic):
+    def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic,
+                 metrics: pod_metrics.PodMetrics | None = None):
         self.writes = writes_memory or writes.Writes()
+        self.metrics = metrics or pod_metrics.PodMetrics()   # without a kick: read at once, bounded
         self.clock = clock
         self.shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None] | RenderError] = OrderedDict()
         self.shapes_lock = threading.Lock()
@@ -341,13 +345,20 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
     active = rollout is not None and rollout.phase in ACTIVE
     gates_seen = _gate_observations(kube, rm.metadata, rollout, status.gates) if active else {}
     canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
-    # While the canary serves: both tracks' Triton numbers, for the canary analysis.
-    track_metrics, metrics_problems = canary_metrics.read(kube, namespace, name, metrics_networks) \
-        if active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled else (None, ())
+    # The serving pods' Triton numbers (one read for both uses): while the canary serves, both
+    # tracks' for the canary analysis; for spec.autoscaling, the load, at most every MIN_READING_S.
+    judging = active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled
+    scaling = autoscale.reading_due(rm.spec, status.autoscaling, now)
+    snapshot = pod_metrics.read(kube, memory.metrics, (namespace, name, rm.metadata.get("uid")), namespace, name,
+                                {names.STABLE: stable_dep, names.CANARY: canary_dep}, metrics_networks) \
+        if judging or scaling else None
+    track_metrics, metrics_problems, metrics_unread = None, (), {}
+    if judging and snapshot is not None:
+        track_metrics = snapshot.counters() if snapshot.readings["canary"] else None
+        metrics_problems = snapshot.problems
+        metrics_unread = {track: tuple(pods) for track, pods in snapshot.unread.items() if pods}
+    load, load_problems = autoscale.load_reading(snapshot, status.autoscaling) if scaling and snapshot else (None, ())
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
-    # spec.autoscaling: the serving pods' load counters, at most every autoscale.MIN_READING_S.
-    load, load_problems = canary_metrics.read_load(kube, namespace, name, metrics_networks) \
-        if autoscale.reading_due(rm.spec, status.autoscaling, now) else (None, ())
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
         if rm.spec.autoscaling.external else None
     jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
@@ -366,7 +377,7 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
         now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,
         stable_pods=stable_pods, stable_nodes=stable_nodes,
         canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
-        metrics_problems=metrics_problems, warm_failing=warm_failing, unschedulable=unschedulable,
+        metrics_problems=metrics_problems, metrics_unread=metrics_unread, warm_failing=warm_failing, unschedulable=unschedulable,
         jobs=jobs + foreign, present=present, autoscale_reading=load, autoscale_problems=load_problems,
         external_scaler=scaler)
 

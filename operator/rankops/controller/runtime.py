@@ -41,6 +41,7 @@ from rankops.controller.node_pods import NodePods
 from rankops.controller.patching import merge_patch
 from rankops.controller.peering import PauseState
 from rankops.controller.plans import Plans
+from rankops.controller.pod_metrics import PodMetrics
 from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
 from rankops import model_status
@@ -236,7 +237,9 @@ class ModelController(_Reconciles):
         self.monotonic = monotonic
         self.children = cache.Children(relist_s=settings.resync)
         self.node_pods = NodePods()
-        self.memory = models.ModelMemory()   # children applied and refused, shapes planned, monitors
+        # Children applied and refused, shapes planned, monitors; the serving pods' metrics, read
+        # on threads of their own (the model is kicked when they are in).
+        self.memory = models.ModelMemory(metrics=PodMetrics(kick=self._metrics_in))
         self.reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
         self.first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
         self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)
@@ -333,6 +336,9 @@ class ModelController(_Reconciles):
                                 policy=settings.tenant_policy, pull_secrets=tuple(settings.image_pull_secrets),
                                 metrics_networks=tuple(settings.pod_metrics_networks), plans=self.plans,
                                 memory=self.memory)
+
+    def _metrics_in(self, key) -> None:
+        self.kicks.kick(key)
 
     def kicked(self, key) -> None:
         """The queue's work: reconcile the model (namespace, name, uid)."""
@@ -438,6 +444,7 @@ class ModelController(_Reconciles):
         metrics.forget_model(meta["namespace"], meta["name"])
         self.memory.writes.forget(uid)
         self.clock.forget((meta["namespace"], meta["name"], uid))
+        self.memory.metrics.forget((meta["namespace"], meta["name"], uid))
         for memory in (self.inputs_seen, self.status_written, self.reconciled_generation):
             memory.pop(uid, None)
         self.first_status_waiting.discard(uid)

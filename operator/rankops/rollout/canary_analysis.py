@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.triton.metrics import ModelCounters
+from rankops.triton.metrics import ModelCounters, implausible
 
 PASS, FAIL, WAIT = "pass", "fail", "wait"
 
@@ -36,6 +36,7 @@ class TrackWindow:
     inferences: float
     queue_us: float
     p99_ms: float | None
+    unread: tuple[str, ...] = ()    # the track's serving pods with no usable reading, each with why
 
     @property
     def failure_ratio(self) -> float | None:
@@ -53,7 +54,8 @@ class TrackWindow:
     def as_metrics(self) -> dict[str, Any]:
         return {"pods": self.pods, "requests": int(self.requests), "failures": int(self.failures),
                 "failureRatio": _round(self.failure_ratio), "p99Ms": _round(self.p99_ms),
-                "avgQueueMs": _round(self.avg_queue_ms), "avgBatchSize": _round(self.avg_batch_size)}
+                "avgQueueMs": _round(self.avg_queue_ms), "avgBatchSize": _round(self.avg_batch_size),
+                **({"unreadPods": len(self.unread)} if self.unread else {})}
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -61,24 +63,36 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 
 def track_window(before: Mapping[str, ModelCounters], after: Mapping[str, ModelCounters],
-                 p99_left_out: Collection[str] = ()) -> TrackWindow:
+                 p99_left_out: Collection[str] = (), unread: Collection[str] = (),
+                 seconds: Mapping[str, float] | None = None) -> TrackWindow:
     """The window of one track from per-pod readings at its start (`before`) and now (`after`).
 
     A pod new since the start, or restarted (a counter went down), counts from zero: its counters
-    began inside the window. Pods in `p99_left_out` count in every number but the P99.
+    began inside the window. Pods in `p99_left_out` count in every number but the P99. `unread`:
+    the track's serving pods not read now; `seconds`: each pod's window length, so a pod whose
+    counters moved more than any Triton could (`implausible`) counts as not read, not summed.
     """
-    totals = {"success": 0.0, "failure": 0.0, "executions": 0.0, "inferences": 0.0, "queue_us": 0.0}
+    keys = ("success", "failure", "executions", "inferences", "queue_us")
+    totals = dict.fromkeys(keys, 0.0)
     p99s = []
+    left_out = list(unread)
+    counted = 0
     for pod, now in after.items():
         start = before.get(pod)
-        reset = start is None or any(now.values.get(k, 0.0) < start.values.get(k, 0.0) for k in totals)
-        for key in totals:
-            totals[key] += now.values.get(key, 0.0) - (0.0 if reset else start.values.get(key, 0.0))
+        reset = start is None or any(now.values.get(k, 0.0) < start.values.get(k, 0.0) for k in keys)
+        moved = {key: now.values.get(key, 0.0) - (0.0 if reset else start.values.get(key, 0.0)) for key in keys}
+        wrong = implausible(moved, (seconds or {}).get(pod))
+        if wrong:
+            left_out.append(f"{pod}: {wrong}")
+            continue
+        counted += 1
+        for key in keys:
+            totals[key] += moved[key]
         if now.quantiles_us.get(0.99) is not None and pod not in p99_left_out:
             p99s.append(now.quantiles_us[0.99] / 1000)
-    return TrackWindow(pods=len(after), requests=totals["success"] + totals["failure"], failures=totals["failure"],
+    return TrackWindow(pods=counted, requests=totals["success"] + totals["failure"], failures=totals["failure"],
                        executions=totals["executions"], inferences=totals["inferences"], queue_us=totals["queue_us"],
-                       p99_ms=max(p99s) if p99s else None)
+                       p99_ms=max(p99s) if p99s else None, unread=tuple(left_out))
 
 
 @dataclass(frozen=True)
@@ -151,7 +165,27 @@ def judge(canary: TrackWindow, stable: TrackWindow, bounds: Bounds) -> Judgement
         failed = check(canary, stable, bounds, seen)
         if failed is not None:
             return Judgement(failed.outcome, failed.reason, failed.summary, metrics)
+    # What was read passes; a bound that needs what was not read cannot pass on it.
+    unjudged = not_judged(canary, stable, bounds)
+    if unjudged is not None:
+        return Judgement(WAIT, unjudged[0], f"{seen}: {unjudged[1]}: no verdict", metrics)
     return Judgement(PASS, "CanaryHealthy", f"{seen}: within bounds", metrics)
+
+
+def not_judged(canary: TrackWindow, stable: TrackWindow, bounds: Bounds) -> tuple[str, str] | None:
+    """(reason, why) when a bound the canary must meet could not be evaluated: a canary pod not
+    read (its failures are unseen), or the stable unread or without a P99 where the canary is held
+    to the stable's numbers."""
+    if canary.unread:
+        return "CanaryPodsNotRead", f"{len(canary.unread)} canary pod(s) not read ({'; '.join(canary.unread[:3])})"
+    vs_stable = bounds.max_p99_vs_stable is not None or bounds.max_avg_queue_vs_stable is not None
+    if vs_stable and stable.unread:
+        return "StablePodsNotRead", (f"{len(stable.unread)} stable pod(s) not read ({'; '.join(stable.unread[:3])}), "
+                                     "so the canary cannot be held to the stable's numbers")
+    if bounds.max_p99_vs_stable is not None and canary.p99_ms is not None and stable.p99_ms is None \
+            and stable.requests >= bounds.min_requests:
+        return "StableP99Unknown", "the stable pods report no P99 (latency summary), so the canary's cannot be compared"
+    return None
 
 
 def _ms(label: str, value: float | None) -> str:

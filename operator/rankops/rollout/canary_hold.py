@@ -44,7 +44,7 @@ def _analyse(spec: RankingModelSpec, rollout: RolloutStatus, observed: Observed,
     step = rollout.step or 1
     baseline = rollout.analysis_baseline
     if not baseline or baseline.get("attempt") != attempt or (baseline.get("step") or 1) != step:
-        baseline = {"attempt": attempt, "step": step}
+        baseline = {"attempt": attempt, "step": step, "at": iso(observed.now)}
     # A pod first seen after the window began (a step's scale-up, a restart: a counter went down)
     # starts its own window at this reading: its counters so far are mostly its warm replay, which
     # is not traffic of the step (counted, it dilutes the real failures).
@@ -71,8 +71,15 @@ def _analyse(spec: RankingModelSpec, rollout: RolloutStatus, observed: Observed,
              for track, pods in joined.items()}
     before = {track: {pod: ModelCounters(values, {}) for pod, values in (baseline.get(track) or {}).items()}
               for track in ("canary", "stable")}
+    # Each pod's window length, so counters that moved more than a Triton can are not summed (a
+    # record of an operator before this one has no start time: only per-request checks then).
+    started = parse_time(baseline.get("at"))
+    seconds = {track: {pod: (observed.now - (parse_time(joined.get(track, {}).get(pod)) or started)).total_seconds()
+                       for pod in pods if joined.get(track, {}).get(pod) or started}
+               for track, pods in readings.items()}
     windows = {track: canary_analysis.track_window(before[track], readings.get(track) or {},
-                                                   young.get(track, set()))
+                                                   young.get(track, set()), observed.metrics_unread.get(track, ()),
+                                                   seconds.get(track))
                for track in ("canary", "stable")}
     return canary_analysis.judge(windows["canary"], windows["stable"], analysis_bounds(spec))
 
@@ -222,7 +229,7 @@ def hold(s: Step, paused: bool) -> None:
         # Serving the new weight starts its hold.
         s.set(step=number + 1, canary_down_since=iso(now), step_since=None, step_pods=None)
         if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
-            s.set(analysis_baseline={"attempt": attempt, "step": number + 1, **{
+            s.set(analysis_baseline={"attempt": attempt, "step": number + 1, "at": iso(now), **{
                 track: {pod: dict(c.values) for pod, c in pods.items()}
                 for track, pods in observed.track_metrics.items()}})
         s.set(message=f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "

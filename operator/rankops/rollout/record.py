@@ -67,6 +67,9 @@ class Observed:
     canary_warm_failing: tuple[str, ...] = ()
     # During Canary: the serving pods whose metrics could not be read, each "pod (ip): cause".
     metrics_problems: tuple[str, ...] = ()
+    # During Canary: the serving pods of each track that were not read, each with why (a bound that needs them
+    # cannot be judged: no verdict, rollout/canary_analysis.judge).
+    metrics_unread: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # The stable replicas the model wants (spec.replicas, or the plan's), before any is lent to the canary.
     replicas: int | None = None
 

@@ -10,13 +10,13 @@ alone, and Triton leaves it out for models with the response cache on.
 """
 from __future__ import annotations
 
+import math
 import re
-import urllib.error
-import urllib.request
+import socket
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-_LINE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+from urllib.parse import urlsplit
 
 COUNTERS = {
     "success": "nv_inference_request_success",
@@ -30,10 +30,41 @@ COUNTERS = {
     "cache_misses": "nv_cache_num_misses_per_model",
 }
 SUMMARY = "nv_inference_request_summary_us"
+_NAMES = {v: k for k, v in COUNTERS.items()}
+
+# What a pod answers on its metrics port is the tenant's: every read is bounded. Triton's endpoint
+# is about 3 KB per loaded model version plus 1-2 KB per GPU (measured: tests/triton), so 1 MiB
+# holds a shared server of a few hundred model versions; more is not a Triton we serve.
+MAX_BODY_BYTES = 1 << 20
+MAX_HEADER_BYTES = 16 << 10
+MAX_HEADERS = 64
+READ_DEADLINE_S = 2.0          # connect, headers and body together
+# Triton's counters are 64-bit: a larger value is not one of its counters.
+MAX_COUNTER = float(2 ** 64)
+MAX_LABELS = 16
+
+# What no Triton pod can have served, whatever its model: more requests per second than this over
+# HTTP or gRPC, or an average queue time per request over ten minutes. A pod's counters that moved
+# more in its window are not a reading (forged, or not Triton's): the pod counts as not read.
+MAX_POD_RPS = 100_000.0
+MAX_QUEUE_US_PER_REQUEST = 600e6
+
+# Linear-time pieces only: each is one character class, anchored, with nothing after it to
+# backtrack into. Labels and values are scanned with str.find (tests/triton/test_metrics_hostile.py
+# times them on megabyte lines).
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|NaN|[+-]?Inf)")
 
 
 class MetricsUnavailable(Exception):
-    """The metrics endpoint did not answer; the gate falls back to its client's numbers."""
+    """The metrics endpoint did not answer in full, in time and within bounds; the message says
+    which (the gates fall back to their client's numbers, the operator counts the pod unread)."""
+
+
+class MetricsRejected(MetricsUnavailable):
+    """The endpoint answered, but not with numbers Triton could have written for the model
+    (malformed line, duplicate series, a value no counter holds): nothing of it is used."""
 
 
 @dataclass(frozen=True)
@@ -41,47 +72,256 @@ class ModelCounters:
     values: dict[str, float]
     quantiles_us: dict[float, float]     # the latency summary's quantiles, when Triton reports it
     seen: bool = True                    # some series of the model was there (False: none at all)
+    note: str = ""                       # when not seen: what the body held instead
 
     def minus(self, before: "ModelCounters") -> dict[str, float]:
         return {k: self.values.get(k, 0.0) - before.values.get(k, 0.0) for k in COUNTERS}
 
 
+def _labels(line: str, start: int, where: str) -> tuple[dict[str, str], int]:
+    """The label set from `line[start]` (just after "{") and the index after "}"; linear in the line."""
+    labels: dict[str, str] = {}
+    i, n = start, len(line)
+    while True:
+        while i < n and line[i] == " ":
+            i += 1
+        if i < n and line[i] == "}":
+            return labels, i + 1
+        key = _LABEL_NAME.match(line, i)
+        if key is None:
+            raise MetricsRejected(f"{where}: malformed label at column {i + 1}")
+        i = key.end()
+        if line[i:i + 2] != '="':
+            raise MetricsRejected(f"{where}: label {key.group()[:40]!r} has no quoted value")
+        k = line.find('"', i + 2)
+        if k < 0:
+            raise MetricsRejected(f"{where}: unterminated label value")
+        value = line[i + 2:k]
+        # Triton writes model, version, reason and quantile values that need no escape: a series
+        # of its names with an escaped value is not Triton's (and no escape is ever scanned).
+        if "\\" in value:
+            raise MetricsRejected(f"{where}: escaped label value {_printable(value)}: not written by Triton")
+        if key.group() in labels:
+            raise MetricsRejected(f"{where}: label {key.group()[:40]!r} given twice")
+        labels[key.group()] = value
+        if len(labels) > MAX_LABELS:
+            raise MetricsRejected(f"{where}: more than {MAX_LABELS} labels")
+        i = k + 1
+        while i < n and line[i] == " ":
+            i += 1
+        if i < n and line[i] == ",":
+            i += 1
+        elif not (i < n and line[i] == "}"):
+            raise MetricsRejected(f"{where}: expected ',' or '}}' at column {i + 1}")
+
+
+def _value(token: str, where: str, name: str) -> float:
+    if len(token) > 64 or _NUMBER.fullmatch(token) is None:
+        raise MetricsRejected(f"{where}: {name} value {token[:40]!r} is not a number")
+    return float(token)
+
+
+def _printable(text: str, limit: int = 60) -> str:
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def parse(text: str, model: str, version: str = "") -> ModelCounters:
-    """The model's counters (summed over its versions unless `version` is given) and summary."""
+    """The counters and latency summary of `model` (of `version` only, when given; summed over its
+    versions otherwise), strictly: a series of the model that Triton could not have written
+    (malformed, repeated, a counter not finite, negative or over 64 bits) rejects the whole
+    reading (MetricsRejected) rather than be guessed at. Lines of other names are not parsed
+    beyond their name. Linear in the text."""
     values = {k: 0.0 for k in COUNTERS}
-    names = {v: k for k, v in COUNTERS.items()}
     quantiles: dict[float, float] = {}
     seen = False
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
+    series: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    other_versions: set[str] = set()
+    other_models = 0
+    sample_lines = 0
+    garbage = ""
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line or line[0] == "#":
             continue
-        match = _LINE.match(line)
-        if not match:
+        name_match = _NAME.match(line)
+        if name_match is None:
+            garbage = garbage or f"line {number}: {_printable(line)}"
             continue
-        labels = dict(_LABEL.findall(match.group("labels") or ""))
-        if labels.get("model") != model or (version and labels.get("version", version) != version):
+        name = name_match.group()
+        after = name_match.end()
+        if after < len(line) and line[after] not in "{ \t":
+            garbage = garbage or f"line {number}: {_printable(line)}"
             continue
-        try:
-            value = float(match.group("value"))
-        except ValueError:
+        sample_lines += 1
+        if name not in _NAMES and name != SUMMARY:
             continue
-        name = match.group("name")
-        seen = seen or name in names or name == SUMMARY
-        if name in names:
-            values[names[name]] += value
-        elif name == SUMMARY and "quantile" in labels and value == value:   # NaN when empty
-            quantiles[float(labels["quantile"])] = value
-    return ModelCounters(values, quantiles, seen)
+        where = f"line {number} ({name})"
+        labels: dict[str, str] = {}
+        if after < len(line) and line[after] == "{":
+            labels, after = _labels(line, after + 1, where)
+        rest = line[after:].split()
+        if not 1 <= len(rest) <= 2:
+            raise MetricsRejected(f"{where}: expected a value (and a timestamp) after the labels")
+        if labels.get("model") != model:
+            other_models += 1
+            continue
+        if version and labels.get("version") != version:
+            other_versions.add(labels.get("version", "none")[:20])
+            continue
+        key = (name, tuple(sorted(labels.items())))
+        if key in series:
+            raise MetricsRejected(f"{where}: duplicate series {_printable(str(dict(key[1])), 120)}: "
+                                  "two exporters, or not Triton")
+        series.add(key)
+        value = _value(rest[0], where, name)
+        seen = True
+        if name == SUMMARY:
+            if "quantile" not in labels:
+                raise MetricsRejected(f"{where}: a summary quantile line without a quantile label")
+            q = _value(labels["quantile"], where, "quantile")
+            if not 0.0 <= q <= 1.0:
+                raise MetricsRejected(f"{where}: quantile {labels['quantile'][:20]!r} is not within 0..1")
+            if math.isnan(value):   # Triton's empty window
+                continue
+            if not 0.0 <= value <= MAX_COUNTER:
+                raise MetricsRejected(f"{where}: latency {rest[0][:40]} us is not a latency")
+            quantiles[q] = value
+            continue
+        if not (value == value and 0.0 <= value <= MAX_COUNTER):
+            raise MetricsRejected(f"{where}: counter value {rest[0][:40]} is not a 64-bit counter "
+                                  "(NaN, infinite, negative or too large)")
+        values[_NAMES[name]] += value
+    note = ""
+    if not seen:
+        if other_versions:
+            note = (f"series of model {model} only for version(s) {', '.join(sorted(other_versions)[:5])}, "
+                    f"not {version}")
+        elif sample_lines:
+            note = f"{sample_lines} series, {other_models} of them of other models, none of model {model}"
+        elif garbage:
+            note = f"not Prometheus text ({garbage})"
+        else:
+            note = "an empty metrics page"
+    return ModelCounters(values, quantiles, seen, note)
 
 
-def scrape(url: str, model: str, version: str = "", timeout_s: float = 5.0) -> ModelCounters:
-    """`url`: HOST:PORT of Triton's metrics endpoint."""
-    target = url if url.startswith("http") else f"http://{url}"
+def implausible(moved: Mapping[str, float], seconds: float | None) -> str | None:
+    """Why counter differences over `seconds` cannot be a Triton pod's (None: they can). Without
+    the window's length only the queue time per request is checked."""
+    done = moved.get("success", 0.0) + moved.get("failure", 0.0)
+    if seconds is not None and done > MAX_POD_RPS * max(seconds, 1.0):
+        return f"{done:.3g} requests in {seconds:.0f}s, over {MAX_POD_RPS:g}/s: not a reading"
+    if moved.get("queue_us", 0.0) > MAX_QUEUE_US_PER_REQUEST * max(done, 1.0):
+        return f"{moved['queue_us']:.3g} us of queue time for {done:.0f} requests: not a reading"
+    return None
+
+
+def _split(url: str) -> tuple[str, int]:
+    target = url if "://" in url else f"http://{url}"
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.hostname:
+        raise MetricsUnavailable(f"{url}: not an http HOST:PORT")
     try:
-        with urllib.request.urlopen(f"{target.rstrip('/')}/metrics", timeout=timeout_s) as resp:
-            return parse(resp.read().decode("utf-8", errors="replace"), model, version)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise MetricsUnavailable(f"Triton's metrics at {url} did not answer: {getattr(exc, 'reason', exc)}") from None
+        return parts.hostname, parts.port or 80
+    except ValueError:
+        raise MetricsUnavailable(f"{url}: not an http HOST:PORT") from None
+
+
+def fetch(host: str, port: int, deadline_s: float = READ_DEADLINE_S, max_bytes: int = MAX_BODY_BYTES,
+          path: str = "/metrics") -> str:
+    """The body of GET http://host:port/path, within one deadline for connect, headers and body
+    together, at most `max_bytes` of body, 200 only (no redirect is followed). MetricsUnavailable
+    says what went wrong; nothing else is raised."""
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    end = time.monotonic() + deadline_s
+
+    def left() -> float:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise MetricsUnavailable(f"{where}: no full answer in {deadline_s:g}s")
+        return remaining
+
+    data = bytearray()
+    try:
+        with socket.create_connection((host, port), timeout=left()) as sock:
+            request = (f"GET {path} HTTP/1.0\r\nHost: {where}\r\nAccept: text/plain\r\n"
+                       "Connection: close\r\n\r\n").encode()
+            sock.settimeout(left())
+            sock.sendall(request)
+            head_end, length = -1, None
+            while True:
+                sock.settimeout(left())
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if head_end < 0:
+                    head_end = data.find(b"\r\n\r\n")
+                    if head_end < 0:
+                        if len(data) > MAX_HEADER_BYTES:
+                            raise MetricsUnavailable(f"{where}: headers over {MAX_HEADER_BYTES >> 10} KiB")
+                        continue
+                    if head_end > MAX_HEADER_BYTES:
+                        raise MetricsUnavailable(f"{where}: headers over {MAX_HEADER_BYTES >> 10} KiB")
+                    length = _check_head(bytes(data[:head_end]), where, max_bytes)
+                body = len(data) - head_end - 4
+                if body > max_bytes:
+                    raise MetricsUnavailable(f"{where}: body over {max_bytes >> 10} KiB")
+                if length is not None and body >= length:
+                    break
+    except MetricsUnavailable:
+        raise
+    except (OSError, ValueError) as exc:   # refused, reset, unreachable, a timeout within the deadline
+        reason = "no full answer in " + f"{deadline_s:g}s" if isinstance(exc, socket.timeout) else \
+            (exc.strerror or str(exc) or type(exc).__name__)
+        raise MetricsUnavailable(f"{where}: {reason}") from None
+    if head_end < 0:
+        raise MetricsUnavailable(f"{where}: not an HTTP answer" if data else f"{where}: closed without an answer")
+    body = bytes(data[head_end + 4:])
+    if length is not None and len(body) < length:
+        raise MetricsUnavailable(f"{where}: short body, {len(body)} of {length} bytes")
+    return body[:length].decode("utf-8", errors="replace") if length is not None else \
+        body.decode("utf-8", errors="replace")
+
+
+def _check_head(head: bytes, where: str, max_bytes: int) -> int | None:
+    """The Content-Length of a 200 answer (None: read to the close); anything else is refused."""
+    lines = head.split(b"\r\n")
+    status = lines[0].split(None, 2)
+    if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or not status[1].isdigit():
+        raise MetricsUnavailable(f"{where}: not an HTTP answer ({_printable(lines[0].decode('latin-1'))})")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise MetricsUnavailable(f"{where}: more than {MAX_HEADERS} headers")
+    code = int(status[1])
+    headers: dict[bytes, bytes] = {}
+    for raw in lines[1:]:
+        name, _, value = raw.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    if 300 <= code < 400:
+        target = headers.get(b"location", b"?").decode("latin-1")
+        raise MetricsUnavailable(f"{where}: redirect ({code}) to {_printable(target)} refused: "
+                                 "metrics are read from the pod itself")
+    if code != 200:
+        raise MetricsUnavailable(f"{where}: HTTP {code}")
+    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+        raise MetricsUnavailable(f"{where}: a chunked answer to an HTTP/1.0 request")
+    if b"content-length" not in headers:
+        return None
+    raw_length = headers[b"content-length"]
+    if not raw_length.isdigit() or len(raw_length) > 12:
+        raise MetricsUnavailable(f"{where}: Content-Length {_printable(raw_length.decode('latin-1'))} is not a length")
+    length = int(raw_length)
+    if length > max_bytes:
+        raise MetricsUnavailable(f"{where}: body over {max_bytes >> 10} KiB (Content-Length {length})")
+    return length
+
+
+def scrape(url: str, model: str, version: str = "", timeout_s: float = READ_DEADLINE_S,
+           max_bytes: int = MAX_BODY_BYTES) -> ModelCounters:
+    """`url`: HOST:PORT of Triton's metrics endpoint; `timeout_s` bounds the whole read."""
+    host, port = _split(url)
+    return parse(fetch(host, port, timeout_s, max_bytes), model, version)
 
 
 def run_report(before: ModelCounters, after: ModelCounters) -> dict[str, float | None]:
