@@ -166,7 +166,7 @@ def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dic
                for pods in snapshot.readings.values() for pod, (c, at) in pods.items()}
     fresh = any(not isinstance(previous.get(pod), dict) or _time(previous[pod].get("at")) is None
                 or _time(previous[pod].get("at")) < _time(now["at"]) for pod, now in reading.items())
-    return (reading if fresh else None), snapshot.problems
+    return (reading if fresh else None), (*snapshot.not_read("canary"), *snapshot.not_read("stable"))
 
 
 def _number(value: Any) -> float | None:

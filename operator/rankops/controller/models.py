@@ -356,7 +356,7 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
     if judging and snapshot is not None:
         track_metrics = snapshot.counters() if snapshot.readings["canary"] else None
         metrics_problems = snapshot.problems
-        metrics_unread = {track: tuple(pods) for track, pods in snapshot.unread.items() if pods}
+        metrics_unread = {track: snapshot.not_read(track) for track in snapshot.unread if snapshot.not_read(track)}
     load, load_problems = autoscale.load_reading(snapshot, status.autoscaling) if scaling and snapshot else (None, ())
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \

@@ -79,10 +79,17 @@ class Snapshot:
     readings: dict[str, dict[str, tuple[ModelCounters, dt.datetime]]] = field(
         default_factory=lambda: {"canary": {}, "stable": {}})
     unread: dict[str, list[str]] = field(default_factory=lambda: {"canary": [], "stable": []})
+    # Pods asked for and not answered yet (their first read is under way): not read, but no problem.
+    pending: dict[str, list[str]] = field(default_factory=lambda: {"canary": [], "stable": []})
 
     @property
     def problems(self) -> tuple[str, ...]:
+        """The pods that could not be read, and why (what status and Events say)."""
         return tuple(p for track in ("canary", "stable") for p in self.unread[track])
+
+    def not_read(self, track: str) -> tuple[str, ...]:
+        """The track's pods with no reading now: none can pass a bound that needs them."""
+        return (*self.unread[track], *self.pending[track])
 
     def counters(self) -> dict[str, dict[str, ModelCounters]]:
         return {track: {pod: c for pod, (c, _) in pods.items()} for track, pods in self.readings.items()}
@@ -111,7 +118,13 @@ def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str,
                 and not meta.get("deletionTimestamp")):
             continue
         owner = _controller(meta, "ReplicaSet")
-        deployment_uid = replica_set_owner(owner.get("name", ""), owner.get("uid", "")) if owner else None
+        try:
+            deployment_uid = replica_set_owner(owner.get("name", ""), owner.get("uid", "")) if owner else None
+        except Exception as exc:  # noqa: BLE001 - an API error (RBAC, outage) is a reason, not a failed reconcile
+            track = TRACKS[labels[names.LABEL_TRACK]]
+            refused.append((track, f"{meta.get('name')}: its ReplicaSet {owner.get('name')} could not be read "
+                                   f"({getattr(exc, 'status', '')} {exc}); the operator needs replicasets get"))
+            continue
         if deployment_uid not in by_uid:
             foreign.append(f"{meta.get('name')}: not a pod of the model's Deployments (its ReplicaSet "
                            f"{(owner or {}).get('name', 'none')} is not theirs): not read")
@@ -293,7 +306,7 @@ def read(kube: Any, reader: PodMetrics, who: Hashable, namespace: str, model: st
     for target in targets:
         answer = answers.get(target)
         if answer is None:
-            snapshot.unread[target.track].append(f"{target.pod} ({target.address}): not read yet (a read is under way)")
+            snapshot.pending[target.track].append(f"{target.pod} ({target.address}): not read yet (a read is under way)")
         elif answer.counters is None:
             snapshot.unread[target.track].append(answer.problem)
         else:
