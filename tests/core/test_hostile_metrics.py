@@ -352,3 +352,85 @@ def test_a_model_whose_pods_stall_holds_no_reconcile_and_at_most_its_share_of_re
     finally:
         stalled.close()
         honest.close()
+
+
+def _deployment(track, uid, version):
+    return {"metadata": {"name": f"ranker-{track}", "uid": uid},
+            "spec": {"template": {"metadata": {"labels": {"rankops.io/version": version}}}}}
+
+
+class _Kube:
+    """The two reads pod_metrics.read makes: the model's pods, and a ReplicaSet by name."""
+
+    def __init__(self, pods, replica_sets, refuse=None):
+        self.pods, self.replica_sets, self.refuse, self.gets = pods, replica_sets, refuse, 0
+
+    def list(self, kind, namespace, labels=None):
+        assert kind == "Pod" and labels == {"rankops.io/model": MODEL}
+        return self.pods
+
+    def get(self, kind, namespace, name):
+        assert kind == "ReplicaSet"
+        self.gets += 1
+        if self.refuse:
+            raise self.refuse
+        return self.replica_sets.get(name)
+
+
+def _serving_pod(name, track, port_owner, ip="127.0.0.1"):
+    return {"metadata": {"name": name, "labels": {"rankops.io/track": track, "rankops.io/traffic": "on"},
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": port_owner, "uid": f"{port_owner}-uid",
+                                              "controller": True}]},
+            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_reconciles_read_of_stalling_and_lying_pods_is_bounded_and_gives_reasons(monkeypatch):
+    """controller/pod_metrics.read as a reconcile calls it (no kick: reads at once, concurrently):
+    a stalled pod and a lying one cost one deadline together, each named with its reason."""
+    from rankops.controller import pod_metrics
+    stalled, lying, honest = Endpoint(silent), Endpoint(send(http((GOOD + GOOD).encode()))), \
+        Endpoint(send(http(GOOD.encode())))
+    ports = {"s0": stalled.port, "s1": lying.port, "c0": honest.port}
+    real = pod_metrics.serving_targets
+
+    def on_test_ports(*args, **kwargs):   # each pod's metrics port is its test server's here
+        targets, refused, foreign = real(*args, **kwargs)
+        return [t.__class__(t.track, t.pod, t.address, t.version, ports[t.pod]) for t in targets], refused, foreign
+    monkeypatch.setattr(pod_metrics, "serving_targets", on_test_ports)
+    deployments = {"stable": _deployment("stable", "dep-stable", VERSION),
+                   "canary": _deployment("canary", "dep-canary", "4")}
+    replica_sets = {name: {"metadata": {"name": name, "uid": f"{name}-uid", "ownerReferences": [
+        {"kind": "Deployment", "uid": dep, "controller": True}]}}
+        for name, dep in (("rs-stable", "dep-stable"), ("rs-canary", "dep-canary"))}
+    kube = _Kube([_serving_pod("s0", "stable", "rs-stable"), _serving_pod("s1", "stable", "rs-stable"),
+                  _serving_pod("c0", "canary", "rs-canary")], replica_sets)
+    reader = pod_metrics.PodMetrics()
+    started = time.monotonic()
+    try:
+        snapshot = pod_metrics.read(kube, reader, ("reco", MODEL, "uid"), "reco", MODEL, deployments)
+        took = time.monotonic() - started
+        # Asked again: each ReplicaSet was read once.
+        pod_metrics.read(kube, reader, ("reco", MODEL, "uid"), "reco", MODEL, deployments)
+    finally:
+        for server in (stalled, lying, honest):
+            server.close()
+    assert took < metrics.READ_DEADLINE_S + 1.0
+    assert kube.gets == 2
+    assert sorted(snapshot.unread["stable"]) == [
+        f"s0 (127.0.0.1): 127.0.0.1:{ports['s0']}: no full answer in 2s",
+        f"s1 (127.0.0.1): line 12 (nv_inference_request_success): duplicate series "
+        f"\"{{'model': 'ranker', 'version': '3'}}\": two exporters, or not Triton"]
+    # The canary pod serves version 4: its page has only version 3's series, and says so.
+    assert snapshot.unread["canary"] == [f"c0 (127.0.0.1): no series of model ranker version 4 "
+                                         f"(series of model ranker only for version(s) 3, not 4)"]
+    assert not snapshot.readings["stable"] and not snapshot.readings["canary"]
+
+
+def test_a_replicaset_the_operator_may_not_read_is_the_pods_reason_not_a_failed_reconcile():
+    from rankops.controller import pod_metrics
+    from rankops.controller.kube import ApiError
+    kube = _Kube([_serving_pod("s0", "stable", "rs-stable")], {},
+                 refuse=ApiError(403, "Forbidden"))
+    snapshot = pod_metrics.read(kube, pod_metrics.PodMetrics(), ("reco", MODEL, "uid"), "reco", MODEL,
+                                {"stable": _deployment("stable", "dep-stable", VERSION)})
+    assert len(snapshot.unread["stable"]) == 1 and "replicasets get" in snapshot.unread["stable"][0]
