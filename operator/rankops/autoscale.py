@@ -30,6 +30,7 @@ TOLERANCE = 0.1          # |need / serving - 1| within this: no change (HPA's de
 MIN_READING_S = 5.0      # readings closer than this are not taken (a burst of events reads once)
 MAX_RECOMMENDATIONS = 200
 SCALED = "Scaled"        # the Event of a change
+NOT_READ = "; not read: "   # status.autoscaling.message's list of the serving pods not read
 
 
 @dataclass(frozen=True)
@@ -289,8 +290,12 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
             message="no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept))
     if reading is None:   # not read in this reconcile: what was decided stands (within the bounds)
         if recorded is not None and decided == current:
-            return Scaling(current, recorded.model_copy(update={
-                "capacity_per_replica_qps": round(cap, 3), "capacity_source": source, "desired_replicas": current}))
+            update: dict[str, Any] = {"capacity_per_replica_qps": round(cap, 3), "capacity_source": source,
+                                      "desired_replicas": current}
+            if problems:   # a read was due and nothing new came: say which pods, and why
+                base = (recorded.message or "").split(NOT_READ)[0]
+                update["message"] = (base + f"{NOT_READ}{'; '.join(problems[:3])}")[:1000]
+            return Scaling(current, recorded.model_copy(update=update))
         outcome = decide(Inputs(now, current, cap, b, history=history))
     else:
         implausible: list[str] = []
@@ -306,7 +311,7 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
         outcome = Outcome(current, outcome.recommended, "ScaleDownHeld",
                           f"{outcome.message}; scale-down to {outcome.desired} held at {current}: "
                           f"{len(problems)} serving pod(s) not read", outcome.history)
-    message = outcome.message + (f"; not read: {'; '.join(problems[:3])}" if problems else "")
+    message = outcome.message + (f"{NOT_READ}{'; '.join(problems[:3])}" if problems else "")
     events: tuple[tuple[str, str, str], ...] = ()
     before = decided if decided is not None else start
     if outcome.desired != before:
