@@ -15,16 +15,16 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import re
-import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
 from rankops.controller.pod_metrics import PodMetrics, Target  # noqa: E402
 from rankops.triton.metrics import MetricsRejected, parse  # noqa: E402
+from tests.hostile import Endpoint, timed_with_stall  # noqa: E402
 
 MB = 1 << 20
 INPUTS = {
@@ -39,27 +39,12 @@ OLD_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def timed_parse(text: str) -> tuple[float, float]:
-    gaps, done = [0.0], threading.Event()
-
-    def tick():
-        last = time.perf_counter()
-        while not done.is_set():
-            time.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-    ticker = threading.Thread(target=tick)
-    ticker.start()
-    time.sleep(0.02)
-    started = time.perf_counter()
-    try:
-        parse(text, "m", "1")
-    except MetricsRejected:
-        pass
-    took = time.perf_counter() - started
-    done.set()
-    ticker.join()
-    return took, max(gaps)
+    def parse_it():
+        try:
+            parse(text, "m", "1")
+        except MetricsRejected:
+            pass
+    return timed_with_stall(parse_it)
 
 
 def _old(text: str) -> None:
@@ -77,30 +62,9 @@ def old_parse(text: str, timeout_s: float) -> str:
     return f"{(time.perf_counter() - started) * 1000:.0f} ms"
 
 
-def silent_server() -> tuple[socket.socket, int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    held = []
-    threading.Thread(target=lambda: [held.append(sock.accept()) for _ in iter(int, 1)], daemon=True).start()
-    return sock, sock.getsockname()[1]
-
-
-def honest_server() -> tuple[socket.socket, int]:
+def honest(conn, stop):
     body = b'nv_inference_request_success{model="m",version="1"} 10\n'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-
-    def serve():
-        while True:
-            conn, _ = sock.accept()
-            conn.recv(4096)
-            conn.sendall(answer)
-            conn.close()
-    threading.Thread(target=serve, daemon=True).start()
-    return sock, sock.getsockname()[1]
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
 
 def main() -> int:
@@ -113,15 +77,15 @@ def main() -> int:
         old = old_parse(text, args.old_timeout) if "label" in name else "-"
         print(f"{name:28} {took * 1000:9.1f} {gap * 1000:13.1f} {old:>18}")
 
-    _, silent = silent_server()
-    _, honest = honest_server()
+    silent = Endpoint(lambda conn, stop: stop.wait(30)).port
+    answering = Endpoint(honest).port
     kicked: dict[str, float] = {}
     reader = PodMetrics(kick=lambda who: kicked.setdefault(who, time.perf_counter()))
     started = time.perf_counter()
     reader.read("hostile", "m", [Target("stable", f"h{i}", "127.0.0.1", "1", silent) for i in range(6)])
     hostile_wait = time.perf_counter() - started
     started = time.perf_counter()
-    reader.read("honest", "m", [Target("stable", "ok", "127.0.0.1", "1", honest)])
+    reader.read("honest", "m", [Target("stable", "ok", "127.0.0.1", "1", answering)])
     honest_wait = time.perf_counter() - started
     while "honest" not in kicked and time.perf_counter() - started < 10:
         time.sleep(0.001)

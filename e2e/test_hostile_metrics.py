@@ -11,8 +11,6 @@ pods it could not read) and says why in status.
 """
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
@@ -21,51 +19,12 @@ from e2e import models, rollouts
 from e2e.support import wait_for
 from e2e.test_rollout import _rollout
 from rankops.render import names
+from tests.hostile import Endpoint
 
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")
 
 METRICS_PORT = 8002
 PROMOTED_WITHIN_S = 90   # a rollout of this shape alone: well under a minute here
-
-
-class Endpoints:
-    """Servers on (address, 8002) until closed: `behave(conn, stop)` answers each connection."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-        self.socks: list[socket.socket] = []
-        self.connections = 0
-
-    def serve(self, address: str, behave) -> None:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address, METRICS_PORT))
-        sock.listen(32)
-        self.socks.append(sock)
-
-        def accept():
-            while not self.stop.is_set():
-                try:
-                    conn, _ = sock.accept()
-                except OSError:
-                    return
-                self.connections += 1
-                threading.Thread(target=self._one, args=(conn, behave), daemon=True).start()
-        threading.Thread(target=accept, daemon=True).start()
-
-    def _one(self, conn, behave):
-        try:
-            conn.recv(4096)
-            behave(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        for sock in self.socks:
-            sock.close()
 
 
 def trickle(conn, stop):
@@ -95,14 +54,14 @@ def test_a_tenant_whose_pods_trickle_metrics_slows_no_other_tenants_rollout(k8s,
     models.wait_ready(k8s, namespace, trickler)
     models.wait_ready(k8s, namespace, steady)
 
-    endpoints = Endpoints()
+    endpoints: list[Endpoint] = []
     try:
         pods = k8s.core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_MODEL}={trickler},"
                                                                       f"{names.LABEL_TRACK}={names.STABLE}").items
         assert len(pods) == 3, [p.metadata.name for p in pods]
         for i, pod in enumerate(pods):
             address = f"127.66.0.{i + 1}"
-            endpoints.serve(address, trickle)
+            endpoints.append(Endpoint(trickle, address, METRICS_PORT))
             _move_to(k8s, namespace, pod.metadata.name, address)
         # A pod with the model's labels that no Deployment of the model owns, claiming a huge load.
         labels = dict(pods[0].metadata.labels)
@@ -113,7 +72,7 @@ def test_a_tenant_whose_pods_trickle_metrics_slows_no_other_tenants_rollout(k8s,
                      "tolerations": [{"operator": "Exists"}]}})
         wait_for(lambda: k8s.core.read_namespaced_pod("not-the-models", namespace).status.pod_ip,
                  "the forged pod running", timeout=30)
-        endpoints.serve("127.66.0.99", forged_load(trickler))
+        endpoints.append(Endpoint(forged_load(trickler), "127.66.0.99", METRICS_PORT))
         _move_to(k8s, namespace, "not-the-models", "127.66.0.99")
 
         # The trickling pods are read (and stall): the status names them and why.
@@ -136,4 +95,5 @@ def test_a_tenant_whose_pods_trickle_metrics_slows_no_other_tenants_rollout(k8s,
         deployment = k8s.apps.read_namespaced_deployment(names.deployment_name(trickler, names.STABLE), namespace)
         assert deployment.spec.replicas == 3
     finally:
-        endpoints.close()
+        for endpoint in endpoints:
+            endpoint.close()

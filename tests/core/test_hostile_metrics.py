@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-import threading
 import time
 import tracemalloc
 
@@ -18,6 +17,7 @@ import pytest
 
 from rankops.triton import metrics
 from rankops.triton.metrics import MetricsRejected, MetricsUnavailable, parse, scrape
+from tests.hostile import Endpoint, timed_with_stall
 
 MODEL, VERSION = "ranker", "3"
 GOOD = "\n".join([
@@ -34,40 +34,6 @@ GOOD = "\n".join([
 
 def http(body: bytes, head: str = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n") -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
-
-
-class Endpoint:
-    """A loopback server whose every connection is answered by `behave(conn)`."""
-
-    def __init__(self, behave):
-        self.behave = behave
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            conn.recv(4096)
-            self.behave(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
 
 
 def send(payload: bytes):
@@ -201,28 +167,15 @@ def test_the_parser_is_linear_and_never_holds_the_process(case):
     """A thread ticking every millisecond sees no gap as long as the old label regex's (seconds on
     16 KB): the parser never holds the GIL through a long scan. Its time: benchmarks/metrics_bench.py."""
     text = ADVERSARIAL_LINES[case]
-    gaps, done = [], threading.Event()
 
-    def tick():
-        last = time.perf_counter()
-        while not done.is_set():
-            time.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-    ticker = threading.Thread(target=tick)
-    ticker.start()
-    time.sleep(0.02)
-    started = time.perf_counter()
-    try:
-        parse(text, MODEL, VERSION)
-    except MetricsRejected:
-        pass
-    took = time.perf_counter() - started
-    done.set()
-    ticker.join()
+    def parse_it():
+        try:
+            parse(text, MODEL, VERSION)
+        except MetricsRejected:
+            pass
+    took, stall = timed_with_stall(parse_it)
     assert took < 2.0, f"{case}: {took:.2f}s"
-    assert max(gaps) < 0.5, f"{case}: the process stood still {max(gaps) * 1000:.0f} ms"
+    assert stall < 0.5, f"{case}: the process stood still {stall * 1000:.0f} ms"
 
 
 # -- the decisions, on what the reader gives --------------------------------------------------------
