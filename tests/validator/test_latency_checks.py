@@ -107,11 +107,13 @@ def test_tuned_missing_is_unknown(build_host):
     assert result.status is Status.UNKNOWN and "tuned-adm profile" in result.remedy
 
 
-@pytest.mark.parametrize("value, status", [("1", Status.PASS), ("0", Status.FAIL), ("2", Status.FAIL),
+@pytest.mark.parametrize("value, status", [("1", Status.PASS), ("0", Status.WARN), ("2", Status.WARN),
                                            ("7", Status.UNKNOWN)])
 def test_overcommit_memory(build_host, value, status):
+    """Advisory under require too (issue 37 item 10): it never gates readiness."""
     host = _host(build_host, **{"proc/sys/vm/overcommit_memory": f"{value}\n"})
-    assert lat.check_overcommit_memory(host, REQUIRE).status is status
+    result = lat.check_overcommit_memory(host, REQUIRE)
+    assert result.status is status and not result.required and not result.blocks_readiness
 
 
 def test_overcommit_unreadable_is_unknown(build_host):

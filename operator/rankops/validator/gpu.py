@@ -36,6 +36,7 @@ class Gpu:
     max_graphics_clock_mhz: int | None = None
     idle: bool | None = None                   # the gpu_idle clocks event reason is active
     compute_processes: tuple[str, ...] = ()    # names (or pids) of the processes using it
+    mps_processes: int = 0                     # MPS server (type M) and clients (M+C) on it (XML only)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ def _enabled(text: str | None) -> bool | None:
     return True if value == "Enabled" else False if value == "Disabled" else None
 
 
+def _mps_processes(gpu: ET.Element) -> int:
+    return sum("M" in (process.findtext("type") or "") for process in gpu.findall("processes/process_info"))
+
+
 def _processes(gpu: ET.Element) -> tuple[str, ...]:
     """Compute processes (type C, or M+C for an MPS client; M is the MPS server itself)."""
     names = []
@@ -144,6 +149,7 @@ def parse_nvidia_smi_xml(text: str) -> Read[GpuFacts]:
             max_graphics_clock_mhz=_number(element.findtext("max_clocks/graphics_clock")),
             idle=_event_reason_active(element, "gpu_idle"),
             compute_processes=_processes(element),
+            mps_processes=_mps_processes(element),
         ))
     if not gpus:
         return Read.missing("nvidia-smi XML lists no <gpu>")

@@ -12,6 +12,7 @@ a node that is not tuned as a warning (advisory), `require` fails it (the node i
 from __future__ import annotations
 
 import re
+import struct
 from typing import Callable
 
 import yaml
@@ -36,11 +37,27 @@ KUBELET_CONFIGS = ("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf
                    "/etc/kubernetes/kubelet/config.yaml", "/etc/kubernetes/kubelet-config.yaml")
 ALIGNING_TOPOLOGY_POLICIES = ("single-numa-node", "restricted")
 MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_SERVER = "nvidia-cuda-mps-server"
+TUNED_DAEMON = "tuned"
+TUNED_PROFILE_FILE = "/etc/tuned/active_profile"
+# The kernel keeps a task's name (/proc/PID/comm) in TASK_COMM_LEN = 16 bytes with the NUL: a longer
+# program name is cut to 15 characters (nvidia-cuda-mps-control and -server are both nvidia-cuda-mps).
+COMM_LEN = 15
+# An interpreter's comm is its own name; the script it runs is the first argument that is no option.
+INTERPRETERS = re.compile(r"(platform-)?python[0-9.]*")
+# The PM QoS CPU latency request (/dev/cpu_dma_latency; kernel admin-guide/pm/cpuidle.rst, "Power
+# Management Quality of Service for CPUs"): the cpuidle governor skips every state whose exit latency is
+# above it. PM_QOS_CPU_LATENCY_DEFAULT_VALUE, 2000 s, means no process asks for anything.
+CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
+PM_QOS_DEFAULT_US = 2_000_000_000
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
-# Which checks each node label summarises (validator.node).
-LATENCY_TUNED_CHECKS = ("cpu-frequency", "cpu-idle", "tuned", "overcommit-memory", "gpu-persistence",
-                        "gpu-clocks", "gpu-sharing")
+# Which checks each node label summarises (validator.node). overcommit-memory and
+# transparent-hugepages are advisory under every mode: they guard allocation and compaction, not
+# the clocks and C-states a request waits on, and RHEL's defaults (0, always) serve models well.
+LATENCY_TUNED_CHECKS = ("cpu-frequency", "cpu-idle", "tuned", "gpu-persistence", "gpu-clocks", "gpu-sharing")
 TOPOLOGY_ALIGNED_CHECKS = ("topology",)
+ADVISORY_CHECKS = ("overcommit-memory", "transparent-hugepages")
 
 
 def _result(check_id: str, tuned: bool, observed: str, expected: str, remedy: str,
@@ -89,6 +106,83 @@ def _counted(values: dict[str, list[str]]) -> str:
                      sorted(values.items(), key=lambda item: -len(item[1])))
 
 
+def _argv(host: HostView, proc: str) -> tuple[str, ...]:
+    raw = host.read_bytes(f"{proc}/cmdline")
+    if not raw.ok:
+        return ()
+    return tuple(arg.decode("utf-8", "replace") for arg in raw.value.split(b"\0") if arg)
+
+
+def _programs(argv: tuple[str, ...]) -> set[str]:
+    """The program a command line runs: argv[0]'s name, or the script an interpreter was given."""
+    if not argv:
+        return set()
+    names = {argv[0].rsplit("/", 1)[-1]}
+    if INTERPRETERS.fullmatch(next(iter(names))):
+        script = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
+        if script:
+            names.add(script.rsplit("/", 1)[-1])
+    return names
+
+
+def running_processes(host: HostView, names: tuple[str, ...]) -> Read[dict[str, list[str]]]:
+    """The pids running each of `names`, from /proc/PID/comm (cut to 15 characters by the kernel) and,
+    where comm is ambiguous (a cut name, an interpreter), /proc/PID/cmdline. Missing when /proc lists
+    no process: the host's /proc is not mounted under the host root, so nothing can be said."""
+    procs = host.glob("/proc", "[0-9]*")
+    if not procs:
+        return Read.missing("/proc lists no process (is the host's /proc mounted under the host root?)")
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for proc in sorted(procs, key=lambda path: int(path.rsplit("/", 1)[-1])):
+        comm = host.read_text(f"{proc}/comm")
+        if not comm.ok:
+            continue  # exited while we looked
+        comm_name = comm.value.rstrip("\n")
+        cut = [name for name in names if comm_name == name[:COMM_LEN]]
+        if not cut and not INTERPRETERS.fullmatch(comm_name):
+            continue
+        argv = _argv(host, proc)
+        programs = _programs(argv)
+        for name in names:
+            # a comm that was cut matches a longer name only when the command line agrees (or is gone)
+            if name in programs or (name in cut and (len(name) <= COMM_LEN or not argv)):
+                found[name].append(proc.rsplit("/", 1)[-1])
+    return Read(found)
+
+
+def _pids(pids: list[str]) -> str:
+    return f"pid{'s' if len(pids) > 1 else ''} {', '.join(pids[:3])}"
+
+
+def tuned_daemon(host: HostView) -> Read[list[str]]:
+    """The pids of the running tuned daemon ([] when none runs)."""
+    found = running_processes(host, (TUNED_DAEMON,))
+    return Read(found.value[TUNED_DAEMON]) if found.ok else found  # type: ignore[return-value]
+
+
+def parse_cpu_dma_latency(data: bytes) -> int | None:
+    """/dev/cpu_dma_latency's value in µs: the kernel returns a 4-byte little-endian int32; some
+    kernels (and tools that copy it) give a decimal number as text."""
+    text = data.decode("ascii", "replace")
+    if re.fullmatch(r"\s*\d+\s*", text) and (len(data) != 4 or data.endswith(b"\n")):
+        return int(text)
+    if len(data) == 4:
+        value = struct.unpack("<i", data)[0]
+        return value if value >= 0 else None
+    return None
+
+
+def pm_qos_latency(host: HostView) -> Read[int]:
+    """The CPU latency PM QoS limit now in force (µs)."""
+    raw = host.read_bytes(CPU_DMA_LATENCY)
+    if not raw.ok:
+        return raw  # type: ignore[return-value]
+    value = parse_cpu_dma_latency(raw.value)
+    if value is None:
+        return Read.missing(f"{CPU_DMA_LATENCY}: {raw.value[:16]!r} is neither a 4-byte int32 nor a number")
+    return Read(value)
+
+
 # ---------------------------------------------------------------- CPU
 
 def check_cpu_frequency(host: HostView, req: NodeRequirements) -> CheckResult:
@@ -128,51 +222,80 @@ def check_cpu_frequency(host: HostView, req: NodeRequirements) -> CheckResult:
     return _result("cpu-frequency", set(governors) == {"performance"}, observed, expected, remedy, req)
 
 
-def _max_cstate_limit(params: dict[str, str]) -> str | None:
-    """The kernel command line's C-state limit, if it keeps CPUs at C1 or shallower."""
+def _max_cstate_limit(params: dict[str, str], driver: str | None) -> str | None:
+    """The kernel command line's C-state limit for the cpuidle driver in use, if it keeps CPUs at C1
+    or shallower (kernel-parameters.txt): intel_idle.max_cstate limits intel_idle, 0 turning it off
+    (acpi_idle idles instead); processor.max_cstate limits acpi_idle and nothing else."""
     if params.get("idle") == "poll":
         return "idle=poll"
-    for key in ("intel_idle.max_cstate", "processor.max_cstate"):
-        value = params.get(key)
-        if value is not None and value.isdigit() and int(value) <= 1:
-            return f"{key}={value}"
+    values = {key: int(params[key]) for key in ("intel_idle.max_cstate", "processor.max_cstate")
+              if params.get(key, "").isdigit()}
+    intel, acpi = values.get("intel_idle.max_cstate"), values.get("processor.max_cstate")
+    if intel == 1 and driver in ("intel_idle", None):
+        return "intel_idle.max_cstate=1"
+    if acpi is not None and acpi <= 1 and driver in ("acpi_idle", None):
+        handed = " (intel_idle.max_cstate=0 leaves idle to acpi_idle)" if intel == 0 else ""
+        return f"processor.max_cstate={acpi}{handed}"
     return None
 
 
 def check_cpu_idle(host: HostView, req: NodeRequirements) -> CheckResult:
-    """Deep idle states enabled (admin-guide/pm/cpuidle.rst: cpuN/cpuidle/stateM/{name,latency,disable})."""
-    expected = f"no idle state deeper than C1 (exit latency > {DEEP_EXIT_LATENCY_US} µs) enabled"
+    """Deep idle states enabled (admin-guide/pm/cpuidle.rst: cpuN/cpuidle/stateM/{name,latency,disable}),
+    and whether a PM QoS request (/dev/cpu_dma_latency, held by tuned's force_latency or any other
+    process) keeps the governor out of them."""
+    expected = f"no idle state deeper than C1 (exit latency > {DEEP_EXIT_LATENCY_US} µs) enabled or in use"
     remedy = ("tuned-adm profile latency-performance (force_latency keeps CPUs in C1 through PM QoS); or "
               "grubby --update-kernel=ALL --args='intel_idle.max_cstate=1 processor.max_cstate=1' && "
               "systemctl reboot; and disable C-states (C6, C1E) in the BIOS.")
-    params = _cmdline(host)
-    limit = _max_cstate_limit(params)
-    cpus = cpu_ids(host)
-    deep: dict[str, list[str]] = {}
-    seen_states = False
-    for cpu in cpus:
-        for state in host.glob(f"{CPU_DIR}/{cpu}/cpuidle", "state[0-9]*"):
-            name, latency, disable = (host.read_text(f"{state}/{f}") for f in ("name", "latency", "disable"))
-            if not (name.ok and latency.ok and latency.value.strip().isdigit()):
-                continue
-            seen_states = True
-            if int(latency.value) > DEEP_EXIT_LATENCY_US and not (disable.ok and disable.value.strip() == "1"):
-                deep.setdefault(f"{name.value.strip()} ({latency.value.strip()} µs)", []).append(cpu)
     driver = host.read_text(f"{CPU_DIR}/cpuidle/current_driver")
     driver_name = driver.value.strip() if driver.ok else None
-    if limit and not deep:
+    limit = _max_cstate_limit(_cmdline(host), driver_name)
+    deep: dict[str, list[str]] = {}
+    latencies: dict[str, int] = {}
+    unreadable: list[str] = []
+    seen_states = False
+    for cpu in cpu_ids(host):
+        for state in host.glob(f"{CPU_DIR}/{cpu}/cpuidle", "state[0-9]*"):
+            seen_states = True
+            name, latency, disable = (host.read_text(f"{state}/{f}") for f in ("name", "latency", "disable"))
+            if disable.ok and disable.value.strip() == "1":
+                continue
+            label = name.value.strip() if name.ok else state.rsplit("/", 1)[-1]
+            if not (latency.ok and latency.value.strip().isdigit()):
+                unreadable.append(f"{state}/latency: {latency.reason or repr(latency.value.strip())}"
+                                  f" ({label})")
+                continue
+            if int(latency.value) > DEEP_EXIT_LATENCY_US:
+                key = f"{label} ({latency.value.strip()} µs)"
+                deep.setdefault(key, []).append(cpu)
+                latencies[key] = int(latency.value)
+    if limit and not deep:  # the driver registers no state past the limit, whatever sysfs could not say
         return _result("cpu-idle", True, f"limited by {limit} on the kernel command line", expected, remedy, req)
-    if seen_states and not deep:
+    where = f" ({driver_name})" if driver_name else ""
+    if deep or unreadable:
+        qos = pm_qos_latency(host)
+        if qos.ok:
+            free = {k: cpus for k, cpus in deep.items() if latencies[k] <= qos.value}
+            holds_unreadable = qos.value <= DEEP_EXIT_LATENCY_US  # a deep state is above it, whatever its latency
+            if not free and (not unreadable or holds_unreadable):
+                return _result("cpu-idle", True, f"deep states {_counted(deep) or 'of unknown latency'} enabled, "
+                               f"held off by a PM QoS request of {qos.value} µs ({CPU_DMA_LATENCY}"
+                               f"{_qos_holder(host)})", expected, remedy, req)
+            if free:
+                request = ("no PM QoS request" if qos.value >= PM_QOS_DEFAULT_US else
+                           f"the PM QoS request of {qos.value} µs does not hold them off")
+                return _result("cpu-idle", False, f"deep states enabled: {_counted(free)}{where}; {request} "
+                               f"({CPU_DMA_LATENCY})", expected, remedy, req)
+        elif deep:
+            return _unknown("cpu-idle", f"deep states enabled: {_counted(deep)}{where}; whether a PM QoS request "
+                            f"holds them off is unknown ({qos.reason})", expected, _required(req),
+                            "The validator reads /dev/cpu_dma_latency through the host root; where it may not "
+                            "(the device is root's), limit C-states where it can see: " + remedy)
+        return _unknown("cpu-idle", f"{len(unreadable)} idle state{'s' if len(unreadable) > 1 else ''} of "
+                        f"unknown exit latency enabled ({unreadable[0]})", expected, _required(req),
+                        "Check the cpuidle sysfs files on the host; or hold deep states off for certain: " + remedy)
+    if seen_states:
         return _result("cpu-idle", True, f"no deep state enabled ({driver_name or 'cpuidle'})", expected, remedy, req)
-    if deep:
-        profile = active_tuned_profile(host)
-        if profile.ok and is_latency_profile(profile.value):
-            # tuned's force_latency holds a PM QoS request: the governor skips states slower than it,
-            # though sysfs still lists them enabled.
-            return _result("cpu-idle", True, f"deep states {_counted(deep)} enabled, held off by tuned's "
-                           f"{profile.value} (force_latency)", expected, remedy, req)
-        return _result("cpu-idle", False, f"deep states enabled: {_counted(deep)}" +
-                       (f" ({driver_name})" if driver_name else ""), expected, remedy, req)
     if driver_name == "none":
         return _unknown("cpu-idle", "no cpuidle driver: the CPUs idle as the firmware decides", expected,
                         _required(req), "Disable C-states in the BIOS, or boot with intel_idle.max_cstate=1.")
@@ -180,11 +303,20 @@ def check_cpu_idle(host: HostView, req: NodeRequirements) -> CheckResult:
     return _unknown("cpu-idle", reason, expected, _required(req))
 
 
+def _qos_holder(host: HostView) -> str:
+    """Who holds the PM QoS request, where we can tell: tuned running a latency profile."""
+    daemon = tuned_daemon(host)
+    profile = active_tuned_profile(host)
+    if daemon.ok and daemon.value and profile.ok and is_latency_profile(profile.value):
+        return f"; tuned's {profile.value} (force_latency), {_pids(daemon.value)}"
+    return ""
+
+
 # ---------------------------------------------------------------- tuned, sysctl
 
 def active_tuned_profile(host: HostView) -> Read[str]:
     """tuned's active profile(s), space-separated as tuned writes them; '' when tuned is off."""
-    text = host.read_text("/etc/tuned/active_profile", allow_empty=True)
+    text = host.read_text(TUNED_PROFILE_FILE, allow_empty=True)
     return Read(text.value.strip()) if text.ok else text
 
 
@@ -193,35 +325,79 @@ def is_latency_profile(profiles: str) -> bool:
 
 
 def check_tuned(host: HostView, req: NodeRequirements) -> CheckResult:
-    expected = (f"tuned profile {', '.join(LATENCY_PROFILES[:3])} or a PerformanceProfile's "
-                f"{PERFORMANCE_PROFILE_PREFIX}<name>")
+    """The tuned daemon running a latency profile. /etc/tuned/active_profile alone proves nothing: it
+    outlives the daemon, and only a running tuned holds force_latency's PM QoS request and keeps the
+    governor where the profile put it. A host without tuned whose C-states and governor are held by
+    other means (kernel arguments, a PM QoS request from another process, cpupower) passes."""
+    expected = (f"tuned running profile {', '.join(LATENCY_PROFILES[:3])} or a PerformanceProfile's "
+                f"{PERFORMANCE_PROFILE_PREFIX}<name> (or C-states and governor held by other means)")
     remedy = ("dnf install -y tuned && systemctl enable --now tuned && tuned-adm profile latency-performance "
               "(on OpenShift: a PerformanceProfile for the node's MachineConfigPool, applied by the Node Tuning "
               "Operator)")
+    daemon = tuned_daemon(host)
+    if not daemon.ok:
+        return _unknown("tuned", f"cannot tell whether tuned runs: {daemon.reason}", expected, _required(req),
+                        "Mount the host's / (with its /proc) at the validator's host root.")
     profile = active_tuned_profile(host)
-    if not profile.ok:
-        return _unknown("tuned", f"{profile.reason} (tuned not installed, or never started)", expected,
-                        _required(req), remedy)
-    if not profile.value:
-        return _result("tuned", False, "no active profile (tuned-adm off)", expected, remedy, req)
-    return _result("tuned", is_latency_profile(profile.value), f"active profile {profile.value}",
-                   expected, remedy, req)
+    if daemon.value:
+        pids = _pids(daemon.value)
+        if not profile.ok:
+            return _unknown("tuned", f"tuned runs ({pids}) but its profile is unknown: {profile.reason}", expected,
+                            _required(req), remedy)
+        if not profile.value:
+            return _result("tuned", False, f"no active profile (tuned-adm off; tuned {pids})", expected, remedy, req)
+        return _result("tuned", is_latency_profile(profile.value), f"active profile {profile.value} (tuned {pids})",
+                       expected, remedy, req)
+    said = (f"{TUNED_PROFILE_FILE} says {profile.value}, but no tuned process runs: the profile holds nothing"
+            if profile.ok and profile.value else "tuned not running (not installed, or stopped)")
+    idle, frequency = check_cpu_idle(host, req), check_cpu_frequency(host, req)
+    if idle.status is Status.PASS and frequency.status is Status.PASS:
+        return _result("tuned", True, f"{said}; held by other means: C-states {idle.observed}; {frequency.observed}",
+                       expected, remedy, req)
+    return _result("tuned", False, said, expected, remedy, req)
+
+
+def _advisory(check_id: str, ok: bool | None, observed: str, expected: str, remedy: str) -> CheckResult:
+    """PASS, WARN or unknown that never gates readiness, whatever latencyTuning says."""
+    if ok is None:
+        return _unknown(check_id, observed, expected, False, remedy)
+    return CheckResult(check_id, Status.PASS if ok else Status.WARN, observed, expected, "" if ok else remedy, False)
 
 
 def check_overcommit_memory(host: HostView, req: NodeRequirements) -> CheckResult:
-    # Field guide 5.2: vm.overcommit_memory=1 so bursts of concurrent requests do not fail to allocate.
+    """Advisory (ADVISORY_CHECKS): field guide 5.2 sets vm.overcommit_memory=1 so bursts of concurrent
+    requests do not fail to allocate, but the kernel's heuristic default (0) refuses only allocations
+    that could never be met, and no clock or C-state waits on it: a node tuned for latency is not held
+    back for it."""
     expected = "vm.overcommit_memory = 1"
     remedy = ("echo 'vm.overcommit_memory = 1' > /etc/sysctl.d/90-rankops.conf && "
               "sysctl -p /etc/sysctl.d/90-rankops.conf")
     text = host.read_text("/proc/sys/vm/overcommit_memory")
     if not text.ok:
-        return _unknown("overcommit-memory", text.reason, expected, _required(req))
+        return _advisory("overcommit-memory", None, text.reason, expected, "")
     value = text.value.strip()
     meaning = {"0": "heuristic", "1": "always", "2": "never (strict accounting)"}.get(value)
     if meaning is None:
-        return _unknown("overcommit-memory", f"/proc/sys/vm/overcommit_memory: {value!r}", expected, _required(req))
-    return _result("overcommit-memory", value == "1", f"vm.overcommit_memory = {value} ({meaning})",
-                   expected, remedy, req)
+        return _advisory("overcommit-memory", None, f"/proc/sys/vm/overcommit_memory: {value!r}", expected, "")
+    return _advisory("overcommit-memory", value == "1", f"vm.overcommit_memory = {value} ({meaning})",
+                     expected, remedy)
+
+
+def check_transparent_hugepages(host: HostView, req: NodeRequirements) -> CheckResult:
+    """Advisory: THP `always` lets a page fault stop to compact memory and khugepaged collapse pages
+    under a running process (admin-guide/mm/transhuge.rst); tuned's network-latency profile sets never."""
+    expected = "transparent hugepages madvise or never"
+    remedy = ("tuned-adm profile network-latency (its [vm] sets transparent_hugepages=never); or "
+              "grubby --update-kernel=ALL --args='transparent_hugepage=madvise' && systemctl reboot")
+    text = host.read_text(THP_ENABLED)
+    if not text.ok:
+        return _advisory("transparent-hugepages", None, text.reason, expected, "")
+    chosen = re.search(r"\[(\w+)\]", text.value)
+    if not chosen:
+        return _advisory("transparent-hugepages", None, f"{THP_ENABLED}: {text.value.strip()!r}", expected, "")
+    mode = chosen.group(1)
+    return _advisory("transparent-hugepages", mode in ("madvise", "never"), f"transparent hugepages {mode}",
+                     expected, remedy)
 
 
 # ---------------------------------------------------------------- GPU
@@ -231,7 +407,8 @@ def _gpu_unknown(check_id: str, gpu: Read[GpuFacts], expected: str, req: NodeReq
         return _unknown(check_id, gpu.reason, expected, _required(req),
                         "Run the validator where NVML works, or pass --nvidia-smi-xml with `nvidia-smi -q -x` output.")
     if gpu.value.source.startswith("/proc"):
-        return _unknown(check_id, "needs NVML or nvidia-smi XML (the kernel module's /proc files do not say)",
+        why = f": {'; '.join(gpu.value.notes)}" if gpu.value.notes else ""
+        return _unknown(check_id, "needs NVML or nvidia-smi XML (the kernel module's /proc files do not say)" + why,
                         expected, _required(req), "Run the validator where NVML works, or pass --nvidia-smi-xml.")
     return None
 
@@ -274,7 +451,8 @@ def check_gpu_clocks(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
         elif g.idle and now is not None and now >= app:
             fixed.append(f"GPU {index}: idle at {now} MHz (locked; max {top} MHz)")
         else:
-            moving.append(f"GPU {index}: applications clock {app} of {top} MHz, now {now} MHz")
+            moving.append(f"GPU {index}: applications clock {app} of {top} MHz, now "
+                          f"{'unknown' if now is None else f'{now} MHz'}")
     top = gpu.value.gpus[0].max_graphics_clock_mhz
     remedy = (f"nvidia-smi -pm 1 && nvidia-smi -lgc {top},{top} (or a high value the cooling sustains; "
               "it lasts until reboot: run it from a systemd unit after nvidia-persistenced). Watch "
@@ -282,22 +460,25 @@ def check_gpu_clocks(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
     return _result("gpu-clocks", not moving, "; ".join(moving or fixed), expected, remedy, req)
 
 
-def mps_control_running(host: HostView) -> bool:
-    for path in host.glob("/proc", "[0-9]*"):
-        comm = host.read_text(f"{path}/comm")
-        if comm.ok and comm.value.strip() == MPS_CONTROL:
-            return True
-    return False
+def mps_daemons(host: HostView) -> Read[dict[str, list[str]]]:
+    """The pids of MPS's control daemon and servers. Both are `nvidia-cuda-mps` in comm (cut at 15
+    characters): their command lines tell them apart."""
+    return running_processes(host, (MPS_CONTROL, MPS_SERVER))
 
 
 def check_gpu_sharing(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
     """Several processes on one GPU time-slice it unless MPS serves them (field guide 6.5: MPS, or
-    Triton alone on the card). One Triton process with several instances is one client."""
+    Triton alone on the card). One Triton process with several instances is one client. MPS runs
+    when its daemons do, or when the GPU itself lists MPS clients (type M+C) or its server (M)."""
     expected = "each GPU used by one process, or shared through MPS, or Exclusive_Process"
     unknown = _gpu_unknown("gpu-sharing", gpu, expected, req)
     if unknown:
         return unknown
-    mps = mps_control_running(host)
+    daemons = mps_daemons(host)
+    running = [name for name in (MPS_CONTROL, MPS_SERVER) if daemons.ok and daemons.value[name]]
+    on_gpu = [index for index, g in enumerate(gpu.value.gpus) if g.mps_processes]
+    mps = (", ".join(f"{name} running" for name in running) if running else
+           f"MPS clients on GPU {', '.join(map(str, on_gpu))}" if on_gpu else "")
     shared = []
     for index, g in enumerate(gpu.value.gpus):
         if len(g.compute_processes) > 1:  # Exclusive_Process admits several only as MPS clients
@@ -306,10 +487,12 @@ def check_gpu_sharing(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]
     modes = ", ".join(sorted({g.compute_mode or "?" for g in gpu.value.gpus}))
     if not shared:
         return _result("gpu-sharing", True, f"no GPU shared by processes (compute mode {modes}"
-                       f"{'; MPS control daemon running' if mps else ''})", expected, "", req)
+                       f"{'; MPS: ' + mps if mps else ''})", expected, "", req)
     if mps:
-        return _result("gpu-sharing", True, "; ".join(shared) + f" through MPS ({MPS_CONTROL} running)",
-                       expected, "", req)
+        return _result("gpu-sharing", True, "; ".join(shared) + f" through MPS ({mps})", expected, "", req)
+    if not daemons.ok:
+        return _unknown("gpu-sharing", "; ".join(shared) + f"; whether MPS serves them is unknown ({daemons.reason})",
+                        expected, _required(req), "Mount the host's / (with its /proc) at the validator's host root.")
     return _result("gpu-sharing", False, "; ".join(shared) + ", time-sliced (no MPS control daemon)", expected,
                    "Give Triton the GPU alone (no time-slicing replicas in the device plugin's config for this "
                    "pool's nodes), or run MPS: nvidia-smi -c EXCLUSIVE_PROCESS && nvidia-cuda-mps-control -d "
@@ -368,8 +551,10 @@ def check_topology(host: HostView, req: NodeRequirements) -> CheckResult:
     path, data = config.value
     cpu_policy = str(data.get("cpuManagerPolicy") or "none")
     topology_policy = str(data.get("topologyManagerPolicy") or "none")
-    gpus = (", ".join(f"GPU {a} on NUMA node {n}" for a, n in sorted(numa.value.items())) if numa.ok
-            else numa.reason)
+    # numa_node -1: the firmware (ACPI _PXM) did not say; on one NUMA node there is only one answer
+    unplaced = [a for a, n in sorted(numa.value.items()) if n < 0] if numa.ok else []
+    gpus = (", ".join(f"GPU {a} on NUMA node {n}" if n >= 0 else f"GPU {a} on no reported NUMA node (numa_node -1)"
+                      for a, n in sorted(numa.value.items())) if numa.ok else numa.reason)
     observed = (f"cpuManagerPolicy {cpu_policy}, topologyManagerPolicy {topology_policy} ({path}); "
                 f"{host_nodes or '?'} NUMA node{'s' if host_nodes != 1 else ''}; {gpus}")
     remedy = (f"In {path} set cpuManagerPolicy: static, topologyManagerPolicy: single-numa-node and reserve "
@@ -382,6 +567,10 @@ def check_topology(host: HostView, req: NodeRequirements) -> CheckResult:
         observed += " (one NUMA node: nothing to align)"
     if aligned and not numa.ok:
         return _unknown("topology", observed, expected, _required(req))
+    if aligned and unplaced and host_nodes != 1:
+        return _unknown("topology", observed, expected, _required(req),
+                        "The kubelet cannot align a GPU whose NUMA node the firmware does not report: enable NUMA "
+                        "(SRAT/_PXM) reporting in the BIOS, or check: cat /sys/bus/pci/devices/<address>/numa_node")
     return _result("topology", aligned, observed, expected, remedy, req)
 
 
@@ -392,6 +581,7 @@ LATENCY_CHECKS: tuple[tuple[str, LatencyCheck], ...] = (
     ("cpu-idle", lambda h, r, g: check_cpu_idle(h, r)),
     ("tuned", lambda h, r, g: check_tuned(h, r)),
     ("overcommit-memory", lambda h, r, g: check_overcommit_memory(h, r)),
+    ("transparent-hugepages", lambda h, r, g: check_transparent_hugepages(h, r)),
     ("gpu-persistence", lambda h, r, g: check_gpu_persistence(r, g)),
     ("gpu-clocks", lambda h, r, g: check_gpu_clocks(r, g)),
     ("gpu-sharing", check_gpu_sharing),

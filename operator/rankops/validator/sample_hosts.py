@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,8 +263,38 @@ OPENSHIFT_KUBELET_CONF = (
     '"reservedMemory":[{"numaNode":0,"limits":{"memory":"1100Mi"}}],"systemReserved":{"memory":"500Mi"},'
     '"kubeReserved":{"memory":"500Mi"},"containerRuntimeEndpoint":"/var/run/crio/crio.sock"}\n')
 
+def process(pid: int, argv: tuple[str, ...], comm: str | None = None) -> dict:
+    """/proc/PID/comm as the kernel keeps it (the program's name cut to 15 characters; an interpreter's
+    own name for a script it runs) and /proc/PID/cmdline (NUL-separated, NUL-terminated)."""
+    name = comm or argv[0].rsplit("/", 1)[-1]
+    return {f"proc/{pid}/comm": f"{name[:15]}\n", f"proc/{pid}/cmdline": Bytes("\0".join(argv).encode() + b"\0")}
+
+
+def cpu_dma_latency(microseconds: int) -> Bytes:
+    """/dev/cpu_dma_latency read back: the PM QoS limit now in force, a little-endian int32 in µs."""
+    return Bytes(struct.pack("<i", microseconds))
+
+
+PM_QOS_NO_REQUEST = 2_000_000_000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE
+# What runs on every node: systemd, a kernel thread (empty cmdline), sshd, the kubelet.
+HOST_PROCESSES = {
+    **process(1, ("/usr/lib/systemd/systemd", "--switched-root", "--system", "--deserialize", "17")),
+    "proc/2/comm": "kthreadd\n", "proc/2/cmdline": Bytes(b""),
+    **process(1043, ("/usr/sbin/sshd", "-D")),
+    **process(1502, ("/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml",
+                     "--container-runtime-endpoint=unix:///var/run/crio/crio.sock")),
+}
+# RHEL 8's tuned.service: ExecStart=/usr/sbin/tuned -l -P, a Python script, so comm is the script's name.
+TUNED_PROCESS = process(1187, ("/usr/libexec/platform-python", "-Es", "/usr/sbin/tuned", "-l", "-P"), comm="tuned")
+THP_ALWAYS = "[always] madvise never\n"  # RHEL 8's default
+
 TUNED_LATENCY = {
     **cpu_tree("performance"),
+    **HOST_PROCESSES,
+    **TUNED_PROCESS,
+    # latency-performance's force_latency=cstate.id_no_zero:1|3: C1's exit latency, 2 µs
+    "dev/cpu_dma_latency": cpu_dma_latency(2),
+    "sys/kernel/mm/transparent_hugepage/enabled": THP_ALWAYS,
     "etc/tuned/active_profile": "latency-performance\n",
     "etc/tuned/profile_mode": "manual\n",
     "proc/sys/vm/overcommit_memory": "1\n",
@@ -272,6 +303,10 @@ TUNED_LATENCY = {
 # RHEL 8's defaults on a server nobody tuned: intel_pstate's powersave, every C-state, balanced.
 UNTUNED = {
     **cpu_tree("powersave"),
+    **HOST_PROCESSES,
+    **TUNED_PROCESS,
+    "dev/cpu_dma_latency": cpu_dma_latency(PM_QOS_NO_REQUEST),
+    "sys/kernel/mm/transparent_hugepage/enabled": THP_ALWAYS,
     "etc/tuned/active_profile": "balanced\n",
     "etc/tuned/profile_mode": "auto\n",
     "proc/sys/vm/overcommit_memory": "0\n",
@@ -289,6 +324,11 @@ OPENSHIFT_CMDLINE = (f"BOOT_IMAGE=(hd0,gpt3)/ostree/rhcos-4.14/vmlinuz-{KERNEL} 
 OPENSHIFT_TUNED = {
     **cpu_tree("performance", driver="acpi-cpufreq", pstate_status=None, idle_driver="acpi_idle",
                idle_states=ACPI_IDLE_STATES),
+    **HOST_PROCESSES,
+    # the Node Tuning Operator's TuneD runs in its pod (host PID namespace) as tuned --no-dbus
+    **process(3310, ("/usr/libexec/platform-python", "-I", "/usr/sbin/tuned", "--no-dbus"), comm="tuned"),
+    "dev/cpu_dma_latency": cpu_dma_latency(1),  # C1's exit latency on acpi_idle
+    "sys/kernel/mm/transparent_hugepage/enabled": "always madvise [never]\n",
     "etc/tuned/active_profile": "openshift-node-performance-rankops-t4\n",
     "etc/tuned/profile_mode": "manual\n",
     "proc/sys/vm/overcommit_memory": "1\n",
@@ -315,8 +355,7 @@ T4_REQUIREMENTS = {"minDriverVersion": "535.104.05", "cudaVersion": "12.2", "gpu
                    "minGpuMemoryMiB": 15000}
 LATENCY_REQUIRE = {**T4_REQUIREMENTS, "latencyTuning": "require"}
 # Each latency check that fails on UNTUNED, in the order the report lists them.
-UNTUNED_BLOCKING = ("cpu-frequency", "cpu-idle", "tuned", "overcommit-memory", "gpu-persistence", "gpu-clocks",
-                    "topology")
+UNTUNED_BLOCKING = ("cpu-frequency", "cpu-idle", "tuned", "gpu-persistence", "gpu-clocks", "topology")
 
 SCENARIOS: dict[str, Scenario] = {
     "healthy-rhel89": Scenario("RHEL 8.9, driver 535.104.05, T4, CRI-O + CDI", requirements=T4_REQUIREMENTS),
@@ -409,13 +448,14 @@ SCENARIOS: dict[str, Scenario] = {
                                 gpu_xml=NVIDIA_SMI_T4_SHARED, topology_aligned="true"),
     "gpu-mps": Scenario("tuned node whose GPU two Triton processes share through MPS (control daemon running)", {
         **TUNED_LATENCY,
-        "proc/48100/comm": "nvidia-cuda-mps-control\n",
-        "proc/48102/comm": "nvidia-cuda-mps-server\n",
+        **process(48100, ("nvidia-cuda-mps-control", "-d")),  # comm: nvidia-cuda-mps (cut at 15)
+        **process(48102, ("nvidia-cuda-mps-server",)),
     }, LATENCY_REQUIRE, gpu_xml=NVIDIA_SMI_T4_MPS, latency_tuned="true", topology_aligned="true"),
-    "latency-unreadable": Scenario("tuned GPU, but no tuned, no cpufreq/cpuidle sysfs, no kubelet config, and "
-                                   "overcommit_memory unreadable: unknown, which require does not accept", {
+    "latency-unreadable": Scenario("tuned GPU, but no tuned, no /proc processes, no cpufreq/cpuidle sysfs, no "
+                                   "kubelet config, and overcommit_memory unreadable: unknown, which require does "
+                                   "not accept (overcommit is advisory)", {
         "proc/sys/vm/overcommit_memory": Dir(),
-    }, LATENCY_REQUIRE, ready=False, blocking=("cpu-frequency", "cpu-idle", "tuned", "overcommit-memory", "topology"),
+    }, LATENCY_REQUIRE, ready=False, blocking=("cpu-frequency", "cpu-idle", "tuned", "topology"),
         gpu_xml=NVIDIA_SMI_T4_CLOCKS_LOCKED, latency_tuned="unknown"),
 }
 
