@@ -227,16 +227,21 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
             return self.wfile.write(page)
         keys = {"collide": ["m/3/x", "m/3/./x", "m/3//x"]}.get(bucket, [KEY])
         token = int(query.get("continuation-token", ["0"])[0])
-        endless = bucket == "endless"
-        if endless:   # 20 a page: --max-objects 50 is passed on the third page, well within the deadline
+        endless = bucket in ("endless", "emptypages", "fatpages")
+        if bucket == "endless":   # 20 a page: --max-objects 50 is passed on the third page, well within the deadline
             keys = [f"m/3/part-{token:06d}-{i:02d}" for i in range(20)]
+        elif bucket == "emptypages":   # pages forever, none holding an object
+            keys = []
+        elif bucket == "fatpages":     # one object a page, each page padded to 64 KiB
+            keys = [f"m/3/part-{token:06d}"]
+        padding = f"<Padding>{'x' * 65_536}</Padding>" if bucket == "fatpages" else ""
         contents = "".join(f"<Contents><Key>{k}</Key><Size>{len(BODY)}</Size><ETag>&quot;{BODY_MD5}&quot;</ETag>"
                            f"<LastModified>2024-01-01T00:00:00.000Z</LastModified><StorageClass>STANDARD</StorageClass>"
                            f"</Contents>" for k in keys if k.startswith(prefix))
         more = f"<NextContinuationToken>{token + 1}</NextContinuationToken>" if endless else ""
         xml = (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
                f"<Name>{bucket}</Name><Prefix>{prefix}</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
-               f"<IsTruncated>{'true' if endless else 'false'}</IsTruncated>{contents}{more}</ListBucketResult>").encode()
+               f"<IsTruncated>{'true' if endless else 'false'}</IsTruncated>{contents}{more}{padding}</ListBucketResult>").encode()
         self._head(200, {"Content-Type": "application/xml", "Content-Length": str(len(xml))})
         self.wfile.write(xml)
 
@@ -334,6 +339,10 @@ def test_https_transient_then_ok_and_framings(bad_server: str, capsys, tmp_path:
     ("trickle", ["not fetched within the 2.5 s deadline", "spec.fetch.deadlineSeconds"]),
     ("hang", ["sent no byte for 0.5 s", "listing"]),
     ("endless", ["more than 50 objects", "--max-objects"]),
+    # Bounded by pages and bytes derived from --max-objects 50: 20 pages, 1 MiB.
+    ("emptypages", ["the listing went on past 20 pages (--max-listing-pages, from --max-objects 50) with 0 objects"]),
+    ("fatpages", ["the listing sent more than 1048576 bytes (--max-listing-bytes, from --max-objects 50)",
+                  "while listing (page 16, 15 objects so far)"]),
     ("html", ["not S3's XML", "AWS_ENDPOINT_URL"]),
     ("html500", ["HTTP 500 without an S3 error document", "AWS_ENDPOINT_URL"]),
     ("collide", ["'m/3/x', 'm/3/./x', 'm/3//x' would all land at x"]),
@@ -349,6 +358,21 @@ def test_s3_misbehaving_fails_in_one_line(bad_s3: dict, capsys, tmp_path: Path, 
     one_line(err, uri, *words)
     assert on_disk(dest) == []
     assert time.monotonic() - started < 12
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--max-listing-pages", "3"], ["past 3 pages (--max-listing-pages) with 0 objects"]),
+    (["--max-listing-bytes", "200000"], ["more than 200000 bytes (--max-listing-bytes)"]),
+])
+def test_s3_listing_bounds_are_flags(bad_s3: dict, capsys, tmp_path: Path, argv: list[str], words: list[str]) -> None:
+    bucket = "emptypages" if "--max-listing-pages" in argv else "fatpages"
+    _Misbehaving.hits.clear()
+    code, _, err = cli(capsys, "--uri", f"s3://{bucket}/m/3", "--dest", str(tmp_path / "m" / "1"), *argv, *ROOMY)
+    assert code == 1
+    one_line(err, f"s3://{bucket}/m/3", *words)
+    pages = sum(n for path, n in _Misbehaving.hits.items() if path.startswith(f"/{bucket}"))
+    assert pages == (3 if bucket == "emptypages" else 4)   # no request past the bound
+    assert on_disk(tmp_path / "m" / "1") == []
 
 
 @pytest.mark.parametrize("bucket", ["okay", "cutonce", "flaky"])

@@ -58,7 +58,6 @@ DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
 STALL_FIELD = "spec.fetch.stallSeconds"
 CHUNK = 1 << 20
 NAME_MAX = 255                   # bytes in one file name (ext4, xfs, overlayfs)
-MAX_PAGES = 1000                 # listing pages, whatever each holds (a server may send empty pages)
 DEFAULT_DEADLINE_S = 1800.0
 DEFAULT_STALL_S = 60.0
 DEFAULT_MAX_OBJECTS = 100_000
@@ -89,12 +88,44 @@ class DeadlineExceeded(BaseException):
     """The overall deadline passed (SIGALRM): a BaseException so no library's `except Exception` eats it."""
 
 
+# A listing's bounds follow --max-objects unless given. S3, GCS and MinIO send up to 1000 keys a
+# page and fill every page but the last; a store may send fewer ("up to"), so a page holding 100
+# on average is still honest: more pages than max_objects/100 (at least 20) is a store that keeps
+# paging, with empty or near-empty pages that --max-objects alone never stops (the time goes, and
+# the memory of what each page held). One listed object is ~400 bytes of XML besides its key
+# (at most 1024 bytes): 2 KiB an object (at least 1 MiB in all) is room for any honest listing,
+# and a store that pads its pages is stopped after that many bytes, not after the deadline.
+OBJECTS_PER_PAGE = 100
+MIN_PAGES = 20
+BYTES_PER_OBJECT = 2048
+MIN_LISTING_BYTES = 1 << 20
+
+
+def default_max_pages(max_objects: int) -> int:
+    return max(MIN_PAGES, -(-max_objects // OBJECTS_PER_PAGE))
+
+
+def default_max_listing_bytes(max_objects: int) -> int:
+    return max(MIN_LISTING_BYTES, BYTES_PER_OBJECT * max_objects)
+
+
 @dataclass(frozen=True)
 class Limits:
     deadline_s: float = DEFAULT_DEADLINE_S
     stall_s: float = DEFAULT_STALL_S
     max_objects: int = DEFAULT_MAX_OBJECTS
     attempts: int = ATTEMPTS
+    max_pages: int | None = None             # None: default_max_pages(max_objects)
+    max_listing_bytes: int | None = None     # None: default_max_listing_bytes(max_objects)
+
+    @property
+    def pages(self) -> int:
+        return self.max_pages if self.max_pages is not None else default_max_pages(self.max_objects)
+
+    @property
+    def listing_bytes(self) -> int:
+        return (self.max_listing_bytes if self.max_listing_bytes is not None
+                else default_max_listing_bytes(self.max_objects))
 
 
 @dataclass(frozen=True)
@@ -573,23 +604,47 @@ def _bucket_client(uri: str, scheme: str, limits: Limits) -> Any:
 
 def _list(s3: Any, uri: str, scheme: str, bucket: str, prefix: str, limits: Limits,
           progress: Progress) -> list[tuple[str, int]]:
+    """(key, size) of every object under `prefix`, within --max-objects, --max-listing-pages and
+    --max-listing-bytes (each a FetchError naming the URI and the bound)."""
+    def bound(flag: str, given: int | None) -> str:
+        return f"{flag}" if given is not None else f"{flag}, from --max-objects {limits.max_objects}"
+
+    received = 0
+
+    def count(operation_model: Any, response_dict: Mapping[str, Any], **_: Any) -> None:
+        # Every listing answer's body, before it is parsed (botocore has read it whole by then).
+        nonlocal received
+        received += len(response_dict.get("body") or b"")
+        if received > limits.listing_bytes:
+            raise FetchError(f"{uri}: the listing sent more than {limits.listing_bytes} bytes "
+                             f"({bound('--max-listing-bytes', limits.max_listing_bytes)}) while {progress.activity}: "
+                             "the store pads its pages or the prefix holds too much; check AWS_ENDPOINT_URL, "
+                             "or point the URI at the model's own directory")
+
     # gs:// lists with V1, which Cloud Storage's XML API has always served.
-    pages = s3.get_paginator("list_objects" if scheme == "gs" else "list_objects_v2").paginate(
-        Bucket=bucket, Prefix=prefix.rstrip("/"))
+    operation = "list_objects" if scheme == "gs" else "list_objects_v2"
+    event = f"before-parse.s3.{'ListObjects' if scheme == 'gs' else 'ListObjectsV2'}"
+    s3.meta.events.register(event, count, unique_id="rankops-listing-bytes")
+    pages = s3.get_paginator(operation).paginate(Bucket=bucket, Prefix=prefix.rstrip("/"))
     listed: list[tuple[str, int]] = []
     progress.activity = "listing (page 1)"
-    for number, page in enumerate(pages, 1):
-        if "IsTruncated" not in page and "Name" not in page:
-            raise ResponseNotS3(page)
-        progress.activity = f"listing (page {number}, {len(listed)} objects)"
-        if number > MAX_PAGES:
-            raise FetchError(f"{uri}: the listing went on past {MAX_PAGES} pages: the store keeps paging; "
-                             "check AWS_ENDPOINT_URL, or point the URI at the model's own directory")
-        for item in page.get("Contents", []):
-            listed.append((str(item["Key"]), int(item.get("Size", 0))))
-        if len(listed) > limits.max_objects:
-            raise FetchError(f"{uri}: more than {limits.max_objects} objects under this prefix (--max-objects): "
-                             "point the URI at the model's own directory")
+    try:
+        for number, page in enumerate(pages, 1):
+            if "IsTruncated" not in page and "Name" not in page:
+                raise ResponseNotS3(page)
+            for item in page.get("Contents", []):
+                listed.append((str(item["Key"]), int(item.get("Size", 0))))
+            if len(listed) > limits.max_objects:
+                raise FetchError(f"{uri}: more than {limits.max_objects} objects under this prefix (--max-objects): "
+                                 "point the URI at the model's own directory")
+            if number >= limits.pages and page.get("IsTruncated"):
+                raise FetchError(f"{uri}: the listing went on past {limits.pages} pages "
+                                 f"({bound('--max-listing-pages', limits.max_pages)}) with {len(listed)} objects: "
+                                 "the store keeps paging; check AWS_ENDPOINT_URL, or point the URI at the "
+                                 "model's own directory")
+            progress.activity = f"listing (page {number + 1}, {len(listed)} objects so far)"
+    finally:
+        s3.meta.events.unregister(event, unique_id="rankops-listing-bytes")
     return listed
 
 
@@ -848,10 +903,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     dest = Path(args.dest)
-    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, max_objects=args.max_objects)
+    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, max_objects=args.max_objects,
+                    max_pages=args.max_listing_pages, max_listing_bytes=args.max_listing_bytes)
     try:
-        if args.deadline_s <= 0 or args.stall_s <= 0 or args.max_objects < 1:
-            raise FetchError("--deadline-s and --stall-s must be above 0 and --max-objects at least 1")
+        if (args.deadline_s <= 0 or args.stall_s <= 0 or args.max_objects < 1
+                or min(args.max_listing_pages or 1, args.max_listing_bytes or 1) < 1):
+            raise FetchError(f"{args.uri}: --deadline-s and --stall-s must be above 0, --max-objects, "
+                             "--max-listing-pages and --max-listing-bytes at least 1")
         dest = check_dest(args.dest, args.uri)
         fetch(args.uri, dest, args.expect, limits, progress)
     except FetchError as exc:
@@ -886,4 +944,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"a read with no byte for this long fails (and is retried) (RankingModel: {STALL_FIELD})")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS,
                    help="refuse a prefix listing more objects than this")
+    p.add_argument("--max-listing-pages", type=int, default=None,
+                   help=f"stop a listing after this many pages (default: --max-objects / {OBJECTS_PER_PAGE}, "
+                        f"at least {MIN_PAGES})")
+    p.add_argument("--max-listing-bytes", type=int, default=None,
+                   help=f"stop a listing after the store sent this many bytes of it (default: {BYTES_PER_OBJECT} "
+                        f"per --max-objects, at least {MIN_LISTING_BYTES})")
     p.set_defaults(func=cmd_fetch)
