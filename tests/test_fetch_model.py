@@ -210,6 +210,8 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         elif behaviour == "chunked":
             self._head(200, {"Transfer-Encoding": "chunked"})
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        elif behaviour == "loop":
+            self._head(302, {"Location": self.path, "Content-Length": "0"})
         elif behaviour == "md5-wrong":
             self._head(200, {**length, "Content-MD5": base64.b64encode(b"0" * 16).decode()})
             self.wfile.write(data)
@@ -309,6 +311,7 @@ def token() -> str:
     ("nolength-md5-cut", ["arrived with MD5", "the store says"]),
     ("md5-wrong", ["arrived with MD5"]),
     ("chunked-cut", ["chunked body of model.onnx ended before its last chunk after 91000 bytes"]),
+    ("loop", ["redirects in a loop or more than 10 times (last: 302 to /h/loop/model.onnx)"]),
 ])
 def test_https_misbehaving_fails_in_one_line(bad_server: str, capsys, tmp_path: Path, behaviour: str,
                                              words: list[str]) -> None:
@@ -413,14 +416,26 @@ def test_hash_and_question_mark_are_key_characters(s3_env: dict, store: ObjectSt
 @pytest.mark.parametrize("argv, words", [
     (["--expect", "../marker"], ["--expect '../marker' must name a file inside --dest"]),
     (["--expect", "/etc/hostname"], ["--expect '/etc/hostname' must name a file inside --dest"]),
+    (["--expect", "model.plan"], ["has no model.plan (--expect; found: model.onnx)"]),
 ])
 def test_expect_only_inside_dest(bad_server: str, capsys, tmp_path: Path, argv: list[str], words: list[str]) -> None:
     (tmp_path / "m" / "marker").parent.mkdir(parents=True)
     (tmp_path / "m" / "marker").write_text("outside")
-    code, _, err = cli(capsys, "--uri", f"{bad_server}/h/ok/model.onnx", "--dest", str(tmp_path / "m" / "1"), *argv)
+    uri = f"{bad_server}/h/ok/model.onnx"
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), *argv)
     assert code == 1
-    one_line(err, *words)
+    one_line(err, uri, *words)   # every message about --expect names the URI it was about
     assert on_disk(tmp_path / "m" / "1") == ["marker"]
+
+
+def test_expect_naming_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "src" / "model.onnx").mkdir(parents=True)
+    (tmp_path / "src" / "model.onnx" / "x").write_bytes(b"x")
+    uri = f"file://{tmp_path / 'src'}"
+    with pytest.raises(FetchError, match="model.onnx \\(--expect\\) is a directory in the artifact") as err:
+        fetch(uri, tmp_path / "m" / "1", "model.onnx")
+    assert str(err.value).startswith(uri)
+    assert on_disk(tmp_path / "m" / "1") == []
 
 
 def test_local_disk_errors_are_sentences(bad_server: str, capsys, tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ RETRY_HTTP = (408, 429, 500, 502, 503, 504)
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 REGION_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")   # botocore's own check
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+REDIRECTS_MAX = urllib.request.HTTPRedirectHandler.max_redirections
 
 
 class FetchError(Exception):
@@ -185,6 +186,11 @@ def parse_uri(uri: str) -> Source:
     raise FetchError(f"{uri}: unsupported scheme {scheme!r}: use s3://, gs://, https:// or file://")
 
 
+def flat(text: str) -> str:
+    """`text` on one line: what a server or a library says may hold newlines."""
+    return CONTROL.sub(" ", text).strip()
+
+
 def check_dest(text: str, uri: str = "") -> Path:
     """--dest as an absolute path; refuses one that names no entry of its own (`.`, `..`, `/`)."""
     last = text.rstrip("/").rsplit("/", 1)[-1]
@@ -198,13 +204,13 @@ def check_dest(text: str, uri: str = "") -> Path:
     return dest
 
 
-def check_expect(expect: str | None) -> PurePosixPath | None:
+def check_expect(expect: str | None, uri: str) -> PurePosixPath | None:
     """--expect as a path inside DEST; an absolute path or one with `..` could be met by any file."""
     if not expect:
         return None
     path = PurePosixPath(expect)
     if path.is_absolute() or ".." in path.parts or not path.parts or CONTROL.search(expect):
-        raise FetchError(f"--expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
+        raise FetchError(f"{uri}: --expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
                          "model.savedmodel/saved_model.pb), not an absolute path or one with `..`")
     return path
 
@@ -543,9 +549,19 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
         if exc.code in (401, 403):
             raise FetchError(f"{uri}: refused ({exc.code}): the URL needs credentials, or a presigned URL "
                              "has expired: use a fresh one, or s3:// with modelCredentialsSecret") from None
+        reason = flat(str(exc.reason))
+        if 300 <= exc.code < 400:
+            # urllib gives up on a loop, or after 10 hops, with a three-line reason.
+            where_to = flat(str(exc.headers.get("Location", "") if exc.headers else ""))[:200]
+            if "infinite loop" in reason:
+                raise FetchError(f"{uri}: the server redirects in a loop or more than {REDIRECTS_MAX} times "
+                                 f"(last: {exc.code} to {where_to or 'nowhere'}): point the URI at the artifact's "
+                                 "final URL") from None
+            raise FetchError(f"{uri}: the server answered {exc.code} {reason} without a redirect to follow: "
+                             "point the URI at the artifact's final URL") from None
         if exc.code in RETRY_HTTP:
-            raise Transient(f"{uri}: the server answered {exc.code} {exc.reason}") from None
-        raise FetchError(f"{uri}: the server answered {exc.code} {exc.reason}: check the URL") from None
+            raise Transient(f"{uri}: the server answered {exc.code} {reason}") from None
+        raise FetchError(f"{uri}: the server answered {exc.code} {reason}: check the URL") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, (socket.timeout, TimeoutError)):
@@ -837,7 +853,7 @@ def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limi
     """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was)."""
     progress = progress or Progress()
     source = parse_uri(uri)
-    expected = check_expect(expect)
+    expected = check_expect(expect, uri)
     dest = check_dest(str(dest), uri)
     file_dest = dest.name if is_file_dest(dest) else None
     if file_dest and dest.is_dir() and not dest.is_symlink():
@@ -869,9 +885,12 @@ def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limi
                     _fetch_http(uri, staging, file_dest, limits, clock, progress)
                 else:
                     _fetch_bucket(uri, source, staging, file_dest, limits, clock, progress)
+                if expected and (staging / expected).is_dir():
+                    raise FetchError(f"{uri}: {expected} (--expect) is a directory in the artifact, not a file: "
+                                     f"Triton loads <version dir>/{expected} as one file")
                 if expected and not (staging / expected).is_file():
                     found = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())[:5]
-                    raise FetchError(f"{uri} has no {expected} (found: {', '.join(found) or 'nothing'}): Triton "
+                    raise FetchError(f"{uri} has no {expected} (--expect; found: {', '.join(found) or 'nothing'}): Triton "
                                      f"loads <version dir>/{expected}; put it at {uri.rstrip('/')}/{expected}")
                 clock.check()
                 disarm()   # complete: the switch and the tidying are not cut short
@@ -913,7 +932,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         dest = check_dest(args.dest, args.uri)
         fetch(args.uri, dest, args.expect, limits, progress)
     except FetchError as exc:
-        print(f"rankops fetch-model: {exc}", file=sys.stderr)
+        print(f"rankops fetch-model: {flat(str(exc))}", file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
         print(f"rankops fetch-model: {args.uri}: interrupted while {progress.activity}; {where(dest, progress)}",
@@ -924,7 +943,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         return 1
     except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
         print(f"rankops fetch-model: {args.uri}: unexpected {type(exc).__name__} while {progress.activity} "
-              f"({str(exc)[:300]}); {where(dest, progress)}: please report it", file=sys.stderr)
+              f"({flat(str(exc))[:300]}); {where(dest, progress)}: please report it", file=sys.stderr)
         return 1
     print(summary(args.uri, dest, progress))
     return 0
