@@ -196,9 +196,9 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         elif behaviour.startswith("flaky"):
             self._head(200, {**length, **tags})
             self.wfile.write(data)
-        elif behaviour in ("nolength", "nolength-md5-cut"):
+        elif behaviour in ("nolength", "nolength-md5-cut", "nolength-cut"):
             md5 = {"Content-MD5": base64.b64encode(hashlib.md5(data).digest()).decode()}
-            self._head(200, {"Connection": "close", **(md5 if behaviour != "nolength" else {})})
+            self._head(200, {"Connection": "close", **(md5 if behaviour == "nolength-md5-cut" else {})})
             self.wfile.write(data if behaviour == "nolength" else data[: len(data) // 2])
             self._close()
         elif behaviour == "chunked-cut":
@@ -629,3 +629,45 @@ def test_client_settings() -> None:
         "s3": {"addressing_style": "path"}}
     gs = client_settings("gs", {"AWS_ENDPOINT_URL": "http://minio:9000"})
     assert gs["endpoint_url"] == "https://storage.googleapis.com"
+
+
+# --- an expected digest (--sha256; a RankingModel version's sha256) -----------------------------
+
+BODY_SHA256 = hashlib.sha256(BODY).hexdigest()
+
+
+@pytest.mark.parametrize("behaviour", ["nolength-cut", "ok"])
+def test_sha256_refuses_a_body_that_closed_early(bad_server: str, capsys, tmp_path: Path, behaviour: str) -> None:
+    """A body with no length and no checksum that closes early is undetectable by the transfer
+    itself: the expected digest catches it, and the previous version stays."""
+    dest = tmp_path / "m" / "1"
+    fetch(f"{bad_server}/h/ok/model.onnx", dest)
+    previous = os.readlink(dest)
+    uri = f"{bad_server}/h/{behaviour}/{token()}/model.onnx"
+    code, out, err = cli(capsys, "--uri", uri, "--dest", str(dest), "--expect", "model.onnx",
+                         "--sha256", BODY_SHA256.upper() if behaviour == "ok" else BODY_SHA256, *ROOMY)
+    if behaviour == "ok":
+        assert (code, err) == (0, "") and "model.onnx matched --sha256" in out
+        assert os.readlink(dest) != previous
+    else:
+        assert code == 1
+        half = hashlib.sha256(BODY[: len(BODY) // 2]).hexdigest()
+        one_line(err, uri, f"model.onnx has sha256 {half}, not the {BODY_SHA256} expected",
+                 "spec.versions[].sha256", f"{dest} still holds the previous version")
+        assert os.readlink(dest) == previous
+    assert tree(dest) == {"model.onnx": BODY} and on_disk(dest) == LANDED
+
+
+def test_sha256_of_a_prefix_covers_the_expected_file(s3_env: dict, tmp_path: Path) -> None:
+    digest = hashlib.sha256(MODEL["model.onnx"]).hexdigest()
+    fetch("s3://models/ctr-ranker/3", tmp_path / "a" / "1", "model.onnx", sha256=digest)
+    assert tree(tmp_path / "a" / "1") == MODEL
+    with pytest.raises(FetchError, match="tokenizer/vocab.txt has sha256 .* not the") as err:
+        fetch("s3://models/ctr-ranker/3", tmp_path / "b" / "1", "tokenizer/vocab.txt", sha256=digest)
+    assert str(err.value).startswith("s3://models/ctr-ranker/3: ")
+    with pytest.raises(FetchError, match="--sha256 covers one file but the artifact holds 3: give --expect"):
+        fetch("s3://models/ctr-ranker/3", tmp_path / "c" / "1", sha256=digest)
+    with pytest.raises(FetchError, match="s3://models/ctr-ranker/3: --sha256 'abc' is not a SHA-256 digest"):
+        fetch("s3://models/ctr-ranker/3", tmp_path / "d" / "1", "model.onnx", sha256="abc")
+    for name in "bcd":
+        assert on_disk(tmp_path / name / "1") == []

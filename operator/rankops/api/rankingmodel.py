@@ -79,11 +79,25 @@ class ModelVersion(ApiModel):
     built_with_triton: Annotated[str | None, Field(pattern=TRITON_RELEASE, max_length=5, description=(
         'For tensorrt_plan: the Triton release (YY.MM, e.g. "24.05") whose container built the engine, when '
         "tensorrtVersion is not known; the engine is checked against spec.tritonImage's release."))] = None
+    sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", description=(
+        "SHA-256 (64 lower-case hex digits, as `sha256sum` prints) of the model file Triton loads: "
+        "model.onnx, model.plan or model.pt in the artifact directory modelUri names (or the file it "
+        "names). The fetcher refuses an artifact whose file differs (replaced at the URI, corrupted, or "
+        "cut short by a server that sent no length) and the previous version keeps serving. Only for "
+        "fetched URIs (s3://, gs://, https://): pvc:// and file:// are mounted, never read through."))] = None
 
     @field_validator("tensorrt_version", "built_with_triton", mode="before")
     @classmethod
     def _versions_are_quoted(cls, value: Any, info) -> Any:
         return refuse_unquoted_version(cls, value, info.field_name, "24.10")
+
+    @model_validator(mode="after")
+    def _sha256_only_when_fetched(self) -> "ModelVersion":
+        if self.sha256 and self.model_uri.split("://", 1)[0].lower() in ("pvc", "file"):
+            raise ValueError(f"version {self.name!r}: sha256 is checked by the fetcher, and a "
+                             f"{self.model_uri.split('://', 1)[0]}:// artifact is mounted, not fetched: "
+                             "remove sha256 or fetch the artifact from s3://, gs:// or https://")
+        return self
 
     @model_validator(mode="after")
     def _engine_fields_only_for_plans(self) -> "ModelVersion":

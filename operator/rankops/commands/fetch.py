@@ -56,6 +56,8 @@ GCS_XML_ENDPOINT = "https://storage.googleapis.com"
 SECRET = "the Secret named by the RankingModel's spec.modelCredentialsSecret"
 DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
 STALL_FIELD = "spec.fetch.stallSeconds"
+SHA256_FIELD = "spec.versions[].sha256"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 NAME_MAX = 255                   # bytes in one file name (ext4, xfs, overlayfs)
 DEFAULT_DEADLINE_S = 1800.0
@@ -148,6 +150,7 @@ class Progress:
     bytes: int = 0
     verified: int = 0
     unverified: list[str] = field(default_factory=list)
+    sha256_checked: str = ""     # the file whose sha256 matched --sha256
 
 
 # --- pure helpers -------------------------------------------------------------------------------
@@ -213,6 +216,48 @@ def check_expect(expect: str | None, uri: str) -> PurePosixPath | None:
         raise FetchError(f"{uri}: --expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
                          "model.savedmodel/saved_model.pb), not an absolute path or one with `..`")
     return path
+
+
+def check_sha256(sha256: str | None, uri: str) -> str | None:
+    """--sha256 as 64 lower-case hex digits."""
+    if sha256 is None:
+        return None
+    if not SHA256.fullmatch(sha256.lower()):
+        raise FetchError(f"{uri}: --sha256 {sha256[:80]!r} is not a SHA-256 digest: give its 64 hex digits "
+                         "(e.g. from `sha256sum model.onnx`)")
+    return sha256.lower()
+
+
+def verify_sha256(uri: str, staging: Path, dest: Path, expected_file: PurePosixPath | None, sha256: str, clock: Clock,
+                  progress: Progress) -> None:
+    """The digest of the file --expect names (or of the artifact's one file) must be `sha256`: a body
+    the server sent without a length or checksum that closed early, or an artifact replaced at the
+    URI, is refused before it becomes the version."""
+    if expected_file is None:
+        files = sorted(p for p in staging.rglob("*") if p.is_file())
+        if len(files) != 1:
+            raise FetchError(f"{uri}: --sha256 covers one file but the artifact holds {len(files)}: give --expect "
+                             "to name the file it is the digest of")
+        target = files[0]
+    else:
+        target = staging / expected_file
+    rel = target.relative_to(staging).as_posix()
+    progress.activity = f"checking the sha256 of {rel}"
+    digest = hashlib.sha256()
+    try:
+        with open(target, "rb") as handle:
+            while chunk := handle.read(CHUNK):
+                clock.check()
+                digest.update(chunk)
+    except OSError as exc:
+        raise FetchError(f"{uri}: cannot read back {rel} to check its sha256 ({exc.strerror or exc}): "
+                         "check --dest's volume") from None
+    if digest.hexdigest() != sha256:
+        raise FetchError(f"{uri}: {rel} has sha256 {digest.hexdigest()}, not the {sha256} expected (--sha256; "
+                         f"{SHA256_FIELD}): the artifact at the URI is another one, or it arrived cut short or "
+                         f"corrupted; upload the right artifact or correct {SHA256_FIELD}; "
+                         f"{where(dest, progress)}")
+    progress.sha256_checked = rel
 
 
 def is_file_dest(dest: Path) -> bool:
@@ -849,11 +894,13 @@ def switch(staging: Path, dest: Path, file_dest: bool, uri: str, progress: Progr
 
 
 def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limits(),
-          progress: Progress | None = None) -> Progress:
-    """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was)."""
+          progress: Progress | None = None, sha256: str | None = None) -> Progress:
+    """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was). With `sha256`,
+    the file `expect` names (or the artifact's one file) must have that digest."""
     progress = progress or Progress()
     source = parse_uri(uri)
     expected = check_expect(expect, uri)
+    sha256 = check_sha256(sha256, uri)
     dest = check_dest(str(dest), uri)
     file_dest = dest.name if is_file_dest(dest) else None
     if file_dest and dest.is_dir() and not dest.is_symlink():
@@ -892,6 +939,8 @@ def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limi
                     found = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())[:5]
                     raise FetchError(f"{uri} has no {expected} (--expect; found: {', '.join(found) or 'nothing'}): Triton "
                                      f"loads <version dir>/{expected}; put it at {uri.rstrip('/')}/{expected}")
+                if sha256:
+                    verify_sha256(uri, staging, dest, expected, sha256, clock, progress)
                 clock.check()
                 disarm()   # complete: the switch and the tidying are not cut short
                 progress.activity = "switching to the new version"
@@ -913,7 +962,9 @@ def summary(uri: str, dest: Path, progress: Progress) -> str:
     line = f"fetched {uri} -> {dest} ({progress.files} files, {progress.bytes} bytes"
     if progress.verified:
         line += f", {progress.verified} checked against the store's MD5"
-    if any("no length" in u for u in progress.unverified):
+    if progress.sha256_checked:
+        line += f", {progress.sha256_checked} matched --sha256"
+    elif any("no length" in u for u in progress.unverified):
         line += "; the server sent no length or checksum, so a cut connection could not be told apart"
     return line + ")"
 
@@ -930,7 +981,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             raise FetchError(f"{args.uri}: --deadline-s and --stall-s must be above 0, --max-objects, "
                              "--max-listing-pages and --max-listing-bytes at least 1")
         dest = check_dest(args.dest, args.uri)
-        fetch(args.uri, dest, args.expect, limits, progress)
+        fetch(args.uri, dest, args.expect, limits, progress, sha256=args.sha256)
     except FetchError as exc:
         print(f"rankops fetch-model: {flat(str(exc))}", file=sys.stderr)
         return 1
@@ -957,6 +1008,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dest", required=True,
                    help="the directory (or, with a file suffix, the file) to copy it to, e.g. /models/NAME/1")
     p.add_argument("--expect", help="file that must exist inside DEST afterwards, e.g. model.onnx")
+    p.add_argument("--sha256", metavar="HEX",
+                   help="the SHA-256 the file --expect names (or the artifact's one file) must have; a mismatch "
+                        f"fails and leaves DEST as it was (RankingModel: {SHA256_FIELD})")
     p.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
                    help=f"give up after this many seconds in all (RankingModel: {DEADLINE_FIELD})")
     p.add_argument("--stall-s", type=float, default=DEFAULT_STALL_S,
