@@ -210,6 +210,15 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         elif behaviour == "chunked":
             self._head(200, {"Transfer-Encoding": "chunked"})
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        elif behaviour == "hang":   # says nothing at all
+            self.release.wait(30)
+            self._close()
+        elif behaviour == "slowbody":   # a pause mid-body longer than --first-byte-s, shorter than --stall-s
+            self._head(200, {**length, **tags})
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            time.sleep(1.0)
+            self.wfile.write(data[len(data) // 2:])
         elif behaviour == "loop":
             self._head(302, {"Location": self.path, "Content-Length": "0"})
         elif behaviour == "md5-wrong":
@@ -257,7 +266,7 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         bucket, key = parts[0], urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
         if not key:
             return self._listing(bucket, urllib.parse.parse_qs(parsed.query))
-        self._body(bucket.split("-")[0] if bucket.startswith(("cutonce", "flaky")) else bucket, BODY, s3=True)
+        self._body(bucket.split("-")[0] if bucket.startswith(("cutonce", "flaky", "slowbody")) else bucket, BODY, s3=True)
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
@@ -340,7 +349,8 @@ def test_https_transient_then_ok_and_framings(bad_server: str, capsys, tmp_path:
     ("cut", ["truncated (100000 of 200000 bytes)", "after 3 attempts"]),
     ("stall", ["stalled: no byte for 0.5 s", "spec.fetch.stallSeconds"]),
     ("trickle", ["not fetched within the 2.5 s deadline", "spec.fetch.deadlineSeconds"]),
-    ("hang", ["sent no byte for 0.5 s", "listing"]),
+    ("hang", ["sent no byte for 0.5 s at each of 3 attempts while listing (page 1) (", " s in all; --first-byte-s, "
+              "spec.fetch.firstByteSeconds)"]),
     ("endless", ["more than 50 objects", "--max-objects"]),
     # Bounded by pages and bytes derived from --max-objects 50: 20 pages, 1 MiB.
     ("emptypages", ["the listing went on past 20 pages (--max-listing-pages, from --max-objects 50) with 0 objects"]),
@@ -671,3 +681,36 @@ def test_sha256_of_a_prefix_covers_the_expected_file(s3_env: dict, tmp_path: Pat
         fetch("s3://models/ctr-ranker/3", tmp_path / "d" / "1", "model.onnx", sha256="abc")
     for name in "bcd":
         assert on_disk(tmp_path / name / "1") == []
+
+
+# --- a hung store: the first byte's wait is its own, lower, and the message says the total --------
+
+@pytest.mark.parametrize("scheme", ["https", "s3"])
+def test_hung_store_fails_after_the_first_byte_wait_and_says_the_total(bad_s3: dict, bad_server: str, capsys,
+                                                                       tmp_path: Path, scheme: str) -> None:
+    uri = f"{bad_server}/h/hang/model.onnx" if scheme == "https" else "s3://hang/m/3"
+    started = time.monotonic()
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), "--deadline-s", "30",
+                       "--stall-s", "20", "--first-byte-s", "0.5")
+    waited = time.monotonic() - started
+    assert code == 1 and waited < 10   # 3 x 0.5 s and the back-off, not 3 x --stall-s
+    words = (["no answer within 0.5 s (--first-byte-s; spec.fetch.firstByteSeconds)", "(after 3 attempts, "]
+             if scheme == "https" else ["sent no byte for 0.5 s at each of 3 attempts"])
+    one_line(err, uri, *words, " s in all")
+    assert on_disk(tmp_path / "m" / "1") == []
+
+
+@pytest.mark.parametrize("scheme", ["https", "s3"])
+def test_a_body_pausing_longer_than_the_first_byte_wait_is_not_a_stall(bad_s3: dict, bad_server: str, capsys,
+                                                                        tmp_path: Path, scheme: str) -> None:
+    uri = f"{bad_server}/h/slowbody/{token()}/model.onnx" if scheme == "https" else f"s3://slowbody-{token()}/m/3"
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), "--deadline-s", "30",
+                       "--stall-s", "5", "--first-byte-s", "0.3")
+    assert (code, err) == (0, "")
+    assert tree(tmp_path / "m" / "1") == {"model.onnx": BODY}
+
+
+def test_first_byte_wait_defaults_below_the_stall() -> None:
+    from rankops.commands.fetch import Limits
+    assert Limits().first_byte == 20 and Limits(stall_s=5).first_byte == 5
+    assert Limits(stall_s=300, first_byte_s=90).first_byte == 90

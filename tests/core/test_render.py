@@ -166,6 +166,18 @@ def test_a_versions_sha256_reaches_the_fetcher():
                                                         "sha256": digest}]))
 
 
+def test_first_byte_seconds_reaches_the_fetcher_only_when_set():
+    def fetcher(**fetch):
+        rm = RankingModel.model_validate(base_doc(**({"fetch": fetch} if fetch else {})))
+        dep = _by_kind(desired_objects(rm, ServingState("3"), resolve_shape(rm.spec)))[("Deployment", "ctr-ranker-stable")]
+        return dep["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert "--first-byte-s" not in fetcher()   # unset: the pods' template is what it was
+    command = fetcher(firstByteSeconds=15)
+    assert command[command.index("--first-byte-s") + 1] == "15"
+    with pytest.raises(ValueError, match="firstByteSeconds must not exceed fetch.deadlineSeconds"):
+        fetcher(firstByteSeconds=100, deadlineSeconds=60)
+
+
 def test_pvc_artifacts_mount_without_copy(tmp_path):
     objects = render_documents(load_documents([str(HERE / "cases" / "torchscript-pvc.yaml")]))
     dep = _by_kind(objects)[("Deployment", "mmoe-ranker-stable")]

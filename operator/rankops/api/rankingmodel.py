@@ -378,16 +378,26 @@ class FetchLimits(ApiModel):
         "The most seconds one fetch of the artifact may take in all (listing, download, retries); past it "
         "the init container fails with a line saying so and restarts."))] = 1800
     stall_seconds: Annotated[int, Field(ge=5, le=3600, description=(
-        "A read that gets no byte for this long fails and is retried (within deadlineSeconds)."))] = 60
+        "A read of a body that gets no byte for this long fails and is retried (within deadlineSeconds)."))] = 60
+    first_byte_seconds: Annotated[int | None, Field(ge=1, le=3600, description=(
+        "A request (a listing page, a download) whose answer has not begun this long after it was sent fails "
+        "and is retried, 3 attempts in all: a hung store fails the init container after about 3 times this. "
+        "Unset: 20, or stallSeconds when that is lower (object stores answer within a second; a body may "
+        "pause longer on a congested path)."))] = None
 
     @model_validator(mode="after")
     def _stall_within_deadline(self) -> "FetchLimits":
         if self.stall_seconds > self.deadline_seconds:
             raise ValueError("fetch.stallSeconds must not exceed fetch.deadlineSeconds")
+        if self.first_byte_seconds is not None and self.first_byte_seconds > self.deadline_seconds:
+            raise ValueError("fetch.firstByteSeconds must not exceed fetch.deadlineSeconds")
         return self
 
     def args(self) -> list[str]:
-        return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds)]
+        # --first-byte-s only when set: unset, the fetcher's own default applies and the pods'
+        # template (so its hash) is what it was before the field existed.
+        first_byte = ["--first-byte-s", str(self.first_byte_seconds)] if self.first_byte_seconds is not None else []
+        return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds), *first_byte]
 
 
 class NodeSpread(str, Enum):

@@ -13,10 +13,13 @@ bucket is the key, taken literally (`#`, `?` and `%` are key characters, as the 
 https:// is a URL (its `#fragment` is not sent). file:///PATH is percent-decoded.
 
 A strict downloader: every failure is one line (URI, cause, fix) and a non-zero exit. Time is
-bounded: an overall deadline (--deadline-s), no byte for --stall-s fails a read, listings stop at
---max-objects, transient errors (5xx, dropped or stalled connections, cut bodies) are retried
+bounded: an overall deadline (--deadline-s), no answer for --first-byte-s fails a request, no byte
+for --stall-s fails a body's read, listings stop at --max-objects, --max-listing-pages and
+--max-listing-bytes, transient errors (5xx, dropped or stalled connections, cut bodies) are retried
 with back-off inside the deadline. Sizes and checksums are checked wherever the store gives them
-(Content-Length, an S3 ETag that is an MD5, Content-MD5, x-goog-hash).
+(Content-Length, an S3 ETag that is an MD5, Content-MD5, x-goog-hash), and --sha256 (a version's
+`sha256`) is checked whatever the store gives, which is what catches a body sent without a length
+that closed early.
 
 Versions on disk, for a directory DEST (/models/m/1): each fetch lands in a hidden staging
 sibling, becomes a complete version `.1.v-<id>` by one rename, and DEST is a symlink to it,
@@ -56,12 +59,19 @@ GCS_XML_ENDPOINT = "https://storage.googleapis.com"
 SECRET = "the Secret named by the RankingModel's spec.modelCredentialsSecret"
 DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
 STALL_FIELD = "spec.fetch.stallSeconds"
+FIRST_BYTE_FIELD = "spec.fetch.firstByteSeconds"
 SHA256_FIELD = "spec.versions[].sha256"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 NAME_MAX = 255                   # bytes in one file name (ext4, xfs, overlayfs)
 DEFAULT_DEADLINE_S = 1800.0
 DEFAULT_STALL_S = 60.0
+# The wait for a request's first byte (connecting, and until the answer's headers), lower than
+# the stall allowed mid-body: S3, GCS and MinIO answer a GET or a listing page in well under a
+# second, and one that has said nothing for 20 s is down or hung, while a body may pause longer on
+# a congested path. Each of the ATTEMPTS waits this long, so a hung store fails the init container
+# in about a minute, not 3 x --stall-s (3-4 minutes by default).
+DEFAULT_FIRST_BYTE_S = 20.0
 DEFAULT_MAX_OBJECTS = 100_000
 ATTEMPTS = 3
 RETRY_HTTP = (408, 429, 500, 502, 503, 504)
@@ -116,10 +126,15 @@ def default_max_listing_bytes(max_objects: int) -> int:
 class Limits:
     deadline_s: float = DEFAULT_DEADLINE_S
     stall_s: float = DEFAULT_STALL_S
+    first_byte_s: float | None = None        # None: DEFAULT_FIRST_BYTE_S, or stall_s when that is lower
     max_objects: int = DEFAULT_MAX_OBJECTS
     attempts: int = ATTEMPTS
     max_pages: int | None = None             # None: default_max_pages(max_objects)
     max_listing_bytes: int | None = None     # None: default_max_listing_bytes(max_objects)
+
+    @property
+    def first_byte(self) -> float:
+        return self.first_byte_s if self.first_byte_s is not None else min(self.stall_s, DEFAULT_FIRST_BYTE_S)
 
     @property
     def pages(self) -> int:
@@ -452,6 +467,9 @@ class Clock:
     def remaining(self) -> float:
         return self.end - time.monotonic()
 
+    def elapsed(self) -> float:
+        return time.monotonic() - (self.end - self.limits.deadline_s)
+
     def check(self) -> None:
         if self.remaining() <= 0:
             raise DeadlineExceeded()
@@ -476,6 +494,15 @@ def alarm(seconds: float) -> Iterator[Callable[[], None]]:
     finally:
         disarm()
         signal.signal(signal.SIGALRM, previous)
+
+
+def body_timeout(holder: Any, attribute: str, seconds: float) -> None:
+    """Give the socket under a response whose headers are in the body's timeout (--stall-s) in place
+    of the first byte's. Best effort: where a library keeps it elsewhere, the body keeps the first
+    byte's (shorter) timeout, which only fails a stall sooner."""
+    sock = getattr(holder, attribute, None)
+    if isinstance(sock, socket.socket):
+        sock.settimeout(seconds)
 
 
 class ReadFailed(Exception):
@@ -533,7 +560,8 @@ def with_retries(limits: Limits, clock: Clock, once: Callable[[], None]) -> None
             return
         except Transient as exc:
             if attempt == limits.attempts:
-                raise FetchError(f"{exc} (after {attempt} attempts): retry later, or check the store") from None
+                raise FetchError(f"{exc} (after {attempt} attempts, {clock.elapsed():.0f} s in all): retry later, "
+                                 "or check the store") from None
             if backoff_s(attempt) >= clock.remaining():
                 raise FetchError(f"{exc} (attempt {attempt}; the {limits.deadline_s:g} s deadline, --deadline-s or "
                                  f"{DEADLINE_FIELD}, leaves no time for another): check the store") from None
@@ -586,7 +614,7 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
     progress.activity = f"connecting for {name}"
     request = urllib.request.Request(uri, headers={"User-Agent": "rankops-fetch-model"})
     try:
-        response = urllib.request.urlopen(request, timeout=limits.stall_s)
+        response = urllib.request.urlopen(request, timeout=limits.first_byte)
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code in (404, 410):
@@ -610,9 +638,10 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise Transient(f"{uri}: no answer within {limits.stall_s:g} s (--stall-s; {STALL_FIELD})") from None
+            raise Transient(f"{uri}: no answer within {limits.first_byte:g} s (--first-byte-s; {FIRST_BYTE_FIELD})") from None
         raise Transient(f"{uri}: cannot download ({reason}): check the URL and that the pod can reach it") from None
     with response:
+        body_timeout(getattr(getattr(response, "fp", None), "raw", None), "_sock", limits.stall_s)
         expected = response.length          # from Content-Length; None when chunked or absent
         chunked = bool(getattr(response, "chunked", False))
         md5 = md5_from_headers(response.headers)
@@ -651,8 +680,10 @@ def _bucket_client(uri: str, scheme: str, limits: Limits) -> Any:
         from botocore.config import Config
 
         settings = client_settings(scheme, os.environ)
-        config = Config(**settings.pop("config"), connect_timeout=min(10.0, limits.stall_s),
-                        read_timeout=limits.stall_s,
+        # read_timeout bounds each request until its first byte (and a listing page's body);
+        # a GetObject body gets --stall-s once its headers are in (body_timeout).
+        config = Config(**settings.pop("config"), connect_timeout=min(10.0, limits.first_byte),
+                        read_timeout=limits.first_byte,
                         retries={"mode": "standard", "max_attempts": limits.attempts})
         session = boto3.session.Session()
         if session.get_credentials() is None:
@@ -737,6 +768,7 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
                 progress.activity = f"downloading {key}"
                 response = s3.get_object(Bucket=source.bucket, Key=key)
                 body = response["Body"]
+                body_timeout(getattr(getattr(body, "_raw_stream", None), "_connection", None), "sock", limits.stall_s)
                 try:
                     received, actual = copy_stream(uri, lambda: body.read(CHUNK), target, clock)
                 except ReadFailed as failed:
@@ -762,8 +794,10 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
         raise FetchError(f"{uri}: cannot reach {endpoint} ({exc}): check AWS_ENDPOINT_URL in {SECRET} "
                          "and that the pod can reach it") from None
     except ReadTimeoutError:
-        raise FetchError(f"{uri}: {endpoint} sent no byte for {limits.stall_s:g} s while {progress.activity} "
-                         f"(--stall-s; {STALL_FIELD}), {limits.attempts} attempts: check the store") from None
+        raise FetchError(f"{uri}: {endpoint} sent no byte for {limits.first_byte:g} s at each of {limits.attempts} "
+                         f"attempts while {progress.activity} ({clock.elapsed():.0f} s in all; --first-byte-s, "
+                         f"{FIRST_BYTE_FIELD}): the store is down or hung; check it and AWS_ENDPOINT_URL in "
+                         f"{SECRET}") from None
     except (ResponseParserError, ResponseNotS3):
         raise FetchError(f"{uri}: {endpoint} answered with something that is not S3's XML while "
                          f"{progress.activity}: check that AWS_ENDPOINT_URL in {SECRET} points at an S3 API, "
@@ -973,12 +1007,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     dest = Path(args.dest)
-    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, max_objects=args.max_objects,
+    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, first_byte_s=args.first_byte_s,
+                    max_objects=args.max_objects,
                     max_pages=args.max_listing_pages, max_listing_bytes=args.max_listing_bytes)
     try:
-        if (args.deadline_s <= 0 or args.stall_s <= 0 or args.max_objects < 1
+        if (args.deadline_s <= 0 or args.stall_s <= 0 or (args.first_byte_s is not None and args.first_byte_s <= 0)
+                or args.max_objects < 1
                 or min(args.max_listing_pages or 1, args.max_listing_bytes or 1) < 1):
-            raise FetchError(f"{args.uri}: --deadline-s and --stall-s must be above 0, --max-objects, "
+            raise FetchError(f"{args.uri}: --deadline-s, --stall-s and --first-byte-s must be above 0, --max-objects, "
                              "--max-listing-pages and --max-listing-bytes at least 1")
         dest = check_dest(args.dest, args.uri)
         fetch(args.uri, dest, args.expect, limits, progress, sha256=args.sha256)
@@ -1015,6 +1051,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"give up after this many seconds in all (RankingModel: {DEADLINE_FIELD})")
     p.add_argument("--stall-s", type=float, default=DEFAULT_STALL_S,
                    help=f"a read with no byte for this long fails (and is retried) (RankingModel: {STALL_FIELD})")
+    p.add_argument("--first-byte-s", type=float, default=None,
+                   help=f"a request with no byte of its answer for this long fails (and is retried) (default: "
+                        f"{DEFAULT_FIRST_BYTE_S:g}, or --stall-s when lower) (RankingModel: {FIRST_BYTE_FIELD})")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS,
                    help="refuse a prefix listing more objects than this")
     p.add_argument("--max-listing-pages", type=int, default=None,
