@@ -196,9 +196,9 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         elif behaviour.startswith("flaky"):
             self._head(200, {**length, **tags})
             self.wfile.write(data)
-        elif behaviour in ("nolength", "nolength-md5-cut"):
+        elif behaviour in ("nolength", "nolength-md5-cut", "nolength-cut"):
             md5 = {"Content-MD5": base64.b64encode(hashlib.md5(data).digest()).decode()}
-            self._head(200, {"Connection": "close", **(md5 if behaviour != "nolength" else {})})
+            self._head(200, {"Connection": "close", **(md5 if behaviour == "nolength-md5-cut" else {})})
             self.wfile.write(data if behaviour == "nolength" else data[: len(data) // 2])
             self._close()
         elif behaviour == "chunked-cut":
@@ -210,6 +210,17 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         elif behaviour == "chunked":
             self._head(200, {"Transfer-Encoding": "chunked"})
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        elif behaviour == "hang":   # says nothing at all
+            self.release.wait(30)
+            self._close()
+        elif behaviour == "slowbody":   # a pause mid-body longer than --first-byte-s, shorter than --stall-s
+            self._head(200, {**length, **tags})
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            time.sleep(1.0)
+            self.wfile.write(data[len(data) // 2:])
+        elif behaviour == "loop":
+            self._head(302, {"Location": self.path, "Content-Length": "0"})
         elif behaviour == "md5-wrong":
             self._head(200, {**length, "Content-MD5": base64.b64encode(b"0" * 16).decode()})
             self.wfile.write(data)
@@ -227,16 +238,21 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
             return self.wfile.write(page)
         keys = {"collide": ["m/3/x", "m/3/./x", "m/3//x"]}.get(bucket, [KEY])
         token = int(query.get("continuation-token", ["0"])[0])
-        endless = bucket == "endless"
-        if endless:   # 20 a page: --max-objects 50 is passed on the third page, well within the deadline
+        endless = bucket in ("endless", "emptypages", "fatpages")
+        if bucket == "endless":   # 20 a page: --max-objects 50 is passed on the third page, well within the deadline
             keys = [f"m/3/part-{token:06d}-{i:02d}" for i in range(20)]
+        elif bucket == "emptypages":   # pages forever, none holding an object
+            keys = []
+        elif bucket == "fatpages":     # one object a page, each page padded to 64 KiB
+            keys = [f"m/3/part-{token:06d}"]
+        padding = f"<Padding>{'x' * 65_536}</Padding>" if bucket == "fatpages" else ""
         contents = "".join(f"<Contents><Key>{k}</Key><Size>{len(BODY)}</Size><ETag>&quot;{BODY_MD5}&quot;</ETag>"
                            f"<LastModified>2024-01-01T00:00:00.000Z</LastModified><StorageClass>STANDARD</StorageClass>"
                            f"</Contents>" for k in keys if k.startswith(prefix))
         more = f"<NextContinuationToken>{token + 1}</NextContinuationToken>" if endless else ""
         xml = (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
                f"<Name>{bucket}</Name><Prefix>{prefix}</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
-               f"<IsTruncated>{'true' if endless else 'false'}</IsTruncated>{contents}{more}</ListBucketResult>").encode()
+               f"<IsTruncated>{'true' if endless else 'false'}</IsTruncated>{contents}{more}{padding}</ListBucketResult>").encode()
         self._head(200, {"Content-Type": "application/xml", "Content-Length": str(len(xml))})
         self.wfile.write(xml)
 
@@ -250,7 +266,7 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         bucket, key = parts[0], urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
         if not key:
             return self._listing(bucket, urllib.parse.parse_qs(parsed.query))
-        self._body(bucket.split("-")[0] if bucket.startswith(("cutonce", "flaky")) else bucket, BODY, s3=True)
+        self._body(bucket.split("-")[0] if bucket.startswith(("cutonce", "flaky", "slowbody")) else bucket, BODY, s3=True)
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
@@ -304,6 +320,7 @@ def token() -> str:
     ("nolength-md5-cut", ["arrived with MD5", "the store says"]),
     ("md5-wrong", ["arrived with MD5"]),
     ("chunked-cut", ["chunked body of model.onnx ended before its last chunk after 91000 bytes"]),
+    ("loop", ["redirects in a loop or more than 10 times (last: 302 to /h/loop/model.onnx)"]),
 ])
 def test_https_misbehaving_fails_in_one_line(bad_server: str, capsys, tmp_path: Path, behaviour: str,
                                              words: list[str]) -> None:
@@ -332,8 +349,13 @@ def test_https_transient_then_ok_and_framings(bad_server: str, capsys, tmp_path:
     ("cut", ["truncated (100000 of 200000 bytes)", "after 3 attempts"]),
     ("stall", ["stalled: no byte for 0.5 s", "spec.fetch.stallSeconds"]),
     ("trickle", ["not fetched within the 2.5 s deadline", "spec.fetch.deadlineSeconds"]),
-    ("hang", ["sent no byte for 0.5 s", "listing"]),
+    ("hang", ["sent no byte for 0.5 s at each of 3 attempts while listing (page 1) (", " s in all; --first-byte-s, "
+              "spec.fetch.firstByteSeconds)"]),
     ("endless", ["more than 50 objects", "--max-objects"]),
+    # Bounded by pages and bytes derived from --max-objects 50: 20 pages, 1 MiB.
+    ("emptypages", ["the listing went on past 20 pages (--max-listing-pages, from --max-objects 50) with 0 objects"]),
+    ("fatpages", ["the listing sent more than 1048576 bytes (--max-listing-bytes, from --max-objects 50)",
+                  "while listing (page 16, 15 objects so far)"]),
     ("html", ["not S3's XML", "AWS_ENDPOINT_URL"]),
     ("html500", ["HTTP 500 without an S3 error document", "AWS_ENDPOINT_URL"]),
     ("collide", ["'m/3/x', 'm/3/./x', 'm/3//x' would all land at x"]),
@@ -349,6 +371,21 @@ def test_s3_misbehaving_fails_in_one_line(bad_s3: dict, capsys, tmp_path: Path, 
     one_line(err, uri, *words)
     assert on_disk(dest) == []
     assert time.monotonic() - started < 12
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--max-listing-pages", "3"], ["past 3 pages (--max-listing-pages) with 0 objects"]),
+    (["--max-listing-bytes", "200000"], ["more than 200000 bytes (--max-listing-bytes)"]),
+])
+def test_s3_listing_bounds_are_flags(bad_s3: dict, capsys, tmp_path: Path, argv: list[str], words: list[str]) -> None:
+    bucket = "emptypages" if "--max-listing-pages" in argv else "fatpages"
+    _Misbehaving.hits.clear()
+    code, _, err = cli(capsys, "--uri", f"s3://{bucket}/m/3", "--dest", str(tmp_path / "m" / "1"), *argv, *ROOMY)
+    assert code == 1
+    one_line(err, f"s3://{bucket}/m/3", *words)
+    pages = sum(n for path, n in _Misbehaving.hits.items() if path.startswith(f"/{bucket}"))
+    assert pages == (3 if bucket == "emptypages" else 4)   # no request past the bound
+    assert on_disk(tmp_path / "m" / "1") == []
 
 
 @pytest.mark.parametrize("bucket", ["okay", "cutonce", "flaky"])
@@ -389,14 +426,26 @@ def test_hash_and_question_mark_are_key_characters(s3_env: dict, store: ObjectSt
 @pytest.mark.parametrize("argv, words", [
     (["--expect", "../marker"], ["--expect '../marker' must name a file inside --dest"]),
     (["--expect", "/etc/hostname"], ["--expect '/etc/hostname' must name a file inside --dest"]),
+    (["--expect", "model.plan"], ["has no model.plan (--expect; found: model.onnx)"]),
 ])
 def test_expect_only_inside_dest(bad_server: str, capsys, tmp_path: Path, argv: list[str], words: list[str]) -> None:
     (tmp_path / "m" / "marker").parent.mkdir(parents=True)
     (tmp_path / "m" / "marker").write_text("outside")
-    code, _, err = cli(capsys, "--uri", f"{bad_server}/h/ok/model.onnx", "--dest", str(tmp_path / "m" / "1"), *argv)
+    uri = f"{bad_server}/h/ok/model.onnx"
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), *argv)
     assert code == 1
-    one_line(err, *words)
+    one_line(err, uri, *words)   # every message about --expect names the URI it was about
     assert on_disk(tmp_path / "m" / "1") == ["marker"]
+
+
+def test_expect_naming_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "src" / "model.onnx").mkdir(parents=True)
+    (tmp_path / "src" / "model.onnx" / "x").write_bytes(b"x")
+    uri = f"file://{tmp_path / 'src'}"
+    with pytest.raises(FetchError, match="model.onnx \\(--expect\\) is a directory in the artifact") as err:
+        fetch(uri, tmp_path / "m" / "1", "model.onnx")
+    assert str(err.value).startswith(uri)
+    assert on_disk(tmp_path / "m" / "1") == []
 
 
 def test_local_disk_errors_are_sentences(bad_server: str, capsys, tmp_path: Path) -> None:
@@ -590,3 +639,78 @@ def test_client_settings() -> None:
         "s3": {"addressing_style": "path"}}
     gs = client_settings("gs", {"AWS_ENDPOINT_URL": "http://minio:9000"})
     assert gs["endpoint_url"] == "https://storage.googleapis.com"
+
+
+# --- an expected digest (--sha256; a RankingModel version's sha256) -----------------------------
+
+BODY_SHA256 = hashlib.sha256(BODY).hexdigest()
+
+
+@pytest.mark.parametrize("behaviour", ["nolength-cut", "ok"])
+def test_sha256_refuses_a_body_that_closed_early(bad_server: str, capsys, tmp_path: Path, behaviour: str) -> None:
+    """A body with no length and no checksum that closes early is undetectable by the transfer
+    itself: the expected digest catches it, and the previous version stays."""
+    dest = tmp_path / "m" / "1"
+    fetch(f"{bad_server}/h/ok/model.onnx", dest)
+    previous = os.readlink(dest)
+    uri = f"{bad_server}/h/{behaviour}/{token()}/model.onnx"
+    code, out, err = cli(capsys, "--uri", uri, "--dest", str(dest), "--expect", "model.onnx",
+                         "--sha256", BODY_SHA256.upper() if behaviour == "ok" else BODY_SHA256, *ROOMY)
+    if behaviour == "ok":
+        assert (code, err) == (0, "") and "model.onnx matched --sha256" in out
+        assert os.readlink(dest) != previous
+    else:
+        assert code == 1
+        half = hashlib.sha256(BODY[: len(BODY) // 2]).hexdigest()
+        one_line(err, uri, f"model.onnx has sha256 {half}, not the {BODY_SHA256} expected",
+                 "spec.versions[].sha256", f"{dest} still holds the previous version")
+        assert os.readlink(dest) == previous
+    assert tree(dest) == {"model.onnx": BODY} and on_disk(dest) == LANDED
+
+
+def test_sha256_of_a_prefix_covers_the_expected_file(s3_env: dict, tmp_path: Path) -> None:
+    digest = hashlib.sha256(MODEL["model.onnx"]).hexdigest()
+    fetch("s3://models/ctr-ranker/3", tmp_path / "a" / "1", "model.onnx", sha256=digest)
+    assert tree(tmp_path / "a" / "1") == MODEL
+    with pytest.raises(FetchError, match="tokenizer/vocab.txt has sha256 .* not the") as err:
+        fetch("s3://models/ctr-ranker/3", tmp_path / "b" / "1", "tokenizer/vocab.txt", sha256=digest)
+    assert str(err.value).startswith("s3://models/ctr-ranker/3: ")
+    with pytest.raises(FetchError, match="--sha256 covers one file but the artifact holds 3: give --expect"):
+        fetch("s3://models/ctr-ranker/3", tmp_path / "c" / "1", sha256=digest)
+    with pytest.raises(FetchError, match="s3://models/ctr-ranker/3: --sha256 'abc' is not a SHA-256 digest"):
+        fetch("s3://models/ctr-ranker/3", tmp_path / "d" / "1", "model.onnx", sha256="abc")
+    for name in "bcd":
+        assert on_disk(tmp_path / name / "1") == []
+
+
+# --- a hung store: the first byte's wait is its own, lower, and the message says the total --------
+
+@pytest.mark.parametrize("scheme", ["https", "s3"])
+def test_hung_store_fails_after_the_first_byte_wait_and_says_the_total(bad_s3: dict, bad_server: str, capsys,
+                                                                       tmp_path: Path, scheme: str) -> None:
+    uri = f"{bad_server}/h/hang/model.onnx" if scheme == "https" else "s3://hang/m/3"
+    started = time.monotonic()
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), "--deadline-s", "30",
+                       "--stall-s", "20", "--first-byte-s", "0.5")
+    waited = time.monotonic() - started
+    assert code == 1 and waited < 10   # 3 x 0.5 s and the back-off, not 3 x --stall-s
+    words = (["no answer within 0.5 s (--first-byte-s; spec.fetch.firstByteSeconds)", "(after 3 attempts, "]
+             if scheme == "https" else ["sent no byte for 0.5 s at each of 3 attempts"])
+    one_line(err, uri, *words, " s in all")
+    assert on_disk(tmp_path / "m" / "1") == []
+
+
+@pytest.mark.parametrize("scheme", ["https", "s3"])
+def test_a_body_pausing_longer_than_the_first_byte_wait_is_not_a_stall(bad_s3: dict, bad_server: str, capsys,
+                                                                        tmp_path: Path, scheme: str) -> None:
+    uri = f"{bad_server}/h/slowbody/{token()}/model.onnx" if scheme == "https" else f"s3://slowbody-{token()}/m/3"
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(tmp_path / "m" / "1"), "--deadline-s", "30",
+                       "--stall-s", "5", "--first-byte-s", "0.3")
+    assert (code, err) == (0, "")
+    assert tree(tmp_path / "m" / "1") == {"model.onnx": BODY}
+
+
+def test_first_byte_wait_defaults_below_the_stall() -> None:
+    from rankops.commands.fetch import Limits
+    assert Limits().first_byte == 20 and Limits(stall_s=5).first_byte == 5
+    assert Limits(stall_s=300, first_byte_s=90).first_byte == 90

@@ -145,6 +145,39 @@ def test_config_change_rolls_pods_through_the_hash():
     assert h[0] != h[1]
 
 
+def test_a_versions_sha256_reaches_the_fetcher():
+    digest = "ab" * 32
+    rm = RankingModel.model_validate(base_doc(version="4", versions=[
+        {"name": "3", "modelUri": "s3://m/3", "format": "onnx"},
+        {"name": "4", "modelUri": "s3://m/4", "format": "onnx", "sha256": digest}]))
+    objects = _by_kind(desired_objects(rm, ServingState("3", "4", False, 1), resolve_shape(rm.spec)))
+    fetchers = {track: objects[("Deployment", f"ctr-ranker-{track}")]["spec"]["template"]["spec"]["initContainers"][0]
+                for track in ("stable", "canary")}
+    canary = fetchers["canary"]["command"]
+    assert canary[canary.index("--sha256") + 1] == digest
+    assert canary[canary.index("--expect") + 1] == "model.onnx"   # the file the digest covers
+    assert "--sha256" not in fetchers["stable"]["command"]
+    for bad in ("AB" * 32, "ab" * 31):
+        with pytest.raises(ValueError, match="sha256"):
+            RankingModel.model_validate(base_doc(versions=[{"name": "3", "modelUri": "s3://m/3", "format": "onnx",
+                                                            "sha256": bad}]))
+    with pytest.raises(ValueError, match="pvc:// artifact is mounted, not fetched"):
+        RankingModel.model_validate(base_doc(versions=[{"name": "3", "modelUri": "pvc://claim/m/3", "format": "onnx",
+                                                        "sha256": digest}]))
+
+
+def test_first_byte_seconds_reaches_the_fetcher_only_when_set():
+    def fetcher(**fetch):
+        rm = RankingModel.model_validate(base_doc(**({"fetch": fetch} if fetch else {})))
+        dep = _by_kind(desired_objects(rm, ServingState("3"), resolve_shape(rm.spec)))[("Deployment", "ctr-ranker-stable")]
+        return dep["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert "--first-byte-s" not in fetcher()   # unset: the pods' template is what it was
+    command = fetcher(firstByteSeconds=15)
+    assert command[command.index("--first-byte-s") + 1] == "15"
+    with pytest.raises(ValueError, match="firstByteSeconds must not exceed fetch.deadlineSeconds"):
+        fetcher(firstByteSeconds=100, deadlineSeconds=60)
+
+
 def test_pvc_artifacts_mount_without_copy(tmp_path):
     objects = render_documents(load_documents([str(HERE / "cases" / "torchscript-pvc.yaml")]))
     dep = _by_kind(objects)[("Deployment", "mmoe-ranker-stable")]

@@ -79,11 +79,25 @@ class ModelVersion(ApiModel):
     built_with_triton: Annotated[str | None, Field(pattern=TRITON_RELEASE, max_length=5, description=(
         'For tensorrt_plan: the Triton release (YY.MM, e.g. "24.05") whose container built the engine, when '
         "tensorrtVersion is not known; the engine is checked against spec.tritonImage's release."))] = None
+    sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", description=(
+        "SHA-256 (64 lower-case hex digits, as `sha256sum` prints) of the model file Triton loads: "
+        "model.onnx, model.plan or model.pt in the artifact directory modelUri names (or the file it "
+        "names). The fetcher refuses an artifact whose file differs (replaced at the URI, corrupted, or "
+        "cut short by a server that sent no length) and the previous version keeps serving. Only for "
+        "fetched URIs (s3://, gs://, https://): pvc:// and file:// are mounted, never read through."))] = None
 
     @field_validator("tensorrt_version", "built_with_triton", mode="before")
     @classmethod
     def _versions_are_quoted(cls, value: Any, info) -> Any:
         return refuse_unquoted_version(cls, value, info.field_name, "24.10")
+
+    @model_validator(mode="after")
+    def _sha256_only_when_fetched(self) -> "ModelVersion":
+        if self.sha256 and self.model_uri.split("://", 1)[0].lower() in ("pvc", "file"):
+            raise ValueError(f"version {self.name!r}: sha256 is checked by the fetcher, and a "
+                             f"{self.model_uri.split('://', 1)[0]}:// artifact is mounted, not fetched: "
+                             "remove sha256 or fetch the artifact from s3://, gs:// or https://")
+        return self
 
     @model_validator(mode="after")
     def _engine_fields_only_for_plans(self) -> "ModelVersion":
@@ -364,16 +378,26 @@ class FetchLimits(ApiModel):
         "The most seconds one fetch of the artifact may take in all (listing, download, retries); past it "
         "the init container fails with a line saying so and restarts."))] = 1800
     stall_seconds: Annotated[int, Field(ge=5, le=3600, description=(
-        "A read that gets no byte for this long fails and is retried (within deadlineSeconds)."))] = 60
+        "A read of a body that gets no byte for this long fails and is retried (within deadlineSeconds)."))] = 60
+    first_byte_seconds: Annotated[int | None, Field(ge=1, le=3600, description=(
+        "A request (a listing page, a download) whose answer has not begun this long after it was sent fails "
+        "and is retried, 3 attempts in all: a hung store fails the init container after about 3 times this. "
+        "Unset: 20, or stallSeconds when that is lower (object stores answer within a second; a body may "
+        "pause longer on a congested path)."))] = None
 
     @model_validator(mode="after")
     def _stall_within_deadline(self) -> "FetchLimits":
         if self.stall_seconds > self.deadline_seconds:
             raise ValueError("fetch.stallSeconds must not exceed fetch.deadlineSeconds")
+        if self.first_byte_seconds is not None and self.first_byte_seconds > self.deadline_seconds:
+            raise ValueError("fetch.firstByteSeconds must not exceed fetch.deadlineSeconds")
         return self
 
     def args(self) -> list[str]:
-        return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds)]
+        # --first-byte-s only when set: unset, the fetcher's own default applies and the pods'
+        # template (so its hash) is what it was before the field existed.
+        first_byte = ["--first-byte-s", str(self.first_byte_seconds)] if self.first_byte_seconds is not None else []
+        return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds), *first_byte]
 
 
 class NodeSpread(str, Enum):

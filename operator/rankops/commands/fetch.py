@@ -13,10 +13,13 @@ bucket is the key, taken literally (`#`, `?` and `%` are key characters, as the 
 https:// is a URL (its `#fragment` is not sent). file:///PATH is percent-decoded.
 
 A strict downloader: every failure is one line (URI, cause, fix) and a non-zero exit. Time is
-bounded: an overall deadline (--deadline-s), no byte for --stall-s fails a read, listings stop at
---max-objects, transient errors (5xx, dropped or stalled connections, cut bodies) are retried
+bounded: an overall deadline (--deadline-s), no answer for --first-byte-s fails a request, no byte
+for --stall-s fails a body's read, listings stop at --max-objects, --max-listing-pages and
+--max-listing-bytes, transient errors (5xx, dropped or stalled connections, cut bodies) are retried
 with back-off inside the deadline. Sizes and checksums are checked wherever the store gives them
-(Content-Length, an S3 ETag that is an MD5, Content-MD5, x-goog-hash).
+(Content-Length, an S3 ETag that is an MD5, Content-MD5, x-goog-hash), and --sha256 (a version's
+`sha256`) is checked whatever the store gives, which is what catches a body sent without a length
+that closed early.
 
 Versions on disk, for a directory DEST (/models/m/1): each fetch lands in a hidden staging
 sibling, becomes a complete version `.1.v-<id>` by one rename, and DEST is a symlink to it,
@@ -56,17 +59,26 @@ GCS_XML_ENDPOINT = "https://storage.googleapis.com"
 SECRET = "the Secret named by the RankingModel's spec.modelCredentialsSecret"
 DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
 STALL_FIELD = "spec.fetch.stallSeconds"
+FIRST_BYTE_FIELD = "spec.fetch.firstByteSeconds"
+SHA256_FIELD = "spec.versions[].sha256"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 NAME_MAX = 255                   # bytes in one file name (ext4, xfs, overlayfs)
-MAX_PAGES = 1000                 # listing pages, whatever each holds (a server may send empty pages)
 DEFAULT_DEADLINE_S = 1800.0
 DEFAULT_STALL_S = 60.0
+# The wait for a request's first byte (connecting, and until the answer's headers), lower than
+# the stall allowed mid-body: S3, GCS and MinIO answer a GET or a listing page in well under a
+# second, and one that has said nothing for 20 s is down or hung, while a body may pause longer on
+# a congested path. Each of the ATTEMPTS waits this long, so a hung store fails the init container
+# in about a minute, not 3 x --stall-s (3-4 minutes by default).
+DEFAULT_FIRST_BYTE_S = 20.0
 DEFAULT_MAX_OBJECTS = 100_000
 ATTEMPTS = 3
 RETRY_HTTP = (408, 429, 500, 502, 503, 504)
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 REGION_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")   # botocore's own check
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+REDIRECTS_MAX = urllib.request.HTTPRedirectHandler.max_redirections
 
 
 class FetchError(Exception):
@@ -89,12 +101,49 @@ class DeadlineExceeded(BaseException):
     """The overall deadline passed (SIGALRM): a BaseException so no library's `except Exception` eats it."""
 
 
+# A listing's bounds follow --max-objects unless given. S3, GCS and MinIO send up to 1000 keys a
+# page and fill every page but the last; a store may send fewer ("up to"), so a page holding 100
+# on average is still honest: more pages than max_objects/100 (at least 20) is a store that keeps
+# paging, with empty or near-empty pages that --max-objects alone never stops (the time goes, and
+# the memory of what each page held). One listed object is ~400 bytes of XML besides its key
+# (at most 1024 bytes): 2 KiB an object (at least 1 MiB in all) is room for any honest listing,
+# and a store that pads its pages is stopped after that many bytes, not after the deadline.
+OBJECTS_PER_PAGE = 100
+MIN_PAGES = 20
+BYTES_PER_OBJECT = 2048
+MIN_LISTING_BYTES = 1 << 20
+
+
+def default_max_pages(max_objects: int) -> int:
+    return max(MIN_PAGES, -(-max_objects // OBJECTS_PER_PAGE))
+
+
+def default_max_listing_bytes(max_objects: int) -> int:
+    return max(MIN_LISTING_BYTES, BYTES_PER_OBJECT * max_objects)
+
+
 @dataclass(frozen=True)
 class Limits:
     deadline_s: float = DEFAULT_DEADLINE_S
     stall_s: float = DEFAULT_STALL_S
+    first_byte_s: float | None = None        # None: DEFAULT_FIRST_BYTE_S, or stall_s when that is lower
     max_objects: int = DEFAULT_MAX_OBJECTS
     attempts: int = ATTEMPTS
+    max_pages: int | None = None             # None: default_max_pages(max_objects)
+    max_listing_bytes: int | None = None     # None: default_max_listing_bytes(max_objects)
+
+    @property
+    def first_byte(self) -> float:
+        return self.first_byte_s if self.first_byte_s is not None else min(self.stall_s, DEFAULT_FIRST_BYTE_S)
+
+    @property
+    def pages(self) -> int:
+        return self.max_pages if self.max_pages is not None else default_max_pages(self.max_objects)
+
+    @property
+    def listing_bytes(self) -> int:
+        return (self.max_listing_bytes if self.max_listing_bytes is not None
+                else default_max_listing_bytes(self.max_objects))
 
 
 @dataclass(frozen=True)
@@ -116,6 +165,7 @@ class Progress:
     bytes: int = 0
     verified: int = 0
     unverified: list[str] = field(default_factory=list)
+    sha256_checked: str = ""     # the file whose sha256 matched --sha256
 
 
 # --- pure helpers -------------------------------------------------------------------------------
@@ -154,6 +204,11 @@ def parse_uri(uri: str) -> Source:
     raise FetchError(f"{uri}: unsupported scheme {scheme!r}: use s3://, gs://, https:// or file://")
 
 
+def flat(text: str) -> str:
+    """`text` on one line: what a server or a library says may hold newlines."""
+    return CONTROL.sub(" ", text).strip()
+
+
 def check_dest(text: str, uri: str = "") -> Path:
     """--dest as an absolute path; refuses one that names no entry of its own (`.`, `..`, `/`)."""
     last = text.rstrip("/").rsplit("/", 1)[-1]
@@ -167,15 +222,57 @@ def check_dest(text: str, uri: str = "") -> Path:
     return dest
 
 
-def check_expect(expect: str | None) -> PurePosixPath | None:
+def check_expect(expect: str | None, uri: str) -> PurePosixPath | None:
     """--expect as a path inside DEST; an absolute path or one with `..` could be met by any file."""
     if not expect:
         return None
     path = PurePosixPath(expect)
     if path.is_absolute() or ".." in path.parts or not path.parts or CONTROL.search(expect):
-        raise FetchError(f"--expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
+        raise FetchError(f"{uri}: --expect {expect!r} must name a file inside --dest (e.g. model.onnx or "
                          "model.savedmodel/saved_model.pb), not an absolute path or one with `..`")
     return path
+
+
+def check_sha256(sha256: str | None, uri: str) -> str | None:
+    """--sha256 as 64 lower-case hex digits."""
+    if sha256 is None:
+        return None
+    if not SHA256.fullmatch(sha256.lower()):
+        raise FetchError(f"{uri}: --sha256 {sha256[:80]!r} is not a SHA-256 digest: give its 64 hex digits "
+                         "(e.g. from `sha256sum model.onnx`)")
+    return sha256.lower()
+
+
+def verify_sha256(uri: str, staging: Path, dest: Path, expected_file: PurePosixPath | None, sha256: str, clock: Clock,
+                  progress: Progress) -> None:
+    """The digest of the file --expect names (or of the artifact's one file) must be `sha256`: a body
+    the server sent without a length or checksum that closed early, or an artifact replaced at the
+    URI, is refused before it becomes the version."""
+    if expected_file is None:
+        files = sorted(p for p in staging.rglob("*") if p.is_file())
+        if len(files) != 1:
+            raise FetchError(f"{uri}: --sha256 covers one file but the artifact holds {len(files)}: give --expect "
+                             "to name the file it is the digest of")
+        target = files[0]
+    else:
+        target = staging / expected_file
+    rel = target.relative_to(staging).as_posix()
+    progress.activity = f"checking the sha256 of {rel}"
+    digest = hashlib.sha256()
+    try:
+        with open(target, "rb") as handle:
+            while chunk := handle.read(CHUNK):
+                clock.check()
+                digest.update(chunk)
+    except OSError as exc:
+        raise FetchError(f"{uri}: cannot read back {rel} to check its sha256 ({exc.strerror or exc}): "
+                         "check --dest's volume") from None
+    if digest.hexdigest() != sha256:
+        raise FetchError(f"{uri}: {rel} has sha256 {digest.hexdigest()}, not the {sha256} expected (--sha256; "
+                         f"{SHA256_FIELD}): the artifact at the URI is another one, or it arrived cut short or "
+                         f"corrupted; upload the right artifact or correct {SHA256_FIELD}; "
+                         f"{where(dest, progress)}")
+    progress.sha256_checked = rel
 
 
 def is_file_dest(dest: Path) -> bool:
@@ -370,6 +467,9 @@ class Clock:
     def remaining(self) -> float:
         return self.end - time.monotonic()
 
+    def elapsed(self) -> float:
+        return time.monotonic() - (self.end - self.limits.deadline_s)
+
     def check(self) -> None:
         if self.remaining() <= 0:
             raise DeadlineExceeded()
@@ -394,6 +494,15 @@ def alarm(seconds: float) -> Iterator[Callable[[], None]]:
     finally:
         disarm()
         signal.signal(signal.SIGALRM, previous)
+
+
+def body_timeout(holder: Any, attribute: str, seconds: float) -> None:
+    """Give the socket under a response whose headers are in the body's timeout (--stall-s) in place
+    of the first byte's. Best effort: where a library keeps it elsewhere, the body keeps the first
+    byte's (shorter) timeout, which only fails a stall sooner."""
+    sock = getattr(holder, attribute, None)
+    if isinstance(sock, socket.socket):
+        sock.settimeout(seconds)
 
 
 class ReadFailed(Exception):
@@ -451,7 +560,8 @@ def with_retries(limits: Limits, clock: Clock, once: Callable[[], None]) -> None
             return
         except Transient as exc:
             if attempt == limits.attempts:
-                raise FetchError(f"{exc} (after {attempt} attempts): retry later, or check the store") from None
+                raise FetchError(f"{exc} (after {attempt} attempts, {clock.elapsed():.0f} s in all): retry later, "
+                                 "or check the store") from None
             if backoff_s(attempt) >= clock.remaining():
                 raise FetchError(f"{exc} (attempt {attempt}; the {limits.deadline_s:g} s deadline, --deadline-s or "
                                  f"{DEADLINE_FIELD}, leaves no time for another): check the store") from None
@@ -504,7 +614,7 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
     progress.activity = f"connecting for {name}"
     request = urllib.request.Request(uri, headers={"User-Agent": "rankops-fetch-model"})
     try:
-        response = urllib.request.urlopen(request, timeout=limits.stall_s)
+        response = urllib.request.urlopen(request, timeout=limits.first_byte)
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code in (404, 410):
@@ -512,15 +622,26 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
         if exc.code in (401, 403):
             raise FetchError(f"{uri}: refused ({exc.code}): the URL needs credentials, or a presigned URL "
                              "has expired: use a fresh one, or s3:// with modelCredentialsSecret") from None
+        reason = flat(str(exc.reason))
+        if 300 <= exc.code < 400:
+            # urllib gives up on a loop, or after 10 hops, with a three-line reason.
+            where_to = flat(str(exc.headers.get("Location", "") if exc.headers else ""))[:200]
+            if "infinite loop" in reason:
+                raise FetchError(f"{uri}: the server redirects in a loop or more than {REDIRECTS_MAX} times "
+                                 f"(last: {exc.code} to {where_to or 'nowhere'}): point the URI at the artifact's "
+                                 "final URL") from None
+            raise FetchError(f"{uri}: the server answered {exc.code} {reason} without a redirect to follow: "
+                             "point the URI at the artifact's final URL") from None
         if exc.code in RETRY_HTTP:
-            raise Transient(f"{uri}: the server answered {exc.code} {exc.reason}") from None
-        raise FetchError(f"{uri}: the server answered {exc.code} {exc.reason}: check the URL") from None
+            raise Transient(f"{uri}: the server answered {exc.code} {reason}") from None
+        raise FetchError(f"{uri}: the server answered {exc.code} {reason}: check the URL") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise Transient(f"{uri}: no answer within {limits.stall_s:g} s (--stall-s; {STALL_FIELD})") from None
+            raise Transient(f"{uri}: no answer within {limits.first_byte:g} s (--first-byte-s; {FIRST_BYTE_FIELD})") from None
         raise Transient(f"{uri}: cannot download ({reason}): check the URL and that the pod can reach it") from None
     with response:
+        body_timeout(getattr(getattr(response, "fp", None), "raw", None), "_sock", limits.stall_s)
         expected = response.length          # from Content-Length; None when chunked or absent
         chunked = bool(getattr(response, "chunked", False))
         md5 = md5_from_headers(response.headers)
@@ -559,8 +680,10 @@ def _bucket_client(uri: str, scheme: str, limits: Limits) -> Any:
         from botocore.config import Config
 
         settings = client_settings(scheme, os.environ)
-        config = Config(**settings.pop("config"), connect_timeout=min(10.0, limits.stall_s),
-                        read_timeout=limits.stall_s,
+        # read_timeout bounds each request until its first byte (and a listing page's body);
+        # a GetObject body gets --stall-s once its headers are in (body_timeout).
+        config = Config(**settings.pop("config"), connect_timeout=min(10.0, limits.first_byte),
+                        read_timeout=limits.first_byte,
                         retries={"mode": "standard", "max_attempts": limits.attempts})
         session = boto3.session.Session()
         if session.get_credentials() is None:
@@ -573,23 +696,47 @@ def _bucket_client(uri: str, scheme: str, limits: Limits) -> Any:
 
 def _list(s3: Any, uri: str, scheme: str, bucket: str, prefix: str, limits: Limits,
           progress: Progress) -> list[tuple[str, int]]:
+    """(key, size) of every object under `prefix`, within --max-objects, --max-listing-pages and
+    --max-listing-bytes (each a FetchError naming the URI and the bound)."""
+    def bound(flag: str, given: int | None) -> str:
+        return f"{flag}" if given is not None else f"{flag}, from --max-objects {limits.max_objects}"
+
+    received = 0
+
+    def count(operation_model: Any, response_dict: Mapping[str, Any], **_: Any) -> None:
+        # Every listing answer's body, before it is parsed (botocore has read it whole by then).
+        nonlocal received
+        received += len(response_dict.get("body") or b"")
+        if received > limits.listing_bytes:
+            raise FetchError(f"{uri}: the listing sent more than {limits.listing_bytes} bytes "
+                             f"({bound('--max-listing-bytes', limits.max_listing_bytes)}) while {progress.activity}: "
+                             "the store pads its pages or the prefix holds too much; check AWS_ENDPOINT_URL, "
+                             "or point the URI at the model's own directory")
+
     # gs:// lists with V1, which Cloud Storage's XML API has always served.
-    pages = s3.get_paginator("list_objects" if scheme == "gs" else "list_objects_v2").paginate(
-        Bucket=bucket, Prefix=prefix.rstrip("/"))
+    operation = "list_objects" if scheme == "gs" else "list_objects_v2"
+    event = f"before-parse.s3.{'ListObjects' if scheme == 'gs' else 'ListObjectsV2'}"
+    s3.meta.events.register(event, count, unique_id="rankops-listing-bytes")
+    pages = s3.get_paginator(operation).paginate(Bucket=bucket, Prefix=prefix.rstrip("/"))
     listed: list[tuple[str, int]] = []
     progress.activity = "listing (page 1)"
-    for number, page in enumerate(pages, 1):
-        if "IsTruncated" not in page and "Name" not in page:
-            raise ResponseNotS3(page)
-        progress.activity = f"listing (page {number}, {len(listed)} objects)"
-        if number > MAX_PAGES:
-            raise FetchError(f"{uri}: the listing went on past {MAX_PAGES} pages: the store keeps paging; "
-                             "check AWS_ENDPOINT_URL, or point the URI at the model's own directory")
-        for item in page.get("Contents", []):
-            listed.append((str(item["Key"]), int(item.get("Size", 0))))
-        if len(listed) > limits.max_objects:
-            raise FetchError(f"{uri}: more than {limits.max_objects} objects under this prefix (--max-objects): "
-                             "point the URI at the model's own directory")
+    try:
+        for number, page in enumerate(pages, 1):
+            if "IsTruncated" not in page and "Name" not in page:
+                raise ResponseNotS3(page)
+            for item in page.get("Contents", []):
+                listed.append((str(item["Key"]), int(item.get("Size", 0))))
+            if len(listed) > limits.max_objects:
+                raise FetchError(f"{uri}: more than {limits.max_objects} objects under this prefix (--max-objects): "
+                                 "point the URI at the model's own directory")
+            if number >= limits.pages and page.get("IsTruncated"):
+                raise FetchError(f"{uri}: the listing went on past {limits.pages} pages "
+                                 f"({bound('--max-listing-pages', limits.max_pages)}) with {len(listed)} objects: "
+                                 "the store keeps paging; check AWS_ENDPOINT_URL, or point the URI at the "
+                                 "model's own directory")
+            progress.activity = f"listing (page {number + 1}, {len(listed)} objects so far)"
+    finally:
+        s3.meta.events.unregister(event, unique_id="rankops-listing-bytes")
     return listed
 
 
@@ -621,6 +768,7 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
                 progress.activity = f"downloading {key}"
                 response = s3.get_object(Bucket=source.bucket, Key=key)
                 body = response["Body"]
+                body_timeout(getattr(getattr(body, "_raw_stream", None), "_connection", None), "sock", limits.stall_s)
                 try:
                     received, actual = copy_stream(uri, lambda: body.read(CHUNK), target, clock)
                 except ReadFailed as failed:
@@ -646,8 +794,10 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
         raise FetchError(f"{uri}: cannot reach {endpoint} ({exc}): check AWS_ENDPOINT_URL in {SECRET} "
                          "and that the pod can reach it") from None
     except ReadTimeoutError:
-        raise FetchError(f"{uri}: {endpoint} sent no byte for {limits.stall_s:g} s while {progress.activity} "
-                         f"(--stall-s; {STALL_FIELD}), {limits.attempts} attempts: check the store") from None
+        raise FetchError(f"{uri}: {endpoint} sent no byte for {limits.first_byte:g} s at each of {limits.attempts} "
+                         f"attempts while {progress.activity} ({clock.elapsed():.0f} s in all; --first-byte-s, "
+                         f"{FIRST_BYTE_FIELD}): the store is down or hung; check it and AWS_ENDPOINT_URL in "
+                         f"{SECRET}") from None
     except (ResponseParserError, ResponseNotS3):
         raise FetchError(f"{uri}: {endpoint} answered with something that is not S3's XML while "
                          f"{progress.activity}: check that AWS_ENDPOINT_URL in {SECRET} points at an S3 API, "
@@ -778,11 +928,13 @@ def switch(staging: Path, dest: Path, file_dest: bool, uri: str, progress: Progr
 
 
 def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limits(),
-          progress: Progress | None = None) -> Progress:
-    """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was)."""
+          progress: Progress | None = None, sha256: str | None = None) -> Progress:
+    """Fetch `uri` to `dest` completely or not at all (FetchError; DEST as it was). With `sha256`,
+    the file `expect` names (or the artifact's one file) must have that digest."""
     progress = progress or Progress()
     source = parse_uri(uri)
-    expected = check_expect(expect)
+    expected = check_expect(expect, uri)
+    sha256 = check_sha256(sha256, uri)
     dest = check_dest(str(dest), uri)
     file_dest = dest.name if is_file_dest(dest) else None
     if file_dest and dest.is_dir() and not dest.is_symlink():
@@ -814,10 +966,15 @@ def fetch(uri: str, dest: Path, expect: str | None = None, limits: Limits = Limi
                     _fetch_http(uri, staging, file_dest, limits, clock, progress)
                 else:
                     _fetch_bucket(uri, source, staging, file_dest, limits, clock, progress)
+                if expected and (staging / expected).is_dir():
+                    raise FetchError(f"{uri}: {expected} (--expect) is a directory in the artifact, not a file: "
+                                     f"Triton loads <version dir>/{expected} as one file")
                 if expected and not (staging / expected).is_file():
                     found = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())[:5]
-                    raise FetchError(f"{uri} has no {expected} (found: {', '.join(found) or 'nothing'}): Triton "
+                    raise FetchError(f"{uri} has no {expected} (--expect; found: {', '.join(found) or 'nothing'}): Triton "
                                      f"loads <version dir>/{expected}; put it at {uri.rstrip('/')}/{expected}")
+                if sha256:
+                    verify_sha256(uri, staging, dest, expected, sha256, clock, progress)
                 clock.check()
                 disarm()   # complete: the switch and the tidying are not cut short
                 progress.activity = "switching to the new version"
@@ -839,7 +996,9 @@ def summary(uri: str, dest: Path, progress: Progress) -> str:
     line = f"fetched {uri} -> {dest} ({progress.files} files, {progress.bytes} bytes"
     if progress.verified:
         line += f", {progress.verified} checked against the store's MD5"
-    if any("no length" in u for u in progress.unverified):
+    if progress.sha256_checked:
+        line += f", {progress.sha256_checked} matched --sha256"
+    elif any("no length" in u for u in progress.unverified):
         line += "; the server sent no length or checksum, so a cut connection could not be told apart"
     return line + ")"
 
@@ -848,14 +1007,19 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     dest = Path(args.dest)
-    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, max_objects=args.max_objects)
+    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, first_byte_s=args.first_byte_s,
+                    max_objects=args.max_objects,
+                    max_pages=args.max_listing_pages, max_listing_bytes=args.max_listing_bytes)
     try:
-        if args.deadline_s <= 0 or args.stall_s <= 0 or args.max_objects < 1:
-            raise FetchError("--deadline-s and --stall-s must be above 0 and --max-objects at least 1")
+        if (args.deadline_s <= 0 or args.stall_s <= 0 or (args.first_byte_s is not None and args.first_byte_s <= 0)
+                or args.max_objects < 1
+                or min(args.max_listing_pages or 1, args.max_listing_bytes or 1) < 1):
+            raise FetchError(f"{args.uri}: --deadline-s, --stall-s and --first-byte-s must be above 0, --max-objects, "
+                             "--max-listing-pages and --max-listing-bytes at least 1")
         dest = check_dest(args.dest, args.uri)
-        fetch(args.uri, dest, args.expect, limits, progress)
+        fetch(args.uri, dest, args.expect, limits, progress, sha256=args.sha256)
     except FetchError as exc:
-        print(f"rankops fetch-model: {exc}", file=sys.stderr)
+        print(f"rankops fetch-model: {flat(str(exc))}", file=sys.stderr)
         return 1
     except (Interrupted, KeyboardInterrupt):
         print(f"rankops fetch-model: {args.uri}: interrupted while {progress.activity}; {where(dest, progress)}",
@@ -866,7 +1030,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         return 1
     except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
         print(f"rankops fetch-model: {args.uri}: unexpected {type(exc).__name__} while {progress.activity} "
-              f"({str(exc)[:300]}); {where(dest, progress)}: please report it", file=sys.stderr)
+              f"({flat(str(exc))[:300]}); {where(dest, progress)}: please report it", file=sys.stderr)
         return 1
     print(summary(args.uri, dest, progress))
     return 0
@@ -880,10 +1044,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dest", required=True,
                    help="the directory (or, with a file suffix, the file) to copy it to, e.g. /models/NAME/1")
     p.add_argument("--expect", help="file that must exist inside DEST afterwards, e.g. model.onnx")
+    p.add_argument("--sha256", metavar="HEX",
+                   help="the SHA-256 the file --expect names (or the artifact's one file) must have; a mismatch "
+                        f"fails and leaves DEST as it was (RankingModel: {SHA256_FIELD})")
     p.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
                    help=f"give up after this many seconds in all (RankingModel: {DEADLINE_FIELD})")
     p.add_argument("--stall-s", type=float, default=DEFAULT_STALL_S,
                    help=f"a read with no byte for this long fails (and is retried) (RankingModel: {STALL_FIELD})")
+    p.add_argument("--first-byte-s", type=float, default=None,
+                   help=f"a request with no byte of its answer for this long fails (and is retried) (default: "
+                        f"{DEFAULT_FIRST_BYTE_S:g}, or --stall-s when lower) (RankingModel: {FIRST_BYTE_FIELD})")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS,
                    help="refuse a prefix listing more objects than this")
+    p.add_argument("--max-listing-pages", type=int, default=None,
+                   help=f"stop a listing after this many pages (default: --max-objects / {OBJECTS_PER_PAGE}, "
+                        f"at least {MIN_PAGES})")
+    p.add_argument("--max-listing-bytes", type=int, default=None,
+                   help=f"stop a listing after the store sent this many bytes of it (default: {BYTES_PER_OBJECT} "
+                        f"per --max-objects, at least {MIN_LISTING_BYTES})")
     p.set_defaults(func=cmd_fetch)

@@ -64,7 +64,9 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         "name": "fetch-model",
         "image": fetcher_image,
         "command": ["rankops", "fetch-model", "--uri", version.model_uri, "--dest", version_dir,
-                    "--expect", MODEL_FILENAMES[version.format], *(fetch_args or [])],
+                    "--expect", MODEL_FILENAMES[version.format],
+                    # The digest covers the file --expect names (RankingModel: spec.versions[].sha256).
+                    *(["--sha256", version.sha256] if version.sha256 else []), *(fetch_args or [])],
         # Its one-line error (missing object, bad credentials, truncated download) lands in the
         # pod's status, not only in a log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
