@@ -54,6 +54,20 @@ def test_render_prints_yaml_or_a_json_list(capsys):
     assert {"Deployment", "DaemonSet"} <= {o["kind"] for o in as_json["items"]}
 
 
+def test_render_prints_the_gate_jobs_only_when_asked(capsys):
+    """A model as new runs no gate: its Jobs come with --gate-jobs, after the objects the plan applies."""
+    assert main(["render", "-f", str(POOL), "-f", str(MODEL), "--image-pull-secret", "regcred"]) == 0
+    plain = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert "Job" not in {o["kind"] for o in plain}
+    assert main(["render", "-f", str(POOL), "-f", str(MODEL), "--image-pull-secret", "regcred", "--gate-jobs"]) == 0
+    with_jobs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert with_jobs[:len(plain)] == plain
+    jobs = with_jobs[len(plain):]
+    assert [j["metadata"]["labels"]["rankops.io/gate"] for j in jobs] == ["warmup", "equivalence"]
+    assert all(j["kind"] == "Job" and j["metadata"]["name"].startswith("ctr-ranker-") for j in jobs)
+    assert all(j["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}] for j in jobs)
+
+
 def test_crds_print_as_json_too(capsys):
     assert main(["crds"]) == 0
     as_yaml = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]

@@ -33,7 +33,9 @@ from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
 from rankops.rollout import jobs as gate_jobs
 from rankops import model_status
-from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, step)
+from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, new_attempt_id,
+                                    reference_version_of, step)
+from rankops.rollout.record import GATES
 from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves, shared_node
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
 
@@ -285,15 +287,40 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
     existing = {job for job, _ in observed.jobs}
     creates = []
     for gate in decision.gate_jobs:
-        job = gate_jobs.gate_job(rm, gate, decision.rollout.version, attempt_id(decision.rollout),
-                                 decision.stable_version, reference_served=bool(decision.reference_version))
+        job = _gate_job(rm, gate, decision.rollout.version, attempt_id(decision.rollout),
+                        decision.stable_version, bool(decision.reference_version))
         if job["metadata"]["name"] not in existing:
-            creates.append(with_owner(job, rm))
+            creates.append(job)
     foreign = pod_volume_problems(wanted + creates, policy)   # never expected: rendering refuses them first
     if foreign:
         raise RenderError("; ".join(foreign))
     return (with_pull_secrets(wanted, list(settings.pull_secrets)),
             with_pull_secrets(creates, list(settings.pull_secrets)))
+
+
+def _gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_version: str,
+              reference_served: bool) -> dict[str, Any]:
+    return with_owner(gate_jobs.gate_job(rm, gate, version, attempt, stable_version,
+                                         reference_served=reference_served), rm)
+
+
+def rollout_gate_jobs(body: dict[str, Any], settings: Settings = Settings()) -> list[dict[str, Any]]:
+    """The gate Jobs (warmup, then equivalence) a rollout to the model's spec.version creates, as
+    `rankops render --gate-jobs` prints them: the ones `plan` creates in the rollout's phases, for an
+    attempt id fixed by the version (a real rollout's comes from its start time), from a stable
+    version that is not the equivalence reference (a versions[] reference is served on its own
+    track). Pull secrets on their pods; RenderError for a volume the policy refuses."""
+    rm, invalid = parse(body)
+    if rm is None:
+        raise RenderError(invalid or "invalid spec")
+    version = rm.spec.version
+    attempt = new_attempt_id(version, "rankops-render", None)
+    reference_served = reference_version_of(rm.spec, "") is not None
+    jobs = [_gate_job(rm, gate, version, attempt, "", reference_served) for gate in GATES]
+    foreign = pod_volume_problems(jobs, settings.policy)
+    if foreign:
+        raise RenderError("; ".join(foreign))
+    return with_pull_secrets(jobs, list(settings.pull_secrets))
 
 
 def _canary_traffic(rm: RankingModel, decision: Decision, observed: ModelObserved) -> list[tuple[str, dict[str, Any]]]:

@@ -88,7 +88,7 @@ def tenant_policy(args: argparse.Namespace):
 
 def render_documents(docs: list[tuple[str, dict[str, Any]]],
                      service_monitor_labels: dict[str, str] | None = None, policy: Any = None,
-                     pull_secrets: list[str] | None = None) -> list[dict[str, Any]]:
+                     pull_secrets: list[str] | None = None, gate_jobs: bool = False) -> list[dict[str, Any]]:
     """Everything the operator would apply for these resources, with no cluster: each
     RankingModel's plan as new (rankops.modelplan.as_new, the operator's own plan with nothing
     observed), each GpuNodePool's validator DaemonSet.
@@ -97,11 +97,14 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
     `policy`: the TenantPolicy the operator would run with (default: no file://, any image).
     `pull_secrets`: the operator's --image-pull-secret names, on every pod template.
+    `gate_jobs`: also each RankingModel's gate Jobs, as a rollout to its spec.version creates them
+    (modelplan.rollout_gate_jobs); a model as new runs none, so they are left out by default.
     """
     from rankops import modelplan
     from rankops.api.conditions import DEGRADED, get_condition
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
+    from rankops.render.desired import RenderError
     from rankops.render.policy import TenantPolicy
     from rankops.render.pullsecrets import with_pull_secrets
 
@@ -143,6 +146,11 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
             print(f"rankops render: warning: {where} RankingModel {name}: {degraded.reason}: "
                   f"{degraded.message}", file=sys.stderr)
         out += done.objects()
+        if gate_jobs:
+            try:
+                out += modelplan.rollout_gate_jobs(body, settings)
+            except RenderError as exc:
+                errors.append(f"{where} RankingModel {name}: gate Jobs: {exc}")
     if errors:
         raise InputError("\n".join(errors))
     return out
@@ -152,7 +160,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:
         labels = dict(args.service_monitor_label) if args.service_monitors else None
         objects = render_documents(load_documents(args.filename), labels, tenant_policy(args),
-                                   args.image_pull_secret)
+                                   args.image_pull_secret, gate_jobs=args.gate_jobs)
     except (InputError, OSError, ValueError) as exc:
         print(f"rankops render: {exc}", file=sys.stderr)
         return 1
@@ -187,6 +195,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_service_monitor_flags(p)
     add_tenant_policy_flags(p)
     add_pull_secret_flag(p)
+    p.add_argument("--gate-jobs", action="store_true",
+                   help="also print each RankingModel's gate Jobs (warmup, equivalence) as a rollout to its "
+                        "spec.version creates them: for review and linting, not to apply (a model as new runs none)")
     add_output_flag(p, ("yaml", "json"), "yaml")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (generated from the API models)")

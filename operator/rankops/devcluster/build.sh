@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane once per machine from the Go module proxy:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm; and makes
-# sure bubblewrap is there (Debian's package), which the process nodes run their pods under.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm and kube-score
+# (the manifest linter tests/test_manifest_lint.py runs); and makes sure bubblewrap is there
+# (Debian's package), which the process nodes run their pods under.
 # Also sccadmit: OpenShift's SCC admission plugin (vendored in sccadmit/ beside this file) as a
 # command the OpenShift tests run on rendered pods.
 # Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
@@ -13,6 +14,7 @@ K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}     # v0.8.0 needs go 1.26 in go.mod; 0.7.0 builds on 1.24+
 HELM_VERSION=${HELM_VERSION:-v3.19.0}
+KUBE_SCORE_VERSION=${KUBE_SCORE_VERSION:-v1.20.0}   # the proxy's only tag (kube-linter's module is refused)
 CACHE=${RANKOPS_CACHE:-$HOME/.cache/rankops}
 BIN=${RANKOPS_K8S_BIN:-$CACHE/k8s/$K8S_VERSION/bin}
 WORK=$CACHE/k8s/$K8S_VERSION/src
@@ -127,6 +129,10 @@ helm_kube="$helm_kube -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X hel
 build_module_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X $helm_kube"
 touch "$BIN/.helm-kube-1.$minor"
+# A kube-score of another version (its own `version` says which): rebuilt.
+have kube-score && ! "$BIN/kube-score" version 2>/dev/null | grep -q "version: $KUBE_SCORE_VERSION," && RELINK=kube-score
+build_module_tool kube-score github.com/zegl/kube-score "$KUBE_SCORE_VERSION" github.com/zegl/kube-score/cmd/kube-score \
+  "-X main.version=$KUBE_SCORE_VERSION"
 build_kubernetes
 build_sccadmit
 say "ready in $(( $(date +%s) - start ))s: $BIN"
