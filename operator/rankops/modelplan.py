@@ -286,7 +286,8 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
     creates = []
     for gate in decision.gate_jobs:
         job = gate_jobs.gate_job(rm, gate, decision.rollout.version, attempt_id(decision.rollout),
-                                 decision.stable_version, reference_served=bool(decision.reference_version))
+                                 decision.stable_version, reference_served=bool(decision.reference_version),
+                                 policy=policy)
         if job["metadata"]["name"] not in existing:
             creates.append(with_owner(job, rm))
     foreign = pod_volume_problems(wanted + creates, policy)   # never expected: rendering refuses them first
