@@ -22,6 +22,8 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
 FLAG_FILE_DIR = "--allow-file-uri-dir"
 FLAG_IMAGE_PREFIX = "--allow-image-prefix"
 FLAG_PLATFORM_UIDS = "--platform-assigns-uids"
+FLAG_FETCHER_IMAGE = "--fetcher-image"
+FLAG_GATES_IMAGE = "--gates-image"
 CHART_FILE_DIRS = "tenantPolicy.allowFileUriDirs"
 CHART_IMAGE_PREFIXES = "tenantPolicy.allowImagePrefixes"
 VOLUME_SOURCES = ("emptyDir", "configMap", "persistentVolumeClaim")   # hostPath only as allowed
@@ -65,13 +67,22 @@ class TenantPolicy:
 
     @classmethod
     def from_settings(cls, file_uri_dirs: Iterable[str] = (), image_prefixes: Iterable[str] = (),
-                      platform_assigns_uids: bool = False) -> TenantPolicy:
+                      platform_assigns_uids: bool = False, fetcher_image: str | None = None,
+                      gates_image: str | None = None, operator_namespace: str = "rankops-system") -> TenantPolicy:
         """From the admin's flags; PolicyError names a bad one."""
+        import re
+
+        from rankops.api import bounds
+
         prefixes = tuple(p.strip() for p in image_prefixes)
         empty = [p for p in prefixes if not p]
         if empty:
             raise PolicyError(f"{FLAG_IMAGE_PREFIX}: an empty prefix would allow every image; leave the flag out")
-        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes, platform_assigns_uids)
+        for flag, image in ((FLAG_FETCHER_IMAGE, fetcher_image), (FLAG_GATES_IMAGE, gates_image)):
+            if image and (len(image) > bounds.IMAGE_REFERENCE_MAX or not re.match(bounds.IMAGE_REFERENCE, image)):
+                raise PolicyError(f"{flag} {image!r} is not an image reference (registry/repository[:tag][@sha256:...])")
+        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes, platform_assigns_uids,
+                   fetcher_image or None, gates_image or None, operator_namespace)
 
     def fetcher(self, spec: Any) -> str:
         """The image of the fetch-model and warm containers: the cluster's, else the spec's."""
