@@ -234,11 +234,14 @@ def test_operator_rights_are_exactly_what_it_touches(combo):
     everything = set().union(*rules_for(objs, "rankops-operator").values())
     # No escalation paths: no RBAC, SCCs, pod exec; nodes only read, and patched to clear a deleted
     # pool's marks (never created, updated or deleted); Secrets only got one by one, to check that
-    # spec.modelCredentialsSecret exists (never listed or watched, never written).
+    # spec.modelCredentialsSecret exists, and created (each model's restricted-API key): never
+    # listed or watched, never updated, patched or deleted.
     for group, resource, verb in everything:
         assert group != "rbac.authorization.k8s.io", (group, resource, verb)
         assert resource not in ("serviceaccounts", "pods/exec", "securitycontextconstraints")
-    assert {v for g, r, v in everything if (g, r) == ("", "secrets")} == {"get"}
+    assert {v for g, r, v in everything if (g, r) == ("", "secrets")} == {"get", "create"}
+    assert {v for g, r, v in everything if (g, r) == ("networking.k8s.io", "networkpolicies")} == {
+        "get", "create", "patch", "delete"}, "spec.networkPolicy, applied server-side"
     assert {v for g, r, v in everything if (g, r) == ("", "nodes")} == {"get", "list", "watch", "patch"}
     assert not any(r.startswith("nodes/") for _, r, _ in everything), "no node subresources (status, proxy)"
     assert {v for g, r, v in everything if (g, r) == ("", "namespaces")} <= {"get", "list", "watch"}
@@ -820,3 +823,24 @@ def test_on_openshift_the_operator_lets_the_platform_assign_pod_uids():
     args = lambda objs: one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]  # noqa: E731
     assert "--platform-assigns-uids" in args(render(("openshift.enabled=true",)))
     assert "--platform-assigns-uids" not in args(render())
+
+
+def test_fetcher_gates_and_validator_images_are_set_once_for_the_cluster_and_pinned_by_digest():
+    """Issue 37: the images every model and pool runs besides Triton, by digest, from the chart."""
+    from rankops.cli import build_parser
+    from rankops.commands.render import tenant_policy
+
+    digest = "sha256:" + "ab" * 32
+    args = build_parser().parse_args(["run", *operator_container(render())["args"]])
+    assert (args.fetcher_image, args.gates_image, args.validator_image) == (None, None, None), \
+        "unset: each spec's own image"
+    objs = render(tuple(f"{kind}.image.{key}={value}" for kind in ("fetcher", "gates", "validator")
+                        for key, value in (("repository", f"registry.corp/ml/rankops-{kind}"), ("digest", digest))))
+    args = build_parser().parse_args(["run", *operator_container(objs)["args"]])
+    assert args.fetcher_image == f"registry.corp/ml/rankops-fetcher@{digest}"
+    assert args.gates_image == f"registry.corp/ml/rankops-gates@{digest}"
+    assert args.validator_image == f"registry.corp/ml/rankops-validator@{digest}"
+    policy = tenant_policy(args)
+    assert (policy.fetcher_image, policy.gates_image) == (args.fetcher_image, args.gates_image)
+    bad = run_helm("template", "rankops", str(CHART), "--set", "gates.image.digest=latest")
+    assert bad.returncode != 0 and "digest" in bad.stderr

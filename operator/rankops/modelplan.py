@@ -288,7 +288,7 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
     creates = []
     for gate in decision.gate_jobs:
         job = _gate_job(rm, gate, decision.rollout.version, attempt_id(decision.rollout),
-                        decision.stable_version, bool(decision.reference_version))
+                        decision.stable_version, bool(decision.reference_version), policy)
         if job["metadata"]["name"] not in existing:
             creates.append(job)
     foreign = pod_volume_problems(wanted + creates, policy)   # never expected: rendering refuses them first
@@ -299,9 +299,9 @@ def _children(rm: RankingModel, decision: Decision, resolved: ResolvedShape, poo
 
 
 def _gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_version: str,
-              reference_served: bool) -> dict[str, Any]:
+              reference_served: bool, policy: TenantPolicy) -> dict[str, Any]:
     return with_owner(gate_jobs.gate_job(rm, gate, version, attempt, stable_version,
-                                         reference_served=reference_served), rm)
+                                         reference_served=reference_served, policy=policy), rm)
 
 
 def rollout_gate_jobs(body: dict[str, Any], settings: Settings = Settings()) -> list[dict[str, Any]]:
@@ -316,7 +316,7 @@ def rollout_gate_jobs(body: dict[str, Any], settings: Settings = Settings()) -> 
     version = rm.spec.version
     attempt = new_attempt_id(version, "rankops-render", None)
     reference_served = reference_version_of(rm.spec, "") is not None
-    jobs = [_gate_job(rm, gate, version, attempt, "", reference_served) for gate in GATES]
+    jobs = [_gate_job(rm, gate, version, attempt, "", reference_served, settings.policy) for gate in GATES]
     foreign = pod_volume_problems(jobs, settings.policy)
     if foreign:
         raise RenderError("; ".join(foreign))

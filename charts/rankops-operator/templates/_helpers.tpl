@@ -189,10 +189,12 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
   verbs: [get, list, watch, create, patch, delete]
 # Application: whether the Secret a RankingModel names in spec.modelCredentialsSecret exists,
 # before its fetcher pods would wait on it; read as metadata only (get, never list or watch).
-# No new reach: whoever may create Deployments here may already mount any Secret in a pod.
+# Create: each model's restricted-API key Secret (<model>-triton-api-key, a random key made once;
+# its data is never read back). No new reach: whoever may create Deployments here may already
+# mount any Secret in a pod.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create]
 # Application: the Triton Deployments (stable and canary).
 - apiGroups: [apps]
   resources: [deployments]
@@ -207,6 +209,11 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
+# Application: spec.networkPolicy: the model's ingress NetworkPolicy, applied server-side; deleted
+# when turned off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # Application: spec.autoscaling mode external: which HorizontalPodAutoscaler (or KEDA's) owns the
 # stable Deployment's replicas, said in status.autoscaling.external (read only, never written).
 - apiGroups: [autoscaling]

@@ -87,6 +87,57 @@ MEMORY_RULES = [{"rule": f"quantity(self).isGreaterThan(quantity('0')) && "
 CPU_CHECK = AfterValidator(_cpu_in_range)
 MEMORY_CHECK = AfterValidator(_memory_in_range)
 
+# Disk a Triton pod may fill on its node (the model volume, /tmp): requested, limited and the
+# emptyDirs' sizeLimit, so a download that grows past it is stopped and the pod evicted instead of
+# the node's disk filling. The bounds keep a spec from asking for more than any node has.
+MODEL_VOLUME_MIN, MODEL_VOLUME_MAX = "64Mi", "2Ti"
+TMP_MIN, TMP_MAX = "64Mi", "256Gi"
+
+
+def storage_check(field: str, low: str, high: str) -> Any:
+    """A quantity within [low, high], named as `field` when refused."""
+    def in_range(value: str) -> str:
+        if not quantity(low) <= quantity(value) <= quantity(high):
+            raise ValueError(f"{field} {value!r} must be at least {low} and at most {high}")
+        return value
+    return AfterValidator(in_range)
+
+
+def storage_rules(field: str, low: str, high: str) -> list[dict[str, str]]:
+    return [{"rule": f"quantity(self).compareTo(quantity('{low}')) >= 0 && "
+                     f"quantity(self).compareTo(quantity('{high}')) <= 0",
+             "message": f"{field} must be at least {low} and at most {high}"}]
+
+
+# Label selectors of a tenant's NetworkPolicy peers (matchLabels only): qualified-name keys,
+# label values, a few entries.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+SELECTOR_MAX_LABELS = 16
+
+
+def _labels_fit(value: dict[str, str] | None) -> dict[str, str] | None:
+    if value is None:
+        return value
+    if len(value) > SELECTOR_MAX_LABELS:
+        raise ValueError(f"at most {SELECTOR_MAX_LABELS} labels")
+    for key, item in value.items():
+        if len(key) > 317 or not re.match(ANNOTATION_KEY, key):
+            raise ValueError(f"label key {key!r} is not a qualified name (prefix/name)")
+        if not re.match(LABEL_VALUE, item):
+            raise ValueError(f"label {key}={item!r}: a label value is at most 63 letters, digits, "
+                             "'-', '_' or '.', starting and ending with a letter or digit")
+    return value
+
+
+LABELS_CHECK = AfterValidator(_labels_fit)
+LABEL_KEY_RULES = [{"rule": f"self.all(k, size(k) <= 317 && k.matches('{ANNOTATION_KEY}'))",
+                    "message": "label keys must be qualified names ([prefix/]name)"}]
+# A matchLabels map: bounded keys and values, checked both sides.
+LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]],
+                     Field(max_length=SELECTOR_MAX_LABELS, json_schema_extra={"x-kubernetes-validations": LABEL_KEY_RULES}),
+                     LABELS_CHECK]
+
+
 
 def _annotations_fit(value: dict[str, str]) -> dict[str, str]:
     bad = [k for k in value if len(k) > DNS_SUBDOMAIN_MAX + 64 or not re.fullmatch(ANNOTATION_KEY, k)

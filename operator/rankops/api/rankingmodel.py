@@ -400,6 +400,65 @@ class FetchLimits(ApiModel):
         return ["--deadline-s", str(self.deadline_seconds), "--stall-s", str(self.stall_seconds), *first_byte]
 
 
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+
+
+class Storage(ApiModel):
+    """Node disk a Triton pod may use: each size is the emptyDir's sizeLimit and counts in the pod's
+    ephemeral-storage request and limit, so the scheduler places it where the disk is free and the
+    kubelet evicts it (instead of filling the node) when a download or Triton outgrows it."""
+    model_volume_size: Annotated[str, bounds.storage_check(
+        "storage.modelVolumeSize", bounds.MODEL_VOLUME_MIN, bounds.MODEL_VOLUME_MAX), Field(
+        pattern=QUANTITY, max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.storage_rules(
+            "storage.modelVolumeSize", bounds.MODEL_VOLUME_MIN, bounds.MODEL_VOLUME_MAX)}, description=(
+            "The model repository volume (what fetch-model downloads: the largest version's artifact, with "
+            "room to spare): its sizeLimit, and the fetch-model init container's ephemeral-storage request "
+            "and limit. A download that would pass it fails the init container."))] = "10Gi"
+    tmp_size: Annotated[str, bounds.storage_check("storage.tmpSize", bounds.TMP_MIN, bounds.TMP_MAX), Field(
+        pattern=QUANTITY, max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.storage_rules(
+            "storage.tmpSize", bounds.TMP_MIN, bounds.TMP_MAX)}, description=(
+            "Triton's /tmp (TensorRT engines built at load are cached there): its sizeLimit, added to the "
+            "Triton container's ephemeral-storage request and limit."))] = "2Gi"
+
+
+class PolicyPeer(ApiModel):
+    """Pods allowed to reach the model's Triton (matchLabels only). podSelector alone: pods of the
+    model's namespace; namespaceSelector alone: every pod of those namespaces; both: those pods of
+    those namespaces. `{}` selects all."""
+    pod_selector: Annotated[bounds.LabelMap | None, Field(
+        description="Labels the client pods carry (matchLabels).")] = None
+    namespace_selector: Annotated[bounds.LabelMap | None, Field(description=(
+            "Labels of the client pods' namespaces (matchLabels; kubernetes.io/metadata.name names one)."))] = None
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> "PolicyPeer":
+        if self.pod_selector is None and self.namespace_selector is None:
+            raise ValueError("networkPolicy: a peer needs podSelector, namespaceSelector or both")
+        return self
+
+
+PEER_RULES = [{"rule": "has(self.podSelector) || has(self.namespaceSelector)",
+               "message": "networkPolicy: a peer needs podSelector, namespaceSelector or both"}]
+NETWORK_PEERS_MAX = 16
+
+
+class NetworkPolicySpec(ApiModel):
+    """An ingress NetworkPolicy on the model's Triton pods (where the cluster's network plugin
+    enforces them): its clients on the inference ports only, the operator on the metrics port."""
+    enabled: Annotated[bool, Field(description=(
+        "Render the model's NetworkPolicy (<model>-triton). Triton pods then take connections only from "
+        "`clients` on 8000/8001, from `metricsClients` and the operator's namespace on 8002, and from the "
+        "model's own pods (gates, warm) on all three."))] = False
+    clients: Annotated[list[Annotated[PolicyPeer, Field(json_schema_extra={"x-kubernetes-validations": PEER_RULES})]],
+                       Field(max_length=NETWORK_PEERS_MAX, description=(
+        "Pods that may send requests (HTTP 8000, gRPC 8001). Empty: every pod of the model's namespace."))] = []
+    metrics_clients: Annotated[list[Annotated[PolicyPeer, Field(json_schema_extra={"x-kubernetes-validations": PEER_RULES})]],
+                               Field(max_length=NETWORK_PEERS_MAX, description=(
+        "Pods that may scrape Triton's metrics (8002) besides the operator, e.g. your Prometheus."))] = []
+
+
 class NodeSpread(str, Enum):
     preferred = "preferred"
     required = "required"
@@ -538,6 +597,10 @@ class RankingModelSpec(ApiModel):
         "how they spread over nodes, and how a Triton pod finishes its requests before it goes. The stable "
         "track's PodDisruptionBudget follows planning.failureTolerance (docs/disruptions.md)."),
         json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
+    storage: Storage = Field(default_factory=Storage, description=(
+        "Node disk of each Triton pod: the model volume and /tmp, requested, limited and size-capped."))
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec, description=(
+        "An optional ingress NetworkPolicy: who may reach the model's Triton pods, on which ports."))
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, description=(
         "Stable replicas that follow the load: decided by rankops from Triton's own counters against the "
         "per-replica capacity that holds the P99 budget, or left to your HorizontalPodAutoscaler / KEDA "

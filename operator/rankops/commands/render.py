@@ -56,7 +56,8 @@ def add_service_monitor_flags(p: argparse.ArgumentParser, env: bool = False) -> 
 
 def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
     """What a RankingModel (a tenant's) may use: the flags `rankops run` and `rankops render` share."""
-    from rankops.render.policy import FLAG_FILE_DIR, FLAG_IMAGE_PREFIX, FLAG_PLATFORM_UIDS
+    from rankops.render.policy import (FLAG_FETCHER_IMAGE, FLAG_FILE_DIR, FLAG_GATES_IMAGE, FLAG_IMAGE_PREFIX,
+                                       FLAG_PLATFORM_UIDS)
 
     p.add_argument(FLAG_FILE_DIR, action="append", default=[], metavar="DIR",
                    help="a host directory file:// modelUris may mount (hostPath), e.g. /srv/models "
@@ -67,6 +68,12 @@ def add_tenant_policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(FLAG_PLATFORM_UIDS, action="store_true",
                    help="the platform assigns each pod's UID and fsGroup (OpenShift's restricted-v2 SCC): Triton "
                         "pods set none (default: the triton-server user 1000, which restricted-v2 refuses)")
+    p.add_argument(FLAG_FETCHER_IMAGE, default=os.environ.get("RANKOPS_FETCHER_IMAGE") or None, metavar="IMAGE",
+                   help="the image of every model's fetch-model and warm containers, instead of spec.fetcherImage "
+                        "(pin it by digest: repo@sha256:...; env RANKOPS_FETCHER_IMAGE)")
+    p.add_argument(FLAG_GATES_IMAGE, default=os.environ.get("RANKOPS_GATES_IMAGE") or None, metavar="IMAGE",
+                   help="the image of every model's gate Jobs, instead of spec.rollout.gateJobs.image (pin it by "
+                        "digest; env RANKOPS_GATES_IMAGE)")
 
 
 def add_pull_secret_flag(p: argparse.ArgumentParser, env: bool = False) -> None:
@@ -83,7 +90,9 @@ def tenant_policy(args: argparse.Namespace):
     from rankops.render.policy import TenantPolicy
 
     return TenantPolicy.from_settings(args.allow_file_uri_dir, args.allow_image_prefix,
-                                      getattr(args, "platform_assigns_uids", False))
+                                      getattr(args, "platform_assigns_uids", False),
+                                      getattr(args, "fetcher_image", None), getattr(args, "gates_image", None),
+                                      getattr(args, "operator_namespace", None) or "rankops-system")
 
 
 def render_documents(docs: list[tuple[str, dict[str, Any]]],

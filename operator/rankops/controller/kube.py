@@ -65,6 +65,7 @@ KINDS: dict[str, Kind] = {
     "DaemonSet": Kind("apps/v1", "daemonsets"),
     "Job": Kind("batch/v1", "jobs"),
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "HorizontalPodAutoscaler": Kind("autoscaling/v2", "horizontalpodautoscalers"),
     "RankingModel": Kind("rankops.io/v1alpha1", "rankingmodels"),
     "GpuNodePool": Kind("rankops.io/v1alpha1", "gpunodepools", namespaced=False),

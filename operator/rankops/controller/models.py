@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -27,8 +28,8 @@ from rankops.controller import pod_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
-from rankops.render import names, planned
-from rankops.render.desired import RenderError, ResolvedShape, resolve_shape
+from rankops.render import names, planned, serving
+from rankops.render.desired import RenderError, ResolvedShape, resolve_shape, with_owner
 from rankops.render.policy import TenantPolicy
 from rankops.rollout import disruption
 from rankops.rollout import jobs as gate_jobs
@@ -162,6 +163,8 @@ class ModelMemory:
         self.secrets_unchecked = False
         self.monitoring_notes: set[str] = set()
         self.monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
+        self.api_keys: set[str] = set()          # uids whose restricted-API key Secret is known to exist
+        self.network_policies: set[str] = set()  # uids whose NetworkPolicy this process applied
 
     def keep(self, digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | RenderError) -> None:
         with self.shapes_lock:
@@ -445,10 +448,37 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: Mod
         memory.writes.hand_over_replicas(kube, namespace, names.deployment_name(rm.metadata["name"], names.STABLE),
                                   list(done.applies))
     memory.writes.apply_all(kube, rm.metadata, [*done.applies, *done.creates])
+    # Once the children are accepted (a refused set leaves nothing behind); a pod that starts before
+    # the key is there waits for it (CreateContainerConfigError, retried by the kubelet).
+    ensure_api_key(kube, rm, memory)
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
+    uid = rm.metadata.get("uid", "")
+    if rm.spec.network_policy.enabled:
+        memory.network_policies.add(uid)
+    elif uid in memory.network_policies:   # turned off: the one this process applied goes
+        kube.delete("NetworkPolicy", namespace, names.network_policy_name(rm.metadata["name"]))
+        memory.network_policies.discard(uid)
     if done.monitors:
         _apply_monitoring(kube, rm, done.monitors, memory)
+
+
+def ensure_api_key(kube: Kube, rm: RankingModel, memory: ModelMemory) -> None:
+    """The model's restricted-API key Secret (render.serving.api_key_secret): created once, with a
+    random key, owned by the model; never rewritten (pods running hold the key they started with).
+    Checked once per model and process (metadata only: its data is never read back)."""
+    uid, namespace, model = rm.metadata.get("uid", ""), rm.metadata["namespace"], rm.metadata["name"]
+    if uid in memory.api_keys:
+        return
+    name = names.api_key_secret_name(model)
+    if not kube.exists("Secret", namespace, name):
+        secret = with_owner(serving.api_key_secret(model, namespace, secrets.token_hex(32)), rm)
+        try:
+            kube.create(secret)
+        except ApiError as exc:
+            if exc.status != 409:   # made meanwhile (another replica): it holds a key
+                raise
+    memory.api_keys.add(uid)
 
 
 def _apply_monitoring(kube: Kube, rm: RankingModel, monitors: tuple[dict[str, Any], ...], memory: ModelMemory) -> None:

@@ -305,15 +305,25 @@ class TritonServer:
     ports: dict[str, int] = field(default_factory=dict)
     cpu_edits: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
+    # The container's environment as the kubelet gives it ($(VAR) in its arguments expanded from it);
+    # `secrets`: the Secrets it reads (name -> data), a fresh key for each one not given.
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def for_rendered(cls, deployment: dict[str, Any], config_map: dict[str, Any], artifacts: dict[str, Path],
-                     workdir: Path, install: TritonInstall | None = None, host: str = "127.0.0.1") -> "TritonServer":
+                     workdir: Path, install: TritonInstall | None = None, host: str = "127.0.0.1",
+                     secrets: dict[str, dict[str, str]] | None = None) -> "TritonServer":
         """A server for a rendered Deployment and its ConfigMap.
 
         `artifacts` maps a Triton version directory name ("3") to a local directory holding the
-        artifact files, laid out as the fetch-model init container leaves them.
+        artifact files, laid out as the fetch-model init container leaves them. `secrets`: the
+        Secrets the container's environment reads (default: each with a random key, as the
+        operator creates the restricted-API key).
         """
+        import secrets as random_keys
+
+        from rankops.devcluster.pod_sandbox import container_env
         install = install or ensure_installed()
         triton = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
         model = _model_name(triton["args"])
@@ -327,8 +337,14 @@ class TritonServer:
             if target.exists() or target.is_symlink():
                 shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
             target.symlink_to(Path(source).resolve(), target_is_directory=True)
+        given = dict(secrets or {})
+        for item in triton.get("env") or []:
+            ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+            if ref and ref["name"] not in given:
+                given[ref["name"]] = {ref["key"]: random_keys.token_hex(32)}
+        env = container_env(triton, deployment["spec"]["template"], {}, {}, given, host, "local")
         return cls(install=install, container_args=list(triton["args"]), repository=repository,
-                   log_path=workdir / "tritonserver.log", host=host, cpu_edits=edits)
+                   log_path=workdir / "tritonserver.log", host=host, cpu_edits=edits, env=env, secrets=given)
 
     @property
     def http_url(self) -> str:
@@ -343,7 +359,10 @@ class TritonServer:
         return f"{self.host}:{self.ports['metrics']}"
 
     def arguments(self) -> list[str]:
-        return local_arguments(self.container_args, self.host, self.install, self.repository, self.ports)
+        from rankops.devcluster.pod_sandbox import expand
+
+        args = [expand(a, self.env) for a in self.container_args]
+        return local_arguments(args, self.host, self.install, self.repository, self.ports)
 
     def start(self, timeout_s: float = 120.0) -> "TritonServer":
         if self.ports:

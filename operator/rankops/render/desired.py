@@ -137,6 +137,8 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
                                  False, resolved.shape, pool_requirements, policy=policy)
     objects.append(serving.serving_service(name, namespace))
+    if rm.spec.network_policy.enabled:
+        objects.append(serving.network_policy(name, namespace, rm.spec, policy.operator_namespace))
     return [with_owner(obj, rm) for obj in objects]
 
 

@@ -40,6 +40,15 @@ def disruption_budget_name(model: str, track: str) -> str:
     return f"{model}-{track}"
 
 
+def api_key_secret_name(model: str) -> str:
+    """The Secret holding the key of Triton's restricted APIs (model-repository...) for every track."""
+    return f"{model}-triton-api-key"
+
+
+def network_policy_name(model: str) -> str:
+    return f"{model}-triton"
+
+
 def serving_service_name(model: str) -> str:
     return model
 

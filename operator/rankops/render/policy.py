@@ -22,6 +22,8 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
 FLAG_FILE_DIR = "--allow-file-uri-dir"
 FLAG_IMAGE_PREFIX = "--allow-image-prefix"
 FLAG_PLATFORM_UIDS = "--platform-assigns-uids"
+FLAG_FETCHER_IMAGE = "--fetcher-image"
+FLAG_GATES_IMAGE = "--gates-image"
 CHART_FILE_DIRS = "tenantPolicy.allowFileUriDirs"
 CHART_IMAGE_PREFIXES = "tenantPolicy.allowImagePrefixes"
 VOLUME_SOURCES = ("emptyDir", "configMap", "persistentVolumeClaim")   # hostPath only as allowed
@@ -56,16 +58,39 @@ class TenantPolicy:
     # The platform gives each pod its UID and fsGroup (OpenShift's restricted-v2 SCC: from the
     # namespace's range, refusing any other): Triton pods then name none of their own.
     platform_assigns_uids: bool = False
+    # The cluster's own fetcher and gates images (`rankops run --fetcher-image/--gates-image`, chart
+    # values with digests): when set, every model runs these instead of its spec's.
+    fetcher_image: str | None = None
+    gates_image: str | None = None
+    # Where the operator runs: its pods read Triton's metrics port through a model's NetworkPolicy.
+    operator_namespace: str = "rankops-system"
 
     @classmethod
     def from_settings(cls, file_uri_dirs: Iterable[str] = (), image_prefixes: Iterable[str] = (),
-                      platform_assigns_uids: bool = False) -> TenantPolicy:
+                      platform_assigns_uids: bool = False, fetcher_image: str | None = None,
+                      gates_image: str | None = None, operator_namespace: str = "rankops-system") -> TenantPolicy:
         """From the admin's flags; PolicyError names a bad one."""
+        import re
+
+        from rankops.api import bounds
+
         prefixes = tuple(p.strip() for p in image_prefixes)
         empty = [p for p in prefixes if not p]
         if empty:
             raise PolicyError(f"{FLAG_IMAGE_PREFIX}: an empty prefix would allow every image; leave the flag out")
-        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes, platform_assigns_uids)
+        for flag, image in ((FLAG_FETCHER_IMAGE, fetcher_image), (FLAG_GATES_IMAGE, gates_image)):
+            if image and (len(image) > bounds.IMAGE_REFERENCE_MAX or not re.match(bounds.IMAGE_REFERENCE, image)):
+                raise PolicyError(f"{flag} {image!r} is not an image reference (registry/repository[:tag][@sha256:...])")
+        return cls(tuple(dict.fromkeys(allowed_dir(d) for d in file_uri_dirs)), prefixes, platform_assigns_uids,
+                   fetcher_image or None, gates_image or None, operator_namespace)
+
+    def fetcher(self, spec: Any) -> str:
+        """The image of the fetch-model and warm containers: the cluster's, else the spec's."""
+        return self.fetcher_image or spec.fetcher_image
+
+    def gates(self, spec: Any) -> str:
+        """The image of the gate Jobs: the cluster's, else the spec's."""
+        return self.gates_image or spec.rollout.gate_jobs.image
 
     def host_path(self, uri: str) -> str:
         """The host directory a `file://` URI may mount, normalised; PolicyError when refused."""
@@ -123,9 +148,13 @@ def spec_problems(spec: Any, policy: TenantPolicy) -> list[str]:
             policy.host_path(reference)
         except PolicyError as exc:
             problems.append(f"spec.rollout.equivalence.reference.torchscriptUri: {exc}")
-    images = (("spec.tritonImage", spec.triton_image), ("spec.fetcherImage", spec.fetcher_image),
-              ("spec.rollout.gateJobs.image", spec.rollout.gate_jobs.image))
+    # An image the cluster sets for every model (fetcher, gates) is the admin's: the spec's is unused.
+    images = (("spec.tritonImage", spec.triton_image),
+              ("spec.fetcherImage", None if policy.fetcher_image else spec.fetcher_image),
+              ("spec.rollout.gateJobs.image", None if policy.gates_image else spec.rollout.gate_jobs.image))
     for field, image in images:
+        if image is None:
+            continue
         if not policy.image_allowed(image):
             problems.append(f"{field}: {image} is not from a registry this cluster allows "
                             f"({', '.join(policy.image_prefixes)}); use a mirrored image under one of them "

@@ -26,6 +26,48 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 # The cluster autoscaler keeps a node holding pods with emptyDir volumes unless told they may go:
 # the model repository is refetched anywhere, and the PodDisruptionBudget is what guards capacity.
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# Triton's APIs that change the server rather than ask it (load/unload a model, where it logs or
+# traces, shared-memory regions) answer only requests carrying this header (gRPC: metadata key)
+# with the model's key. The operator creates the key's Secret (one per model, random) before any
+# pod needs it; only rankops' own components are meant to read it. Dynamic loading can lead to
+# code execution (Triton's secure-deployment guide): no other pod may load or unload.
+RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory")
+API_KEY_HEADER = "rankops-api-key"
+API_KEY_ENV = "RANKOPS_TRITON_API_KEY"
+API_KEY_SECRET_KEY = "api-key"
+TMP_DIR = "/tmp"
+# What a rankops container (fetch-model, warm, gates) may write: its own /tmp, never its image.
+RANKOPS_TMP = "256Mi"
+
+
+def restricted_api_args() -> list[str]:
+    """Triton's arguments that put RESTRICTED_APIS behind the key ($(VAR) is expanded by the kubelet
+    from the container's environment, so the key is in no object but its Secret)."""
+    apis, key = ",".join(RESTRICTED_APIS), f"{API_KEY_HEADER}=$({API_KEY_ENV})"
+    return [f"--http-restricted-api={apis}:{key}", f"--grpc-restricted-protocol={apis}:{key}"]
+
+
+def api_key_env(model: str) -> dict[str, Any]:
+    return {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {
+        "name": names.api_key_secret_name(model), "key": API_KEY_SECRET_KEY}}}
+
+
+def api_key_secret(model: str, namespace: str, key: str) -> dict[str, Any]:
+    """The model's restricted-API key Secret (`key`: random, made once by the operator's shell)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": names.api_key_secret_name(model), "namespace": namespace,
+                         "labels": names.common_labels(model)},
+            "stringData": {API_KEY_SECRET_KEY: key}}
+
+
+def _sum_quantities(*quantities: str) -> str:
+    """Kubernetes quantities added, in Mi (the sizes a spec gives are binary or decimal bytes)."""
+    from rankops.api import bounds
+    return f"{-(-sum(bounds.quantity(q) for q in quantities) // 2 ** 20)}Mi"
+
+
+def read_only_root(security_context: dict[str, Any]) -> dict[str, Any]:
+    return {**security_context, "readOnlyRootFilesystem": True}
 
 
 def config_hash(config_text: str) -> str:
@@ -45,7 +87,7 @@ def config_map(model: str, namespace: str, track: str, version: str, config_text
 
 def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
                     credentials_secret: str | None, policy: TenantPolicy,
-                    fetch_args: list[str] | None = None) -> tuple[list, list, list]:
+                    fetch_args: list[str] | None = None, volume_size: str = "10Gi") -> tuple[list, list, list]:
     """Volumes, init containers and Triton mounts that put the artifact in the model repository.
     A file:// URI mounts the node's directory only where `policy` allows it (PolicyError if not)."""
     version_dir = f"{MODEL_REPOSITORY}/{model}/{triton_version(version.name)}"
@@ -70,13 +112,18 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         # Its one-line error (missing object, bad credentials, truncated download) lands in the
         # pod's status, not only in a log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "model-repository", "mountPath": MODEL_REPOSITORY}],
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": _restricted_container(),
+        "volumeMounts": [{"name": "model-repository", "mountPath": MODEL_REPOSITORY},
+                         {"name": "fetch-tmp", "mountPath": TMP_DIR}],
+        # The download lands in the model volume (its sizeLimit is spec.storage.modelVolumeSize):
+        # requested so the pod goes where the disk is free, limited so a growing one is stopped.
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi",
+                                   "ephemeral-storage": _sum_quantities(volume_size, RANKOPS_TMP)},
+                      "limits": {"memory": "2Gi", "ephemeral-storage": _sum_quantities(volume_size, RANKOPS_TMP)}},
+        "securityContext": read_only_root(_restricted_container()),
     }
     if credentials_secret:
         fetch["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
-    return [], [fetch], []
+    return [{"name": "fetch-tmp", "emptyDir": {"sizeLimit": RANKOPS_TMP}}], [fetch], []
 
 
 def _triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]:
@@ -197,7 +244,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
     pod_labels = {**labels, names.LABEL_VERSION: version.name,
                   names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
     volumes, init_containers, artifact_mounts = _artifact_mount(
-        model, version, spec.fetcher_image, spec.model_credentials_secret, policy, spec.fetch.args())
+        model, version, policy.fetcher(spec), spec.model_credentials_secret, policy, spec.fetch.args(),
+        spec.storage.model_volume_size)
     gpus = str(spec.gpus_per_replica)
     args = [
         f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",
@@ -210,9 +258,11 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         "--metrics-config=summary_latencies=true",
         # On SIGTERM Triton stops taking requests and finishes those in flight, up to this long.
         f"--exit-timeout-secs={spec.disruption.exit_timeout_seconds}",
+        *restricted_api_args(),
     ]
     if spec.response_cache:
         args.append("--cache-config=local,size=268435456")
+    disk = _sum_quantities(spec.storage.model_volume_size, spec.storage.tmp_size)
     probe = lambda path, **kw: {"httpGet": {"path": path, "port": "http"}, **kw}  # noqa: E731
     period = 10
     triton = {
@@ -220,6 +270,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         "image": spec.triton_image,
         "command": ["tritonserver"],
         "args": args,
+        "env": [api_key_env(model)],
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
@@ -230,16 +281,20 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                               failureThreshold=startup_seconds(version) // period),
         # requests == limits: Guaranteed QoS, so the kubelet's CPU and topology managers can pin
         # Triton to the GPU's NUMA node (where the node enables them).
+        # ephemeral-storage: the pod's emptyDirs count against its containers' limits together; Triton
+        # reads the model volume and writes /tmp, so both are its to hold.
         "resources": {
-            "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus},
-            "limits": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus},
+            "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus,
+                         "ephemeral-storage": disk},
+            "limits": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, "nvidia.com/gpu": gpus,
+                       "ephemeral-storage": disk},
         },
         "volumeMounts": [
             {"name": "model-repository", "mountPath": MODEL_REPOSITORY},
             {"name": "config", "mountPath": f"{MODEL_REPOSITORY}/{model}/config.pbtxt", "subPath": "config.pbtxt",
              "readOnly": True},
             {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "tmp", "mountPath": TMP_DIR},
             *artifact_mounts,
         ],
         "securityContext": {**_restricted_container(), **_triton_user(policy)},
@@ -247,7 +302,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
     }
     containers, warm_volumes = [triton], []
     if spec.warm_replicas.enabled:
-        warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT, _restricted_container())
+        warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT,
+                                            read_only_root(_restricted_container()), policy.fetcher(spec), RANKOPS_TMP)
         containers.append(warm)
     rendered = {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -275,15 +331,17 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                        if spec.disruption.priority_class_name else {}),
                     "securityContext": {"runAsNonRoot": True, **_triton_user(policy, fs_group=True),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                    # Nothing in the pod talks to the Kubernetes API: no ServiceAccount token to steal.
+                    "automountServiceAccountToken": False,
                     # Covers the preStop delay and Triton's exit timeout.
                     "terminationGracePeriodSeconds": spec.disruption.grace_period_seconds(),
                     "initContainers": init_containers,
                     "containers": containers,
                     "volumes": [
-                        {"name": "model-repository", "emptyDir": {}},
+                        {"name": "model-repository", "emptyDir": {"sizeLimit": spec.storage.model_volume_size}},
                         {"name": "config", "configMap": {"name": names.config_map_name(model, track)}},
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
-                        {"name": "tmp", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": spec.storage.tmp_size}},
                         *volumes,
                         *warm_volumes,
                     ],
@@ -324,6 +382,43 @@ def track_service(model: str, namespace: str, track: str) -> dict[str, Any]:
                    names.track_selector(model, track), track)
 
 
+def _peer(peer: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if peer.pod_selector is not None:
+        out["podSelector"] = {"matchLabels": dict(peer.pod_selector)} if peer.pod_selector else {}
+    if peer.namespace_selector is not None:
+        out["namespaceSelector"] = {"matchLabels": dict(peer.namespace_selector)} if peer.namespace_selector else {}
+    return out
+
+
+def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_namespace: str) -> dict[str, Any]:
+    """spec.networkPolicy: ingress to the model's Triton pods (all tracks) only from the model's own
+    pods (gates; the warm container reaches its Triton through the pod's address), its clients on
+    the inference ports, and the operator (and metricsClients) on the metrics port. The kubelet's
+    probes come from the node, which NetworkPolicies do not block."""
+    wanted = spec.network_policy
+    port = lambda number: {"protocol": "TCP", "port": number}  # noqa: E731
+    inference = [port(HTTP_PORT), port(GRPC_PORT)]
+    clients = [_peer(p) for p in wanted.clients] or [{"podSelector": {}}]
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": names.network_policy_name(model), "namespace": namespace,
+                     "labels": names.common_labels(model)},
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_MODEL: model,
+                                            "app.kubernetes.io/name": names.common_labels(model)["app.kubernetes.io/name"]}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": {names.LABEL_MODEL: model}}}],
+                 "ports": [*inference, port(METRICS_PORT)]},
+                {"from": clients, "ports": inference},
+                {"from": [operator, *(_peer(p) for p in wanted.metrics_clients)], "ports": [port(METRICS_PORT)]},
+            ],
+        },
+    }
+
+
 SCRAPE_INTERVAL = "15s"
 # Tracks whose Triton metrics are scraped: every serving pod once, through its track Service. The
 # model's serving Service (no track label) would list the same pods again and double every sum;
@@ -355,5 +450,5 @@ def service_monitor(model: str, namespace: str, extra_labels: dict[str, str] | N
     }
 
 
-__all__ = ["config_map", "deployment", "disruption_budget", "serving_service", "track_service", "service_monitor", "pool_placement",
+__all__ = ["config_map", "deployment", "network_policy", "api_key_secret", "disruption_budget", "serving_service", "track_service", "service_monitor", "pool_placement",
            "config_hash", "TRT_ENGINE_CACHE"]

@@ -32,8 +32,10 @@ def warm_resources(spec: RankingModelSpec) -> dict[str, str]:
 
 
 def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_port: int,
-                   security_context: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The container and the volumes it needs (an optional samples ConfigMap)."""
+                   security_context: dict[str, Any], image: str | None = None,
+                   tmp_size: str = "256Mi") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The container and the volumes it needs (an optional samples ConfigMap, its own /tmp: its
+    root filesystem is read-only). `image`: the cluster's fetcher image (default the spec's)."""
     w, gate = spec.warm_replicas, spec.rollout.warmup
     args, volumes, mounts = gate_requests.samples_args(
         spec, gate.samples, gate_requests.warmup_sample_count(spec, gate.requests), optional=True)
@@ -46,7 +48,7 @@ def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_p
                *(["--unique-requests"] if spec.response_cache else []), *args]
     container = {
         "name": "warm",
-        "image": spec.fetcher_image,
+        "image": image or spec.fetcher_image,
         "command": command,
         # Triton listens on the pod's address (every interface on a real node; the pod IP on a
         # process node, where each pod has its own loopback address).
@@ -58,8 +60,9 @@ def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_p
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "warm"}, "periodSeconds": 10, "failureThreshold": 6},
-        "resources": {"requests": warm_resources(spec), "limits": warm_resources(spec)},
+        "resources": {"requests": {**warm_resources(spec), "ephemeral-storage": tmp_size},
+                      "limits": {**warm_resources(spec), "ephemeral-storage": tmp_size}},
         "securityContext": security_context,
-        "volumeMounts": mounts,
+        "volumeMounts": [*mounts, {"name": "warm-tmp", "mountPath": "/tmp"}],
     }
-    return container, volumes
+    return container, [*volumes, {"name": "warm-tmp", "emptyDir": {"sizeLimit": tmp_size}}]

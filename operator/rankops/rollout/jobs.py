@@ -8,7 +8,8 @@ from urllib.parse import urlparse
 from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
 from rankops.render import gate_requests, names
 from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_SAMPLES_PER_BATCH_SIZE  # noqa: F401
-from rankops.render.serving import HTTP_PORT, METRICS_PORT
+from rankops.render.policy import TenantPolicy
+from rankops.render.serving import HTTP_PORT, METRICS_PORT, RANKOPS_TMP, read_only_root
 
 REFERENCE_DIR = "/reference"
 # Generated requests, when no samples ConfigMap is given (render/gate_requests.py). Equivalence
@@ -29,7 +30,7 @@ def _samples_args(rm: RankingModel, source: SamplesSource, count: int) -> tuple[
     return gate_requests.samples_args(rm.spec, source, count)
 
 
-def reference_artifact(spec: Any, uri: str) -> tuple[list, list, list]:
+def reference_artifact(spec: Any, uri: str, image: str | None = None) -> tuple[list, list, list]:
     """Volumes, gate mounts and init containers that put the TorchScript reference at
     /reference/model.pt. Like a serving modelUri: fetched with spec.modelCredentialsSecret and the
     spec's fetch bounds, or, for file:// (which the tenant policy has allowed before any rendering,
@@ -39,16 +40,20 @@ def reference_artifact(spec: Any, uri: str) -> tuple[list, list, list]:
         path = "/" + posixpath.normpath(urlparse(uri).path).lstrip("/")
         return ([{"name": "reference", "hostPath": {"path": path, "type": "File"}}],
                 [{"name": "reference", "mountPath": target, "readOnly": True}], [])
-    fetch = {"name": "fetch-reference", "image": spec.rollout.gate_jobs.image,
+    fetch = {"name": "fetch-reference", "image": image or spec.rollout.gate_jobs.image,
              "command": ["rankops", "fetch-model", "--uri", uri, "--dest", target, *spec.fetch.args()],
              "terminationMessagePolicy": "FallbackToLogsOnError",
-             "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR}]}
+             "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR},
+                              {"name": "tmp", "mountPath": "/tmp"}]}
     if spec.model_credentials_secret:
         fetch["envFrom"] = [{"secretRef": {"name": spec.model_credentials_secret}}]
-    return [{"name": "reference", "emptyDir": {}}], [{"name": "reference", "mountPath": REFERENCE_DIR}], [fetch]
+    # The download is capped like the serving pods' (spec.storage.modelVolumeSize).
+    return ([{"name": "reference", "emptyDir": {"sizeLimit": spec.storage.model_volume_size}}],
+            [{"name": "reference", "mountPath": REFERENCE_DIR}], [fetch])
 
 
-def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool) -> tuple[list[str], list, list, list]:
+def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_served: bool,
+                 image: str | None = None) -> tuple[list[str], list, list, list]:
     """The `rankops gate ...` command line, plus volumes, mounts and init containers it needs."""
     spec, model, ns = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
     canary = _service_url(model, ns, names.CANARY)
@@ -68,7 +73,7 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
     init: list = []
     if isinstance(e.reference, TorchscriptReference):
         reference = ["--reference-torchscript", f"{REFERENCE_DIR}/model.pt"]
-        volumes_, mounts_, init_ = reference_artifact(spec, e.reference.torchscript_uri)
+        volumes_, mounts_, init_ = reference_artifact(spec, e.reference.torchscript_uri, image)
         volumes += volumes_
         mounts += mounts_
         init += init_
@@ -85,15 +90,18 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
 
 
 def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_version: str,
-             reference_served: bool = False) -> dict[str, Any]:
+             reference_served: bool = False, policy: TenantPolicy = TenantPolicy()) -> dict[str, Any]:
+    """`policy`: the cluster's gates image, when set, instead of the spec's."""
     model, ns = rm.metadata["name"], rm.metadata.get("namespace", "default")
     jobs = rm.spec.rollout.gate_jobs
-    command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served)
+    image = policy.gates(rm.spec)
+    command, volumes, mounts, init = gate_command(rm, gate, stable_version, reference_served, image)
     gate_spec = rm.spec.rollout.warmup if gate == "warmup" else rm.spec.rollout.equivalence
     labels = {**names.common_labels(model), "app.kubernetes.io/name": names.GATE_APP,
               names.LABEL_GATE: gate, names.LABEL_VERSION: version, names.LABEL_ATTEMPT: attempt}
-    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                  "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    # Read-only images: a gate writes only its own sized /tmp (and the termination log).
+    restricted = read_only_root({"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                 "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}})
     for c in init:
         c["securityContext"] = restricted
     return {
@@ -109,16 +117,19 @@ def gate_job(rm: RankingModel, gate: str, version: str, attempt: str, stable_ver
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    # A gate reads Triton over HTTP, never the Kubernetes API: no token mounted.
+                    "automountServiceAccountToken": False,
                     "initContainers": init,
                     "containers": [{
-                        "name": "gate", "image": jobs.image, "command": command,
+                        "name": "gate", "image": image, "command": command,
                         "terminationMessagePath": "/dev/termination-log",
                         "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": RANKOPS_TMP},
+                                      "limits": {"memory": "4Gi", "ephemeral-storage": RANKOPS_TMP}},
                         "securityContext": restricted,
-                        "volumeMounts": mounts,
+                        "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],
                     }],
-                    "volumes": volumes,
+                    "volumes": [*volumes, {"name": "tmp", "emptyDir": {"sizeLimit": RANKOPS_TMP}}],
                 },
             },
         },
