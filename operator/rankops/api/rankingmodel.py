@@ -79,7 +79,7 @@ class ModelVersion(ApiModel):
     built_with_triton: Annotated[str | None, Field(pattern=TRITON_RELEASE, max_length=5, description=(
         'For tensorrt_plan: the Triton release (YY.MM, e.g. "24.05") whose container built the engine, when '
         "tensorrtVersion is not known; the engine is checked against spec.tritonImage's release."))] = None
-    sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", description=(
+    sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", min_length=64, max_length=64, description=(
         "SHA-256 (64 lower-case hex digits, as `sha256sum` prints) of the model file Triton loads: "
         "model.onnx, model.plan or model.pt in the artifact directory modelUri names (or the file it "
         "names). The fetcher refuses an artifact whose file differs (replaced at the URI, corrupted, or "

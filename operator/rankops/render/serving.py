@@ -66,6 +66,13 @@ def _sum_quantities(*quantities: str) -> str:
     return f"{-(-sum(bounds.quantity(q) for q in quantities) // 2 ** 20)}Mi"
 
 
+def fetcher_resources(volume_size: str) -> dict[str, Any]:
+    """A fetch-model container's: the download lands in a volume of `volume_size` plus its own /tmp."""
+    disk = _sum_quantities(volume_size, RANKOPS_TMP)
+    return {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": disk},
+            "limits": {"memory": "2Gi", "ephemeral-storage": disk}}
+
+
 def read_only_root(security_context: dict[str, Any]) -> dict[str, Any]:
     return {**security_context, "readOnlyRootFilesystem": True}
 
@@ -116,9 +123,7 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
                          {"name": "fetch-tmp", "mountPath": TMP_DIR}],
         # The download lands in the model volume (its sizeLimit is spec.storage.modelVolumeSize):
         # requested so the pod goes where the disk is free, limited so a growing one is stopped.
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi",
-                                   "ephemeral-storage": _sum_quantities(volume_size, RANKOPS_TMP)},
-                      "limits": {"memory": "2Gi", "ephemeral-storage": _sum_quantities(volume_size, RANKOPS_TMP)}},
+        "resources": fetcher_resources(volume_size),
         "securityContext": read_only_root(_restricted_container()),
     }
     if credentials_secret:
@@ -297,7 +302,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             {"name": "tmp", "mountPath": TMP_DIR},
             *artifact_mounts,
         ],
-        "securityContext": {**_restricted_container(), **_triton_user(policy)},
+        # Triton writes only its volumes: /tmp (TensorRT's engine cache too), /dev/shm, the model repository.
+        "securityContext": read_only_root({**_restricted_container(), **_triton_user(policy)}),
         **_pre_stop(spec.disruption),
     }
     containers, warm_volumes = [triton], []

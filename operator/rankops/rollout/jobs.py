@@ -9,7 +9,7 @@ from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptRef
 from rankops.render import gate_requests, names
 from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_SAMPLES_PER_BATCH_SIZE  # noqa: F401
 from rankops.render.policy import TenantPolicy
-from rankops.render.serving import HTTP_PORT, METRICS_PORT, RANKOPS_TMP, read_only_root
+from rankops.render.serving import HTTP_PORT, METRICS_PORT, RANKOPS_TMP, fetcher_resources, read_only_root
 
 REFERENCE_DIR = "/reference"
 # Generated requests, when no samples ConfigMap is given (render/gate_requests.py). Equivalence
@@ -43,6 +43,7 @@ def reference_artifact(spec: Any, uri: str, image: str | None = None) -> tuple[l
     fetch = {"name": "fetch-reference", "image": image or spec.rollout.gate_jobs.image,
              "command": ["rankops", "fetch-model", "--uri", uri, "--dest", target, *spec.fetch.args()],
              "terminationMessagePolicy": "FallbackToLogsOnError",
+             "resources": fetcher_resources(spec.storage.model_volume_size),
              "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR},
                               {"name": "tmp", "mountPath": "/tmp"}]}
     if spec.model_credentials_secret:
