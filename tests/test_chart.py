@@ -142,6 +142,8 @@ def test_operator_deployment_is_a_peered_pair_and_restricted(combo):
     assert args[args.index("--peering") + 1] == "rankops-operator", "replicas without peering would both act"
     pdb = one(objs, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
+    # Issue 37: a replica that is not Ready must not block a drain.
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
@@ -311,6 +313,23 @@ def test_validator_may_only_get_and_patch_nodes_and_list_pools(combo):
     assert args[args.index("--validator-service-account") + 1] == sa
     if combo == "existing-service-accounts":
         assert not by_kind(objs, "ServiceAccount")
+
+
+def test_the_chart_and_rankops_render_name_the_validators_service_account_alike():
+    """Issue 37: one default name: the chart's for the release `rankops` is the operator's own."""
+    from rankops.validator.daemonset import DEFAULT_SERVICE_ACCOUNT
+
+    objs = render()
+    args = operator_container(objs)["args"]
+    assert args[args.index("--validator-service-account") + 1] == DEFAULT_SERVICE_ACCOUNT
+    assert DEFAULT_SERVICE_ACCOUNT in {o["metadata"]["name"] for o in by_kind(objs, "ServiceAccount")}
+
+
+@pytest.mark.parametrize("value, expected", [(None, "system-node-critical"), ("gpu-agents", "gpu-agents"), ("", "")])
+def test_the_validators_priority_class_is_passed_to_the_operator(value, expected):
+    objs = render(() if value is None else (f"validator.priorityClassName={value}",))
+    args = operator_container(objs)["args"]
+    assert args[args.index("--validator-priority-class") + 1] == expected
 
 
 def test_rbac_create_false_renders_no_rbac():

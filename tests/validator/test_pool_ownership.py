@@ -71,10 +71,10 @@ class Api:
     def __init__(self, obj):
         self.node, self.patches = obj, []
 
-    def read_node(self, name):
+    def read_node(self, name, **_):
         return self.node
 
-    def patch_node(self, name, body):
+    def patch_node(self, name, body, **_):
         self.patches.append(body)
         self.node = apply_merge_patch(self.node, body)
 

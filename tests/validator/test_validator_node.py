@@ -129,11 +129,11 @@ class FakeCoreApi:
     def __init__(self, node, conflicts=0, fail=None):
         self.node, self.conflicts, self.fail, self.patches = node, conflicts, fail, []
 
-    def read_node(self, name):
+    def read_node(self, name, **_):
         assert name == self.node["metadata"]["name"]
         return self.node
 
-    def patch_node(self, name, body):
+    def patch_node(self, name, body, **_):
         if self.fail:
             raise self.fail
         if self.conflicts:
@@ -258,9 +258,9 @@ def test_daemonset_runs_the_validator_read_only_on_the_pools_nodes():
     assert ds["metadata"]["namespace"] == "rankops-system" and spec["serviceAccountName"] == "rankops-validator"
     assert spec["nodeSelector"] == {"pool": "t4"} and "hostPID" not in spec
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/host")
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/host/etc")
     assert mount["readOnly"] is True
-    assert next(v for v in spec["volumes"] if v["name"] == mount["name"])["hostPath"]["path"] == "/"
+    assert next(v for v in spec["volumes"] if v["name"] == mount["name"])["hostPath"]["path"] == "/etc"
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] and security["runAsNonRoot"] and security["capabilities"]["drop"] == ["ALL"]
     assert {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]

@@ -164,7 +164,9 @@ class GpuNodePoolStatus(ApiModel):
     nodes: Annotated[int, Field(ge=0, description=(
         "Nodes matched by the selector that this pool validates (ready + failing + pending)."))] = 0
     ready: Annotated[int, Field(ge=0, description="Nodes whose latest validation passed.")] = 0
-    failing: Annotated[int, Field(ge=0, description="Nodes whose latest validation failed.")] = 0
+    failing: Annotated[int, Field(ge=0, description=(
+        "Nodes whose latest validation failed, or whose latest report is stale: older than three "
+        "validator intervals (listed under the check `stale` in failingByCheck)."))] = 0
     pending: Annotated[int, Field(ge=0, description=(
         "Nodes without a current report (validator not run yet, or run against older requirements)."))] = 0
     excluded: Annotated[int, Field(ge=0, description=(

@@ -140,8 +140,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     for where, doc, obj in parsed:
         if obj.kind == "GpuNodePool":
             from rankops.validator.daemonset import render_validator
-            out += with_pull_secrets(render_validator(obj, namespace="rankops-system",
-                                                      service_account="rankops-validator"), list(settings.pull_secrets))
+            # The chart's names for the release `rankops` in rankops-system (validator.daemonset).
+            out += with_pull_secrets(render_validator(obj, namespace="rankops-system"), list(settings.pull_secrets))
             continue
         name = obj.metadata.get("name")
         body = {**doc, "metadata": {"namespace": "default", **(doc.get("metadata") or {})}}

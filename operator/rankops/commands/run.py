@@ -54,6 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     operator.namespace = args.operator_namespace
     operator.validator_service_account = args.validator_service_account
     operator.validator_image = args.validator_image
+    operator.validator_priority_class = args.validator_priority_class
     operator.interval = args.interval
     operator.resync = args.resync
     operator.service_monitors = args.service_monitors
@@ -121,12 +122,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="serve Prometheus metrics on this port (0: off)")
     p.add_argument("--operator-namespace", default=os.environ.get("POD_NAMESPACE", "rankops-system"),
                    help="namespace of the operator, where validator DaemonSets run")
+    from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, DEFAULT_SERVICE_ACCOUNT
+
     p.add_argument("--validator-service-account",
-                   default=os.environ.get("RANKOPS_VALIDATOR_SERVICE_ACCOUNT", "rankops-validator"),
+                   default=os.environ.get("RANKOPS_VALIDATOR_SERVICE_ACCOUNT", DEFAULT_SERVICE_ACCOUNT),
                    help="ServiceAccount the validator DaemonSets run as, in --operator-namespace "
-                        "(env RANKOPS_VALIDATOR_SERVICE_ACCOUNT; default rankops-validator)")
+                        f"(env RANKOPS_VALIDATOR_SERVICE_ACCOUNT; default {DEFAULT_SERVICE_ACCOUNT}, the chart's "
+                        "for the release `rankops`)")
     p.add_argument("--validator-image", default=os.environ.get("RANKOPS_VALIDATOR_IMAGE"),
                    help="override every pool's validator image")
+    p.add_argument("--validator-priority-class",
+                   default=os.environ.get("RANKOPS_VALIDATOR_PRIORITY_CLASS", DEFAULT_PRIORITY_CLASS),
+                   help="priorityClassName of the validator pods (env RANKOPS_VALIDATOR_PRIORITY_CLASS; default "
+                        f"{DEFAULT_PRIORITY_CLASS}; empty: none). See docs/security.md for the platforms that "
+                        "admit system-node-critical only in some namespaces")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
                    help="seconds after its last reconcile that a model with a rollout in flight or not Ready yet "
                         "is re-checked (gate deadlines, canary hold)")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from rankops.controller.kube import Kube
 from rankops.render.policy import TenantPolicy
+from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, DEFAULT_SERVICE_ACCOUNT
 
 
 @dataclass
@@ -13,8 +14,9 @@ class OperatorContext:
     kube: Kube | None = None
     client_library: bool = False                    # credentials via the kubernetes package (exec, auth-provider)
     namespace: str = "rankops-system"               # where validator DaemonSets run
-    validator_service_account: str = "rankops-validator"
+    validator_service_account: str = DEFAULT_SERVICE_ACCOUNT
     validator_image: str | None = None              # overrides the pools' validator image
+    validator_priority_class: str = DEFAULT_PRIORITY_CLASS   # "" for none
     interval: float = 10.0                          # seconds between re-checks of an unsettled model
     resync: float = 600.0                           # seconds between re-checks of every model
     workers: int = 16                               # reconciles at once, per pool (kopf's, watch events')

@@ -17,7 +17,7 @@ from rankops.controller.diffbase import essence_digest
 from rankops.controller.kube import ApiError, Kube
 from rankops.rollout.machine import Event
 from rankops.render.pullsecrets import with_pull_secrets
-from rankops.validator.daemonset import render_validator, validator_name
+from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, render_validator, validator_name
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
 from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
@@ -77,7 +77,8 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
     # handler removes it before it clears the nodes' marks.
     children = [] if meta.get("deletionTimestamp") else render_validator(
         pool, namespace=operator.namespace, service_account=operator.validator_service_account,
-        **({"image": operator.validator_image} if operator.validator_image else {}))
+        image=operator.validator_image,
+        priority_class_name=getattr(operator, "validator_priority_class", DEFAULT_PRIORITY_CLASS))
     for obj in with_pull_secrets(children, getattr(operator, "image_pull_secrets", ())):
         kube.apply(_owned(obj, body))
         if validators is not None:

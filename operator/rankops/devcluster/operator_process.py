@@ -19,13 +19,15 @@ from typing import Any
 
 import yaml
 
+from rankops.validator.daemonset import DEFAULT_SERVICE_ACCOUNT
+
 from .ports import free_port
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "rankops-operator"
 RELEASE = "rankops"
 RELEASE_NAMESPACE = "rankops-system"
 OPERATOR_SERVICE_ACCOUNT = "rankops-operator"
-VALIDATOR_SERVICE_ACCOUNT = "rankops-operator-validator"
+VALIDATOR_SERVICE_ACCOUNT = DEFAULT_SERVICE_ACCOUNT
 
 
 

@@ -660,7 +660,9 @@ def check_container_toolkit(host: HostView, req: NodeRequirements) -> CheckResul
     installed = host.exists("/etc/nvidia-container-runtime/config.toml")
     install = ("dnf config-manager --add-repo https://nvidia.github.io/libnvidia-container/stable/rpm/"
                "nvidia-container-toolkit.repo && dnf install -y nvidia-container-toolkit && ")
-    if host.is_dir(RKE2_CONTAINERD):
+    # Non-empty: the validator DaemonSet mounts this directory with DirectoryOrCreate, so the kubelet
+    # leaves it empty on every node that is not RKE2's.
+    if host.list_dir(RKE2_CONTAINERD).value:
         # RKE2 finds /usr/bin/nvidia-container-runtime when it starts and adds the nvidia runtime to
         # the config.toml it regenerates; nvidia-ctk's edits to that file would be overwritten.
         remedy = (install + "systemctl restart rke2-agent (rke2-server on a server node); then check "

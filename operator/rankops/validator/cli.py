@@ -48,6 +48,9 @@ def add_commands(subparsers) -> None:
     parser.add_argument("--interval", type=int, default=300, metavar="S",
                         help="with --patch-node: seconds between checks (default 300)")
     parser.add_argument("--once", action="store_true", help="with --patch-node: check and patch once, then exit")
+    parser.add_argument("--heartbeat", metavar="FILE",
+                        help="with --patch-node: touch FILE after each round (the DaemonSet's liveness probe "
+                             "checks its age with python3 -m rankops.validator.heartbeat)")
     parser.set_defaults(func=validate_node)
 
 
@@ -109,7 +112,8 @@ def validate_node(args) -> int:
         return run_on_node(args.node, args.host_root, pool_name or "", args.interval, args.once,
                            requirements=requirements, taint_failing=args.taint_failing_nodes or pool_taints,
                            nvidia_smi_xml=args.nvidia_smi_xml, use_nvml=not args.no_nvml,
-                           on_report=lambda report: _print(report, args.output))
+                           on_report=lambda report: _print(report, args.output),
+                           heartbeat_file=args.heartbeat)
     host = HostView(args.host_root)
     facts = gpu_facts.gather(host, args.nvidia_smi_xml, use_nvml=not args.no_nvml)
     report = validate_host(host, requirements, facts, node=args.node, pool=pool_name)

@@ -523,7 +523,9 @@ def kubelet_config(host: HostView) -> Read[tuple[str, dict]]:
     for path in KUBELET_CONFIGS:
         text = host.read_text(path)
         if not text.ok:
-            reasons.append(text.reason)
+            # The validator DaemonSet mounts /var/lib/kubelet/config.yaml with FileOrCreate: an empty
+            # file there is one the kubelet does not have.
+            reasons.append(f"{path}: not found" if text.reason == f"{path}: empty" else text.reason)
             continue
         try:
             data = yaml.safe_load(text.value)  # JSON (OpenShift) is YAML too

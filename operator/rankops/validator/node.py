@@ -16,11 +16,14 @@ from typing import Any, Callable
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.nodelabels import (LABEL_READY, LABEL_POOL, LABEL_DRIVER, LABEL_CUDA, LABEL_OS, LABEL_DRIVER_BRANCH, LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED, ANNOTATION_REPORT, TAINT_KEY, TAINT_EFFECT, VALIDATION_LABELS, label_value)
 from rankops.validator import gpu as gpu_facts
-from rankops.validator import latency
+from rankops.validator import heartbeat, latency
 from rankops.validator.host import HostView
 from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import Report, validate_host
 
+# (connect, read) seconds of each API call: a call that hangs must not hang the loop (the liveness
+# probe would restart it, but only after three intervals).
+API_TIMEOUT = (5, 30)
 ANNOTATION_LIMIT = 200_000  # the API server allows 256 KiB for all annotations together
 NOT_OWNED = 3   # run_on_node's exit status on a node its pool does not own
 
@@ -126,7 +129,8 @@ def list_pools(api) -> list[dict[str, Any]]:
     from kubernetes import client
 
     found = client.CustomObjectsApi(api.api_client).list_cluster_custom_object("rankops.io", "v1alpha1",
-                                                                               "gpunodepools")
+                                                                               "gpunodepools",
+                                                                               _request_timeout=API_TIMEOUT)
     return list(found.get("items") or [])
 
 
@@ -139,7 +143,7 @@ def validate_and_patch(api, node_name: str, host: HostView, requirements: NodeRe
     all_pools = (pools or (lambda: list_pools(api)))()
     report = None
     for attempt in range(3):  # a 409 means the node's taints moved under us: re-read and retry
-        node = api.read_node(node_name)
+        node = api.read_node(node_name, _request_timeout=API_TIMEOUT)
         node_dict = node if isinstance(node, dict) else api.api_client.sanitize_for_serialization(node)
         node_claim = claim(node_dict, pool, all_pools)
         if node_claim.owned:
@@ -151,7 +155,7 @@ def validate_and_patch(api, node_name: str, host: HostView, requirements: NodeRe
             report, patch = None, release_patch(node_dict, pool)
         try:
             if patch:
-                api.patch_node(node_name, patch)
+                api.patch_node(node_name, patch, _request_timeout=API_TIMEOUT)
             break
         except Exception as exc:
             if getattr(exc, "status", None) == 409 and attempt < 2:
@@ -165,16 +169,21 @@ def run_on_node(node_name: str, host_root: str, pool: str, interval: int, once: 
                 nvidia_smi_xml: str | None = None, use_nvml: bool = True, api=None,
                 sleep: Callable[[float], None] = time.sleep,
                 on_report: Callable[[Report], None] | None = None,
-                pools: Callable[[], list[dict[str, Any]]] | None = None) -> int:
+                pools: Callable[[], list[dict[str, Any]]] | None = None,
+                heartbeat_file: str | None = None) -> int:
     """Validate the host under `host_root` and write the verdict onto node `node_name`, every
     `interval` seconds (or once). Returns 0 when the (last) report is ready, 1 when not, 2 when the
     node could not be patched on a one-shot run, 3 (NOT_OWNED) when the pool does not own the node
     (no GPUs, or an older pool selects it: see validator.ownership). `api` defaults to a CoreV1Api
     from the in-cluster config or KUBECONFIG, so a test process can point it at any cluster;
-    `pools` lists the GpuNodePools (default: through `api`)."""
+    `pools` lists the GpuNodePools (default: through `api`). `heartbeat_file` is touched at the
+    start and after each round, done or failed (the DaemonSet's liveness probe reads its age:
+    validator.heartbeat): only a round that never ends lets it age."""
     requirements = requirements or NodeRequirements()
     host = HostView(host_root)
     api = api or load_core_api()
+    if heartbeat_file:
+        heartbeat.touch(heartbeat_file)
     while True:
         try:
             report, node_claim = validate_and_patch(api, node_name, host, requirements, pool, taint_failing,
@@ -191,6 +200,8 @@ def run_on_node(node_name: str, host_root: str, pool: str, interval: int, once: 
         except Exception as exc:  # the API may be briefly away; the loop must outlive that
             log.error("node %s: could not record the validation: %s", node_name, exc)
             status = 2
+        if heartbeat_file:
+            heartbeat.touch(heartbeat_file)
         if once:
             return status
         sleep(interval)

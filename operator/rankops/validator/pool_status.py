@@ -3,6 +3,9 @@
 A node counts as ready or failing only when its report was made for this pool against the pool's
 current requirements; otherwise it is pending (the validator has not run yet, or ran before the
 requirements changed). Nodes whose report annotation is garbled are pending too, never ready.
+A report older than STALE_INTERVALS of the pool's validator intervals (its generatedAt) is stale:
+the validator stopped reporting (stuck, gone, its node unreachable), so its verdict, ready or not,
+no longer stands; the node counts as failing with the check `stale`.
 Nodes the selector matches but the pool does not own (no GPUs, or an older pool selects them too:
 validator.ownership) are not counted but excluded, and named in the NodesWithoutGpus and
 Overlapping conditions.
@@ -10,6 +13,7 @@ Overlapping conditions.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from rankops.api.conditions import Condition
@@ -20,10 +24,21 @@ from rankops.validator.ownership import NodeClaim, claim
 from rankops.validator.report import requirements_digest
 
 MAX_LISTED_NODES = 20  # per failing check, to keep the status object small on big pools
+STALE_INTERVALS = 3    # as the validator's liveness probe (validator.daemonset.HEARTBEAT_INTERVALS)
+STALE = "stale"        # the failingByCheck entry of nodes whose report is stale
 
 
-def _node_verdict(node: dict[str, Any], pool_name: str, digest: str) -> tuple[str, list[str]]:
-    """('ready' | 'failing' | 'pending', ids of the checks that block it)."""
+def _generated_at(report: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.strptime(str(report.get("generatedAt")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def _node_verdict(node: dict[str, Any], pool_name: str, digest: str,
+                  stale_before: datetime | None = None) -> tuple[str, list[str]]:
+    """('ready' | 'failing' | 'stale' | 'pending', ids of the checks that block it). `stale_before`:
+    a report made before then (or with no time) is stale."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
     if labels.get(LABEL_POOL) != label_value(pool_name) or LABEL_READY not in labels:
@@ -34,6 +49,10 @@ def _node_verdict(node: dict[str, Any], pool_name: str, digest: str) -> tuple[st
         return "pending", []
     if not isinstance(report, dict) or report.get("requirementsDigest") != digest:
         return "pending", []
+    if stale_before is not None:
+        made = _generated_at(report)
+        if made is None or made < stale_before:
+            return STALE, [STALE]
     if labels[LABEL_READY] == "true" and report.get("ready") is True:
         return "ready", []
     blocking = report.get("blocking")
@@ -57,26 +76,33 @@ def node_claims(pool: GpuNodePool, nodes: list[dict[str, Any]],
     return {_name(node): claim(node, pool.name, [own, *others]) for node in nodes}
 
 
+def stale_before(pool: GpuNodePool, now: datetime) -> datetime:
+    """Reports made before this are stale (STALE_INTERVALS of the pool's validator interval)."""
+    return now - timedelta(seconds=STALE_INTERVALS * pool.spec.validator.interval_seconds)
+
+
 def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
-                          claims: dict[str, NodeClaim] | None = None) -> dict[str, Any]:
+                          claims: dict[str, NodeClaim] | None = None, now: datetime | None = None) -> dict[str, Any]:
     """Counts for the pool's status: nodes, ready, failing, pending, excluded, failingByCheck
     (camelCase, ready to merge into .status). `nodes` are the nodes the pool's selector matches,
-    as dicts; `claims` (node_claims) leaves out those the pool does not own."""
+    as dicts; `claims` (node_claims) leaves out those the pool does not own; with `now`, a node
+    whose report is stale counts as failing, under the check `stale`."""
     digest = requirements_digest(pool.spec.requirements)
+    before = stale_before(pool, now) if now is not None else None
     counts = {"ready": 0, "failing": 0, "pending": 0}
     drivers: set[str] = set()
     by_check: dict[str, list[str]] = {}
     tuned = {LABEL_LATENCY_TUNED: 0, LABEL_TOPOLOGY_ALIGNED: 0}  # `kubectl get gnp`'s Tuned and Aligned
     owned = [n for n in nodes if claims is None or claims[_name(n)].owned]
     for node in owned:
-        verdict, blocking = _node_verdict(node, pool.name, digest)
-        counts[verdict] += 1
+        verdict, blocking = _node_verdict(node, pool.name, digest, before)
+        counts["failing" if verdict == STALE else verdict] += 1
         driver = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_DRIVER)
         if verdict == "ready" and driver:
             drivers.add(driver)
         labels = (node.get("metadata") or {}).get("labels") or {}
         for label in tuned:
-            tuned[label] += verdict != "pending" and labels.get(label) == "true"
+            tuned[label] += verdict in ("ready", "failing") and labels.get(label) == "true"
         name = str((node.get("metadata") or {}).get("name", "?"))
         for check in blocking:
             by_check.setdefault(check, []).append(name)
@@ -164,7 +190,7 @@ def pool_conditions(summary: dict[str, Any], previous: list[Condition], generati
 def pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]], claims: dict[str, NodeClaim] | None,
                 previous: GpuNodePoolStatus, generation: int | None, now: str) -> GpuNodePoolStatus:
     """The pool's status: its nodes' counts (aggregate_pool_status) and its conditions."""
-    summary = aggregate_pool_status(pool, nodes, claims)
+    summary = aggregate_pool_status(pool, nodes, claims, _generated_at({"generatedAt": now}))
     return GpuNodePoolStatus.model_validate({
         **summary, "observedGeneration": generation,
         "conditions": pool_conditions(summary, previous.conditions, generation, now, claims)})
