@@ -714,3 +714,32 @@ def test_first_byte_wait_defaults_below_the_stall() -> None:
     from rankops.commands.fetch import Limits
     assert Limits().first_byte == 20 and Limits(stall_s=5).first_byte == 5
     assert Limits(stall_s=300, first_byte_s=90).first_byte == 90
+
+
+# --- the model volume's size (--max-bytes; spec.storage.modelVolumeSize) -------------------------
+
+def test_an_artifact_over_the_volume_is_refused_before_a_byte_from_the_listing(s3_env: dict, capsys,
+                                                                              tmp_path: Path) -> None:
+    dest = tmp_path / "m" / "1"
+    total = sum(len(b) for b in MODEL.values())
+    code, _, err = cli(capsys, "--uri", "s3://models/ctr-ranker/3", "--dest", str(dest), "--max-bytes",
+                       str(total - 1))
+    assert code == 1
+    one_line(err, "s3://models/ctr-ranker/3", f"over --max-bytes {total - 1} bytes", f"at {total} bytes",
+             "spec.storage.modelVolumeSize", "the serving version is untouched")
+    assert on_disk(dest) == []
+    code, _, err = cli(capsys, "--uri", "s3://models/ctr-ranker/3", "--dest", str(dest), "--max-bytes", str(total))
+    assert (code, err) == (0, "") and tree(dest) == MODEL
+
+
+@pytest.mark.parametrize("behaviour", ["nolength", "chunked"])
+def test_a_body_with_no_length_is_stopped_at_the_volumes_size(bad_server: str, capsys, tmp_path: Path,
+                                                            behaviour: str) -> None:
+    """A server that sends no length (or lies about it chunk by chunk) is stopped while it writes,
+    not when the kubelet evicts the pod for a full volume."""
+    dest = tmp_path / "m" / "1"
+    uri = f"{bad_server}/h/{behaviour}/{token()}/model.onnx"
+    code, _, err = cli(capsys, "--uri", uri, "--dest", str(dest), "--max-bytes", "50000", *ROOMY)
+    assert code == 1
+    one_line(err, uri, "over --max-bytes 50000 bytes", "spec.storage.modelVolumeSize")
+    assert on_disk(dest) == []

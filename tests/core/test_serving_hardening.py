@@ -134,6 +134,9 @@ def test_the_model_volume_and_tmp_are_sized_requested_and_limited():
     assert triton["requests"]["ephemeral-storage"] == triton["limits"]["ephemeral-storage"] == "4096Mi"
     fetch = _container(pod, "fetch-model")["resources"]
     assert fetch["requests"]["ephemeral-storage"] == fetch["limits"]["ephemeral-storage"] == "3328Mi"
+    # The fetcher stops at the volume's size with its own line (tests/test_fetch_model.py).
+    command = _container(pod, "fetch-model")["command"]
+    assert command[command.index("--max-bytes") + 1] == str(3 * 2 ** 30)
     for container in pod["containers"] + pod["initContainers"]:
         assert "ephemeral-storage" in container["resources"]["limits"], container["name"]
     defaults = _pod(_rm())

@@ -60,6 +60,7 @@ SECRET = "the Secret named by the RankingModel's spec.modelCredentialsSecret"
 DEADLINE_FIELD = "spec.fetch.deadlineSeconds"
 STALL_FIELD = "spec.fetch.stallSeconds"
 FIRST_BYTE_FIELD = "spec.fetch.firstByteSeconds"
+SIZE_FIELD = "spec.storage.modelVolumeSize"
 SHA256_FIELD = "spec.versions[].sha256"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
@@ -131,6 +132,7 @@ class Limits:
     attempts: int = ATTEMPTS
     max_pages: int | None = None             # None: default_max_pages(max_objects)
     max_listing_bytes: int | None = None     # None: default_max_listing_bytes(max_objects)
+    max_bytes: int | None = None             # the artifact's bytes in all (None: unbounded): the volume's size
 
     @property
     def first_byte(self) -> float:
@@ -511,9 +513,17 @@ class ReadFailed(Exception):
         self.cause, self.received = cause, received
 
 
-def copy_stream(uri: str, read: Callable[[], bytes], target: Path, clock: Clock) -> tuple[int, str]:
+def over_size(uri: str, total: int, limit: int) -> FetchError:
+    return FetchError(f"{uri}: the artifact is over --max-bytes {limit} bytes ({limit / 2 ** 30:.2f} GiB, "
+                      f"{SIZE_FIELD}) at {total} bytes: raise {SIZE_FIELD} or slim the artifact; nothing of it "
+                      "is kept and the serving version is untouched")
+
+
+def copy_stream(uri: str, read: Callable[[], bytes], target: Path, clock: Clock,
+                room: int | None = None, limit: int | None = None) -> tuple[int, str]:
     """Write what `read` returns to `target` until it returns b''; (bytes, md5 hex). A read that
-    raises becomes ReadFailed (with the bytes so far); a write that fails, a FetchError."""
+    raises becomes ReadFailed (with the bytes so far); a write that fails, a FetchError; more than
+    `room` bytes (what --max-bytes `limit` leaves), a FetchError before the volume fills."""
     digest, received = hashlib.md5(usedforsecurity=False), 0
     try:
         out = open(target, "wb")
@@ -534,6 +544,8 @@ def copy_stream(uri: str, read: Callable[[], bytes], target: Path, clock: Clock)
                 raise FetchError(local_error(uri, target, exc)) from None
             digest.update(chunk)
             received += len(chunk)
+            if room is not None and received > room:
+                raise over_size(uri, (limit or 0) - room + received, limit or 0)
         try:
             out.flush()
             os.fsync(out.fileno())
@@ -550,6 +562,13 @@ def check_digest(uri: str, what: str, expected: str | None, actual: str, progres
         raise Transient(f"{uri}: {what} arrived with MD5 {actual} but the store says {expected}: "
                         "the download was cut or corrupted")
     progress.verified += 1
+
+
+def _room(limits: Limits, progress: Progress) -> tuple[int | None, int | None]:
+    """(bytes the next file may still take under --max-bytes, the limit)."""
+    if limits.max_bytes is None:
+        return None, None
+    return max(0, limits.max_bytes - progress.bytes), limits.max_bytes
 
 
 def with_retries(limits: Limits, clock: Clock, once: Callable[[], None]) -> None:
@@ -647,7 +666,8 @@ def _http_once(uri: str, name: str, target: Path, limits: Limits, clock: Clock, 
         md5 = md5_from_headers(response.headers)
         progress.activity = f"downloading {name}"
         try:
-            received, actual = copy_stream(uri, lambda: response.read1(CHUNK), target, clock)
+            received, actual = copy_stream(uri, lambda: response.read1(CHUNK), target, clock,
+                                           *_room(limits, progress))
         except ReadFailed as failed:
             cause, got = failed.cause, failed.received
             if isinstance(cause, (socket.timeout, TimeoutError)):
@@ -757,6 +777,9 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
         if file_dest and len(plan) > 1:
             raise FetchError(f"{uri} holds {len(plan)} objects but --dest names one file ({file_dest}): "
                              "point the URI at the file")
+        listed_bytes = sum(size for _, _, size in plan)
+        if limits.max_bytes is not None and listed_bytes > limits.max_bytes:   # said before a byte is copied
+            raise over_size(uri, listed_bytes, limits.max_bytes)
         for key, rel, size in plan:
             target = root / (file_dest or rel)
             try:
@@ -770,7 +793,8 @@ def _fetch_bucket(uri: str, source: Source, root: Path, file_dest: str | None, l
                 body = response["Body"]
                 body_timeout(getattr(getattr(body, "_raw_stream", None), "_connection", None), "sock", limits.stall_s)
                 try:
-                    received, actual = copy_stream(uri, lambda: body.read(CHUNK), target, clock)
+                    received, actual = copy_stream(uri, lambda: body.read(CHUNK), target, clock,
+                                                   *_room(limits, progress))
                 except ReadFailed as failed:
                     if isinstance(failed.cause, ReadTimeoutError):
                         raise Transient(f"{uri}: stalled: no byte for {limits.stall_s:g} s after {failed.received} "
@@ -1008,14 +1032,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     progress = Progress()
     dest = Path(args.dest)
     limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, first_byte_s=args.first_byte_s,
-                    max_objects=args.max_objects,
-                    max_pages=args.max_listing_pages, max_listing_bytes=args.max_listing_bytes)
+                    max_objects=args.max_objects, max_pages=args.max_listing_pages,
+                    max_listing_bytes=args.max_listing_bytes, max_bytes=args.max_bytes)
     try:
         if (args.deadline_s <= 0 or args.stall_s <= 0 or (args.first_byte_s is not None and args.first_byte_s <= 0)
                 or args.max_objects < 1
-                or min(args.max_listing_pages or 1, args.max_listing_bytes or 1) < 1):
+                or min(args.max_listing_pages or 1, args.max_listing_bytes or 1, args.max_bytes or 1) < 1):
             raise FetchError(f"{args.uri}: --deadline-s, --stall-s and --first-byte-s must be above 0, --max-objects, "
-                             "--max-listing-pages and --max-listing-bytes at least 1")
+                             "--max-listing-pages, --max-listing-bytes and --max-bytes at least 1")
         dest = check_dest(args.dest, args.uri)
         fetch(args.uri, dest, args.expect, limits, progress, sha256=args.sha256)
     except FetchError as exc:
@@ -1056,6 +1080,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         f"{DEFAULT_FIRST_BYTE_S:g}, or --stall-s when lower) (RankingModel: {FIRST_BYTE_FIELD})")
     p.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS,
                    help="refuse a prefix listing more objects than this")
+    p.add_argument("--max-bytes", type=int, default=None,
+                   help="the artifact's bytes in all, at most (the model volume's size, "
+                        f"{SIZE_FIELD}): over it the fetch stops before the volume fills")
     p.add_argument("--max-listing-pages", type=int, default=None,
                    help=f"stop a listing after this many pages (default: --max-objects / {OBJECTS_PER_PAGE}, "
                         f"at least {MIN_PAGES})")

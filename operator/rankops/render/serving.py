@@ -60,6 +60,11 @@ def api_key_secret(model: str, namespace: str, key: str) -> dict[str, Any]:
             "stringData": {API_KEY_SECRET_KEY: key}}
 
 
+def _bytes(quantity: str) -> int:
+    from rankops.api import bounds
+    return int(bounds.quantity(quantity))
+
+
 def _sum_quantities(*quantities: str) -> str:
     """Kubernetes quantities added, in Mi (the sizes a spec gives are binary or decimal bytes)."""
     from rankops.api import bounds
@@ -115,7 +120,9 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         "command": ["rankops", "fetch-model", "--uri", version.model_uri, "--dest", version_dir,
                     "--expect", MODEL_FILENAMES[version.format],
                     # The digest covers the file --expect names (RankingModel: spec.versions[].sha256).
-                    *(["--sha256", version.sha256] if version.sha256 else []), *(fetch_args or [])],
+                    *(["--sha256", version.sha256] if version.sha256 else []),
+                    # Over the volume's size it stops with its own line, before the kubelet evicts the pod.
+                    "--max-bytes", str(_bytes(volume_size)), *(fetch_args or [])],
         # Its one-line error (missing object, bad credentials, truncated download) lands in the
         # pod's status, not only in a log.
         "terminationMessagePolicy": "FallbackToLogsOnError",

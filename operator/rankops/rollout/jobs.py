@@ -6,6 +6,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
+from rankops.api.bounds import quantity
 from rankops.render import gate_requests, names
 from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_SAMPLES_PER_BATCH_SIZE  # noqa: F401
 from rankops.render.policy import TenantPolicy
@@ -41,7 +42,8 @@ def reference_artifact(spec: Any, uri: str, image: str | None = None) -> tuple[l
         return ([{"name": "reference", "hostPath": {"path": path, "type": "File"}}],
                 [{"name": "reference", "mountPath": target, "readOnly": True}], [])
     fetch = {"name": "fetch-reference", "image": image or spec.rollout.gate_jobs.image,
-             "command": ["rankops", "fetch-model", "--uri", uri, "--dest", target, *spec.fetch.args()],
+             "command": ["rankops", "fetch-model", "--uri", uri, "--dest", target, "--max-bytes",
+                         str(int(quantity(spec.storage.model_volume_size))), *spec.fetch.args()],
              "terminationMessagePolicy": "FallbackToLogsOnError",
              "resources": fetcher_resources(spec.storage.model_volume_size),
              "volumeMounts": [{"name": "reference", "mountPath": REFERENCE_DIR},
