@@ -28,7 +28,8 @@ GOOD = "\n".join([
     f'nv_inference_request_failure{{model="{MODEL}",reason="REJECTED",version="{VERSION}"}} 0',
     f'nv_inference_queue_duration_us{{model="{MODEL}",version="{VERSION}"}} 9500',
     f'nv_inference_request_summary_us{{model="{MODEL}",version="{VERSION}",quantile="0.99"}} 4100',
-    f'nv_inference_request_summary_us{{model="{MODEL}",version="{VERSION}",quantile="0.5"}} NaN',
+    # Triton (prometheus-cpp) writes an empty quantile as Nan; Prometheus writes NaN.
+    f'nv_inference_request_summary_us{{model="{MODEL}",version="{VERSION}",quantile="0.5"}} Nan',
     'nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5', ""])
 
 

@@ -54,7 +54,8 @@ MAX_QUEUE_US_PER_REQUEST = 600e6
 # times them on megabyte lines).
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|NaN|[+-]?Inf)")
+# NaN and Inf in any case: Prometheus writes NaN, Triton's exporter (prometheus-cpp) writes Nan.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|(?i:nan|inf))")
 
 
 class MetricsUnavailable(Exception):
