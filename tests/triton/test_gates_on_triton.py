@@ -127,3 +127,24 @@ def test_equivalence_fails_a_retrained_model_with_its_real_numbers(two_versions)
     assert verdict.reason in ("RankingDisagrees", "ScoresOutOfTolerance")
     assert verdict.metrics["rankCorrelation"] < 0.9
     assert "outside" in verdict.summary
+
+
+def test_the_operators_strict_reader_takes_a_real_tritons_metrics_page(example_server):
+    """What the operator reads from a serving pod (controller/pod_metrics: one bounded read, the
+    strict parser, the served version's series only) accepts real Triton's page as it is, after
+    traffic (Nan quantiles, failure reasons, GPU-less lines), and the page is far below the cap."""
+    from rankops.render.tritonconfig import triton_version
+    from rankops.triton import metrics
+
+    rm, server = example_server
+    samples = gate_samples(EXAMPLE, "warmup")
+    run_warmup(Endpoint(server.http_url, MODEL), samples[:20], WarmupConfig(requests=40, concurrency=2, max_p99_ms=10_000))
+    host, port = server.metrics_url.rsplit(":", 1)
+    page = metrics.fetch(host.removeprefix("http://"), int(port))
+    version = str(triton_version(EXAMPLE["spec"]["version"]))
+    counters = metrics.parse(page, MODEL, version)
+    assert counters.seen and counters.values["success"] >= 40, counters
+    assert not metrics.parse(page, MODEL, str(int(version) + 1)).seen, "another version's series are not this one's"
+    # One model version's page: the cap (MAX_BODY_BYTES) leaves room for hundreds.
+    assert len(page.encode()) * 100 < metrics.MAX_BODY_BYTES, len(page)
+    print(f"real Triton metrics page: {len(page.encode())} bytes for one model version")

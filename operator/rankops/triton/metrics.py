@@ -32,9 +32,10 @@ COUNTERS = {
 SUMMARY = "nv_inference_request_summary_us"
 _NAMES = {v: k for k, v in COUNTERS.items()}
 
-# What a pod answers on its metrics port is the tenant's: every read is bounded. Triton's endpoint
-# is about 3 KB per loaded model version plus 1-2 KB per GPU (measured: tests/triton), so 1 MiB
-# holds a shared server of a few hundred model versions; more is not a Triton we serve.
+# What a pod answers on its metrics port is the tenant's: every read is bounded. A real Triton's
+# page is 7 KB with one model version loaded (tests/triton/test_gates_on_triton.py measures it),
+# a few KB more per version: 1 MiB holds a shared server of a hundred versions and more; a
+# bigger page is not a Triton this operator serves.
 MAX_BODY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 16 << 10
 MAX_HEADERS = 64
