@@ -56,3 +56,24 @@ def test_a_fresh_report_is_judged_by_what_it_says():
                          NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
     assert (status.ready, status.failing) == (1, 1)
     assert [f.check for f in status.failing_by_check] == ["nouveau"]
+
+
+def test_the_pool_comes_back_when_its_first_fresh_report_turns_stale_not_at_resync():
+    from rankops.controller.clock import Clock
+    from rankops.validator.pool_status import seconds_until_stale
+
+    limit = STALE_INTERVALS * INTERVAL
+    nodes = [_node("fresh", 10), _node("older", 100), _node("hung", limit + 1), _node("no-time", None)]
+    # The older fresh report goes stale first; the stale ones need no wake-up.
+    assert seconds_until_stale(_pool(), nodes, NOW) == limit - 100
+    assert seconds_until_stale(_pool(), [_node("hung", limit + 1)], NOW) is None
+    now = {"t": 0.0}
+    clock = Clock(lambda key: None, interval_s=10, resync_s=600, clock=lambda: now["t"], start=False)
+    clock.reconciled("pool", False, seconds_until_stale(_pool(), nodes, NOW))
+    now["t"] = limit - 100
+    assert clock.take_due() == ["pool"], "reconciled when the report turns stale, not at --resync"
+    clock.reconciled("pool", False, 10_000.0)   # a deadline later than --resync: resync comes first
+    now["t"] += 599
+    assert clock.take_due() == []
+    now["t"] += 1
+    assert clock.take_due() == ["pool"]

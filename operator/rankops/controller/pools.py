@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,7 +22,7 @@ from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, render_validator
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
 from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
-from rankops.validator.pool_status import node_claims, pool_status
+from rankops.validator.pool_status import node_claims, pool_status, seconds_until_stale
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Result:
     status: GpuNodePoolStatus
     events: list[Event] = field(default_factory=list)
     write: bool = True
+    requeue_after_s: float | None = None   # when a node's report turns stale (before --resync)
 
 
 def _owned(obj: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +95,8 @@ def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators
             warn = (cond.type in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond.status == "True") or \
                    (cond.type == "Ready" and cond.status == "False")
             events.append(Event("Warning" if warn else "Normal", cond.reason, cond.message))
-    return Result(status, events)
+    owned = [n for n in nodes if claims[(n.get("metadata") or {}).get("name", "?")].owned]
+    return Result(status, events, requeue_after_s=seconds_until_stale(pool, owned, datetime.now(timezone.utc)))
 
 
 def pool_inputs(pool: dict[str, Any]) -> str:

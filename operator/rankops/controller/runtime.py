@@ -507,7 +507,9 @@ class PoolController(_Reconciles):
 
     def _after(self, body: dict, result_word: str, result, status_patch) -> None:
         meta = body["metadata"]
-        self.clock.reconciled((meta["name"], meta["uid"]), False)   # only events move a pool on, and --resync
+        # Only events move a pool on, and --resync; sooner when one of its nodes' reports turns stale.
+        self.clock.reconciled((meta["name"], meta["uid"]), False,
+                              getattr(result, "requeue_after_s", None))
 
     def _record(self, body: dict, result, wire: dict) -> None:
         metrics.record_pool(body["metadata"]["name"], wire)

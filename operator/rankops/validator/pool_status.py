@@ -81,6 +81,20 @@ def stale_before(pool: GpuNodePool, now: datetime) -> datetime:
     return now - timedelta(seconds=STALE_INTERVALS * pool.spec.validator.interval_seconds)
 
 
+def seconds_until_stale(pool: GpuNodePool, nodes: list[dict[str, Any]], now: datetime) -> float | None:
+    """Seconds until the first report of these nodes that is fresh now turns stale (None: none is),
+    so the pool is reconciled then rather than at its next resync."""
+    digest = requirements_digest(pool.spec.requirements)
+    before = stale_before(pool, now)
+    made = []
+    for node in nodes:
+        if _node_verdict(node, pool.name, digest, before)[0] in ("ready", "failing"):
+            report = json.loads(((node.get("metadata") or {}).get("annotations") or {})[ANNOTATION_REPORT])
+            made.append(_generated_at(report))
+    soonest = min((m for m in made if m is not None), default=None)
+    return None if soonest is None else max(1.0, (soonest - before).total_seconds())
+
+
 def aggregate_pool_status(pool: GpuNodePool, nodes: list[dict[str, Any]],
                           claims: dict[str, NodeClaim] | None = None, now: datetime | None = None) -> dict[str, Any]:
     """Counts for the pool's status: nodes, ready, failing, pending, excluded, failingByCheck
