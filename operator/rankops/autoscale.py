@@ -158,15 +158,18 @@ def pod_reading(requests: float, queue_us: float, at: dt.datetime) -> dict[str, 
 
 
 def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
-    """({pod: pod_reading} of both tracks' serving pods, or None when no pod has an answer newer
-    than the recorded reading: nothing new to count), and the pods not read. `snapshot`:
+    """({pod: pod_reading} of both tracks' serving pods, or None unless every one has an answer
+    newer than the recorded reading), and the pods not read. `snapshot`:
     controller/pod_metrics.Snapshot."""
     previous = (recorded.reading if recorded else None) or {}
     reading = {pod: pod_reading(c.values.get("success", 0.0) + c.values.get("failure", 0.0),
                                 c.values.get("queue_us", 0.0), at)
                for pods in snapshot.readings.values() for pod, (c, at) in pods.items()}
-    fresh = any(not isinstance(previous.get(pod), dict) or _time(previous[pod].get("at")) is None
-                or _time(previous[pod].get("at")) < _time(now["at"]) for pod, now in reading.items())
+    # Every pod's answer newer than the one counted last: a round half in (reads are off the
+    # reconcile) would count some pods' load and silently not the others'.
+    fresh = bool(reading) and all(
+        not isinstance(previous.get(pod), dict) or _time(previous[pod].get("at")) is None
+        or _time(previous[pod].get("at")) < _time(now["at"]) for pod, now in reading.items())
     return (reading if fresh else None), (*snapshot.not_read("canary"), *snapshot.not_read("stable"))
 
 

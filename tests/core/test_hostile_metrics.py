@@ -388,3 +388,78 @@ def test_a_replicaset_the_operator_may_not_read_is_the_pods_reason_not_a_failed_
     snapshot = pod_metrics.read(kube, pod_metrics.PodMetrics(), ("reco", MODEL, "uid"), "reco", MODEL,
                                 {"stable": _deployment("stable", "dep-stable", VERSION)})
     assert len(snapshot.unread["stable"]) == 1 and "replicasets get" in snapshot.unread["stable"][0]
+
+
+# -- found in review: the real client, half rounds, kick loops, bloated pages, lookups ----------------
+
+def test_the_operators_client_knows_replicasets():
+    """The ownership check GETs ReplicaSets through the operator's own client: a kind it did not
+    know refused every pod (the fakes above answer any kind)."""
+    from rankops.controller.kube import KINDS
+    assert KINDS["ReplicaSet"].path("reco", "ranker-stable-5d9f") == \
+        "/apis/apps/v1/namespaces/reco/replicasets/ranker-stable-5d9f"
+
+
+def test_a_round_half_in_is_no_reading_for_the_autoscaler():
+    from rankops import autoscale
+    from rankops.api.autoscaling import AutoscalingStatus
+    from rankops.controller.pod_metrics import Snapshot
+    previous = {pod: autoscale.pod_reading(1000, 0, _at(0)) for pod in "abc"}
+    recorded = AutoscalingStatus(mode="rankops", reading=previous)
+    snapshot = Snapshot()
+    snapshot.readings["stable"] = {"a": (_counters(2000), _at(10)), "b": (_counters(2000), _at(10)),
+                                   "c": (_counters(1000), _at(0))}
+    assert autoscale.load_reading(snapshot, recorded)[0] is None, "c's load would be counted as nothing"
+    snapshot.readings["stable"]["c"] = (_counters(2000), _at(11))
+    reading, problems = autoscale.load_reading(snapshot, recorded)
+    assert set(reading) == {"a", "b", "c"} and problems == ()
+
+
+def test_a_slow_round_is_taken_once_and_kicks_no_more_reconciles(monkeypatch):
+    """A round whose answers are stale by the time its kick runs a reconcile must not ask again from
+    that reconcile (else: a kick every round, forever)."""
+    from rankops.controller import pod_metrics
+    from rankops.controller.pod_metrics import Answer, PodMetrics, Target
+
+    def slow(target, model, deadline_s, now):
+        time.sleep(0.3)
+        return Answer(now() - dt.timedelta(seconds=10), _counters(1))   # stale as soon as it is in
+    monkeypatch.setattr(pod_metrics, "read_target", slow)
+    kicks: list = []
+    targets = [Target("stable", f"p{i}", "127.0.0.1", VERSION) for i in range(3)]
+    reader = PodMetrics(kick=lambda who: (kicks.append(who), reader.read(who, MODEL, targets)))
+    reader.read("m", MODEL, targets)
+    time.sleep(2.0)
+    assert kicks == ["m"], kicks
+
+
+def test_a_bloated_page_keeps_only_what_is_read():
+    lines = [f'nv_inference_request_summary_us{{model="{MODEL}",version="{VERSION}",quantile="0.{i:07d}"}} 5'
+             for i in range(1, 200)]
+    kept = parse("\n".join(lines + [GOOD]), MODEL, VERSION)
+    assert set(kept.quantiles_us) == {0.99}, "only Triton's quantiles are kept"
+    more = [f'nv_inference_count{{model="{MODEL}",version="{VERSION}",x="{i}"}} 1' for i in range(300)]
+    with pytest.raises(MetricsRejected, match="more than 256 series of model ranker"):
+        parse("\n".join(more), MODEL, VERSION)
+
+
+def test_a_replicaset_not_found_is_asked_again_after_a_while_not_every_reconcile():
+    from rankops.controller.pod_metrics import MISS_S, PodMetrics
+    now = {"t": 0.0}
+    reader = PodMetrics(monotonic=lambda: now["t"])
+    kube = _Kube([], {"rs": {"metadata": {"name": "rs", "uid": "rs-uid", "ownerReferences": [
+        {"kind": "Deployment", "uid": "dep", "controller": True}]}}})
+    owner = reader.replica_set_owner(kube, "reco")
+    assert [owner("forged", "forged-uid") for _ in range(5)] == [None] * 5 and kube.gets == 1
+    now["t"] += MISS_S
+    assert owner("forged", "forged-uid") is None and kube.gets == 2
+    assert [owner("rs", "rs-uid") for _ in range(3)] == ["dep"] * 3 and kube.gets == 3
+
+
+def test_a_pod_of_the_previous_template_is_read_for_its_own_version():
+    from rankops.controller.pod_metrics import serving_targets
+    deployments = {"stable": _deployment("stable", "dep-stable", "4")}
+    pod = _serving_pod("old", "stable", "rs-stable")
+    pod["metadata"]["labels"]["rankops.io/version"] = "3"    # mid-rollout: the old ReplicaSet's pod
+    targets, _, _ = serving_targets([pod], deployments, lambda name, uid: "dep-stable", [])
+    assert [t.version for t in targets] == ["3"]

@@ -63,6 +63,7 @@ KINDS: dict[str, Kind] = {
     "Namespace": Kind("v1", "namespaces", namespaced=False),
     "Deployment": Kind("apps/v1", "deployments"),
     "DaemonSet": Kind("apps/v1", "daemonsets"),
+    "ReplicaSet": Kind("apps/v1", "replicasets"),
     "Job": Kind("batch/v1", "jobs"),
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -29,11 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankops.controller.kube import ApiError
 from rankops.render import names
 from rankops.render.serving import METRICS_PORT
 from rankops.render.tritonconfig import triton_version
 from rankops.triton.metrics import READ_DEADLINE_S, MetricsUnavailable, ModelCounters, scrape
 
+log = logging.getLogger("rankops.pod_metrics")
 TRACKS = {names.CANARY: "canary", names.STABLE: "stable"}
 READER_THREADS = 8          # reads at once, all models together
 PER_MODEL = 2               # reads at once for one model
@@ -41,6 +44,7 @@ FRESH_S = 2.0               # an answer younger than this is not asked again
 MAX_AGE_S = 60.0            # an answer older than this no longer counts as a reading
 BACKOFF_S = (5.0, 300.0)    # a pod whose read failed: first wait, doubling up to the second
 REPLICA_SETS_KEPT = 4096
+MISS_S = 60.0               # a ReplicaSet not found, or not the model's: asked again after this
 
 
 def readable(address: str | None, networks: Sequence[str]) -> bool:
@@ -120,18 +124,22 @@ def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str,
         owner = _controller(meta, "ReplicaSet")
         try:
             deployment_uid = replica_set_owner(owner.get("name", ""), owner.get("uid", "")) if owner else None
-        except Exception as exc:  # noqa: BLE001 - an API error (RBAC, outage) is a reason, not a failed reconcile
+        except (ApiError, OSError) as exc:   # an API error (RBAC, outage) is a reason, not a failed reconcile
             track = TRACKS[labels[names.LABEL_TRACK]]
+            hint = "; the operator needs replicasets get" if getattr(exc, "status", None) == 403 else ""
             refused.append((track, f"{meta.get('name')}: its ReplicaSet {owner.get('name')} could not be read "
-                                   f"({getattr(exc, 'status', '')} {exc}); the operator needs replicasets get"))
+                                   f"({type(exc).__name__} {exc}){hint}"))
             continue
         if deployment_uid not in by_uid:
             foreign.append(f"{meta.get('name')}: not a pod of the model's Deployments (its ReplicaSet "
                            f"{(owner or {}).get('name', 'none')} is not theirs): not read")
             continue
         track, deployment = by_uid[deployment_uid]
+        # The version its own ReplicaSet's template gave it (a rolling update leaves pods of the
+        # previous template beside the new one), else the Deployment's.
         template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
-        version = str(triton_version((template.get("labels") or {}).get(names.LABEL_VERSION, "")))
+        version = str(triton_version(labels.get(names.LABEL_VERSION)
+                                     or (template.get("labels") or {}).get(names.LABEL_VERSION, "")))
         address = status.get("podIP")
         if readable(address, networks):
             targets.append(Target(TRACKS[track], meta["name"], address, version))
@@ -165,36 +173,44 @@ class PodMetrics:
     """The serving pods' answers, read off the reconciles (see the module's docstring)."""
 
     def __init__(self, kick: Callable[[Hashable], None] | None = None, threads: int = READER_THREADS,
-                 per_model: int = PER_MODEL, deadline_s: float = READ_DEADLINE_S,
+                 per_model: int = PER_MODEL, deadline_s: float = READ_DEADLINE_S, max_age_s: float = MAX_AGE_S,
                  now: Callable[[], dt.datetime] = _utcnow, monotonic: Callable[[], float] = time.monotonic):
+        """`max_age_s`: answers older than this are no reading (the runtime passes at least two of
+        its --interval, so a clock reconcile finds the last round's)."""
         self.kick, self.threads, self.per_model, self.deadline_s = kick, threads, per_model, deadline_s
+        self.max_age_s = max_age_s
         self.now, self.monotonic = now, monotonic
         self._cond = threading.Condition()
         self._answers: dict[Hashable, dict[Target, Answer]] = {}
         self._queued: OrderedDict[Hashable, deque[tuple[Target, str]]] = OrderedDict()
         self._in_flight: dict[Hashable, set[Target]] = {}
         self._failures: dict[tuple[Hashable, Target], tuple[int, float]] = {}   # (count, not before)
-        self._owners: OrderedDict[str, str | None] = OrderedDict()   # ReplicaSet uid -> its Deployment's uid
+        # ReplicaSet uid -> (its Deployment's uid, None: kept; or None and when to ask again)
+        self._owners: OrderedDict[str, tuple[str | None, float | None]] = OrderedDict()
+        self._delivered: set[Hashable] = set()   # models kicked with a round not yet taken by a reconcile
         self._started = False
 
     # -- which pods
 
     def replica_set_owner(self, kube: Any, namespace: str) -> Callable[[str, str], str | None]:
-        """`(name, uid) -> the uid of the Deployment controlling that ReplicaSet`, read once per
-        ReplicaSet uid (a ReplicaSet's controller does not change)."""
+        """`(name, uid) -> the uid of the Deployment controlling that ReplicaSet`. A ReplicaSet found
+        with its controller is read once per uid (its controller does not change); one not found,
+        or not controlled, is asked again after MISS_S (a forged ownerReference costs one GET a
+        while, not one per reconcile; an orphan adopted later is seen)."""
         def owner(name: str, uid: str) -> str | None:
             if not name or not uid:
                 return None
+            now = self.monotonic()
             with self._cond:
-                if uid in self._owners:
-                    return self._owners[uid]
+                known = self._owners.get(uid)
+                if known is not None and (known[1] is None or now < known[1]):
+                    return known[0]
             found = kube.get("ReplicaSet", namespace, name)
             meta = (found or {}).get("metadata") or {}
-            if meta.get("uid") != uid:
-                return None
-            deployment = (_controller(meta, "Deployment") or {}).get("uid")
+            deployment = (_controller(meta, "Deployment") or {}).get("uid") if meta.get("uid") == uid else None
             with self._cond:
-                self._owners[uid] = deployment
+                self._owners[uid] = (deployment, None if deployment else now + MISS_S)
+                self._owners.move_to_end(uid)
                 while len(self._owners) > REPLICA_SETS_KEPT:
                     self._owners.popitem(last=False)
             return deployment
@@ -216,6 +232,10 @@ class PodMetrics:
         wall = self.now()
         with self._cond:
             answers = self._answers.setdefault(who, {})
+            # The reconcile that a finished round kicked takes it and asks for none: one round per
+            # reconcile that asked, however long a round took (else a slow round kicks forever).
+            delivered = who in self._delivered
+            self._delivered.discard(who)
             for gone in [t for t in answers if t not in targets]:
                 del answers[gone]
             for target in list(self._failures):
@@ -226,7 +246,7 @@ class PodMetrics:
             waiting |= self._in_flight.get(who, set())
             for target in targets:
                 last = answers.get(target)
-                if target in waiting or (last and (wall - last.at).total_seconds() < FRESH_S):
+                if delivered or target in waiting or (last and (wall - last.at).total_seconds() < FRESH_S):
                     continue
                 failures = self._failures.get((who, target))
                 if failures and now < failures[1]:
@@ -236,11 +256,12 @@ class PodMetrics:
                 self._start()
                 self._cond.notify_all()
             return {t: a for t, a in answers.items()
-                    if (wall - a.at).total_seconds() <= MAX_AGE_S or a.counters is None}
+                    if (wall - a.at).total_seconds() <= self.max_age_s or a.counters is None}
 
     def forget(self, who: Hashable) -> None:
         with self._cond:
             self._answers.pop(who, None)
+            self._delivered.discard(who)
             self._queued.pop(who, None)
             for key in [k for k in self._failures if k[0] == who]:
                 del self._failures[key]
@@ -286,12 +307,17 @@ class PodMetrics:
                     self._failures[(who, target)] = (count, self.monotonic() + wait)
                 else:
                     self._failures.pop((who, target), None)
-                done = not flying and not self._queued.get(who)
+                done = not flying and not self._queued.get(who) and who in self._answers
+                if done:
+                    self._delivered.add(who)
                 if not flying:
                     self._in_flight.pop(who, None)
                 self._cond.notify_all()
             if done and self.kick is not None:
-                self.kick(who)
+                try:
+                    self.kick(who)
+                except Exception:  # noqa: BLE001 - the reader thread must outlive a failed kick
+                    log.exception(f"kicking {who} after its metrics round failed")
 
 
 def read(kube: Any, reader: PodMetrics, who: Hashable, namespace: str, model: str,

@@ -239,7 +239,8 @@ class ModelController(_Reconciles):
         self.node_pods = NodePods()
         # Children applied and refused, shapes planned, monitors; the serving pods' metrics, read
         # on threads of their own (the model is kicked when they are in).
-        self.memory = models.ModelMemory(metrics=PodMetrics(kick=self._metrics_in))
+        self.memory = models.ModelMemory(metrics=PodMetrics(kick=self._metrics_in,
+                                                            max_age_s=max(60.0, 2 * settings.interval)))
         self.reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
         self.first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
         self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)

@@ -43,6 +43,8 @@ READ_DEADLINE_S = 2.0          # connect, headers and body together
 # Triton's counters are 64-bit: a larger value is not one of its counters.
 MAX_COUNTER = float(2 ** 64)
 MAX_LABELS = 16
+MAX_MODEL_SERIES = 256     # series of one model version: Triton writes about 15
+QUANTILES = (0.5, 0.9, 0.95, 0.99)   # the latency summary's, as Triton writes them
 
 # What no Triton pod can have served, whatever its model: more requests per second than this over
 # HTTP or gRPC, or an average queue time per request over ten minutes. A pod's counters that moved
@@ -176,6 +178,8 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
             raise MetricsRejected(f"{where}: duplicate series {_printable(str(dict(key[1])), 120)}: "
                                   "two exporters, or not Triton")
         series.add(key)
+        if len(series) > MAX_MODEL_SERIES:
+            raise MetricsRejected(f"{where}: more than {MAX_MODEL_SERIES} series of model {model}: not Triton's page")
         value = _value(rest[0], where, name)
         seen = True
         if name == SUMMARY:
@@ -184,7 +188,7 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
             q = _value(labels["quantile"], where, "quantile")
             if not 0.0 <= q <= 1.0:
                 raise MetricsRejected(f"{where}: quantile {labels['quantile'][:20]!r} is not within 0..1")
-            if math.isnan(value):   # Triton's empty window
+            if math.isnan(value) or q not in QUANTILES:   # Triton's empty window; quantiles nobody reads
                 continue
             if not 0.0 <= value <= MAX_COUNTER:
                 raise MetricsRejected(f"{where}: latency {rest[0][:40]} us is not a latency")
