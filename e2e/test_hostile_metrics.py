@@ -40,8 +40,10 @@ def forged_load(model: str):
 
 
 def _move_to(k8s, namespace: str, pod: str, address: str) -> None:
-    k8s.core.patch_namespaced_pod_status(pod, namespace, {"status": {"podIP": address,
-                                                                     "podIPs": [{"ip": address}]}})
+    # A JSON patch: a strategic merge would add the address to podIPs beside kwok's.
+    k8s.core.patch_namespaced_pod_status(pod, namespace, [
+        {"op": "replace", "path": "/status/podIP", "value": address},
+        {"op": "replace", "path": "/status/podIPs", "value": [{"ip": address}]}])
 
 
 def test_a_tenant_whose_pods_trickle_metrics_slows_no_other_tenants_rollout(k8s, namespace, operator):
@@ -71,7 +73,7 @@ def test_a_tenant_whose_pods_trickle_metrics_slows_no_other_tenants_rollout(k8s,
             "spec": {"nodeName": pods[0].spec.node_name, "containers": [{"name": "x", "image": "busybox"}],
                      "tolerations": [{"operator": "Exists"}]}})
         wait_for(lambda: k8s.core.read_namespaced_pod("not-the-models", namespace).status.pod_ip,
-                 "the forged pod running", timeout=30)
+                 30, "the forged pod running")
         endpoints.append(Endpoint(forged_load(trickler), "127.66.0.99", METRICS_PORT))
         _move_to(k8s, namespace, "not-the-models", "127.66.0.99")
 
