@@ -26,7 +26,7 @@ from rankops.api.gpunodepool import NodeRequirements
 from rankops.devcluster.node_validators import HEALTHY, run_validators
 from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
 from rankops.render import names
-from rankops.validator.daemonset import HOST_ROOT, validator_name
+from rankops.validator.daemonset import HOST_MOUNTS, HOST_ROOT, validator_name
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
                                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL, LABEL_READY,
                                     LABEL_TOPOLOGY_ALIGNED, TAINT_EFFECT, TAINT_KEY)
@@ -180,11 +180,13 @@ def test_pool_runs_a_read_only_validator_on_exactly_its_nodes(k8s, make_pool, t4
     assert any(t.key == TAINT_KEY and t.operator == "Exists" for t in spec.tolerations), \
         "the validator must keep running on the nodes it taints"
     [container] = spec.containers
-    [host_mount] = [m for m in container.volume_mounts if m.mount_path == HOST_ROOT]
-    assert host_mount.read_only is True
-    [host_volume] = [v for v in spec.volumes if v.name == host_mount.name]
-    assert host_volume.host_path.path == "/"
-    assert all(v.host_path is None for v in spec.volumes if v.name != host_mount.name)
+    # Only the host paths the checks read, each read-only at its place under /host: never the
+    # host's / (nor anything holding /var/lib/kubelet/pods).
+    host_paths = {v.name: v.host_path.path for v in spec.volumes if v.host_path is not None}
+    mounts = {m.name: m for m in container.volume_mounts if m.name in host_paths}
+    assert sorted(host_paths.values()) == sorted(path for path, _ in HOST_MOUNTS)
+    assert all(m.read_only and m.mount_path == HOST_ROOT + host_paths[name] for name, m in mounts.items())
+    assert "/" not in host_paths.values() and len(mounts) == len(host_paths)
     security = container.security_context
     assert security.read_only_root_filesystem and security.run_as_non_root and not security.privileged
     args = container.args

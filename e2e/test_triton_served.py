@@ -12,6 +12,7 @@ import pytest
 
 from e2e import models
 from rankops.api.rankingmodel import RankingModel
+from rankops.devcluster.pod_sandbox import expand
 from rankops.devcluster import spec_models, triton
 from rankops.render import names
 
@@ -51,7 +52,11 @@ def test_the_applied_config_and_command_line_serve_on_real_triton(k8s, namespace
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
     with server:
         kept = [a for a in server.arguments() if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
-        assert kept == [a for a in container["args"] if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
+        # The Deployment's own arguments, $(VAR)s expanded from its env as the kubelet does (the
+        # model's control-API key from its Secret).
+        assert kept == [expand(a, server.env) for a in container["args"]
+                        if a.split("=", 1)[0] not in triton.LOCAL_FLAGS]
+        assert any(a.startswith("--http-restricted-api=model-repository") and "$(" not in a for a in kept), kept
         connection_inputs = spec_models.request_arrays(rm.spec, candidates=23)
         outputs = server.infer("served", connection_inputs)
         findings = server.findings()

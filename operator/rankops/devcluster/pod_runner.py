@@ -745,12 +745,23 @@ class PodRunner:
         path = Path(host_path["path"])
         where = self.host_root / path.relative_to("/") if self.host_root else path
         kind = host_path.get("type", "")
-        if kind in ("DirectoryOrCreate",) and not where.exists():
+        # The kubelet's type checks. A sample host tree holds regular files where a real host has
+        # devices: a CharDevice there may be one, and one the sample lacks is an empty file (which
+        # the checks read as they read a device they may not open: no value).
+        if kind == "CharDevice" and self.host_root and not where.exists():
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.touch()
+        if kind == "DirectoryOrCreate" and not where.exists():
             where.mkdir(parents=True)
+        if kind == "FileOrCreate" and not where.exists():
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.touch()
         if kind == "Directory" and not where.is_dir():
             raise SandboxError("FailedMount", f"hostPath type check failed: {path} is not a directory")
         if kind == "File" and not where.is_file():
             raise SandboxError("FailedMount", f"hostPath type check failed: {path} is not a file")
+        if kind == "CharDevice" and not (where.is_char_device() or (self.host_root and where.is_file())):
+            raise SandboxError("FailedMount", f"hostPath type check failed: {path} is not a character device")
         return where
 
     def _claim_path(self, namespace: str, claim: str) -> Path:
