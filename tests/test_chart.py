@@ -417,10 +417,12 @@ def test_metrics_service_and_service_monitor_point_at_the_metrics_port():
 def test_alert_thresholds_come_from_values():
     objs = render(("monitoring.prometheusRule.enabled=true",
                    "json:monitoring.prometheusRule.thresholds.gpuMemoryFraction=0.8",
-                   "monitoring.prometheusRule.thresholds.minAverageBatch=3"))
+                   "monitoring.prometheusRule.thresholds.minAverageBatch=3",
+                   "json:monitoring.prometheusRule.thresholds.shedRatio=0.05"))
     rules = {r["alert"]: r for g in one(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
     assert "> 0.8" in rules["RankopsGpuMemoryNearFull"]["expr"]
     assert "< 3" in rules["RankopsBatchTooSmall"]["expr"]
+    assert ") > 0.05" in rules["RankopsModelShedding"]["expr"]
     assert all("__" not in r["expr"] for r in rules.values()), "an unreplaced placeholder"
     assert 'up{job="rankops-operator-metrics"}' in rules["RankopsOperatorDown"]["expr"]
 
@@ -451,6 +453,7 @@ BAD_VALUES = [
     ("tenantPolicy.allowFileUriDirs={models}", "/tenantPolicy/allowFileUriDirs/0"),
     ("tenantPolicy.allowFileUriDirs={/}", "/tenantPolicy/allowFileUriDirs/0"),
     ("json:monitoring.prometheusRule.thresholds.gpuMemoryFraction=1.5", "/monitoring/prometheusRule/thresholds/gpuMemoryFraction"),
+    ("json:monitoring.prometheusRule.thresholds.shedRatio=0", "/monitoring/prometheusRule/thresholds/shedRatio"),
     ("monitoring.serviceMonitor.interval=often", "/monitoring/serviceMonitor/interval"),
     ("operator.resources.requests.cpu=lots", "/operator/resources/requests/cpu"),
 ]

@@ -211,3 +211,28 @@ def test_alerts_join_the_model_gauges_on_the_label_openshift_leaves_alone():
             assert f'label_replace({gauge}, "namespace", "$1", "model_namespace", "(.+)")' in rule["expr"], \
                 f"{rule['alert']} reads {gauge} by its `namespace`, which OpenShift overwrites"
     assert reads >= 4
+
+
+def test_the_shed_ratio_comes_from_status_autoscaling_and_nonsense_is_no_sample():
+    labels = {"namespace": "reco", "model": "shedder"}
+    body = {"metadata": {"namespace": "reco", "name": "shedder"}, "spec": {}}
+    metrics.record_model(body, {"autoscaling": {"mode": "rankops", "shedRatio": 0.125}}, None, [])
+    assert sample("rankops_model_shed_ratio", labels) == 0.125
+    for written in (1.5, -0.1, "0.2", True, None):   # another operator's, or an edit: not a share
+        metrics.record_model(body, {"autoscaling": {"mode": "rankops", "shedRatio": written}}, None, [])
+        assert sample("rankops_model_shed_ratio", labels) is None, written
+    metrics.record_model(body, {"autoscaling": {"mode": "rankops", "shedRatio": 0.0}}, None, [])
+    assert sample("rankops_model_shed_ratio", labels) == 0.0, "no shedding is a sample, 0"
+    metrics.forget_model("reco", "shedder")
+    assert sample("rankops_model_shed_ratio", labels) is None
+
+
+def test_the_shedding_alert_reads_tritons_rejected_requests_over_all():
+    alerts = yaml.safe_load((FILES / "alerts.yaml").read_text())
+    rule = next(r for g in alerts["groups"] for r in g["rules"] if r["alert"] == "RankopsModelShedding")
+    expr = " ".join(rule["expr"].split())
+    assert 'nv_inference_request_failure{reason="REJECTED"}[5m]' in expr
+    # Over every request: served and failed (shed included), not the served alone.
+    assert "rate(nv_inference_request_success[5m])) + sum by (namespace, model) (rate(nv_inference_request_failure[5m]))" in expr
+    assert "> __SHED_RATIO__" in expr and rule["for"] == "10m"
+    assert "503" in rule["annotations"]["description"] and "UNAVAILABLE" in rule["annotations"]["description"]

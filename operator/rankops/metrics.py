@@ -70,7 +70,16 @@ MODEL_CAPACITY_QPS = Gauge(
 MODEL_QUEUE_SECONDS = Gauge(
     "rankops_model_avg_queue_seconds", "Average time the model's requests waited in Triton's queue between the "
     "last two readings (spec.autoscaling).", MODEL_LABELS, registry=REGISTRY)
-AUTOSCALE_GAUGES = (MODEL_AUTOSCALE_DESIRED, MODEL_OBSERVED_QPS, MODEL_CAPACITY_QPS, MODEL_QUEUE_SECONDS)
+# From status.autoscaling (rankops mode): its readings are the model's every serving pod, every
+# few seconds, whatever the rollout; the canary's window exists only during a rollout, and its
+# shed ratio is already in status.gates. Alerts read Triton's own counters (alerts.yaml), so they
+# fire with any autoscaler; this gauge is for dashboards and for Prometheus-less setups to scrape.
+MODEL_SHED_RATIO = Gauge(
+    "rankops_model_shed_ratio", "Share of the model's requests Triton shed (rejected from its queue: queue-policy "
+    "timeout, nv_inference_request_failure reason REJECTED) between the last two readings (spec.autoscaling).",
+    MODEL_LABELS, registry=REGISTRY)
+AUTOSCALE_GAUGES = (MODEL_AUTOSCALE_DESIRED, MODEL_OBSERVED_QPS, MODEL_CAPACITY_QPS, MODEL_QUEUE_SECONDS,
+                    MODEL_SHED_RATIO)
 
 
 def observe_reconcile(kind: str, result: str, seconds: float) -> None:
@@ -152,7 +161,8 @@ def set_model_autoscaling(namespace: str, model: str, scaling: dict[str, Any] | 
     for gauge, value in ((MODEL_AUTOSCALE_DESIRED, _number(scaling.get("desiredReplicas"))),
                          (MODEL_OBSERVED_QPS, _number(scaling.get("observedQps"))),
                          (MODEL_CAPACITY_QPS, _number(scaling.get("capacityPerReplicaQps"))),
-                         (MODEL_QUEUE_SECONDS, None if queue_ms is None else queue_ms / 1000.0)):
+                         (MODEL_QUEUE_SECONDS, None if queue_ms is None else queue_ms / 1000.0),
+                         (MODEL_SHED_RATIO, _ratio(scaling.get("shedRatio")))):
         if value is None:
             _remove(gauge, namespace, model, namespace)
         else:
@@ -165,6 +175,13 @@ def record_pool(pool: str, status: dict[str, Any]) -> None:
 
 def _number(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _ratio(value: Any) -> float | None:
+    """A share in 0..1; anything else in the status (written by another operator, or edited) is no
+    sample rather than a gauge that alerts on nonsense."""
+    number = _number(value)
+    return number if number is not None and 0.0 <= number <= 1.0 else None
 
 
 def forget_pool(pool: str) -> None:

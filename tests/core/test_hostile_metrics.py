@@ -205,8 +205,10 @@ def test_a_canary_held_to_the_stable_is_not_passed_when_the_stable_is_unread():
     # Read, with no latency summary while it has traffic: the comparison cannot be made either.
     no_p99 = track_window({}, {"s0": _counters(1000, 0)})
     assert judge(canary, no_p99, Bounds(max_p99_vs_stable=1.5)).reason == "StableP99Unknown"
+    # The shed ratio is held to the stable's too (on by default): an unread stable is no yardstick.
+    assert judge(canary, unread, Bounds(max_p99_vs_stable=None)).reason == "StablePodsNotRead"
     # Without a bound relative to the stable, the stable's pods are not needed.
-    assert judge(canary, unread, Bounds(max_p99_vs_stable=None)).outcome == PASS
+    assert judge(canary, unread, Bounds(max_p99_vs_stable=None, max_shed_ratio_vs_stable=None)).outcome == PASS
 
 
 def test_a_failing_canary_is_failed_even_with_pods_unread():

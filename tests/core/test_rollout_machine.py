@@ -571,7 +571,7 @@ def test_the_analysis_bounds_come_from_the_spec():
     assert s["rollout"]["phase"] == "RolledBack" and s["gates"][-1]["reason"] == "CanaryP99AboveBound"
     assert s["gates"][-1]["metrics"]["bounds"] == {"maxFailureRatio": 0.1, "maxP99Ms": 3.0, "maxP99VsStable": None,
                                                    "minRequests": 20, "maxAvgQueueMs": None,
-                                                   "maxAvgQueueVsStable": None}
+                                                   "maxAvgQueueVsStable": None, "maxShedRatioVsStable": 0.02}
 
 
 def test_analysis_off_lets_the_hold_alone_decide():

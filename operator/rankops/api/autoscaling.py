@@ -96,6 +96,9 @@ class AutoscalingStatus(ApiModel):
         "nv_inference_request_success + failure)."))] = None
     avg_queue_ms: Annotated[float | None, Field(description=(
         "Average time those requests waited in Triton's queue, ms (nv_inference_queue_duration_us)."))] = None
+    shed_ratio: Annotated[float | None, Field(description=(
+        "Share of the requests Triton rejected (queue timeout, nv_inference_request_failure reason REJECTED) "
+        "between the last two readings."))] = None
     capacity_per_replica_qps: Annotated[float | None, Field(description=(
         "Requests per second one replica sustains within the P99 budget (the plan's, or the spec's)."))] = None
     capacity_source: Annotated[str | None, Field(description="plan or spec (autoscaling.capacityPerReplicaQps).")] = None

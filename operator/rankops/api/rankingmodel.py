@@ -268,19 +268,28 @@ class CanaryAnalysis(ApiModel):
         "Judge the canary on Triton's own numbers while it serves; off: the canary is only held for its "
         "duration."))] = True
     max_failure_ratio: Annotated[float, Field(ge=0, le=1, description=(
-        "Failed / all requests of the canary in the window; above it the canary is rolled back."))] = 0.01
+        "Failed / all requests of the canary in the window, requests Triton shed (rejected from its queue) "
+        "left out of both; above it the canary is rolled back."))] = 0.01
     max_p99_ms: Annotated[float | None, Field(gt=0, le=3_600_000, description=(
         "Absolute bound on the canary's server-side P99 (ms); default slo.p99LatencyMs."))] = None
     max_p99_vs_stable: Annotated[float | None, Field(ge=1, le=1000, description=(
         "Bound on canary P99 / stable P99 measured over the same window; null: not compared."))] = 1.5
     min_requests: Annotated[int, Field(ge=1, le=10_000_000, description=(
-        "Canary requests a step's window needs before it can be judged; with fewer, the step's hold is "
-        "extended (up to maxExtensionSeconds) until the canary has served that many."))] = 100
+        "Canary requests a step's window needs before it can be judged, and requests served (not shed, not "
+        "failed) before it can pass; with fewer, the step's hold is extended (up to maxExtensionSeconds) "
+        "until the canary has served that many."))] = 100
     max_avg_queue_ms: Annotated[float | None, Field(gt=0, le=3_600_000, description=(
         "Bound on the canary's average time in Triton's queue (ms, from nv_inference_queue_duration_us) in "
         "the window; null: not bounded."))] = None
     max_avg_queue_vs_stable: Annotated[float | None, Field(ge=1, le=1000, description=(
         "Bound on canary / stable average queue time over the same window; null: not compared."))] = None
+    max_shed_ratio_vs_stable: Annotated[float | None, Field(ge=0, le=1, description=(
+        "Bound on how much more of its requests the canary may shed than the stable in the same window, "
+        "as a difference of shed ratios (requests Triton rejected from its queue: "
+        "nv_inference_request_failure reason REJECTED, / all requests): 0.02 fails a canary shedding 3% "
+        "beside a stable shedding 0.5%, not one shedding 30% beside a stable shedding 30% (a spike both "
+        "share). The difference must also exceed what chance allows at the window's request counts. Shed "
+        "requests are never counted in maxFailureRatio. null: not compared."))] = 0.02
     max_extension_seconds: Annotated[int, Field(ge=0, le=7 * 24 * 3600, description=(
         "How long past a step's durationSeconds its hold is extended while the analysis has no verdict "
         "(too few canary requests, or no pod's metrics could be read); then onNoVerdict decides."))] = 600

@@ -24,7 +24,8 @@ def analysis_bounds(spec: RankingModelSpec) -> canary_analysis.Bounds:
     max_p99 = cfg.max_p99_ms if cfg.max_p99_ms is not None else (spec.slo.p99_latency_ms if spec.slo else None)
     return canary_analysis.Bounds(max_failure_ratio=cfg.max_failure_ratio, max_p99_ms=max_p99,
                                   max_p99_vs_stable=cfg.max_p99_vs_stable, min_requests=cfg.min_requests,
-                                  max_avg_queue_ms=cfg.max_avg_queue_ms, max_avg_queue_vs_stable=cfg.max_avg_queue_vs_stable)
+                                  max_avg_queue_ms=cfg.max_avg_queue_ms, max_avg_queue_vs_stable=cfg.max_avg_queue_vs_stable,
+                                  max_shed_ratio_vs_stable=cfg.max_shed_ratio_vs_stable)
 
 
 def _analyse(spec: RankingModelSpec, rollout: RolloutStatus, observed: Observed,

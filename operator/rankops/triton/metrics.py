@@ -31,6 +31,11 @@ COUNTERS = {
 }
 SUMMARY = "nv_inference_request_summary_us"
 _NAMES = {v: k for k, v in COUNTERS.items()}
+# Requests Triton shed: nv_inference_request_failure{reason="REJECTED"}, still counted in "failure"
+# too. Triton counts a queue-policy timeout there; a max_queue_size rejection it counts nowhere
+# (measured on 2.51). Older Tritons write no reason label: nothing is shed as far as they say.
+SHED_REASON = "REJECTED"
+KEYS = (*COUNTERS, "rejected")
 
 # What a pod answers on its metrics port is the tenant's: every read is bounded. A real Triton's
 # page is 7 KB with one model version loaded (tests/triton/test_gates_on_triton.py measures it),
@@ -79,7 +84,7 @@ class ModelCounters:
     note: str = ""                       # when not seen: what the body held instead
 
     def minus(self, before: "ModelCounters") -> dict[str, float]:
-        return {k: self.values.get(k, 0.0) - before.values.get(k, 0.0) for k in COUNTERS}
+        return {k: self.values.get(k, 0.0) - before.values.get(k, 0.0) for k in KEYS}
 
 
 def _labels(line: str, start: int, where: str) -> tuple[dict[str, str], int]:
@@ -131,11 +136,11 @@ def _printable(text: str, limit: int = 60) -> str:
 
 def parse(text: str, model: str, version: str = "") -> ModelCounters:
     """The counters and latency summary of `model` (of `version` only, when given; summed over its
-    versions otherwise), strictly: a series of the model that Triton could not have written
+    versions otherwise), and of its failures those Triton shed ("rejected"), strictly: a series of the model that Triton could not have written
     (malformed, repeated, a counter not finite, negative or over 64 bits) rejects the whole
     reading (MetricsRejected) rather than be guessed at. Lines of other names are not parsed
     beyond their name. Linear in the text."""
-    values = {k: 0.0 for k in COUNTERS}
+    values = {k: 0.0 for k in KEYS}
     quantiles: dict[float, float] = {}
     seen = False
     series: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
@@ -198,6 +203,8 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
             raise MetricsRejected(f"{where}: counter value {rest[0][:40]} is not a 64-bit counter "
                                   "(NaN, infinite, negative or too large)")
         values[_NAMES[name]] += value
+        if name == COUNTERS["failure"] and labels.get("reason") == SHED_REASON:
+            values["rejected"] += value
     note = ""
     if not seen:
         if other_versions:
@@ -331,14 +338,18 @@ def scrape(url: str, model: str, version: str = "", timeout_s: float = READ_DEAD
 
 
 def run_report(before: ModelCounters, after: ModelCounters) -> dict[str, float | None]:
-    """Triton's view of the run: batch sizes, queue time, P99, cache hits."""
+    """Triton's view of the run: batch sizes, queue time, P99, cache hits, requests it shed."""
     delta = after.minus(before)
     executions, success = delta["executions"], delta["success"]
     lookups = delta["cache_hits"] + delta["cache_misses"]
     p99 = after.quantiles_us.get(0.99)
+    requests = success + delta["failure"]
     return {
-        "requests": success + delta["failure"],
+        "requests": requests,
         "failures": delta["failure"],
+        # Of the failures, those Triton shed (queue timeout): load, not a broken model.
+        "rejected": delta["rejected"],
+        "shedRatio": delta["rejected"] / requests if requests else None,
         "executions": executions,
         # Batch items per execution (Triton's "average batch size") and requests per execution:
         # they differ when a request carries several items (candidates as the batch dimension).
