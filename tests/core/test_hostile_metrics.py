@@ -96,6 +96,13 @@ CASES = {
                               "has no quoted value"),
     "an unterminated label value": (send(http(b'nv_inference_count{model="ranker} 1\n')), "unterminated label value"),
     "an escaped label value": (send(http(b'nv_inference_count{model="r\\"a",version="3"} 1\n')), "escaped label value"),
+    # The shed count is a failure series like the others: a forged one rejects the reading.
+    "a negative shed counter": (send(http(GOOD.replace('reason="REJECTED",version="3"} 0',
+                                                       'reason="REJECTED",version="3"} -7').encode())),
+                                "not a 64-bit counter"),
+    "a shed series given twice": (send(http(GOOD.replace(
+        f'nv_inference_queue_duration_us', f'nv_inference_request_failure{{version="{VERSION}",reason="REJECTED",'
+        f'model="{MODEL}"}} 900\nnv_inference_queue_duration_us').encode())), "duplicate series"),
 }
 
 
@@ -136,6 +143,7 @@ def test_an_honest_endpoint_is_read_with_its_versions_series_only():
     finally:
         server.close()
     assert counters.seen and counters.values["success"] == 950 and counters.values["failure"] == 50
+    assert counters.values["rejected"] == 0, "BACKEND failures are not shed"
     assert counters.quantiles_us == {0.99: 4100.0}   # the empty (NaN) quantile is no value
 
 
