@@ -235,4 +235,7 @@ def test_the_shedding_alert_reads_tritons_rejected_requests_over_all():
     # Over every request: served and failed (shed included), not the served alone.
     assert "rate(nv_inference_request_success[5m])) + sum by (namespace, model) (rate(nv_inference_request_failure[5m]))" in expr
     assert "> __SHED_RATIO__" in expr and rule["for"] == "10m"
+    # Some traffic, counted over every request: a model shedding all it gets (no success) alerts.
+    guard = expr.split("> __SHED_RATIO__ and on (namespace, model)")[1]
+    assert "rate(nv_inference_request_failure[5m])" in guard and guard.endswith("> 1")
     assert "503" in rule["annotations"]["description"] and "UNAVAILABLE" in rule["annotations"]["description"]
