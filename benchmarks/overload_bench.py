@@ -405,7 +405,7 @@ def print_table(points: list[Point], budget: float) -> None:
     for p in points:
         print(f"{p.policy:6} {p.fraction:4g} {p.rate:6.0f} {p.achieved_rate:6.0f} {p.late_p99_ms:6.1f} "
               f"{p.requests:6d} {_fmt(p.p50_ms):>7} {_fmt(p.p99_ms):>8} {p.within_share:7.1%} "
-              f"{p.shed_ratio:6.1%} {p.goodput:7.1f} {p.errors:4d} {p.unanswered:5d} "
+              f"{p.shed_ratio:6.1%} {p.goodput:7.1f} {p.errors:4d} {p.unanswered:5d} {p.connections:5d} "
               f"{_fmt(p.triton_p99_ms):>7} {p.shed_all:5d} {_fmt(p.triton_rejected, '.0f'):>6} "
               f"{_fmt(p.avg_batch, '.2f'):>5}"
               + ("  !" if p.warnings else ""))
@@ -413,7 +413,8 @@ def print_table(points: list[Point], budget: float) -> None:
             print(f"    ! {w}")
     print(f"(ms; P99 srv = of the answers 200, from scheduled arrival; within = share of all requests "
           f"served within {budget:g} ms; goodput = those per second; "
-          f"late99 = generator's lateness P99; 503s = all sheds incl. warm-up; Tr = Triton's own, whole run)")
+          "late99 = generator's lateness P99; conns = connections opened (~most in flight); "
+          "503s = all sheds incl. warm-up; Tr = Triton's own, whole run)")
 
 
 def goal(points: list[Point], budget: float) -> list[str]:
@@ -504,6 +505,10 @@ def main() -> int:
         print(f"{policy} ({source}): {' '.join(block.split())}")
     for note in notes:
         print(f"note: {note}")
+    parameters = (f"t(b) = {args.a_ms:g} + {args.b_ms:g}·b ms, slowdown {args.slowdown:g}, budget {args.budget:g} ms, "
+                  f"plan {plan.config.describe()}, sustainable {sustainable:.1f} req/s, "
+                  f"{args.warmup:g}+{args.seconds:g} s per point, seed {args.seed}, "
+                  + "; ".join(f"{p}: {s}" for p, (_, s) in blocks.items()))
     sys.stdout.flush()
 
     points = []
@@ -516,6 +521,7 @@ def main() -> int:
                   f"({time.perf_counter() - began:.0f} s)", flush=True)
     print()
     print_table(points, args.budget)
+    print(f"parameters: {parameters}")
     verdict = goal(points, args.budget)
     for line in verdict:
         print(line)
