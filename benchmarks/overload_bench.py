@@ -209,8 +209,8 @@ def write_model(root: Path, plan, block: str, a_ms: float, b_ms: float, slowdown
 class Load:
     latency_ms: np.ndarray     # scheduled arrival to answer; NaN when not answered
     status: np.ndarray         # HTTP status; 0 = connection error, -1 = not answered by the drain
-    late_ms: np.ndarray        # how late each request was written
-    sent_at: np.ndarray        # seconds from the schedule's start
+    late_ms: np.ndarray        # how late each request was written; NaN: never written
+    sent_at: np.ndarray        # seconds from the schedule's start; NaN: never written
     connections: int           # connections opened (the most in flight at once, about)
 
 
@@ -234,8 +234,8 @@ async def open_loop(host: str, port: int, arrivals_s: np.ndarray, drain_s: float
     n = len(arrivals_s)
     latency = np.full(n, np.nan)
     status = np.full(n, -1, dtype=int)
-    late = np.zeros(n)
-    sent_at = np.zeros(n)
+    late = np.full(n, np.nan)
+    sent_at = np.full(n, np.nan)
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     opened = [0]
     start = time.perf_counter() + 0.2
@@ -361,7 +361,8 @@ def run_point(install, work: Path, policy: str, fraction: float, sustainable: fl
     ok = status == 200
     within = int((ok & (latency <= args.budget)).sum())
     served = latency[ok]
-    sent = load.sent_at[load.status != -1] if (load.status != -1).any() else load.sent_at
+    written = ~np.isnan(load.sent_at)
+    sent = load.sent_at[written]
     span = float(sent.max() - sent.min()) if len(sent) > 1 else 0.0
     achieved = (len(sent) - 1) / span if span > 0 else 0.0
     intended_span = float(arrivals[-1] - arrivals[0]) if total > 1 else 0.0
@@ -379,7 +380,7 @@ def run_point(install, work: Path, policy: str, fraction: float, sustainable: fl
         p99_ms=float(np.percentile(served, 99)) if len(served) else None,
         within_share=within / n if n else 0.0, shed_ratio=float((status == 503).sum()) / n if n else 0.0,
         goodput=within / args.seconds, achieved_rate=achieved,
-        late_p99_ms=float(np.percentile(load.late_ms[load.status != -1], 99)) if (load.status != -1).any() else 0.0,
+        late_p99_ms=float(np.percentile(load.late_ms[written], 99)) if written.any() else 0.0,
         connections=load.connections, triton_p99_ms=report["p99Ms"],
         shed_all=int((load.status == 503).sum()), triton_rejected=rejected_after - rejected_before,
         triton_failures=report["failures"],
