@@ -169,3 +169,31 @@ def test_a_plan_that_fails_is_said_and_not_made_again_for_the_same_inputs(monkey
         assert (degraded["status"], degraded["reason"]) == ("True", "PlanFailed")
         body["status"] = status
     assert calls == [1]
+
+
+def test_the_queue_policy_is_derived_again_when_overload_changes_and_comes_back_from_status():
+    shed = {"p99LatencyMs": 10, "targetQps": 2000, "overload": "shed"}
+    keys = {digest(), digest(slo=shed), digest(slo={**shed, "queuePolicy": {"maxQueueSize": 50}})}
+    assert len(keys) == 3, "slo.overload and slo.queuePolicy are part of what status.plan records"
+    spec = parsed(auto_spec(slo=shed))
+    fresh = resolve_shape(spec)
+    key = planned.inputs_digest(spec)
+    recorded = planned.plan_status(fresh, key)
+    assert recorded.queue_policy.shed and recorded.queue_policy.timeout_microseconds > 0
+    back = planned.from_status(spec, recorded, key)
+    assert back.shape == fresh.shape and back.shape.queue_policy.timeout_us == recorded.queue_policy.timeout_microseconds
+    # a record without the policy the spec asks for (an older operator's) is planned again
+    assert planned.from_status(spec, recorded.model_copy(update={"queue_policy": None}), key) is None
+
+
+def test_a_reconcile_records_the_queue_policy_and_serves_it():
+    cluster = gpu_cluster()
+    spec = auto_spec(slo={"p99LatencyMs": 10, "targetQps": 2000, "overload": "shed"})
+    body = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
+            "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1}, "spec": spec}
+    status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=models.ModelMemory()).status.to_wire()
+    policy = status["plan"]["queuePolicy"]
+    assert policy["shed"] and policy["explanation"][0].startswith(f"timeout {policy['timeoutMicroseconds']} us")
+    config = cluster.get("ConfigMap", "reco", "ctr-stable-triton")["data"]["config.pbtxt"]
+    assert f"default_timeout_microseconds: {policy['timeoutMicroseconds']}" in config
+    assert f"max_queue_size: {policy['maxQueueSize']}" in config

@@ -225,3 +225,84 @@ def test_render_refuses_a_tensorrt_plan_built_for_another_tensorrt(tmp_path):
     doc["spec"]["versions"][1]["tensorrtVersion"] = "10.0.1.6"
     path.write_text(yaml.safe_dump(doc))
     assert render_documents(load_documents([str(path)]))
+
+
+# --- slo.overload: Triton's queue policy and request priorities (issue 40) -------------------
+
+def _config_of(doc: dict) -> mc.ModelConfig:
+    rm = RankingModel.model_validate({**doc, "metadata": {"name": "m", "namespace": "ns"}})
+    objects = desired_objects(rm, ServingState(rm.spec.version), resolve_shape(rm.spec))
+    return parse_config(next(o for o in objects if o["kind"] == "ConfigMap")["data"]["config.pbtxt"])
+
+
+def _shed_doc(slo: dict | None = None, **spec) -> dict:
+    return base_doc(slo={"p99LatencyMs": 10, "targetQps": 2000, "overload": "shed", **(slo or {})}, **spec)
+
+
+def test_every_batching_config_has_two_priority_levels_and_the_lower_one_is_never_shed():
+    config = _config_of(base_doc())
+    batching = config.dynamic_batching
+    assert (batching.priority_levels, batching.default_priority_level) == (2, 1), "live traffic at the highest"
+    assert not batching.HasField("default_queue_policy"), "overload queue: Triton's defaults (no timeout)"
+    background = batching.priority_queue_policy[2]
+    assert background.timeout_action == mc.ModelQueuePolicy.DELAY
+    assert (background.default_timeout_microseconds, background.max_queue_size) == (0, 0)
+    assert not background.allow_timeout_override
+    assert set(batching.priority_queue_policy) == {2}
+
+
+def test_a_shed_policy_renders_as_tritons_default_queue_policy():
+    config = _config_of(_shed_doc({"queuePolicy": {"timeoutMicroseconds": 7000, "maxQueueSize": 64}}))
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
+    assert (policy.default_timeout_microseconds, policy.max_queue_size, policy.allow_timeout_override) == \
+        (7000, 64, True)
+    assert config.dynamic_batching.priority_queue_policy[2].timeout_action == mc.ModelQueuePolicy.DELAY
+    assert config.dynamic_batching.max_queue_delay_microseconds == 1000
+
+
+def test_shed_with_max_batch_one_renders_the_batcher_without_a_delay_so_the_policy_exists():
+    doc = _shed_doc({"queuePolicy": {"timeoutMicroseconds": 5000, "allowTimeoutOverride": False}},
+                    batching={"maxBatchSize": 1, "maxQueueDelayMicroseconds": 1000}, modelWarmup={"batchSizes": [1]})
+    config = _config_of(doc)
+    assert config.max_batch_size == 1 and config.HasField("dynamic_batching")
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0
+    policy = config.dynamic_batching.default_queue_policy
+    assert (policy.default_timeout_microseconds, policy.allow_timeout_override, policy.max_queue_size) == \
+        (5000, False, 0), "no profile: no backstop to size, the timeout sheds"
+
+
+def test_queue_with_a_given_policy_delays_rather_than_rejects():
+    config = _config_of(base_doc(slo={"p99LatencyMs": 10, "targetQps": 2000,
+                                      "queuePolicy": {"timeoutMicroseconds": 8000}}))
+    assert config.dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.DELAY
+
+
+def test_a_shed_spec_without_timeout_or_profile_is_refused_and_leaves_serving_untouched():
+    import datetime as dt
+
+    from rankops import modelplan
+
+    done = modelplan.as_new(_shed_doc(), now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
+    assert done.not_applied == "PlanFailed" and done.applies == () and done.creates == ()
+    degraded = next(c for c in done.status.conditions if c.type == "Degraded")
+    assert "slo.queuePolicy.timeoutMicroseconds" in degraded.message and "planning.latencyProfile" in degraded.message
+
+
+def test_a_planned_shed_policy_is_what_status_says_and_config_renders():
+    doc = _shed_doc(batching="auto", candidates={"layout": "padded"},
+                    inputs=[{"name": "items", "dataType": "FP32", "dims": [100, 16]}],
+                    outputs=[{"name": "scores", "dataType": "FP32", "dims": [100]}], modelWarmup={"batchSizes": [1]},
+                    planning={"overheadMs": 0.5, "latencyProfile": {1: 2.0, 4: 2.3, 8: 3.0, 16: 4.6}})
+    rm = RankingModel.model_validate({**doc, "metadata": {"name": "m", "namespace": "ns"}})
+    resolved = resolve_shape(rm.spec)
+    status = resolved.plan.to_status()["queuePolicy"]
+    config = parse_config(render_config_pbtxt("m", "ns", rm.spec, rm.spec.versions[0], resolved.shape))
+    policy = config.dynamic_batching.default_queue_policy
+    assert (policy.default_timeout_microseconds, policy.max_queue_size, policy.allow_timeout_override) == \
+        (status["timeoutMicroseconds"], status["maxQueueSize"], status["allowTimeoutOverride"])
+    # 10 ms - 0.5 ms overhead - compute of the planned maxBatchSize (x sharing) - 1 ms margin
+    plan = resolved.plan
+    compute = plan.inputs.profile.compute_ms(plan.max_batch_size) * (1 + 0.75 * (plan.instances_per_gpu - 1))
+    assert status["timeoutMicroseconds"] == int((10 - 0.5 - compute - 1) * 1000 + 1e-6) > 0
+    assert status["shed"] and status["explanation"][0].startswith(f"timeout {status['timeoutMicroseconds']} us = ")

@@ -107,3 +107,26 @@ def test_plot_writes_a_png(tmp_path, fixtures, capsys):
     png = tmp_path / "plan.png"
     assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_shed_prints_the_queue_policy_and_its_arithmetic(tmp_path, fixtures, capsys):
+    text = (fixtures / "rankingmodel.yaml").read_text().replace(
+        "slo: {p99LatencyMs: 10, targetQps: 2000}", "slo: {p99LatencyMs: 10, targetQps: 2000, overload: shed}")
+    path = _write(tmp_path, text)
+    assert main(["plan", "-f", path]) == 0
+    out = capsys.readouterr().out
+    assert "Queue policy (slo.overload shed):" in out and "timeout_action               REJECT" in out
+    assert "P99 budget 10 ms - overhead 0 ms (planning.overheadMs) - compute" in out
+    assert main(["plan", "-f", path, "-o", "json"]) == 0
+    policy = json.loads(capsys.readouterr().out)["queuePolicy"]
+    assert policy["shed"] and policy["timeoutMicroseconds"] > 0 and policy["maxQueueSize"] >= 16
+    assert f"default_timeout_microseconds {policy['timeoutMicroseconds']}" in out
+
+
+def test_shed_that_leaves_no_time_to_queue_is_no_plan(tmp_path, fixtures, capsys):
+    text = (fixtures / "rankingmodel.yaml").read_text().replace(
+        "slo: {p99LatencyMs: 10, targetQps: 2000}", "slo: {p99LatencyMs: 10, targetQps: 2000, overload: shed}").replace(
+        "headroom: 0.5", "headroom: 0.5\n    overheadMs: 4.5")
+    assert main(["plan", "-f", _write(tmp_path, text)]) == 1
+    err = capsys.readouterr().err
+    assert "no plan: slo.overload shed: the P99 budget leaves no time to queue" in err and "overhead 4.5 ms" in err

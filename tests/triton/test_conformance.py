@@ -107,6 +107,15 @@ def test_batching_auto(triton_install, tmp_path):
     _check(triton_install, doc, tmp_path, candidates=50)
 
 
+def test_overload_shed_with_max_batch_one(triton_install, tmp_path):
+    """maxBatchSize 1 renders no batcher, except that a queue policy (slo.overload shed) lives only in one."""
+    doc = _doc(candidates={"layout": "batch", "minPerRequest": 1, "maxPerRequest": 1}, batching={"maxBatchSize": 1},
+               modelWarmup={"batchSizes": [1]},
+               slo={"p99LatencyMs": 10, "targetQps": 100, "overload": "shed",
+                    "queuePolicy": {"timeoutMicroseconds": 5000}})
+    _check(triton_install, doc, tmp_path, candidates=1)
+
+
 def test_two_instances_per_gpu(triton_install, tmp_path):
     _check(triton_install, _doc(instancesPerGpu=2), tmp_path)
 

@@ -6,6 +6,7 @@ The RankingModel model imports these. Schemas stay Kubernetes-structural: option
 """
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -16,6 +17,41 @@ from rankops.api.base import ApiModel
 
 # Batch sizes above this are not a realistic ranking batch; it also bounds the simulator's tables.
 MAX_PROFILE_BATCH = 4096
+
+
+class Overload(str, Enum):
+    queue = "queue"
+    shed = "shed"
+
+
+# Bounds of the queue policy: a timeout past 60 s is no ranking deadline (slo.p99LatencyMs stops there
+# too); Triton's max_queue_size is a uint32, and a million queued requests is already far past any
+# memory backstop a serving pod wants.
+MAX_QUEUE_TIMEOUT_US = 60_000_000
+MAX_QUEUE_SIZE = 1_000_000
+
+
+class SloQueuePolicy(ApiModel):
+    """Triton's queue policy (dynamic_batching.default_queue_policy), each field given here winning
+    over the one rankops derives from the budget and the plan."""
+
+    timeout_microseconds: Annotated[Annotated[int, Field(ge=0, le=MAX_QUEUE_TIMEOUT_US)] | SkipJsonSchema[None], Field(
+        default=None,
+        description="Longest a request may wait in Triton's queue, in microseconds (default_timeout_microseconds); "
+                    "0: no timeout. With overload shed a request that waited longer is rejected; with overload "
+                    "queue it waits on behind the requests that are still on time (DELAY). Default (shed): what "
+                    "the P99 budget leaves after planning.overheadMs, the compute of a full batch (maxBatchSize) "
+                    "and a 10% margin.")]
+    max_queue_size: Annotated[Annotated[int, Field(ge=0, le=MAX_QUEUE_SIZE)] | SkipJsonSchema[None], Field(
+        default=None,
+        description="Most requests Triton's queue holds (max_queue_size); 0: no limit. A request beyond it is "
+                    "rejected at once, and Triton counts such rejections in no metric: keep it a memory "
+                    "backstop above what the timeout sheds. Default (shed): what arrives within the timeout at "
+                    "4x one replica's sustainable rate, at least maxBatchSize.")]
+    allow_timeout_override: Annotated[bool | SkipJsonSchema[None], Field(
+        default=None,
+        description="Whether a request's own timeout (its caller's deadline) replaces the queue timeout "
+                    "(allow_timeout_override). Default true: a caller may pass a tighter deadline.")]
 
 
 class Slo(ApiModel):
@@ -29,6 +65,21 @@ class Slo(ApiModel):
     target_qps: Annotated[float, Field(
         gt=0,
         description="Peak requests per second the model must serve across all replicas.",
+    )]
+    overload: Annotated[Overload, Field(
+        default=Overload.queue,
+        description="What Triton does with a request that can no longer meet p99LatencyMs when load outruns "
+                    "capacity. `queue` (default): it waits, however long. `shed`: it is rejected once it has "
+                    "queued longer than the budget leaves (queuePolicy), so the requests that can still be on "
+                    "time are served. A shed request is an error (HTTP 503 / gRPC UNAVAILABLE, \"Request timeout "
+                    "expired\") its caller must answer with a fallback, which rankops cannot know the callers "
+                    "have; hence not the default. `shed` is for callers with a deadline, as ranking callers "
+                    "are: a late answer is discarded anyway.",
+    )]
+    queue_policy: Annotated[SloQueuePolicy | SkipJsonSchema[None], Field(
+        default=None,
+        description="Triton's queue policy; the fields given win over the derived ones (status.plan.queuePolicy "
+                    "shows what is served and why).",
     )]
 
 
@@ -131,6 +182,19 @@ class PlanInputsStatus(ApiModel):
     profile: Annotated[dict[str, float], Field(description="Compute ms per batch size used.")]
 
 
+class QueuePolicyStatus(ApiModel):
+    """`status.plan.queuePolicy`: the queue policy config.pbtxt renders, and the arithmetic of each number."""
+
+    shed: Annotated[bool, Field(description="slo.overload shed: a request queued past the timeout is rejected "
+                                            "(REJECT); false: it waits on (DELAY).")]
+    timeout_microseconds: Annotated[int, Field(ge=0, le=MAX_QUEUE_TIMEOUT_US,
+                                               description="default_timeout_microseconds (0: none).")]
+    max_queue_size: Annotated[int, Field(ge=0, le=MAX_QUEUE_SIZE, description="max_queue_size (0: no limit).")]
+    allow_timeout_override: Annotated[bool, Field(description="allow_timeout_override: a request's own "
+                                                              "timeout replaces the queue timeout.")]
+    explanation: Annotated[list[str], Field(default_factory=list, description="Where each number comes from.")]
+
+
 class PlanStatus(ApiModel):
     """`status.plan`: the batching/instance choice, its prediction and what it was derived from."""
 
@@ -153,6 +217,8 @@ class PlanStatus(ApiModel):
         "Risks a plan takes although it meets the SLO (e.g. no headroom and no failure tolerance); "
         "not Degraded."))]
     summary: Annotated[str, Field(description="One line: why this choice.")]
+    queue_policy: Annotated[QueuePolicyStatus | SkipJsonSchema[None], Field(default=None, description=(
+        "Triton's queue policy from slo.overload and slo.queuePolicy (absent: requests queue without limit)."))]
     inputs: Annotated[PlanInputsStatus, Field(description="The inputs of the plan.")]
     inputs_digest: Annotated[str | SkipJsonSchema[None], Field(default=None, max_length=64, description=(
         "sha256 of what the plan was computed from (SLO, profile, planning, the replicas and instances the "

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from rankops.commands.output import add_output_flag, format_report
 from rankops.planner.inputs import PlanError, inputs_from_spec
+from rankops.planner.overload import OverloadError, with_queue_policy
 from rankops.planner.profile import ProfileError, load_profiles
 from rankops.planner.result import PlanResult
 from rankops.planner.search import evaluate, plan
@@ -48,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = plan(inputs) if inputs.auto else evaluate(inputs)
     except PlanError as exc:
+        print(f"rankops plan: no plan: {exc}", file=sys.stderr)
+        return 1
+    try:
+        result = with_queue_policy(spec, result)
+    except OverloadError as exc:   # the operator refuses such a spec (PlanFailed): say it the same way
         print(f"rankops plan: no plan: {exc}", file=sys.stderr)
         return 1
     if args.output != "text":
@@ -181,8 +187,17 @@ def render_text(result: PlanResult) -> str:
         lines.append(f"  {p.per_gpu_qps:8.0f}  {p.p50_ms:7.2f}  {p.p99_ms:7.2f}  {p.avg_batch_size:9.1f}  "
                      f"{p.gpu_busy_fraction:8.0%}")
     lines += ["", "Why:"] + [f"  - {line}" for line in result.explanation]
-    if result.warnings:
-        lines += ["", "Warnings:"] + [f"  ~ {w}" for w in result.warnings]
+    policy = result.queue_policy
+    if policy is not None:
+        lines += ["", f"Queue policy (slo.overload {'shed' if policy.shed else 'queue'}):",
+                  f"  timeout_action               {policy.timeout_action}",
+                  f"  default_timeout_microseconds {policy.timeout_us}",
+                  f"  max_queue_size               {policy.max_queue_size}",
+                  f"  allow_timeout_override       {str(policy.allow_timeout_override).lower()}"]
+        lines += [f"  - {line}" for line in policy.explanation]
+    warnings = list(result.warnings) + list(policy.warnings if policy is not None else ())
+    if warnings:
+        lines += ["", "Warnings:"] + [f"  ~ {w}" for w in warnings]
     if result.problems:
         lines += ["", "Problems:"] + [f"  ! {p}" for p in result.problems]
     return "\n".join(lines)

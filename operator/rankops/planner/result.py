@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rankops.planner.inputs import PlanInputs
 from rankops.planner.simulator import BatcherConfig, SimResult
@@ -42,6 +43,7 @@ class PlanResult:
     table: list[LoadPoint] = field(default_factory=list)
     runners_up: list[BatcherConfig] = field(default_factory=list)  # the closest alternatives (auto)
     warnings: list[str] = field(default_factory=list)  # risks the plan takes though it meets the SLO
+    queue_policy: Any = None   # rankops.planner.overload.QueuePolicy, set by with_queue_policy
 
     @property
     def config(self) -> BatcherConfig:
@@ -64,7 +66,7 @@ class PlanResult:
             "avgBatchSize": _r(self.avg_batch_size, 2),
             "gpuBusyFraction": _r(self.gpu_busy_fraction, 3),
             "problems": list(self.problems),
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings) + list(self.queue_policy.warnings if self.queue_policy else ()),
             "summary": self.explanation[0] if self.explanation else "",
             "inputs": {
                 "headroom": self.inputs.headroom,
@@ -72,6 +74,8 @@ class PlanResult:
                 "profile": {str(b): ms for b, ms in self.inputs.profile.points},
             },
         }
+        if self.queue_policy is not None:
+            status["queuePolicy"] = self.queue_policy.to_status()
         if self.memory_mib is not None:
             status["memoryMiB"] = _r(self.memory_mib, 1)
         for key, value in (("p99LatencyMs", self.inputs.p99_budget_ms), ("targetQps", self.inputs.target_qps)):

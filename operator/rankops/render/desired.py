@@ -48,13 +48,14 @@ def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = Non
     from rankops import planner  # planner pulls in numpy: import only when needed
 
     if isinstance(spec.batching, Batching):
-        shape = ServingShape.explicit(spec.batching, spec.instances_per_gpu)
-        unbatched = tuple(unbatched_problems(spec, shape))
         has_profile = profile or (spec.planning and spec.planning.latency_profile)
         if spec.slo is None or not has_profile:
-            return ResolvedShape(shape, spec.replicas, unbatched=unbatched)
-        result = planner.evaluate(planner.inputs_from_spec(spec, profile=profile))
-        return ResolvedShape(shape, spec.replicas, result, tuple(result.problems), unbatched)
+            shape = ServingShape.explicit(spec.batching, spec.instances_per_gpu, _queue_policy(spec, None))
+            return ResolvedShape(shape, spec.replicas, unbatched=tuple(unbatched_problems(spec, shape)))
+        result = _with_queue_policy(spec, planner.evaluate(planner.inputs_from_spec(spec, profile=profile)))
+        shape = ServingShape.explicit(spec.batching, spec.instances_per_gpu, result.queue_policy)
+        return ResolvedShape(shape, spec.replicas, result, tuple(result.problems),
+                             tuple(unbatched_problems(spec, shape)))
     try:
         result = planner.plan(planner.inputs_from_spec(spec, profile=profile))
     except planner.PlanError as exc:
@@ -62,10 +63,28 @@ def resolve_shape(spec: RankingModelSpec, profile: dict[int, float] | None = Non
     too_big = spec.tensor_size_problems(result.max_batch_size, "the maxBatchSize planned for batching: auto")
     if too_big:
         raise RenderError("; ".join(too_big))
+    result = _with_queue_policy(spec, result)
     shape = ServingShape(result.max_batch_size, tuple(result.preferred_batch_sizes),
-                         result.max_queue_delay_microseconds, result.instances_per_gpu)
+                         result.max_queue_delay_microseconds, result.instances_per_gpu, result.queue_policy)
     return ResolvedShape(shape, result.replicas, result, tuple(result.problems),
                          tuple(unbatched_problems(spec, shape)))
+
+
+def _queue_policy(spec: RankingModelSpec, plan: Any):
+    """slo.overload's queue policy; a spec that cannot have one is refused as a plan is (PlanFailed:
+    nothing is applied, what serves is left as it was)."""
+    from rankops.planner.overload import OverloadError, queue_policy
+
+    try:
+        return queue_policy(spec, plan)
+    except OverloadError as exc:
+        raise RenderError(str(exc)) from exc
+
+
+def _with_queue_policy(spec: RankingModelSpec, plan: Any):
+    import dataclasses
+
+    return dataclasses.replace(plan, queue_policy=_queue_policy(spec, plan))
 
 
 def unbatched_problems(spec: RankingModelSpec, shape: ServingShape) -> list[str]:

@@ -45,8 +45,12 @@ def inputs_digest(spec: RankingModelSpec, profile: dict[int, float] | None = Non
         return None
     checked = [t.model_dump(mode="json", by_alias=True) for t in (*spec.inputs, *spec.outputs)]
     candidates = spec.candidates.model_dump(mode="json", by_alias=True) if spec.candidates else None
+    # slo.overload and slo.queuePolicy are no planner input, but the queue policy recorded beside the
+    # plan (status.plan.queuePolicy) is derived from them: a change derives it again.
+    overload = spec.slo.model_dump(mode="json", by_alias=True, include={"overload", "queue_policy"}) \
+        if spec.slo else None
     # PlanInputs is a frozen dataclass of numbers, tuples and dataclasses: its repr is its value.
-    return hashlib.sha256(repr((_planner_code(), inputs, checked, candidates)).encode()).hexdigest()
+    return hashlib.sha256(repr((_planner_code(), inputs, checked, candidates, overload)).encode()).hexdigest()
 
 
 def plan_status(resolved: ResolvedShape, digest: str | None = None) -> PlanStatus | None:
@@ -61,15 +65,21 @@ def from_status(spec: RankingModelSpec, plan: PlanStatus | None, digest: str | N
     plan again (no record, other inputs, a record that fails the bounds)."""
     if plan is None or not digest or plan.inputs_digest != digest:
         return None
+    from rankops.planner.overload import QueuePolicy
+
+    policy = QueuePolicy.from_status(plan.queue_policy)
+    wanted = spec.slo is not None and (spec.slo.overload.value == "shed" or spec.slo.queue_policy is not None)
+    if wanted != (policy is not None):   # recorded by an operator that did not derive it: derive it now
+        return None
     if isinstance(spec.batching, Batching):
         if plan.mode != "explicit":
             return None
-        shape, replicas = ServingShape.explicit(spec.batching, spec.instances_per_gpu), spec.replicas
+        shape, replicas = ServingShape.explicit(spec.batching, spec.instances_per_gpu, policy), spec.replicas
     else:
         if plan.mode != "auto" or spec.tensor_size_problems(plan.max_batch_size) or plan.replicas < 1 \
                 or plan.instances_per_gpu < 1 or plan.max_batch_size < 1:
             return None
         shape = ServingShape(plan.max_batch_size, tuple(plan.preferred_batch_sizes),
-                             plan.max_queue_delay_microseconds, plan.instances_per_gpu)
+                             plan.max_queue_delay_microseconds, plan.instances_per_gpu, policy)
         replicas = plan.replicas
     return ResolvedShape(shape, replicas, None, tuple(plan.problems), tuple(unbatched_problems(spec, shape)))

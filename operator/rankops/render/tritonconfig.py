@@ -3,10 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from rankops.api.rankingmodel import Batching, ModelFormat, ModelVersion, Precision, RankingModelSpec
+
+if TYPE_CHECKING:   # the planner pulls in numpy; rendering needs only the policy's fields
+    from rankops.planner.overload import QueuePolicy
 
 PLATFORMS = {
     ModelFormat.onnx: "onnxruntime_onnx",
@@ -20,6 +24,11 @@ MODEL_FILENAMES = {
     ModelFormat.torchscript: "model.pt",
 }
 TRT_ENGINE_CACHE = "/tmp/trt-engine-cache"
+# Triton's request priorities (1 is the highest): live traffic gets the default, PRIORITY_LIVE; the
+# gates, the warm container and any replay send PRIORITY_BACKGROUND, which is never shed and is
+# served only when no live request waits.
+PRIORITY_LIVE = 1
+PRIORITY_BACKGROUND = 2
 
 
 @dataclass(frozen=True)
@@ -29,11 +38,13 @@ class ServingShape:
     preferred_batch_sizes: tuple[int, ...]
     max_queue_delay_microseconds: int
     instances_per_gpu: int
+    queue_policy: QueuePolicy | None = None   # dynamic_batching.default_queue_policy (slo.overload)
 
     @classmethod
-    def explicit(cls, batching: Batching, instances_per_gpu: int) -> "ServingShape":
+    def explicit(cls, batching: Batching, instances_per_gpu: int,
+                 queue_policy: QueuePolicy | None = None) -> "ServingShape":
         return cls(batching.max_batch_size, tuple(batching.preferred_batch_sizes),
-                   batching.max_queue_delay_microseconds, instances_per_gpu)
+                   batching.max_queue_delay_microseconds, instances_per_gpu, queue_policy)
 
 
 def triton_version(version_name: str) -> int:
@@ -79,9 +90,13 @@ def render_config_pbtxt(name: str, namespace: str, spec: RankingModelSpec, versi
         inputs=[_tensor_view(t) for t in spec.inputs],
         outputs=[_tensor_view(t) for t in spec.outputs],
         instances_per_gpu=shape.instances_per_gpu,
-        dynamic_batching=shape.max_batch_size > 1,
+        # maxBatchSize 1 needs no batcher, but a queue policy lives only in dynamic_batching: batches of
+        # one, sent at once (no delay can fill them).
+        dynamic_batching=shape.max_batch_size > 1 or shape.queue_policy is not None,
         preferred_batch_sizes=list(shape.preferred_batch_sizes),
-        max_queue_delay_microseconds=shape.max_queue_delay_microseconds,
+        max_queue_delay_microseconds=shape.max_queue_delay_microseconds if shape.max_batch_size > 1 else 0,
+        priority_live=PRIORITY_LIVE, priority_background=PRIORITY_BACKGROUND,
+        queue_policy=shape.queue_policy,
         tensorrt=tensorrt_parameters(version),
         warmups=[{"batch_size": b} for b in warm_sizes],
         response_cache=spec.response_cache,
