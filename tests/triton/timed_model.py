@@ -75,14 +75,22 @@ parameters [
 """
 
 
-def batching_block(preferred: tuple[int, ...] = (), delay_us: int = 0) -> str:
+# The priority lines the operator renders into every dynamic_batching (issue 40): live traffic at
+# the default level 1, the gates, the warm container and replays at 2, which is delayed, never shed.
+PRIORITY_LEVELS = ("priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 2 value: "
+                   "{ timeout_action: DELAY default_timeout_microseconds: 0 } }")
+
+
+def batching_block(preferred: tuple[int, ...] = (), delay_us: int = 0, extra: str = "") -> str:
+    """The dynamic_batching block; `extra` goes inside it as written (e.g. PRIORITY_LEVELS)."""
     pref = f" preferred_batch_size: [ {', '.join(map(str, preferred))} ]" if preferred else ""
-    return f"dynamic_batching {{{pref} max_queue_delay_microseconds: {delay_us} }}"
+    return f"dynamic_batching {{{pref} max_queue_delay_microseconds: {delay_us}{' ' + extra if extra else ''} }}"
 
 
 def write_repository(root: Path, name: str = "timed", *, a_ms: float = 2.0, b_ms: float = 0.25,
                      max_batch: int = 32, instances: int = 1, slowdown: float = 0.0, fail: bool = False,
-                     preferred: tuple[int, ...] = (), delay_us: int = 0, dynamic: bool = True) -> Path:
+                     preferred: tuple[int, ...] = (), delay_us: int = 0, dynamic: bool = True,
+                     batching_extra: str = "") -> Path:
     """A model repository holding the timed model `name`; returns the repository."""
     model = root / "models" / name
     (model / "1").mkdir(parents=True, exist_ok=True)
@@ -91,7 +99,8 @@ def write_repository(root: Path, name: str = "timed", *, a_ms: float = 2.0, b_ms
     (model / "1" / "model.py").write_text(MODEL_PY)
     (model / "config.pbtxt").write_text(CONFIG.format(
         name=name, max_batch=max_batch, instances=instances, a_ms=a_ms, b_ms=b_ms, slowdown=slowdown,
-        fail=json.dumps(fail), busy_dir=busy, batching=batching_block(preferred, delay_us) if dynamic else ""))
+        fail=json.dumps(fail), busy_dir=busy,
+        batching=batching_block(preferred, delay_us, batching_extra) if dynamic else ""))
     return root / "models"
 
 

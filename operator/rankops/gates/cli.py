@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankops.triton.client import Endpoint, normalize_url, parse_model_ref
+from rankops.triton.client import GATE_PRIORITY, Endpoint, check_priority, normalize_url, parse_model_ref
 from rankops.gates.equivalence import METHODS, Criteria, run_equivalence
 from rankops.triton.samples import (Sample, SamplesError, generate_samples, load_samples,
                                    parse_batch_sizes, parse_input_spec)
@@ -118,11 +118,17 @@ def _add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-binary-data", dest="binary_data", action="store_false",
                         help="plain JSON tensors, for v2 servers without Triton's binary extension")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request network timeout")
+    parser.add_argument("--priority", type=int, default=GATE_PRIORITY, help=PRIORITY_HELP)
     parser.add_argument("--reach-within-s", type=float, default=60.0,
                         help="how long a server that does not answer yet is waited for before the gate reports "
                              "ServerUnreachable (a Service lists a pod a moment after it turns Ready); default 60")
     parser.add_argument("--verdict-file", metavar="PATH",
                         help="where to write the verdict (default /dev/termination-log when it exists)")
+
+
+PRIORITY_HELP = (f"Triton request priority (1 the highest; default {GATE_PRIORITY}: below live traffic's level 1 "
+                 "in the rendered config, so the gate never delays a production request; a level above the "
+                 "model's priority_levels counts as its default level); 0 sends none")
 
 
 def _guarded(gate: str, run):
@@ -168,7 +174,8 @@ def _endpoint(url: str, model_ref: str, args: argparse.Namespace, version: str =
     if args.reach_within_s < 0:
         raise ValueError(f"--reach-within-s must be 0 or more, got {args.reach_within_s}")
     return Endpoint(url=normalize_url(url), model=name, version=version or ref_version,
-                    binary_data=args.binary_data, timeout_s=args.timeout_s, reach_within_s=args.reach_within_s)
+                    binary_data=args.binary_data, timeout_s=args.timeout_s, reach_within_s=args.reach_within_s,
+                    priority=check_priority(args.priority))
 
 
 def _warmup(args: argparse.Namespace) -> Verdict:

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 
-from rankops.triton.client import Endpoint
+from rankops.triton.client import GATE_PRIORITY, Endpoint, check_priority
 from rankops.triton.samples import (Sample, SamplesError, generate_samples, load_samples, parse_batch_sizes,
                                    parse_input_spec)
 from rankops.gates.verdict import default_verdict_file
@@ -50,6 +50,9 @@ def add_commands(subparsers) -> None:
     warm.add_argument("--no-binary-data", dest="binary_data", action="store_false",
                       help="plain JSON tensors, for v2 servers without Triton's binary extension")
     warm.add_argument("--request-timeout-s", type=float, default=30.0, help="per-request network timeout")
+    warm.add_argument("--priority", type=int, default=GATE_PRIORITY,
+                      help=f"Triton request priority (1 the highest; default {GATE_PRIORITY}: below live traffic's "
+                           "level 1 in the rendered config); 0 sends none")
     warm.set_defaults(func=_warm)
 
 
@@ -88,14 +91,14 @@ def _warm(args: argparse.Namespace) -> int:
     config = WarmConfig(requests=args.requests, concurrency=args.concurrency, max_p99_ms=args.max_p99_ms,
                         timeout_s=args.deadline_s, unique=args.unique_requests, metrics_url=metrics,
                         max_error_ratio=args.max_error_ratio)
-    problem = _check(config)
+    problem = _check(config) or _check_priority(args.priority)
     if problem:
         print(f"rankops warm: {problem}", file=sys.stderr)
         server.shutdown()
         return 2
     endpoint = Endpoint(url=host_port(args.host, args.http_port), model=args.model, binary_data=args.binary_data,
-                        timeout_s=args.request_timeout_s)
-    _emit({"at": now(), "event": "start", "samples": len(samples), "source": source,
+                        timeout_s=args.request_timeout_s, priority=args.priority)
+    _emit({"at": now(), "event": "start", "samples": len(samples), "source": source, "priority": args.priority,
            "readiness": f"http://{host_port(args.host, args.port)}/ready"})
     failed = Warmer(endpoint, samples, config, state, _emit).run()
     if failed is None:
@@ -112,6 +115,14 @@ def _warm(args: argparse.Namespace) -> int:
     print(f"rankops warm: {failed['reason']}: {failed['message']}", file=sys.stderr)
     server.shutdown()
     return 1
+
+
+def _check_priority(priority: int) -> str | None:
+    try:
+        check_priority(priority)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _check(config: WarmConfig) -> str | None:

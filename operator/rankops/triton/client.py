@@ -5,6 +5,12 @@ JSON tensors, which every v2 server (MLServer, KServe runtimes) accepts. A reque
 from a sample and the model's metadata (inputs cast to the declared datatypes) and can then be
 sent any number of times from any thread; each thread opens its own `Connection`, because a
 tritonclient HTTP client must not be shared between threads.
+
+A request may carry a priority (Triton's schedule-policy extension, `"parameters": {"priority": N}`
+in the JSON header): the rendered config has two levels, live traffic at the default level 1 and
+the gates, the warm container and any replay at GATE_PRIORITY, so a gate never delays a production
+request. Triton 2.51 accepts the parameter whatever the config (no dynamic batching, batching
+without `priority_levels`: ignored; a level above `priority_levels`: the default level); 0 sends none.
 """
 from __future__ import annotations
 
@@ -18,6 +24,11 @@ from typing import Any
 import numpy as np
 
 from rankops.triton.samples import Sample, SamplesError
+
+
+# The level the gates, the warm container and replays send: below live traffic's default level 1
+# in the rendered `priority_levels: 2`, and never shed there (its queue policy delays, no timeout).
+GATE_PRIORITY = 2
 
 
 class GateClientError(Exception):
@@ -48,6 +59,14 @@ def parse_model_ref(text: str) -> tuple[str, str]:
     return name, version
 
 
+def check_priority(priority: int, flag: str = "--priority") -> int:
+    """A request priority as the command lines take it: 0 (none sent) or a level, 1 the highest."""
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+        raise ValueError(f"{flag} must be 0 (send none: the model's default level) or a priority level "
+                         f"1, 2, ... (1 the highest), got {priority!r}")
+    return priority
+
+
 def normalize_url(url: str) -> str:
     """tritonclient wants HOST:PORT; accept a pasted http:// URL too."""
     url = url.strip()
@@ -71,6 +90,8 @@ class Endpoint:
     # after it turns Ready, and drops it while its node is marked NotReady (an API server back from
     # an outage does that to every node, until their kubelets report again).
     reach_within_s: float = 0.0
+    # Triton's request priority (1 highest); 0 sends none: the model's default level, live traffic's.
+    priority: int = 0
 
     def describe(self) -> str:
         return f"{self.model}{':' + self.version if self.version else ''} at {self.url}"
@@ -175,7 +196,8 @@ class Connection:
         if info.outputs:
             outputs = [self._http.InferRequestedOutput(name, binary_data=self.endpoint.binary_data)
                        for name in info.outputs]
-        body, json_size = self._http.InferenceServerClient.generate_request_body(infer_inputs, outputs=outputs)
+        body, json_size = self._http.InferenceServerClient.generate_request_body(
+            infer_inputs, outputs=outputs, priority=self.endpoint.priority)
         body = bytes(body)
         headers = [f"POST {self._infer_path} HTTP/1.1", f"Host: {self.endpoint.url}",
                    f"Content-Type: {'application/octet-stream' if json_size else 'application/json'}",
