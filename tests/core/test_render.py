@@ -75,13 +75,16 @@ def test_every_format_and_precision_parses_with_triton_modelconfig(fmt, precisio
         assert len(accelerators) == 0
 
 
-def test_no_dynamic_batching_when_max_batch_is_one():
-    doc = base_doc(batching={"maxBatchSize": 1}, modelWarmup={"batchSizes": [1]})
+def test_max_batch_one_gets_a_batcher_of_ones_for_its_priority_levels():
+    # Without dynamic_batching Triton has no priority levels: a gate's replay would compete with
+    # live traffic for the instance.
+    doc = base_doc(batching={"maxBatchSize": 1, "maxQueueDelayMicroseconds": 500}, modelWarmup={"batchSizes": [1]})
     rm = RankingModel.model_validate(doc)
     config = parse_config(render_config_pbtxt("m", "ns", rm.spec, rm.spec.versions[0],
                                               ServingShape.explicit(rm.spec.batching, 1)))
-    assert not config.HasField("dynamic_batching")
     assert config.max_batch_size == 1
+    assert config.dynamic_batching.priority_levels == 2 and config.dynamic_batching.default_priority_level == 1
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0   # nothing can join a batch of one
 
 
 def test_response_cache_and_string_inputs():

@@ -90,9 +90,11 @@ def render_config_pbtxt(name: str, namespace: str, spec: RankingModelSpec, versi
         inputs=[_tensor_view(t) for t in spec.inputs],
         outputs=[_tensor_view(t) for t in spec.outputs],
         instances_per_gpu=shape.instances_per_gpu,
-        # maxBatchSize 1 needs no batcher, but a queue policy lives only in dynamic_batching: batches of
-        # one, sent at once (no delay can fill them).
-        dynamic_batching=shape.max_batch_size > 1 or shape.queue_policy is not None,
+        # Always a batcher, maxBatchSize 1 too (batches of one, sent at once: no delay can fill them):
+        # the priority levels that keep gates and warm-up behind live traffic, and a queue policy,
+        # live only in dynamic_batching; without it a gate's replay takes the instance in proportion
+        # to its requests in flight (measured: live P99 345 ms and more, against 34-39 ms with levels).
+        dynamic_batching=True,
         preferred_batch_sizes=list(shape.preferred_batch_sizes),
         max_queue_delay_microseconds=shape.max_queue_delay_microseconds if shape.max_batch_size > 1 else 0,
         priority_live=PRIORITY_LIVE, priority_background=PRIORITY_BACKGROUND,
