@@ -101,7 +101,6 @@ def spec_for(budget_ms: float, target_qps: float, overload: str, a_ms: float = A
 @dataclass
 class Rendered:
     overload: str
-    spec_note: str             # how the spec was taken (e.g. slo.overload unknown to this tree's API)
     plan: object               # rankops.planner.PlanResult
     config_text: str           # the whole rendered config.pbtxt
     block: str                 # its dynamic_batching { ... } block
@@ -109,27 +108,15 @@ class Rendered:
 
 def render(spec_dict: dict) -> Rendered:
     """Validate the spec, plan it and render config.pbtxt with the planned shape, as the operator does."""
-    from pydantic import ValidationError
-
     from rankops.api.rankingmodel import RankingModelSpec
     from rankops.render.desired import resolve_shape
     from rankops.render.tritonconfig import render_config_pbtxt
 
-    overload = spec_dict["slo"]["overload"]
-    note = ""
-    try:
-        spec = RankingModelSpec.model_validate(spec_dict)
-    except ValidationError as exc:
-        if not any(err["loc"][:2] == ("slo", "overload") for err in exc.errors()):
-            raise
-        # this tree's API predates slo.overload (issue 40 item 1): render without it
-        stripped = {**spec_dict, "slo": {k: v for k, v in spec_dict["slo"].items() if k != "overload"}}
-        spec = RankingModelSpec.model_validate(stripped)
-        note = f"slo.overload: {overload} rejected by this tree's API; rendered without it"
+    spec = RankingModelSpec.model_validate(spec_dict)
     resolved = resolve_shape(spec)
     version = spec.versions[0]
     text = render_config_pbtxt(MODEL, "bench", spec, version, resolved.shape)
-    return Rendered(overload, note, resolved.plan, text, dynamic_batching_block(text))
+    return Rendered(spec_dict["slo"]["overload"], resolved.plan, text, dynamic_batching_block(text))
 
 
 def dynamic_batching_block(config_text: str) -> str:
@@ -471,8 +458,6 @@ def main() -> int:
     for policy in policies:
         rendered = render(spec_for(args.budget, 1.0, policy, args.a_ms, args.b_ms, args.slowdown))
         plans[policy] = rendered.plan
-        if rendered.spec_note:
-            notes.append(rendered.spec_note)
         block, source = rendered.block, "renderer"
         if policy == "shed":
             if args.policy_block:
@@ -480,12 +465,10 @@ def main() -> int:
                 if fields.strip() == "approx":
                     fields, arithmetic = plan_policy(args.budget, rendered.plan, args.slowdown)
                     notes.append(f"--policy-block approx: {arithmetic}")
-                block, source = add_fields(_without_policy(block), fields), "--policy-block"
+                block, source = add_fields(without_policy(block), fields), "--policy-block"
             elif not has_queue_policy(block):
-                fields, arithmetic = plan_policy(args.budget, rendered.plan, args.slowdown)
-                raise BenchError("the renderer emitted no queue policy for slo.overload: shed (this tree "
-                                 "predates it); pass --policy-block approx, or --policy-block with the fields, "
-                                 f"e.g. ({arithmetic}):\n  --policy-block '{fields}'")
+                raise BenchError("the renderer emitted no queue policy for slo.overload: shed; "
+                                 "pass --policy-block approx, or --policy-block with the fields")
         elif has_queue_policy(block):
             notes.append("overload: queue rendered a queue policy; run as rendered")
         blocks[policy] = (checked_block(block), source)
@@ -541,7 +524,7 @@ def main() -> int:
     return 0
 
 
-def _without_policy(block: str) -> str:
+def without_policy(block: str) -> str:
     """`block` without its queue policy and priority fields (a --policy-block replaces the renderer's)."""
     block = re.sub(r"\n?[ \t]*(priority_levels|default_priority_level)\s*:\s*\d+", "", block)
     for name in ("default_queue_policy", "priority_queue_policy"):

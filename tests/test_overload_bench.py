@@ -18,10 +18,8 @@ bench = sys.modules.setdefault("overload_bench", importlib.util.module_from_spec
 _SPEC.loader.exec_module(bench)
 
 
-def _rendered(preferred: tuple[int, ...] = (4, 8)) -> str:
-    doc = bench.spec_for(150.0, 100.0, "queue")
-    doc["slo"].pop("overload")    # the rendering does not depend on it in any tree that lacks it
-    spec = RankingModelSpec.model_validate(doc)
+def _rendered(preferred: tuple[int, ...] = (4, 8), overload: str = "queue") -> str:
+    spec = RankingModelSpec.model_validate(bench.spec_for(150.0, 100.0, overload))
     return render_config_pbtxt(bench.MODEL, "bench", spec, spec.versions[0], ServingShape(8, preferred, 500, 2))
 
 
@@ -29,12 +27,20 @@ def _parsed(block: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(block, model_config_pb2.ModelConfig())
 
 
-def test_the_rendered_batching_block_gets_the_policy_and_keeps_the_plan():
+def test_the_renderers_shed_policy_is_what_the_bench_runs_by_default():
+    block = bench.dynamic_batching_block(_rendered(overload="shed"))
+    assert bench.has_queue_policy(block)
+    policy = _parsed(bench.checked_block(block)).dynamic_batching.default_queue_policy
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert 0 < policy.default_timeout_microseconds < 150_000
+
+
+def test_an_approximated_policy_replaces_the_rendered_one_and_keeps_the_plan():
     block = bench.dynamic_batching_block(_rendered())
     assert block.startswith("dynamic_batching {") and block.endswith("}")
     fields, arithmetic = bench.approx_policy(150.0, 60.0, 2, 0.5)
     assert "= 45 ms" in arithmetic        # 150 - 60 x 1.5 - 0 - 15
-    config = _parsed(bench.checked_block(bench.add_fields(block, fields)))
+    config = _parsed(bench.checked_block(bench.add_fields(bench.without_policy(block), fields)))
     batching = config.dynamic_batching
     assert list(batching.preferred_batch_size) == [4, 8] and batching.max_queue_delay_microseconds == 500
     policy = batching.default_queue_policy
@@ -50,7 +56,7 @@ def test_a_hand_written_block_replaces_a_rendered_policy():
                                 "priority_levels: 2 default_priority_level: 1 default_queue_policy { "
                                 "timeout_action: REJECT default_timeout_microseconds: 9000 max_queue_size: 7 }")
     assert bench.has_queue_policy(rendered)
-    stripped = bench._without_policy(rendered)
+    stripped = bench.without_policy(rendered)
     assert not bench.has_queue_policy(stripped) and "priority" not in stripped
     replaced = _parsed(bench.add_fields(stripped, "default_queue_policy { default_timeout_microseconds: 1000 }"))
     assert replaced.dynamic_batching.default_queue_policy.default_timeout_microseconds == 1000
