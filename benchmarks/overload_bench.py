@@ -133,7 +133,8 @@ def dynamic_batching_block(config_text: str) -> str:
 
 
 def has_queue_policy(block: str) -> bool:
-    return "default_queue_policy" in block or "priority_queue_policy" in block
+    """Whether the block sheds: a default queue policy (every block has the gates' priority level 2 policy)."""
+    return "default_queue_policy" in block
 
 
 def add_fields(block: str, fields: str) -> str:

@@ -18,8 +18,8 @@ bench = sys.modules.setdefault("overload_bench", importlib.util.module_from_spec
 _SPEC.loader.exec_module(bench)
 
 
-def _rendered(preferred: tuple[int, ...] = (4, 8), overload: str = "queue") -> str:
-    spec = RankingModelSpec.model_validate(bench.spec_for(150.0, 100.0, overload))
+def _rendered(preferred: tuple[int, ...] = (4, 8)) -> str:
+    spec = RankingModelSpec.model_validate(bench.spec_for(150.0, 100.0, "queue"))
     return render_config_pbtxt(bench.MODEL, "bench", spec, spec.versions[0], ServingShape(8, preferred, 500, 2))
 
 
@@ -28,8 +28,9 @@ def _parsed(block: str) -> model_config_pb2.ModelConfig:
 
 
 def test_the_renderers_shed_policy_is_what_the_bench_runs_by_default():
-    block = bench.dynamic_batching_block(_rendered(overload="shed"))
+    block = bench.render(bench.spec_for(150.0, 1.0, "shed")).block
     assert bench.has_queue_policy(block)
+    assert not bench.has_queue_policy(bench.render(bench.spec_for(150.0, 1.0, "queue")).block)
     policy = _parsed(bench.checked_block(block)).dynamic_batching.default_queue_policy
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     assert 0 < policy.default_timeout_microseconds < 150_000
