@@ -11,8 +11,8 @@ metrics server. Requests Triton shed (failure reason REJECTED) are in that rate:
 for, and a replica count sized on the served rate alone would never grow out of shedding. When the
 shed ratio passes SHED_RATIO_HIGH with the rate saying the replicas suffice, one more is added
 (reason Shedding). The capacity per replica is the plan's x a correction that the stable replicas'
-observed latency keeps (planner/correction.py, status.autoscaling.capacityCorrection). The replicas a rate needs are ceil(rate / (capacity per replica x
-targetUtilization)) + planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of
+observed latency keeps (planner/correction.py, status.autoscaling.capacityCorrection). The
+replicas a rate needs are ceil(rate / (capacity per replica x targetUtilization)) + planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of
 the current count nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up
 goes to the lowest recommendation of the scale-up window (0 s: at once) and a scale down to the
 highest of the scale-down window (300 s), so what must survive a restart, the last reading and the
@@ -256,14 +256,16 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
             continue
         moved = {"requests": requests[0] - requests[1]}
         for key in ("rejected", "served", "queueUs", *_LATENCY_KEYS):
-            a, b = _number(now_read.get(key, 0)), _number(before.get(key, 0))
+            if key not in before or key not in now_read:   # an older operator's reading: not moved
+                moved[key] = moved["requests"] if key == "served" else 0.0
+                continue
+            a, b = _number(now_read[key]), _number(before[key])
             moved[key] = None if a is None or b is None else a - b
-        if "served" not in before or "served" not in now_read:
-            moved["served"] = moved["requests"]
         seconds = (at - then).total_seconds()
         if seconds <= 0 or any(v is None or v < 0 for v in moved.values()):
             continue
-        wrong = implausible_move({"success": moved["requests"], "queue_us": moved["queueUs"]}, seconds)
+        wrong = implausible_move({"success": moved["requests"], "queue_us": moved["queueUs"],
+                                  "request_us": moved["requestUs"], "compute_us": moved["computeUs"]}, seconds)
         if wrong:
             if implausible is not None:
                 implausible.append(f"{pod}: {wrong}")
@@ -275,9 +277,6 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
             sums[key] += moved[key]
         if all(key in before and key in now_read for key in _LATENCY_KEYS):
             timed += moved["served"]
-        else:
-            sums["requestUs"] -= moved["requestUs"]
-            sums["computeUs"] -= moved["computeUs"]
         counted += 1
     if not counted:
         return NO_RATE

@@ -190,3 +190,16 @@ def test_a_spec_capacity_is_measured_against_the_plan_but_not_corrected():
     c = slow.status.capacity_correction
     assert c is not None and not c.applied and c.factor < 1.0 and "not applied" in c.message
     assert slow.status.capacity_per_replica_qps == 300.0
+
+
+def test_a_forged_request_time_is_not_a_reading_and_an_older_reading_moves_nothing():
+    implausible: list[str] = []
+    before = {"a": autoscale.pod_reading(0, 0, at(0)), "b": autoscale.pod_reading(0, 0, at(0))}
+    after = {"a": autoscale.pod_reading(1000, 0, at(10), request_us=1000 * 20e3),
+             "b": autoscale.pod_reading(1000, 0, at(10), request_us=1e18)}
+    seen_rate = autoscale.rate(before, after, implausible)
+    assert seen_rate.pods == 1 and seen_rate.mean_request_ms == pytest.approx(20.0)
+    assert implausible and "request time" in implausible[0]
+    old = {"a": {"requests": 0, "queueUs": 0, "at": "2026-12-01T12:00:00Z"}}   # before shed and latency keys
+    upgraded = autoscale.rate(old, {"a": autoscale.pod_reading(100, 0, at(10), rejected=40, request_us=9e9)})
+    assert upgraded.qps == 10.0 and upgraded.shed_ratio == 0.0 and upgraded.mean_request_ms is None
