@@ -41,6 +41,10 @@ PROFILE_SIZES = (1, 2, 4, 8)
 BUDGET_MS = 150.0
 LOAD_X = 3.0                      # total load, in the plan's capacities per replica
 # targetUtilization 1.0 (no headroom): the capacity alone decides, so a wrong one shows
+# A new replica counts from its second reading, so the reading after a scale-up sees part of the
+# load: a scale-down window over a few readings keeps that from undoing the scale-up (the
+# operator's default is 300 s; this is 3 readings of the bench's clock).
+SCALE_DOWN_WINDOW_S = 21
 
 
 def profile_given(truth: float) -> dict[int, float]:
@@ -59,7 +63,7 @@ def spec_for(truth: float, correct: bool, target_qps: float = 100.0) -> dict:
         "planning": {"latencyProfile": profile_given(truth), "sharedGpuSlowdown": 0.0,
                      "headroom": 0, "failureTolerance": 0},
         "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 12, "targetUtilization": 1.0,
-                        "scaleDownStabilizationSeconds": 0, "correctCapacity": correct},
+                        "scaleDownStabilizationSeconds": SCALE_DOWN_WINDOW_S, "correctCapacity": correct},
     }
 
 
