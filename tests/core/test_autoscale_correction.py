@@ -203,3 +203,21 @@ def test_a_forged_request_time_is_not_a_reading_and_an_older_reading_moves_nothi
     old = {"a": {"requests": 0, "queueUs": 0, "at": "2026-12-01T12:00:00Z"}}   # before shed and latency keys
     upgraded = autoscale.rate(old, {"a": autoscale.pod_reading(100, 0, at(10), rejected=40, request_us=9e9)})
     assert upgraded.qps == 10.0 and upgraded.shed_ratio == 0.0 and upgraded.mean_request_ms is None
+
+
+def test_a_restart_goes_on_from_status_and_the_same_reading_twice_changes_nothing():
+    from rankops.api.autoscaling import AutoscalingStatus
+
+    s = spec()
+    plan = resolve_shape(s).plan
+    per = plan.qps_per_gpu * 0.8
+    first = autoscale.step(s, None, {"a": autoscale.pod_reading(0, 0, at(0))}, 1, 0, at(0), plan=plan)
+    reading = {"a": autoscale.pod_reading(per * 15, 0, at(15), request_us=per * 15 * 200e3)}   # 200 ms: slow
+    slow = autoscale.step(s, first.status, reading, 1, 0, at(15), plan=plan)
+    assert slow.status.capacity_correction.factor < 1.0
+    wire = slow.status.model_dump(by_alias=True, exclude_none=True)
+    assert "capacityCorrection" in wire and wire["capacityCorrection"]["raiseStreak"] == 0
+    restarted = AutoscalingStatus.model_validate(wire)
+    again = autoscale.step(s, restarted, reading, 1, 0, at(16), plan=plan)
+    assert again.status.capacity_correction == slow.status.capacity_correction
+    assert again.status.capacity_per_replica_qps == slow.status.capacity_per_replica_qps
