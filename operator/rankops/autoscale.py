@@ -12,10 +12,11 @@ for, and a replica count sized on the served rate alone would never grow out of 
 shed ratio passes SHED_RATIO_HIGH with the rate saying the replicas suffice, one more is added
 (reason Shedding). The capacity per replica is the plan's x a correction that the stable replicas'
 observed latency keeps (planner/correction.py, status.autoscaling.capacityCorrection). The
-replicas a rate needs are ceil(rate / (capacity per replica x targetUtilization)) + planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of
-the current count nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up
-goes to the lowest recommendation of the scale-up window (0 s: at once) and a scale down to the
-highest of the scale-down window (300 s), so what must survive a restart, the last reading and the
+replicas a rate needs are ceil(rate / (capacity per replica x targetUtilization)) +
+planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of the current count
+nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up goes to the
+lowest recommendation of the scale-up window (0 s: at once) and a scale down to the highest of the
+scale-down window (300 s), so what must survive a restart, the last reading and the
 recommendations of the windows, lives in status.autoscaling. No I/O, the clock is an argument.
 """
 from __future__ import annotations
