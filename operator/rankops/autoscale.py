@@ -7,11 +7,16 @@
 
 The rate is the difference of Triton's own counters (nv_inference_request_success + failure,
 nv_inference_queue_duration_us) between two readings of the same pod, summed over pods: no
-metrics server. The replicas a rate needs are ceil(rate / (capacity per replica x
-targetUtilization)) + planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of
-the current count nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up
-goes to the lowest recommendation of the scale-up window (0 s: at once) and a scale down to the
-highest of the scale-down window (300 s), so what must survive a restart, the last reading and the
+metrics server. Requests Triton shed (failure reason REJECTED) are in that rate: they were asked
+for, and a replica count sized on the served rate alone would never grow out of shedding. When the
+shed ratio passes SHED_RATIO_HIGH with the rate saying the replicas suffice, one more is added
+(reason Shedding). The capacity per replica is the plan's x a correction that the stable replicas'
+observed latency keeps (planner/correction.py, status.autoscaling.capacityCorrection). The
+replicas a rate needs are ceil(rate / (capacity per replica x targetUtilization)) +
+planning.failureTolerance, within [minReplicas, maxReplicas]; within 10% of the current count
+nothing changes (noise). Like the HorizontalPodAutoscaler's behavior, a scale up goes to the
+lowest recommendation of the scale-up window (0 s: at once) and a scale down to the highest of the
+scale-down window (300 s), so what must survive a restart, the last reading and the
 recommendations of the windows, lives in status.autoscaling. No I/O, the clock is an argument.
 """
 from __future__ import annotations
@@ -19,11 +24,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from rankops.api.autoscaling import AutoscalingStatus, Recommendation
+from rankops.api.autoscaling import AutoscalingStatus, CapacityCorrection, Recommendation
 from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import RankingModelSpec
+from rankops.planner import correction
 from rankops.triton.metrics import implausible as implausible_move
 
 TOLERANCE = 0.1          # |need / serving - 1| within this: no change (HPA's default tolerance)
@@ -31,6 +37,10 @@ MIN_READING_S = 5.0      # readings closer than this are not taken (a burst of e
 MAX_RECOMMENDATIONS = 200
 SCALED = "Scaled"        # the Event of a change
 NOT_READ = "; not read: "   # status.autoscaling.message's list of the serving pods not read
+# Shed share above which one more replica is added though the rate says the replicas suffice. The
+# queue policy sheds only what would miss the P99 budget, and a P99 lets 1% of requests be late:
+# shedding more than that is the replicas not holding the budget, whatever the capacity says.
+SHED_RATIO_HIGH = 0.01
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class Inputs:
     rate_qps: float | None = None                  # None: no rate yet (first reading, no pod read)
     avg_queue_ms: float | None = None
     history: tuple[tuple[dt.datetime, int], ...] = ()   # recommendations, oldest first
+    shed_ratio: float | None = None                # share of rate_qps Triton rejected
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,17 @@ def decide(inputs: Inputs) -> Outcome:
            f"{inputs.capacity_qps:g} req/s each, + {b.failure_tolerance} spare (planning.failureTolerance)")
     queue_high = b.max_avg_queue_ms is not None and inputs.avg_queue_ms is not None \
         and inputs.avg_queue_ms > b.max_avg_queue_ms
+    shedding = inputs.shed_ratio is not None and inputs.shed_ratio > SHED_RATIO_HIGH
     if queue_high and need <= serving:
         need = serving + 1
         why = (f"average queue time {inputs.avg_queue_ms:.1f} ms over autoscaling.maxAvgQueueMs "
                f"{b.max_avg_queue_ms:g} ms at {inputs.rate_qps:.1f} req/s: one replica more than the "
                f"{serving} carrying load")
+    elif shedding and need <= serving:
+        need = serving + 1
+        why = (f"Triton shed {inputs.shed_ratio:.1%} of {inputs.rate_qps:.1f} req/s (over {SHED_RATIO_HIGH:.0%}): "
+               f"one replica more than the {serving} carrying load")
+    shed_up = shedding and not queue_high and need == serving + 1
     recommended = clamp(need + b.failure_tolerance, b)
     history = _pruned((*inputs.history, (now, recommended)), now, b)
     up_limit = min(r for t, r in history if _within(t, now, b.up_window_s))
@@ -107,7 +124,7 @@ def decide(inputs: Inputs) -> Outcome:
         desired = down_limit
     desired = clamp(desired, b)
     if desired > current:
-        reason = "QueueTimeHigh" if queue_high else "ScaledUp"
+        reason = "QueueTimeHigh" if queue_high else "Shedding" if shed_up else "ScaledUp"
     elif desired < current:
         reason = "ScaledDown"
     elif recommended < current:
@@ -153,8 +170,21 @@ def _pruned(history: tuple[tuple[dt.datetime, int], ...] | list, now: dt.datetim
 
 # -- counters to a rate ---------------------------------------------------------------------------
 
-def pod_reading(requests: float, queue_us: float, at: dt.datetime) -> dict[str, Any]:
-    return {"requests": requests, "queueUs": queue_us, "at": _iso(at)}
+def pod_reading(requests: float, queue_us: float, at: dt.datetime, *, rejected: float = 0.0,
+                served: float | None = None, request_us: float = 0.0, compute_us: float = 0.0,
+                track: str = "stable") -> dict[str, Any]:
+    """One pod's counters: requests asked (success + failure), of them rejected (shed) and served
+    (success), and the time Triton spent on the served ones (queue, request, compute)."""
+    return {"requests": requests, "rejected": rejected, "served": requests if served is None else served,
+            "queueUs": queue_us, "requestUs": request_us, "computeUs": compute_us, "track": track, "at": _iso(at)}
+
+
+def reading_of(counters: Any, at: dt.datetime, track: str) -> dict[str, Any]:
+    """pod_reading of a pod's triton.metrics.ModelCounters."""
+    v = counters.values
+    return pod_reading(v.get("success", 0.0) + v.get("failure", 0.0), v.get("queue_us", 0.0), at,
+                       rejected=v.get("rejected", 0.0), served=v.get("success", 0.0),
+                       request_us=v.get("request_us", 0.0), compute_us=v.get("compute_us", 0.0), track=track)
 
 
 def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
@@ -162,9 +192,8 @@ def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dic
     newer than the recorded reading), and the pods not read. `snapshot`:
     controller/pod_metrics.Snapshot."""
     previous = (recorded.reading if recorded else None) or {}
-    reading = {pod: pod_reading(c.values.get("success", 0.0) + c.values.get("failure", 0.0),
-                                c.values.get("queue_us", 0.0), at)
-               for pods in snapshot.readings.values() for pod, (c, at) in pods.items()}
+    reading = {pod: reading_of(c, at, track)
+               for track, pods in snapshot.readings.items() for pod, (c, at) in pods.items()}
     # Every pod's answer newer than the one counted last: a round half in (reads are off the
     # reconcile) would count some pods' load and silently not the others'.
     fresh = bool(reading) and all(
@@ -180,40 +209,83 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) and value >= 0 else None
 
 
-def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: list[str] | None = None
-         ) -> tuple[float | None, float | None, int]:
-    """(requests/s, average queue ms, pods counted) between two readings ({pod: pod_reading}):
-    each pod read both times counts its own difference over its own interval; a pod new in this
-    reading (its counters include its warm-up), restarted (counters went down), or whose stored
-    reading is not a number counts from the next one. A pod whose counters moved more than a
-    Triton pod can serve (triton/metrics.implausible) is left out and named in
-    `implausible`. None: no pod was read twice."""
+class Rate(NamedTuple):
+    """The serving pods between two readings."""
+    qps: float | None                 # requests/s asked: served + failed, shed ones included
+    avg_queue_ms: float | None        # mean queue time of the served requests
+    pods: int                         # pods counted (read both times)
+    rejected_qps: float | None = None   # of qps, what Triton shed
+    served_qps: float | None = None
+    requests: float = 0.0             # requests asked in the window, all pods counted
+    served: float = 0.0               # requests served in the window
+    mean_request_ms: float | None = None   # mean request latency of the served ones (Triton's request duration)
+    mean_compute_ms: float | None = None
+    rejected: float = 0.0             # requests shed in the window
+
+    @property
+    def shed_ratio(self) -> float | None:
+        """Share of the requests asked that Triton shed (None: no rate, or nothing asked)."""
+        return self.rejected / self.requests if self.qps is not None and self.requests else None
+
+
+NO_RATE = Rate(None, None, 0)
+_LATENCY_KEYS = ("requestUs", "computeUs")
+
+
+def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: list[str] | None = None,
+         track: str | None = None) -> Rate:
+    """The Rate between two readings ({pod: pod_reading}): each pod read both times counts its own
+    difference over its own interval; a pod new in this reading (its counters include its
+    warm-up), restarted (counters went down), or whose stored reading is not a number counts from
+    the next one. A pod whose counters moved more than a Triton pod can serve
+    (triton/metrics.implausible) is left out and named in `implausible`. `track`: that track's
+    pods only (a reading without one is stable's). NO_RATE: no pod was read twice. A counter a
+    stored reading lacks (written by an older operator) counts as not moved."""
     if not previous:
-        return None, None, 0
-    total_rate, requests, queue_us, counted = 0.0, 0.0, 0.0, 0
+        return NO_RATE
+    total_rate = rejected_rate = served_rate = 0.0
+    sums = {"requests": 0.0, "rejected": 0.0, "served": 0.0, "queueUs": 0.0, "requestUs": 0.0, "computeUs": 0.0}
+    timed = 0.0           # served requests of the pods whose latency counters were read both times
+    counted = 0
     for pod, now_read in current.items():
         before = previous.get(pod)
-        if not isinstance(before, dict):
+        if not isinstance(before, dict) or (track and now_read.get("track", "stable") != track):
             continue
         then, at = _time(before.get("at")), _time(now_read.get("at"))
-        counters = [_number(now_read.get("requests")), _number(before.get("requests")),
-                    _number(now_read.get("queueUs", 0)), _number(before.get("queueUs", 0))]
-        if then is None or at is None or any(c is None for c in counters):
+        requests = (_number(now_read.get("requests")), _number(before.get("requests")))
+        if then is None or at is None or None in requests:
             continue
+        moved = {"requests": requests[0] - requests[1]}
+        for key in ("rejected", "served", "queueUs", *_LATENCY_KEYS):
+            if key not in before or key not in now_read:   # an older operator's reading: not moved
+                moved[key] = moved["requests"] if key == "served" else 0.0
+                continue
+            a, b = _number(now_read[key]), _number(before[key])
+            moved[key] = None if a is None or b is None else a - b
         seconds = (at - then).total_seconds()
-        done, waited = counters[0] - counters[1], counters[2] - counters[3]
-        if seconds <= 0 or done < 0 or waited < 0:
+        if seconds <= 0 or any(v is None or v < 0 for v in moved.values()):
             continue
-        wrong = implausible_move({"success": done, "queue_us": waited}, seconds)
+        wrong = implausible_move({"success": moved["requests"], "queue_us": moved["queueUs"],
+                                  "request_us": moved["requestUs"], "compute_us": moved["computeUs"]}, seconds)
         if wrong:
             if implausible is not None:
                 implausible.append(f"{pod}: {wrong}")
             continue
-        total_rate += done / seconds
-        requests, queue_us, counted = requests + done, queue_us + waited, counted + 1
+        total_rate += moved["requests"] / seconds
+        rejected_rate += moved["rejected"] / seconds
+        served_rate += moved["served"] / seconds
+        for key in sums:
+            sums[key] += moved[key]
+        if all(key in before and key in now_read for key in _LATENCY_KEYS):
+            timed += moved["served"]
+        counted += 1
     if not counted:
-        return None, None, 0
-    return total_rate, (queue_us / requests / 1000.0 if requests else 0.0), counted
+        return NO_RATE
+    served = sums["served"]
+    return Rate(total_rate, sums["queueUs"] / served / 1000.0 if served else 0.0, counted, rejected_rate,
+                served_rate, sums["requests"], served,
+                sums["requestUs"] / timed / 1000.0 if timed else None,
+                sums["computeUs"] / timed / 1000.0 if timed else None, sums["rejected"])
 
 
 def reading_due(spec: RankingModelSpec, recorded: AutoscalingStatus | None, now: dt.datetime) -> bool:
@@ -286,27 +358,34 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
     history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
                     if (t := _time(r.at)) is not None)
     kept = {k: getattr(recorded, k) if recorded else None
-            for k in ("observed_qps", "avg_queue_ms", "reading", "read_at", "last_scale_time")}
+            for k in ("observed_qps", "avg_queue_ms", "shed_ratio", "reading", "read_at", "last_scale_time")}
+    corrected = _correction(spec, recorded.capacity_correction if recorded else None, plan, plan_status, cap, None)
     if cap is None:   # never expected: the spec's validation asks for capacityPerReplicaQps first
         return Scaling(current, AutoscalingStatus(
             mode="rankops", desired_replicas=current, reason="NoCapacity",
             message="no capacity per replica: set autoscaling.capacityPerReplicaQps", **kept))
     if reading is None:   # not read in this reconcile: what was decided stands (within the bounds)
         if recorded is not None and decided == current:
-            update: dict[str, Any] = {"capacity_per_replica_qps": round(cap, 3), "capacity_source": source,
-                                      "desired_replicas": current}
+            update: dict[str, Any] = {"capacity_per_replica_qps": round(_scaled(cap, corrected), 3),
+                                      "capacity_source": source, "desired_replicas": current,
+                                      "capacity_correction": corrected}
             if problems:   # a read was due and nothing new came: say which pods, and why
                 base = (recorded.message or "").split(NOT_READ)[0]
                 update["message"] = (base + f"{NOT_READ}{'; '.join(problems[:3])}")[:1000]
             return Scaling(current, recorded.model_copy(update=update))
-        outcome = decide(Inputs(now, current, cap, b, history=history))
+        outcome = decide(Inputs(now, current, _scaled(cap, corrected), b, history=history))
     else:
         implausible: list[str] = []
-        qps, queue_ms, _ = rate(recorded.reading if recorded else None, reading, implausible)
-        outcome = decide(Inputs(now, current, cap, b, qps, queue_ms, history))
+        previous = recorded.reading if recorded else None
+        seen = rate(previous, reading, implausible)
+        if corrected is not None:
+            corrected = _correction(spec, corrected, plan, plan_status, cap,
+                                    _evidence(rate(previous, reading, track="stable"), now))
+        outcome = decide(Inputs(now, current, _scaled(cap, corrected), b, seen.qps, seen.avg_queue_ms, history,
+                                seen.shed_ratio))
         problems = (*problems, *implausible)
-        kept.update(observed_qps=None if qps is None else round(qps, 3),
-                    avg_queue_ms=None if queue_ms is None else round(queue_ms, 3), reading=reading, read_at=_iso(now))
+        kept.update(observed_qps=_rounded(seen.qps), avg_queue_ms=_rounded(seen.avg_queue_ms),
+                    shed_ratio=_rounded(seen.shed_ratio, 4), reading=reading, read_at=_iso(now))
     if problems and outcome.desired < current:
         # An unread pod may carry the load that keeps the replicas (the HPA counts it at 100% of
         # target when scaling down): no scale-down on what could not be read. A scale-up stands
@@ -321,9 +400,39 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
         kept["last_scale_time"] = _iso(now)
         events = (("Normal", SCALED, f"stable replicas {before} -> {outcome.desired}: {outcome.message}"),)
     return Scaling(outcome.desired, AutoscalingStatus(
-        mode="rankops", capacity_per_replica_qps=round(cap, 3), capacity_source=source,
+        mode="rankops", capacity_per_replica_qps=round(_scaled(cap, corrected), 3), capacity_source=source,
+        capacity_correction=corrected,
         desired_replicas=outcome.desired, reason=outcome.reason, message=message[:1000], **kept,
         recommendations=[Recommendation(at=_iso(t), replicas=r) for t, r in outcome.history]), events)
+
+
+def _correction(spec: RankingModelSpec, recorded: CapacityCorrection | None, plan: Any,
+                plan_status: PlanStatus | None, cap: float | None,
+                evidence: correction.Evidence | None) -> CapacityCorrection | None:
+    """status.autoscaling.capacityCorrection after this reading (None: correction off, or no plan
+    to predict from). A capacity from the spec is measured against the plan but not corrected:
+    it is the user's own measurement, and correcting it by the profile's error would count the
+    difference twice."""
+    basis = correction.plan_basis(plan, plan_status)
+    if not spec.autoscaling.correct_capacity or basis is None or cap is None or not getattr(plan, "qps_per_gpu", 0):
+        return None
+    applied = spec.autoscaling.capacity_per_replica_qps is None
+    return correction.correct(recorded, basis, cap, correction.curve(plan), evidence, applied)
+
+
+def _evidence(stable: Rate, now: dt.datetime) -> correction.Evidence | None:
+    """The stable replicas' reading as evidence (None: no rate, or no latency counters read)."""
+    if stable.qps is None or not stable.pods or stable.mean_request_ms is None:
+        return None
+    return correction.Evidence(now, (stable.served_qps or 0.0) / stable.pods, stable.served, stable.mean_request_ms)
+
+
+def _scaled(cap: float, corrected: CapacityCorrection | None) -> float:
+    return cap * corrected.factor if corrected is not None and corrected.applied else cap
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def without_replicas(objects: list[dict[str, Any]], deployment: str) -> list[dict[str, Any]]:

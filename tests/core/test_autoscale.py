@@ -99,12 +99,12 @@ def test_the_rate_is_the_counter_difference_per_pod_over_its_own_interval():
     before = {"a": autoscale.pod_reading(100, 1000, at(0)), "b": autoscale.pod_reading(50, 0, at(0))}
     after = {"a": autoscale.pod_reading(200, 51000, at(10)), "b": autoscale.pod_reading(150, 49000, at(5)),
              "new": autoscale.pod_reading(999, 0, at(10))}
-    qps, queue_ms, counted = autoscale.rate(before, after)
+    qps, queue_ms, counted = autoscale.rate(before, after)[:3]
     assert counted == 2 and qps == pytest.approx(10 + 20)
     assert queue_ms == pytest.approx(99_000 / 200 / 1000)
     restarted = {"a": autoscale.pod_reading(3, 0, at(10))}
-    assert autoscale.rate(before, restarted) == (None, None, 0), "a restarted pod counts from its next reading"
-    assert autoscale.rate(None, after)[0] is None
+    assert autoscale.rate(before, restarted) == autoscale.NO_RATE, "a restarted pod counts from its next reading"
+    assert autoscale.rate(None, after).qps is None
 
 
 # -- the spec -------------------------------------------------------------------------------------

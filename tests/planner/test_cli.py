@@ -130,3 +130,22 @@ def test_shed_that_leaves_no_time_to_queue_is_no_plan(tmp_path, fixtures, capsys
     assert main(["plan", "-f", _write(tmp_path, text)]) == 1
     err = capsys.readouterr().err
     assert "no plan: slo.overload shed: the P99 budget leaves no time to queue" in err and "overhead 4.5 ms" in err
+
+
+def test_a_slowdown_plans_with_slower_compute_and_says_what_it_changed(fixtures, capsys):
+    assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "-o", "json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--slowdown", "1.3", "-o", "json"])
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["qpsPerGpu"] < plain["qpsPerGpu"] and slow["gpus"] >= plain["gpus"]
+    assert slow["explanation"][0].startswith("corrected for a slowdown of 1.3 (compute x 1.3): capacity")
+
+
+def test_from_status_takes_the_recorded_slowdown_back(tmp_path, fixtures, capsys):
+    recorded = _write(tmp_path, "kind: RankingModel\nstatus:\n  autoscaling:\n    capacityCorrection:\n"
+                                "      factor: 0.7\n      slowdown: 1.5\n", "status.yaml")
+    main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--from-status", recorded])
+    assert "corrected for a slowdown of 1.5" in capsys.readouterr().out
+    bare = _write(tmp_path, '{"kind": "RankingModel", "status": {}}', "bare.json")
+    assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--from-status", bare]) == 2
+    assert "no status.autoscaling.capacityCorrection.slowdown" in capsys.readouterr().err

@@ -45,6 +45,13 @@ class Autoscaling(ApiModel):
         "Average time a request waits in Triton's queue (ms, from nv_inference_queue_duration_us) above which "
         "one more replica is added even when the rate says the replicas suffice (the capacity was optimistic); "
         "null: the queue time is reported only."))] = None
+    correct_capacity: Annotated[bool, Field(description=(
+        "Compare the stable replicas' mean request latency at their observed rate (Triton's counters) with what "
+        "the plan predicted there, and scale against the plan's capacity x a correction factor (1 / slowdown, "
+        "smoothed, within 0.5..2; lowered at once, raised after 3 readings in a row). On by default: an offline "
+        "profile is a prior, and an optimistic one otherwise breaks the P99 budget before anything scales. A "
+        "capacity from capacityPerReplicaQps is measured against the plan (when there is one) but not corrected: "
+        "it is already the user's measurement. Recorded in status.autoscaling.capacityCorrection."))] = True
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
         "Scale up only to the lowest replica count recommended over this window (0: at once)."))] = 0
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
@@ -85,6 +92,25 @@ class Recommendation(ApiModel):
     replicas: Annotated[int, Field(description="The replicas the load needed then, bounds and tolerance applied.")]
 
 
+class CapacityCorrection(ApiModel):
+    """`status.autoscaling.capacityCorrection`: the plan's capacity corrected by what the replicas show."""
+    factor: Annotated[float, Field(description=(
+        "What the capacity per replica is multiplied by (1 / slowdown, smoothed; 0.5..2)."))]
+    slowdown: Annotated[float | None, Field(description=(
+        "The last evidence's observed / predicted mean request latency at the observed per-replica rate."))] = None
+    readings: Annotated[int, Field(description="Readings that counted as evidence against this plan.")] = 0
+    raise_streak: Annotated[int, Field(description=(
+        "Readings in a row that say raise; the factor rises at 3 (it is lowered at once)."))] = 0
+    evidence: Annotated[str | None, Field(description=(
+        "The last reading: per-replica rate, requests, observed vs predicted mean latency."))] = None
+    updated_at: Annotated[str | None, Field(description="When the last reading was taken (RFC 3339).")] = None
+    message: Annotated[str | None, Field(description="What the last reading did to the factor, and why.")] = None
+    plan_basis: Annotated[str | None, Field(description=(
+        "Digest of the plan measured against (status.plan.inputsDigest): a new plan starts the correction over."))] = None
+    applied: Annotated[bool, Field(description=(
+        "Whether the autoscaler scales against it (false: the capacity is the spec's own, measured only)."))] = True
+
+
 class AutoscalingStatus(ApiModel):
     """`status.autoscaling`: what the autoscaler saw and decided, and what it needs after a restart."""
     mode: Annotated[str, Field(description="rankops or external.")]
@@ -98,19 +124,24 @@ class AutoscalingStatus(ApiModel):
         "Average time those requests waited in Triton's queue, ms (nv_inference_queue_duration_us)."))] = None
     shed_ratio: Annotated[float | None, Field(description=(
         "Share of the requests Triton rejected (queue timeout, nv_inference_request_failure reason REJECTED) "
-        "between the last two readings."))] = None
+        "between the last two readings. Shed requests count in observedQps: they were asked for."))] = None
     capacity_per_replica_qps: Annotated[float | None, Field(description=(
-        "Requests per second one replica sustains within the P99 budget (the plan's, or the spec's)."))] = None
+        "Requests per second one replica sustains within the P99 budget (the plan's, or the spec's), x "
+        "capacityCorrection.factor when that is applied: what the replicas are sized against."))] = None
     capacity_source: Annotated[str | None, Field(description="plan or spec (autoscaling.capacityPerReplicaQps).")] = None
     desired_replicas: Annotated[int | None, Field(description="The stable replicas decided.")] = None
     reason: Annotated[str | None, Field(description=(
         "Why, in CamelCase: NoReading, ScaledUp, ScaledDown, WithinTarget, ScaleDownStabilizing, "
-        "ScaleUpStabilizing, AtMaxReplicas, AtMinReplicas, QueueTimeHigh, External."))] = None
+        "ScaleUpStabilizing, AtMaxReplicas, AtMinReplicas, QueueTimeHigh, Shedding, External."))] = None
     message: Annotated[str | None, Field(description="The numbers behind the decision, for people.")] = None
+    capacity_correction: Annotated[CapacityCorrection | None, Field(description=(
+        "The capacity per replica corrected by the replicas' observed latency (spec.autoscaling.correctCapacity); "
+        "absent without a plan to predict from or with the correction off."))] = None
     last_scale_time: Annotated[str | None, Field(description="When the replicas last changed (RFC 3339).")] = None
     read_at: Annotated[str | None, Field(description="When the serving pods were last read (RFC 3339).")] = None
     reading: Annotated[dict[str, Any] | None, Field(
-        description=("Each serving pod's Triton counters at the last reading ({pod: {requests, queueUs, at}}), "
+        description=("Each serving pod's Triton counters at the last reading ({pod: {requests, rejected, served, queueUs, "
+                     "requestUs, computeUs, track, at}}), "
                      "the start of the next rate's window; kept so a restarted operator goes on from it."),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
     recommendations: Annotated[list[Recommendation], Field(default_factory=list, max_length=200, description=(

@@ -1,4 +1,9 @@
-"""`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--plot PNG] [-o text|json|yaml]`.
+"""`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--slowdown K | --from-status FILE]
+[--plot PNG] [-o text|json|yaml]`.
+
+--slowdown K plans with the profile's compute times x K; --from-status takes K from a RankingModel's
+status.autoscaling.capacityCorrection.slowdown (what the serving replicas showed against the plan),
+and prints the corrected capacity and replicas beside the uncorrected ones.
 
 Exit codes: 0 a plan without problems; 1 no plan, or a plan/explicit config with problems (SLO
 miss, capacity shortfall, OOM); 2 unusable input.
@@ -6,6 +11,8 @@ miss, capacity shortfall, OOM); 2 unusable input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,9 +22,9 @@ import yaml
 from pydantic import ValidationError
 
 from rankops.commands.output import add_output_flag, format_report
-from rankops.planner.inputs import PlanError, inputs_from_spec
+from rankops.planner.inputs import PlanError, PlanInputs, inputs_from_spec
 from rankops.planner.overload import OverloadError, with_queue_policy
-from rankops.planner.profile import ProfileError, load_profiles
+from rankops.planner.profile import LatencyProfile, ProfileError, load_profiles
 from rankops.planner.result import PlanResult
 from rankops.planner.search import evaluate, plan
 
@@ -27,11 +34,19 @@ def add_commands(subparsers: Any) -> None:
         "plan", help="derive batching, instances and GPUs from a latency profile and the SLO",
         description="Plan Triton dynamic batching, instances per GPU and the GPU count for a "
                     "RankingModel from its latency profile, P99 budget and target QPS.")
-    p.add_argument("-f", "--file", required=True, help="RankingModel YAML (spec.slo, spec.planning, spec.batching)")
+    p.add_argument("-f", "--file", help="RankingModel YAML (spec.slo, spec.planning, spec.batching); "
+                                        "default: the --from-status file")
     p.add_argument("--profile", action="append", default=[], metavar="FILE[:BATCH]",
                    help="latency profile: YAML/JSON {batch: ms}, Model Analyzer metrics-model-inference.csv, "
                         "or perf_analyzer -f CSV with the -b it ran with (perf.csv:8); repeatable; "
                         "overrides spec.planning.latencyProfile")
+    corrected = p.add_mutually_exclusive_group()
+    corrected.add_argument("--slowdown", type=float, metavar="K",
+                           help="plan with the profile's compute times x K (K > 1: the replicas are slower "
+                                "than profiled)")
+    corrected.add_argument("--from-status", metavar="FILE",
+                           help="a RankingModel (YAML/JSON, e.g. kubectl get -o yaml) whose "
+                                "status.autoscaling.capacityCorrection.slowdown is K")
     p.add_argument("--plot", metavar="PNG", help="write latency vs offered load for the top configs")
     add_output_flag(p, ("text", "json", "yaml"), "text")
     p.set_defaults(func=run)
@@ -39,18 +54,33 @@ def add_commands(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        spec, note = _load_spec(Path(args.file), args.profile)
+        slowdown = getattr(args, "slowdown", None)
+        from_status = getattr(args, "from_status", None)
+        if from_status:
+            slowdown = recorded_slowdown(Path(from_status))
+        if slowdown is not None and not 0.1 <= slowdown <= 10:
+            raise InputError(f"slowdown {slowdown:g}: expected 0.1..10 (compute time observed / profiled)")
+        if not (args.file or from_status):
+            raise InputError("-f FILE is required (or --from-status FILE)")
+        spec, note = _load_spec(Path(args.file or from_status), args.profile)
         inputs = inputs_from_spec(spec)
     except (InputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
     if note:
         print(f"note: {note}", file=sys.stderr)
+    before = None
     try:
+        if slowdown is not None:
+            before = plan(inputs) if inputs.auto else evaluate(inputs)
+            inputs = slowed(inputs, slowdown)
         result = plan(inputs) if inputs.auto else evaluate(inputs)
     except PlanError as exc:
         print(f"rankops plan: no plan: {exc}", file=sys.stderr)
         return 1
+    if before is not None:
+        line = correction_line(before, result, slowdown)
+        result = dataclasses.replace(result, explanation=[line, *result.explanation])
     try:
         result = with_queue_policy(spec, result)
     except OverloadError as exc:   # the operator refuses such a spec (PlanFailed): say it the same way
@@ -72,6 +102,41 @@ def run(args: argparse.Namespace) -> int:
 
 class InputError(ValueError):
     pass
+
+
+def slowed(inputs: PlanInputs, slowdown: float) -> PlanInputs:
+    """`inputs` with every profiled compute time x `slowdown`."""
+    profile = LatencyProfile(tuple((b, ms * slowdown) for b, ms in inputs.profile.points))
+    return dataclasses.replace(inputs, profile=profile)
+
+
+def recorded_slowdown(path: Path) -> float:
+    """status.autoscaling.capacityCorrection.slowdown of the RankingModel in `path` (YAML or JSON)."""
+    if not path.is_file():
+        raise InputError(f"--from-status {path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        docs = [json.loads(text)] if text.lstrip().startswith("{") else [d for d in yaml.safe_load_all(text) if d]
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InputError(f"--from-status {path}: not YAML or JSON: {exc}") from None
+    for doc in docs:
+        items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else [doc]
+        for item in items:
+            status = item.get("status") if isinstance(item, dict) else None
+            corr = ((status or {}).get("autoscaling") or {}).get("capacityCorrection") or {}
+            value = corr.get("slowdown")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return float(value)
+    raise InputError(f"--from-status {path}: no status.autoscaling.capacityCorrection.slowdown (the "
+                     "operator records it once a reading had enough evidence)")
+
+
+def correction_line(before: PlanResult, after: PlanResult, slowdown: float) -> str:
+    per_replica = before.inputs.gpus_per_replica
+    return (f"corrected for a slowdown of {slowdown:g} (compute x {slowdown:g}): capacity "
+            f"{after.qps_per_gpu * per_replica:.0f} req/s per replica (uncorrected {before.qps_per_gpu * per_replica:.0f}, "
+            f"x {after.qps_per_gpu / before.qps_per_gpu if before.qps_per_gpu else 0:.2f}), replicas {after.replicas} "
+            f"(uncorrected {before.replicas})")
 
 
 def _load_spec(path: Path, profiles: list[str]) -> tuple[Any, str | None]:

@@ -53,7 +53,8 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)   # the latency summary's, as Triton writes t
 
 # What no Triton pod can have served, whatever its model: more requests per second than this over
 # HTTP or gRPC, or an average queue time per request over ten minutes. A pod's counters that moved
-# more in its window are not a reading (forged, or not Triton's): the pod counts as not read.
+# more in its window are not a reading (forged, or not Triton's): the pod counts as not read. The
+# same bound holds the request and compute time per request (the capacity correction reads them).
 MAX_POD_RPS = 100_000.0
 MAX_QUEUE_US_PER_REQUEST = 600e6
 
@@ -225,8 +226,9 @@ def implausible(moved: Mapping[str, float], seconds: float | None) -> str | None
     done = moved.get("success", 0.0) + moved.get("failure", 0.0)
     if seconds is not None and done > MAX_POD_RPS * max(seconds, 1.0):
         return f"{done:.3g} requests in {seconds:.0f}s, over {MAX_POD_RPS:g}/s: not a reading"
-    if moved.get("queue_us", 0.0) > MAX_QUEUE_US_PER_REQUEST * max(done, 1.0):
-        return f"{moved['queue_us']:.3g} us of queue time for {done:.0f} requests: not a reading"
+    for key, what in (("queue_us", "queue"), ("request_us", "request"), ("compute_us", "compute")):
+        if moved.get(key, 0.0) > MAX_QUEUE_US_PER_REQUEST * max(done, 1.0):
+            return f"{moved[key]:.3g} us of {what} time for {done:.0f} requests: not a reading"
     return None
 
 
