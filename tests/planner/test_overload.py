@@ -58,8 +58,8 @@ def test_shed_timeout_is_what_the_budget_leaves_after_overhead_a_full_batch_and_
     # 20 ms budget - 1 ms overhead - compute(32) 8 ms - 10% of 20 ms = 9 ms
     assert policy.shed and policy.timeout_action == "REJECT"
     assert policy.timeout_us == round((20 - 1 - 8.0 - MARGIN_FRACTION * 20) * 1000) == 9000
-    # backstop: QUEUE_LOAD x 3000 req/s x 9 ms = 108 (above maxBatchSize 32)
-    assert policy.max_queue_size == math.ceil(QUEUE_LOAD * 3000 * 0.009) == 108
+    # backstop: QUEUE_LOAD x 3000 req/s x 9 ms = 324 (above maxBatchSize 32)
+    assert policy.max_queue_size == math.ceil(QUEUE_LOAD * 3000 * 0.009) == 324
     assert policy.allow_timeout_override is True
     text = "\n".join(policy.explanation)
     assert "P99 budget 20 ms - overhead 1 ms (planning.overheadMs) - compute 8.00 ms - margin 2 ms" in text
@@ -80,7 +80,7 @@ def test_a_replica_of_several_gpus_drains_more_and_the_backstop_never_falls_belo
     narrow = queue_policy(spec(slo=shed()), plan())
     assert wide.timeout_us == narrow.timeout_us and wide.max_queue_size == math.ceil(QUEUE_LOAD * 6000 * 0.009)
     slow = queue_policy(spec(slo=shed()), plan(per_gpu=100.0))
-    assert slow.max_queue_size == 32, "4 x 100 req/s x 9 ms = 3.6 requests: a full batch is the floor"
+    assert slow.max_queue_size == 32, "12 x 100 req/s x 9 ms = 10.8 requests: a full batch is the floor"
 
 
 def test_a_budget_smaller_than_one_batch_is_refused_with_the_arithmetic():

@@ -28,11 +28,13 @@ from rankops.planner.inputs import PlanError
 MARGIN_FRACTION = 0.10
 # max_queue_size is a memory backstop, never the shedder: Triton counts a request rejected for queue
 # size in no metric (measured on 2.51: 15 rejected by size, failure{reason="REJECTED"} = 4, the
-# timeouts), so the autoscaler and the canary analysis would not see it. Under overload at λ req/s
-# the queue holds about λ x timeout requests (older ones are shed), so the bound sits at 4x the
-# replica's sustainable rate: size rejections start only past 4x overload (the benchmark goes
-# to 3x). Memory stays small: 4 x 1000 req/s x 20 ms = 80 requests.
-QUEUE_LOAD = 4
+# timeouts), so the autoscaler and the canary analysis would not see it. Triton drops a timed-out
+# request only when its batcher next looks at the queue, so under overload the queue holds more than
+# λ x timeout: at 4x the sustainable rate x timeout, 37% of the sheds at 3x overload were by size
+# (benchmarks/overload_bench.py: 4011 503s, 2532 counted); at 12x every shed at 2x and 3x was a
+# counted timeout, and goodput rose (2x: 156 -> 162/s, 3x: 150 -> 171/s). Memory stays small:
+# 12 x 1000 req/s x 20 ms = 240 requests.
+QUEUE_LOAD = 12
 
 
 class OverloadError(PlanError):
