@@ -109,7 +109,7 @@ def test_a_rendered_shed_policy_rejects_what_would_be_late_and_serves_the_rest(t
     live = [r for r in results if r[0] is None]
     shed = [r for r in live if r[1] != 200]
     served = [r for r in live if r[1] == 200]
-    print(f"live: {len(served)} served (slowest {max(r[3] for r in served) * 1000:.0f} ms), {len(shed)} shed; "
+    print(f"live: {len(served)} served (slowest {max((r[3] for r in served), default=0) * 1000:.0f} ms), {len(shed)} shed; "
           f"REJECTED counted {rejected_metric:.0f}; background: {[r[1] for r in results if r[0] == 2]}")
     assert len(results) == LIVE + BACKGROUND
     assert shed and served, "a burst beyond capacity is partly shed, partly served"
