@@ -152,9 +152,19 @@ def base_config_command(container: str) -> list[str]:
             "with Python 3.11 in /opt/app-root, shaped like UBI 8 python-311 (rankops dev images)", container]
 
 
-def build_command(dockerfile: str, target: str, tag: str, args: dict[str, str], context: str) -> list[str]:
-    return ["buildah", "bud", f"--isolation={ISOLATION}", "--layers", "-f", dockerfile, "--target", target,
-            *(f"--build-arg={k}={v}" for k, v in args.items()), "-t", tag, context]
+# The build machine's trust store and pip settings (e.g. an egress proxy's CA), given to the RUN
+# steps that download from PyPI as read-only mounts: used by the build, left out of the image.
+HOST_TRUST = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf")
+
+
+def host_trust_mounts(exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    return [f"--volume={path}:{path}:ro" for path in HOST_TRUST if exists(path)]
+
+
+def build_command(dockerfile: str, target: str, tag: str, args: dict[str, str], context: str,
+                  mounts: Sequence[str] = ()) -> list[str]:
+    return ["buildah", "bud", f"--isolation={ISOLATION}", "--layers", *mounts, "-f", dockerfile,
+            "--target", target, *(f"--build-arg={k}={v}" for k, v in args.items()), "-t", tag, context]
 
 
 def export_command(tag: str, directory: Path) -> list[str]:
@@ -193,17 +203,9 @@ def image_id(tag: str) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def image_size(tag: str) -> int:
-    """Bytes of the image's layers, uncompressed (what a node stores)."""
-    import json
-
-    done = run(["buildah", "inspect", "--type", "image", tag], f"buildah inspect {tag}")
-    manifest = json.loads(done).get("OCIv1", {})
-    history_sizes = 0
-    layers = json.loads(run(["buildah", "images", "--json", tag], f"buildah images {tag}"))
-    for layer in layers:
-        history_sizes = max(history_sizes, int(layer.get("size") or 0))
-    return history_sizes or sum(int(l.get("size", 0)) for l in manifest.get("layers", []))
+def image_size(tag: str) -> str:
+    """The image's size as buildah reports it (its layers uncompressed, e.g. "199 MB")."""
+    return run(["buildah", "images", "--format", "{{.Size}}", tag], f"buildah images {tag}").splitlines()[0]
 
 
 def cache_dir() -> Path:
@@ -217,7 +219,7 @@ class Built:
     tag: str
     seconds: float
     cached: bool
-    size: int = 0
+    size: str = ""
 
 
 def make_base(say: Callable[[str], None]) -> Built:
@@ -279,9 +281,10 @@ def build_target(root: Path, target: str, base: str, say: Callable[[str], None])
         return Built(target, tag, time.monotonic() - start, True, image_size(tag))
     say(f"{target}: building {tag}")
     if target == TRITON_TARGET:
-        command = build_command(str(root / TRITON_DOCKERFILE), target, tag, args, str(_triton_context()))
+        command = build_command(str(root / TRITON_DOCKERFILE), target, tag, args, str(_triton_context()),
+                                host_trust_mounts())
     else:
-        command = build_command(str(root / DOCKERFILE), target, tag, args, str(root))
+        command = build_command(str(root / DOCKERFILE), target, tag, args, str(root), host_trust_mounts())
     run(command, f"building {target}", log=cache_dir() / "logs" / f"{target}.log")
     return Built(target, tag, time.monotonic() - start, False, image_size(tag))
 
@@ -308,6 +311,6 @@ def export(built: Sequence[Built], directory: Path) -> list[Path]:
 def table(built: Sequence[Built]) -> str:
     rows = [("image", "size", "build", "")]
     for b in built:
-        rows.append((b.tag, f"{b.size / 1e6:.0f} MB", f"{b.seconds:.1f} s", "cached" if b.cached else "built"))
+        rows.append((b.tag, b.size, f"{b.seconds:.1f} s", "cached" if b.cached else "built"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
