@@ -20,7 +20,7 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
         description="Makes a Debian bookworm base with debootstrap, imports it into buildah's store, and "
                     "builds images/Dockerfile's targets and images/Dockerfile.triton-test on it, tagged "
                     "localhost/rankops-<target>:<content hash>. Needs root, buildah and debootstrap.")
-    images.add_argument("targets", nargs="*", choices=targets, metavar="TARGET",
+    images.add_argument("targets", nargs="*", metavar="TARGET",
                         help=f"what to build (default all: {', '.join(targets)})")
     images.add_argument("--export", metavar="DIR", type=Path,
                         help="write DIR/rankops-<target>.tar (OCI archive) per image, for ctr images import")
@@ -36,6 +36,11 @@ def run_images(args: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parents[3]
     if not (root / image_builds.DOCKERFILE).exists():
         print(f"rankops dev images: needs a source checkout ({root / image_builds.DOCKERFILE} not found)",
+              file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.targets) - set(args.all_targets))
+    if unknown:
+        print(f"rankops dev images: no target {', '.join(unknown)} (choose from {', '.join(args.all_targets)})",
               file=sys.stderr)
         return 2
     targets = args.targets or args.all_targets

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -88,6 +89,13 @@ def _post(url: str, body: dict) -> dict:
 def check_triton(tag: str, say: Callable[[str], None]) -> tuple[str, bool]:
     work = Path(tempfile.mkdtemp(prefix="rankops-triton-image-"))
     work.chmod(0o755)
+    line, passed = _serve_and_ask(tag, work, say)
+    if passed:  # a failure keeps the repository and the server's log for a look
+        shutil.rmtree(work, ignore_errors=True)
+    return line, passed
+
+
+def _serve_and_ask(tag: str, work: Path, say: Callable[[str], None]) -> tuple[str, bool]:
     repository = write_repository(work)
     http, grpc, metrics = free_ports(3, "127.0.0.1")
     log_path = work / "tritonserver.log"
