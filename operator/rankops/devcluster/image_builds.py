@@ -163,7 +163,7 @@ def host_trust_mounts(exists: Callable[[str], bool] = os.path.exists) -> list[st
 
 def build_command(dockerfile: str, target: str, tag: str, args: dict[str, str], context: str,
                   mounts: Sequence[str] = ()) -> list[str]:
-    return ["buildah", "bud", f"--isolation={ISOLATION}", "--layers", *mounts, "-f", dockerfile,
+    return ["buildah", "bud", f"--isolation={ISOLATION}", "--layers", "--force-rm", *mounts, "-f", dockerfile,
             "--target", target, *(f"--build-arg={k}={v}" for k, v in args.items()), "-t", tag, context]
 
 
