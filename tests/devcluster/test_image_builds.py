@@ -82,10 +82,12 @@ def test_a_changed_file_rebuilds_exactly_the_images_that_copy_it(repo, changed, 
     assert {t for t in before if before[t] != after[t]} == rebuilt
 
 
-def test_a_new_base_or_build_argument_rebuilds(repo):
+def test_a_new_base_build_argument_or_mount_rebuilds(repo):
     before = tags(repo)
     assert all(before[t] != tag for t, tag in tags(repo, base_id="sha256:other").items())
     assert all(before[t] != tag for t, tag in tags(repo, VERSION="9.9.9").items())
+    args = ib.build_args("operator", "b")
+    assert ib.content_tag(repo, "operator", "i", args) != ib.content_tag(repo, "operator", "i", args, ["--volume=/a:/a"])
 
 
 def test_the_hashed_context_covers_what_the_dockerfile_copies():
@@ -159,8 +161,10 @@ def test_command_lines():
     assert ib.export_command("localhost/rankops-operator:abc", Path("/out")) == [
         "buildah", "push", "-q", "localhost/rankops-operator:abc",
         "oci-archive:/out/rankops-operator.tar:localhost/rankops-operator:abc"]
-    assert ib.host_trust_mounts(lambda p: p.endswith(".crt")) == [
-        "--volume=/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro"]
+    assert ib.host_trust_mounts(lambda p: False) == []
+    assert ib.host_trust_mounts(lambda p: True) == [
+        "--volume=/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+        f"--volume=/etc/ssl/certs/ca-certificates.crt:{ib.APP_ROOT}/lib/python3.11/site-packages/pip/_vendor/certifi/cacert.pem:ro"]
 
 
 def test_the_table_shows_size_and_time_per_image():

@@ -132,10 +132,11 @@ def context_files(root: Path, target: str) -> list[str]:
     return fixed + sources
 
 
-def content_tag(root: Path, target: str, base_id: str, args: dict[str, str]) -> str:
-    """localhost/rankops-<target>:<hash of the files, the base image's id and the arguments>."""
+def content_tag(root: Path, target: str, base_id: str, args: dict[str, str], mounts: Sequence[str] = ()) -> str:
+    """localhost/rankops-<target>:<hash of the files, the base image's id, the arguments and the
+    build-time mounts>."""
     inputs = [(f"file:{name}", (root / name).read_bytes()) for name in context_files(root, target)]
-    inputs += [("base-id", base_id.encode()), ("target", target.encode())]
+    inputs += [("base-id", base_id.encode()), ("target", target.encode()), ("mounts", " ".join(mounts).encode())]
     inputs += [(f"arg:{k}", v.encode()) for k, v in args.items()]
     return f"{REPOSITORY_PREFIX}{target}:{digest(inputs)}"
 
@@ -152,13 +153,18 @@ def base_config_command(container: str) -> list[str]:
             "with Python 3.11 in /opt/app-root, shaped like UBI 8 python-311 (rankops dev images)", container]
 
 
-# The build machine's trust store and pip settings (e.g. an egress proxy's CA), given to the RUN
-# steps that download from PyPI as read-only mounts: used by the build, left out of the image.
-HOST_TRUST = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf")
+# The build machine's CA bundle (e.g. an egress proxy's CA), laid read-only over the base's own
+# bundle and over pip's vendored one for the RUN steps that download from PyPI: the builds trust
+# what this machine trusts, and the images keep Debian's bundle. Mounted over files the base
+# has, so no mount point is left in a layer (a missing target, e.g. /etc/pip.conf, would be).
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+PIP_CA_BUNDLE = f"{APP_ROOT}/lib/python3.11/site-packages/pip/_vendor/certifi/cacert.pem"
 
 
 def host_trust_mounts(exists: Callable[[str], bool] = os.path.exists) -> list[str]:
-    return [f"--volume={path}:{path}:ro" for path in HOST_TRUST if exists(path)]
+    if not exists(HOST_CA_BUNDLE):
+        return []
+    return [f"--volume={HOST_CA_BUNDLE}:{target}:ro" for target in (HOST_CA_BUNDLE, PIP_CA_BUNDLE)]
 
 
 def build_command(dockerfile: str, target: str, tag: str, args: dict[str, str], context: str,
@@ -274,17 +280,16 @@ def build_target(root: Path, target: str, base: str, say: Callable[[str], None])
     base_id = image_id(base)
     if not base_id:
         raise ImageBuildError(f"base image {base} is not in buildah's store")
-    args = build_args(target, base)
-    tag = content_tag(root, target, base_id, args)
+    args, mounts = build_args(target, base), host_trust_mounts()
+    tag = content_tag(root, target, base_id, args, mounts)
     start = time.monotonic()
     if image_id(tag):
         return Built(target, tag, time.monotonic() - start, True, image_size(tag))
     say(f"{target}: building {tag}")
     if target == TRITON_TARGET:
-        command = build_command(str(root / TRITON_DOCKERFILE), target, tag, args, str(_triton_context()),
-                                host_trust_mounts())
+        command = build_command(str(root / TRITON_DOCKERFILE), target, tag, args, str(_triton_context()), mounts)
     else:
-        command = build_command(str(root / DOCKERFILE), target, tag, args, str(root), host_trust_mounts())
+        command = build_command(str(root / DOCKERFILE), target, tag, args, str(root), mounts)
     run(command, f"building {target}", log=cache_dir() / "logs" / f"{target}.log")
     return Built(target, tag, time.monotonic() - start, False, image_size(tag))
 
