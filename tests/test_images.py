@@ -1,5 +1,5 @@
-"""images/Dockerfile, one target per image: it cannot be built here (no container engine), so
-check what each target's build would rely on: the pinned UBI 8 Python base, the package installed from this
+"""images/Dockerfile, one target per image: CI has no container engine (the real builds are
+`rankops dev images --check`, scripts/build-images-check.sh), so check what each target's build would rely on: the pinned UBI 8 Python base, the package installed from this
 repository, a numeric non-root user, the OCI and Red Hat labels, and an entrypoint that is a
 real `rankops` sub-command of this very CLI.
 """
