@@ -186,7 +186,7 @@ def _nice(command: Sequence[str]) -> list[str]:
     return ["nice", "-n", "19", "ionice", "-c3", *command]
 
 
-def run(command: Sequence[str], what: str, *, log: Path | None = None, capture: bool = True) -> str:
+def run(command: Sequence[str], what: str, *, log: Path | None = None) -> str:
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
@@ -197,7 +197,7 @@ def run(command: Sequence[str], what: str, *, log: Path | None = None, capture: 
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
             raise ImageBuildError(f"{what} failed (exit {done.returncode}; log {log}):\n{tail}")
         return ""
-    done = subprocess.run(_nice(command), capture_output=capture, text=True)
+    done = subprocess.run(_nice(command), capture_output=True, text=True)
     if done.returncode != 0:
         raise ImageBuildError(f"{what} failed (exit {done.returncode}): {(done.stderr or '').strip()[-1500:]}")
     return (done.stdout or "").strip()
@@ -206,7 +206,9 @@ def run(command: Sequence[str], what: str, *, log: Path | None = None, capture: 
 def image_id(tag: str) -> str | None:
     done = subprocess.run(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", tag],
                           capture_output=True, text=True)
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    if done.returncode != 0:  # no such image
+        return None
+    return done.stdout.strip() or None
 
 
 def image_size(tag: str) -> str:
@@ -298,6 +300,8 @@ def build_all(root: Path, targets: Sequence[str], say: Callable[[str], None]) ->
     missing = missing_tools()
     if missing:
         raise ImageBuildError(missing_tools_message(missing))
+    if os.geteuid() != 0:
+        raise ImageBuildError("run as root: debootstrap makes device nodes and owners, buildah's store is root's")
     base = make_base(say)
     return [base, *(build_target(root, t, base.tag, say) for t in targets)]
 
