@@ -74,7 +74,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
     validate.set_defaults(func=run_validate)
 
-    from rankops.commands import dev_traffic, dev_triton
+    from rankops.commands import dev_images, dev_traffic, dev_triton
+    dev_images.add_commands(dev_sub)
     dev_triton.add_commands(dev_sub)
     dev_traffic.add_commands(dev_sub)
 
