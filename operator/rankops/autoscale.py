@@ -221,6 +221,7 @@ class Rate(NamedTuple):
     mean_request_ms: float | None = None   # mean request latency of the served ones (Triton's request duration)
     mean_compute_ms: float | None = None
     rejected: float = 0.0             # requests shed in the window
+    untimed: tuple[str, ...] = ()     # pods that served while their request time did not move (left out of the means)
 
     @property
     def shed_ratio(self) -> float | None:
@@ -246,6 +247,7 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
     total_rate = rejected_rate = served_rate = 0.0
     sums = {"requests": 0.0, "rejected": 0.0, "served": 0.0, "queueUs": 0.0, "requestUs": 0.0, "computeUs": 0.0}
     timed = 0.0           # served requests of the pods whose latency counters were read both times
+    untimed: list[str] = []
     counted = 0
     for pod, now_read in current.items():
         before = previous.get(pod)
@@ -274,10 +276,17 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
         total_rate += moved["requests"] / seconds
         rejected_rate += moved["rejected"] / seconds
         served_rate += moved["served"] / seconds
-        for key in sums:
+        for key in ("requests", "rejected", "served", "queueUs"):
             sums[key] += moved[key]
         if all(key in before and key in now_read for key in _LATENCY_KEYS):
-            timed += moved["served"]
+            # A request's time covers its compute: a pod that served while its request time did not
+            # move (a Triton without the counter, or one that lies) would pull the mean to 0.
+            if moved["served"] and (moved["requestUs"] <= 0 or moved["requestUs"] < moved["computeUs"]):
+                untimed.append(pod)
+            else:
+                timed += moved["served"]
+                sums["requestUs"] += moved["requestUs"]
+                sums["computeUs"] += moved["computeUs"]
         counted += 1
     if not counted:
         return NO_RATE
@@ -285,7 +294,7 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
     return Rate(total_rate, sums["queueUs"] / served / 1000.0 if served else 0.0, counted, rejected_rate,
                 served_rate, sums["requests"], served,
                 sums["requestUs"] / timed / 1000.0 if timed else None,
-                sums["computeUs"] / timed / 1000.0 if timed else None, sums["rejected"])
+                sums["computeUs"] / timed / 1000.0 if timed else None, sums["rejected"], tuple(untimed))
 
 
 def reading_due(spec: RankingModelSpec, recorded: AutoscalingStatus | None, now: dt.datetime) -> bool:
@@ -378,11 +387,11 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
         implausible: list[str] = []
         previous = recorded.reading if recorded else None
         seen = rate(previous, reading, implausible)
+        stable = rate(previous, reading, track="stable")
         if corrected is not None:
-            corrected = _correction(spec, corrected, plan, plan_status, cap,
-                                    _evidence(rate(previous, reading, track="stable"), now))
+            corrected = _correction(spec, corrected, plan, plan_status, cap, _evidence(stable, now))
         outcome = decide(Inputs(now, current, _scaled(cap, corrected), b, seen.qps, seen.avg_queue_ms, history,
-                                seen.shed_ratio))
+                                _shed_for_scaling(stable, current)))
         problems = (*problems, *implausible)
         kept.update(observed_qps=_rounded(seen.qps), avg_queue_ms=_rounded(seen.avg_queue_ms),
                     shed_ratio=_rounded(seen.shed_ratio, 4), reading=reading, read_at=_iso(now))
@@ -414,21 +423,32 @@ def _correction(spec: RankingModelSpec, recorded: CapacityCorrection | None, pla
     it is the user's own measurement, and correcting it by the profile's error would count the
     difference twice."""
     basis = correction.plan_basis(plan, plan_status)
-    if not spec.autoscaling.correct_capacity or basis is None or cap is None or not getattr(plan, "qps_per_gpu", 0):
+    if not spec.autoscaling.correct_capacity or basis is None or cap is None:
         return None
     applied = spec.autoscaling.capacity_per_replica_qps is None
-    return correction.correct(recorded, basis, cap, correction.curve(plan), evidence, applied)
+    return correction.correct(recorded, basis, cap, correction.points_for(plan, recorded, basis), evidence, applied)
+
+
+def _shed_for_scaling(stable: Rate, current: int) -> float | None:
+    """The stable track's shed ratio, when every stable replica decided was counted: a canary
+    that sheds is the rollout's to judge (more stable replicas do not cure it), and while a
+    replica added for shedding is still starting (a pod counts from its second reading) the
+    shedding it is meant to end must not add another."""
+    return stable.shed_ratio if stable.pods >= current else None
 
 
 def _evidence(stable: Rate, now: dt.datetime) -> correction.Evidence | None:
     """The stable replicas' reading as evidence (None: no rate, or no latency counters read)."""
-    if stable.qps is None or not stable.pods or stable.mean_request_ms is None:
+    if stable.qps is None or not stable.pods:
         return None
-    return correction.Evidence(now, (stable.served_qps or 0.0) / stable.pods, stable.served, stable.mean_request_ms)
+    if stable.mean_request_ms is None and not stable.untimed:   # no latency counters read (an older reading)
+        return None
+    return correction.Evidence(now, (stable.served_qps or 0.0) / stable.pods, stable.served,
+                               stable.mean_request_ms or 0.0, stable.untimed)
 
 
 def _scaled(cap: float, corrected: CapacityCorrection | None) -> float:
-    return cap * corrected.factor if corrected is not None and corrected.applied else cap
+    return cap * correction.bounded(corrected.factor) if corrected is not None and corrected.applied else cap
 
 
 def _rounded(value: float | None, digits: int = 3) -> float | None:

@@ -117,14 +117,42 @@ def test_shedding_adds_a_replica_when_the_rate_says_they_suffice():
     assert (calm.desired, calm.reason) == (3, "WithinTarget"), "under 1%: what a P99 lets be late anyway"
 
 
-def test_status_carries_the_shed_ratio():
+def _two_pods(second: float, requests: float, rejected: float, canary_rejected: float = 0.0) -> dict:
+    """Two stable pods and a canary pod, each asked `requests` since the start."""
+    def pod(rejected: float, track: str) -> dict:
+        return autoscale.pod_reading(requests, 0, at(second), rejected=rejected, served=requests - rejected,
+                                     track=track)
+    return {"a": pod(rejected, "stable"), "b": pod(rejected, "stable"), "c": pod(canary_rejected, "canary")}
+
+
+def test_status_carries_the_shed_ratio_and_stable_shedding_adds_a_replica():
     s = spec(correct=False, capacity=10.0)
-    first = autoscale.step(s, None, {"a": autoscale.pod_reading(0, 0, at(0))}, 2, 0, at(0))
-    second = autoscale.step(s, first.status, {"a": autoscale.pod_reading(200, 0, at(10), rejected=20, served=180)},
-                            2, 0, at(10))
-    assert second.status.shed_ratio == 0.1 and second.status.observed_qps == 20.0
+    first = autoscale.step(s, None, _two_pods(0, 0, 0), 2, 0, at(0))
+    second = autoscale.step(s, first.status, _two_pods(10, 60, 6), 2, 0, at(10))
+    assert second.status.shed_ratio == round(12 / 180, 4) and second.status.observed_qps == 18.0
     assert second.status.reason == "Shedding" and second.replicas == 3
     assert second.status.capacity_correction is None, "no plan, correction off: nothing to record"
+
+
+def test_a_shedding_canary_adds_no_stable_replica():
+    s = spec(correct=False, capacity=10.0)
+    first = autoscale.step(s, None, _two_pods(0, 0, 0), 2, 0, at(0))
+    second = autoscale.step(s, first.status, _two_pods(10, 60, 0, canary_rejected=24), 2, 0, at(10))
+    assert second.status.shed_ratio > 0.1, "status shows the model's shedding, canary included"
+    assert (second.status.reason, second.replicas) == ("WithinTarget", 2), "the rollout judges the canary"
+
+
+def test_shedding_waits_for_the_replica_it_added():
+    """A new replica counts from its second reading: until then the shedding it is meant to end
+    adds no other (3 -> 4 -> 5 ... while it starts)."""
+    s = spec(correct=False, capacity=10.0)
+    first = autoscale.step(s, None, _two_pods(0, 0, 0), 2, 0, at(0))
+    added = autoscale.step(s, first.status, _two_pods(10, 60, 6), 2, 0, at(10))
+    assert added.replicas == 3
+    starting = _two_pods(20, 120, 12)
+    starting["d"] = autoscale.pod_reading(5, 0, at(20))     # read once: not counted yet
+    held = autoscale.step(s, added.status, starting, 2, 0, at(20))
+    assert held.replicas == 3 and held.status.reason != "Shedding"
 
 
 # -- the closed loop ----------------------------------------------------------------------------------
@@ -221,3 +249,65 @@ def test_a_restart_goes_on_from_status_and_the_same_reading_twice_changes_nothin
     again = autoscale.step(s, restarted, reading, 1, 0, at(16), plan=plan)
     assert again.status.capacity_correction == slow.status.capacity_correction
     assert again.status.capacity_per_replica_qps == slow.status.capacity_per_replica_qps
+
+
+def test_a_restarted_operator_that_takes_the_plan_from_status_keeps_correcting():
+    """After a restart the shape comes from status.plan unsimulated (render/planned.from_status:
+    no PlanResult): the factor stands and the recorded curve keeps judging new readings."""
+    from rankops.api.autoscaling import AutoscalingStatus
+    from rankops.render import planned
+
+    s = spec()
+    resolved = resolve_shape(s)
+    status_plan = planned.plan_status(resolved, planned.inputs_digest(s))
+    after_restart = planned.from_status(s, status_plan, status_plan.inputs_digest)
+    assert after_restart is not None and after_restart.plan is None
+    per = resolved.plan.qps_per_gpu * 0.8
+
+    def reading(second: float, ms: float) -> dict:
+        n = per * second
+        return {"a": autoscale.pod_reading(n, 0, at(second), request_us=n * ms * 1000)}
+
+    first = autoscale.step(s, None, reading(0, 0), 1, 0, at(0), plan=resolved.plan, plan_status=status_plan)
+    slow = autoscale.step(s, first.status, reading(15, 200), 1, 0, at(15), plan=resolved.plan, plan_status=status_plan)
+    assert slow.status.capacity_correction.factor < 1.0 and len(slow.status.capacity_correction.curve) == 14
+    restarted = AutoscalingStatus.model_validate(slow.status.model_dump(by_alias=True, exclude_none=True))
+    kept = autoscale.step(s, restarted, None, 1, 0, at(20), plan=None, plan_status=status_plan)
+    assert kept.status.capacity_correction.factor == slow.status.capacity_correction.factor
+    assert kept.status.capacity_per_replica_qps == pytest.approx(slow.status.capacity_per_replica_qps, rel=1e-3)
+    slower = autoscale.step(s, restarted, reading(30, 400), 1, 0, at(30), plan=None, plan_status=status_plan)
+    assert slower.status.capacity_correction.factor < slow.status.capacity_correction.factor, \
+        "the recorded curve judges the reading after the restart"
+
+
+def test_pods_whose_request_time_does_not_move_are_left_out_of_the_evidence_and_named():
+    s = spec()
+    plan = resolve_shape(s).plan
+    per = plan.qps_per_gpu * 0.6
+    predicted = correction.predicted_ms(correction.curve(plan), per)
+    pods = ("honest", "liar-1", "liar-2", "liar-3")
+    start = {p: autoscale.pod_reading(0, 0, at(0)) for p in pods}
+    first = autoscale.step(s, None, start, 4, 0, at(0), plan=plan)
+    readings, recorded = [], first.status
+    for i in range(1, 5):
+        n = per * 15 * i
+        reading = {p: autoscale.pod_reading(n, 0, at(15 * i), request_us=n * predicted * 1000 if p == "honest" else 0)
+                   for p in pods}
+        recorded = autoscale.step(s, recorded, reading, 4, 0, at(15 * i), plan=plan).status
+        readings.append(recorded.capacity_correction)
+    assert all(abs(c.factor - 1.0) < 0.05 for c in readings), [c.factor for c in readings]
+    assert "left out, request time did not move: liar-1" in readings[-1].evidence
+
+
+@pytest.mark.parametrize("stored", [0.0, 1e-6, 50.0])
+def test_a_factor_read_from_status_stays_within_its_bounds(stored):
+    from rankops.api.autoscaling import AutoscalingStatus
+
+    s = spec()
+    plan = resolve_shape(s).plan
+    first = autoscale.step(s, None, {"a": autoscale.pod_reading(0, 0, at(0))}, 1, 0, at(0), plan=plan)
+    wire = first.status.model_dump(by_alias=True, exclude_none=True)
+    wire["capacityCorrection"]["factor"] = stored
+    out = autoscale.step(s, AutoscalingStatus.model_validate(wire), None, 1, 0, at(5), plan=plan)
+    cap = plan.qps_per_gpu * s.gpus_per_replica
+    assert 0.5 * cap - 1e-6 <= out.status.capacity_per_replica_qps <= 2.0 * cap + 1e-6

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import yaml
 
 from rankops.cli import main
 
@@ -141,11 +142,33 @@ def test_a_slowdown_plans_with_slower_compute_and_says_what_it_changed(fixtures,
     assert slow["explanation"][0].startswith("corrected for a slowdown of 1.3 (compute x 1.3): capacity")
 
 
-def test_from_status_takes_the_recorded_slowdown_back(tmp_path, fixtures, capsys):
+def test_from_status_takes_the_applied_factor_back_not_the_last_raw_slowdown(tmp_path, fixtures, capsys):
     recorded = _write(tmp_path, "kind: RankingModel\nstatus:\n  autoscaling:\n    capacityCorrection:\n"
-                                "      factor: 0.7\n      slowdown: 1.5\n", "status.yaml")
+                                "      factor: 0.8\n      slowdown: 1.65\n      readings: 4\n      raiseStreak: 1\n",
+                                "status.yaml")
     main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--from-status", recorded])
-    assert "corrected for a slowdown of 1.5" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "corrected for a slowdown of 1.25" in captured.out, "K = 1 / factor, what the autoscaler applies"
+    assert "1 reading(s) in a row say raise" in captured.err
     bare = _write(tmp_path, '{"kind": "RankingModel", "status": {}}', "bare.json")
     assert main(["plan", "-f", str(fixtures / "rankingmodel.yaml"), "--from-status", bare]) == 2
-    assert "no status.autoscaling.capacityCorrection.slowdown" in capsys.readouterr().err
+    assert "no status.autoscaling.capacityCorrection with readings" in capsys.readouterr().err
+
+
+def test_from_status_reads_a_pipe_and_a_kubectl_list(tmp_path, fixtures, capsys):
+    """`--from-status <(kubectl get rm x -o yaml)` is a pipe, read once; `kubectl get rm -o yaml` is a List."""
+    import os
+    import threading
+
+    model = yaml.safe_load((fixtures / "rankingmodel.yaml").read_text())
+    model["status"] = {"autoscaling": {"capacityCorrection": {"factor": 0.5, "readings": 2}}}
+    text = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [model]})
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, text.encode()), os.close(write)))
+    writer.start()
+    try:
+        assert main(["plan", "--from-status", f"/dev/fd/{read}"]) == 0
+    finally:
+        writer.join()
+        os.close(read)
+    assert "corrected for a slowdown of 2" in capsys.readouterr().out

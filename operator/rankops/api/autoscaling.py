@@ -109,6 +109,10 @@ class CapacityCorrection(ApiModel):
         "Digest of the plan measured against (status.plan.inputsDigest): a new plan starts the correction over."))] = None
     applied: Annotated[bool, Field(description=(
         "Whether the autoscaler scales against it (false: the capacity is the spec's own, measured only)."))] = True
+    curve: Annotated[list[list[float]], Field(default_factory=list, max_length=32, description=(
+        "The plan's predicted mean request latency per replica rate ([req/s, ms] pairs) the evidence is "
+        "compared with: kept so a restarted operator, which takes the plan from status.plan without "
+        "simulating it again, goes on comparing."))]
 
 
 class AutoscalingStatus(ApiModel):

@@ -1,9 +1,10 @@
 """`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--slowdown K | --from-status FILE]
 [--plot PNG] [-o text|json|yaml]`.
 
---slowdown K plans with the profile's compute times x K; --from-status takes K from a RankingModel's
-status.autoscaling.capacityCorrection.slowdown (what the serving replicas showed against the plan),
-and prints the corrected capacity and replicas beside the uncorrected ones.
+--slowdown K plans with the profile's compute times x K; --from-status takes K = 1 / factor from a
+RankingModel's status.autoscaling.capacityCorrection (the correction the autoscaler applies: what
+the serving replicas showed against the plan, smoothed and bounded), and prints the corrected
+capacity and replicas beside the uncorrected ones.
 
 Exit codes: 0 a plan without problems; 1 no plan, or a plan/explicit config with problems (SLO
 miss, capacity shortfall, OOM); 2 unusable input.
@@ -45,8 +46,8 @@ def add_commands(subparsers: Any) -> None:
                            help="plan with the profile's compute times x K (K > 1: the replicas are slower "
                                 "than profiled)")
     corrected.add_argument("--from-status", metavar="FILE",
-                           help="a RankingModel (YAML/JSON, e.g. kubectl get -o yaml) whose "
-                                "status.autoscaling.capacityCorrection.slowdown is K")
+                           help="a RankingModel (YAML/JSON, e.g. kubectl get -o yaml, a pipe too) whose "
+                                "status.autoscaling.capacityCorrection.factor gives K = 1 / factor")
     p.add_argument("--plot", metavar="PNG", help="write latency vs offered load for the top configs")
     add_output_flag(p, ("text", "json", "yaml"), "text")
     p.set_defaults(func=run)
@@ -56,19 +57,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         slowdown = getattr(args, "slowdown", None)
         from_status = getattr(args, "from_status", None)
-        if from_status:
-            slowdown = recorded_slowdown(Path(from_status))
+        notes: list[str] = []
+        status_docs = read_documents(Path(from_status), "--from-status") if from_status else None
+        if status_docs is not None:
+            slowdown, notes = recorded_slowdown(status_docs, Path(from_status))
         if slowdown is not None and not 0.1 <= slowdown <= 10:
             raise InputError(f"slowdown {slowdown:g}: expected 0.1..10 (compute time observed / profiled)")
         if not (args.file or from_status):
             raise InputError("-f FILE is required (or --from-status FILE)")
-        spec, note = _load_spec(Path(args.file or from_status), args.profile)
+        spec, note = _load_spec(read_documents(Path(args.file), "-f") if args.file else status_docs,
+                                Path(args.file or from_status), args.profile)
         inputs = inputs_from_spec(spec)
     except (InputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
-    if note:
-        print(f"note: {note}", file=sys.stderr)
+    for line in ([note] if note else []) + notes:
+        print(f"note: {line}", file=sys.stderr)
     before = None
     try:
         if slowdown is not None:
@@ -110,24 +114,39 @@ def slowed(inputs: PlanInputs, slowdown: float) -> PlanInputs:
     return dataclasses.replace(inputs, profile=profile)
 
 
-def recorded_slowdown(path: Path) -> float:
-    """status.autoscaling.capacityCorrection.slowdown of the RankingModel in `path` (YAML or JSON)."""
-    if not path.is_file():
-        raise InputError(f"--from-status {path}: no such file")
+def read_documents(path: Path, flag: str) -> list[Any]:
+    """The YAML or JSON documents in `path` (a pipe such as <(kubectl get rm x -o yaml) too), read
+    once; a List's items are documents of their own."""
+    if not path.exists():
+        raise InputError(f"{flag} {path}: no such file")
     try:
         text = path.read_text(encoding="utf-8")
         docs = [json.loads(text)] if text.lstrip().startswith("{") else [d for d in yaml.safe_load_all(text) if d]
-    except (ValueError, yaml.YAMLError) as exc:
-        raise InputError(f"--from-status {path}: not YAML or JSON: {exc}") from None
-    for doc in docs:
-        items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else [doc]
-        for item in items:
-            status = item.get("status") if isinstance(item, dict) else None
-            corr = ((status or {}).get("autoscaling") or {}).get("capacityCorrection") or {}
-            value = corr.get("slowdown")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                return float(value)
-    raise InputError(f"--from-status {path}: no status.autoscaling.capacityCorrection.slowdown (the "
+    except (ValueError, yaml.YAMLError, OSError) as exc:
+        raise InputError(f"{flag} {path}: not YAML or JSON: {exc}") from None
+    return [item for doc in docs
+            for item in (doc["items"] if isinstance(doc, dict) and isinstance(doc.get("items"), list) else [doc])]
+
+
+def recorded_slowdown(docs: list[Any], path: Path) -> tuple[float, list[str]]:
+    """(K, notes) from status.autoscaling.capacityCorrection: K = 1 / factor, the correction the
+    autoscaler applies (smoothed and bounded), not the last reading's raw slowdown; the notes say
+    what the plan should not be read as (measured only, a raise still pending)."""
+    for item in docs:
+        status = item.get("status") if isinstance(item, dict) else None
+        corr = ((status or {}).get("autoscaling") or {}).get("capacityCorrection") or {}
+        factor = corr.get("factor")
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 0 or not corr.get("readings"):
+            continue
+        notes = []
+        if corr.get("applied") is False:
+            notes.append("the correction is measured only (the spec sets autoscaling.capacityPerReplicaQps): "
+                         "the autoscaler does not scale against it")
+        if corr.get("raiseStreak"):
+            notes.append(f"{corr['raiseStreak']} reading(s) in a row say raise: the factor rises at 3; "
+                         "this plan uses the factor applied now")
+        return 1.0 / float(factor), notes
+    raise InputError(f"--from-status {path}: no status.autoscaling.capacityCorrection with readings (the "
                      "operator records it once a reading had enough evidence)")
 
 
@@ -139,15 +158,9 @@ def correction_line(before: PlanResult, after: PlanResult, slowdown: float) -> s
             f"(uncorrected {before.replicas})")
 
 
-def _load_spec(path: Path, profiles: list[str]) -> tuple[Any, str | None]:
-    """The RankingModel spec, validated by the API model; a file that is not a complete
-    RankingModel (a planning sketch) is read for slo / planning / batching alone."""
-    if not path.is_file():
-        raise InputError(f"-f {path}: no such file")
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    except yaml.YAMLError as exc:
-        raise InputError(f"-f {path}: not YAML: {exc}") from None
+def _load_spec(docs: list[Any], path: Path, profiles: list[str]) -> tuple[Any, str | None]:
+    """The RankingModel spec of `docs` (read from `path`), validated by the API model; a file that
+    is not a complete RankingModel (a planning sketch) is read for slo / planning / batching alone."""
     doc = next((d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingModel"), None)
     if doc is None:
         doc = docs[0] if docs and isinstance(docs[0], dict) else None

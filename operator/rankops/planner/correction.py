@@ -43,18 +43,30 @@ class Evidence:
     at: dt.datetime                  # the end of the window (the reading's time)
     per_replica_qps: float           # requests/s one replica served
     requests: float                  # requests served in the window, all replicas
-    observed_ms: float               # mean request latency, Triton's request duration
+    observed_ms: float               # mean request latency, Triton's request duration (0: none timed)
+    untimed: tuple[str, ...] = ()    # pods left out: they served while their request time did not move
 
 
 def plan_basis(plan: Any, plan_status: Any = None) -> str | None:
-    """What the correction was measured against: the plan's inputs digest, or a digest of its
-    inputs and config. None: no plan to predict from."""
-    if plan is None or getattr(plan, "inputs", None) is None:
-        return None
+    """What the correction was measured against: the plan's inputs digest (status.plan, also after a
+    restart, when the plan is taken from status unsimulated), or a digest of the plan's inputs and
+    config. None: no plan to predict from."""
     digest = getattr(plan_status, "inputs_digest", None)
     if digest:
         return digest[:16]
+    if plan is None or getattr(plan, "inputs", None) is None:
+        return None
     return hashlib.sha256(repr((plan.inputs, plan.config)).encode()).hexdigest()[:16]
+
+
+def points_for(plan: Any, recorded: CapacityCorrection | None, basis: str) -> tuple[tuple[float, float], ...]:
+    """The predicted curve: the plan's, simulated once per plan; without a simulated plan (a
+    restarted operator takes it from status.plan) the one recorded against the same basis."""
+    if plan is not None and getattr(plan, "qps_per_gpu", 0) and getattr(plan, "inputs", None) is not None:
+        return curve(plan)
+    if recorded is not None and recorded.plan_basis == basis:
+        return tuple((float(r), float(ms)) for r, ms in (p[:2] for p in recorded.curve if len(p) >= 2))
+    return ()
 
 
 def curve(plan: Any) -> tuple[tuple[float, float], ...]:
@@ -63,7 +75,7 @@ def curve(plan: Any) -> tuple[tuple[float, float], ...]:
     return _curve(plan.inputs, plan.config, float(plan.qps_per_gpu))
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=256)   # a curve is 14 pairs; more models than this re-simulate
 def _curve(inputs: Any, config: Any, per_gpu: float) -> tuple[tuple[float, float], ...]:
     if per_gpu <= 0:
         return ()
@@ -101,7 +113,10 @@ def correct(recorded: CapacityCorrection | None, basis: str, capacity_qps: float
     if recorded is None or recorded.plan_basis != basis:
         recorded = CapacityCorrection(factor=1.0, plan_basis=basis, readings=0, raise_streak=0,
                                       message="no evidence yet: the plan's capacity as planned")
-    recorded = recorded.model_copy(update={"applied": applied})
+    # status is the operator's alone, but one written by hand or by another version is still bounded
+    recorded = recorded.model_copy(update={
+        "applied": applied, "factor": bounded(recorded.factor),
+        "curve": [[round(r, 3), round(ms, 3)] for r, ms in points] or recorded.curve})
     if evidence is None:
         return recorded
     at = _iso(evidence.at)
@@ -112,17 +127,22 @@ def correct(recorded: CapacityCorrection | None, basis: str, capacity_qps: float
     scaled = capacity_qps * factor
     predicted = predicted_ms(points, evidence.per_replica_qps)
     seen = (f"{evidence.per_replica_qps:.1f} req/s per replica, {evidence.requests:.0f} requests, observed "
-            f"{evidence.observed_ms:.2f} ms mean" + (f" vs predicted {predicted:.2f} ms" if predicted else ""))
+            f"{evidence.observed_ms:.2f} ms mean" + (f" vs predicted {predicted:.2f} ms" if predicted else "")
+            + (f"; left out, request time did not move: {', '.join(evidence.untimed[:3])}" if evidence.untimed else ""))
     short = None
     if evidence.requests < MIN_REQUESTS:
         short = f"fewer than {MIN_REQUESTS} requests in the window"
     elif evidence.per_replica_qps < MIN_LOAD * scaled:
         short = (f"per-replica rate under {MIN_LOAD:.0%} of the capacity ({scaled:.1f} req/s): latency says "
                  "little about saturation there")
-    elif predicted is None or predicted <= 0 or evidence.observed_ms <= 0:
+    elif not points:
+        short = "no predicted curve for this plan yet (it is simulated when the plan is next computed)"
+    elif evidence.observed_ms <= 0:
+        short = "the replicas' request time did not move while they served: no latency to compare"
+    elif predicted is None or predicted <= 0:
         short = "rate beyond the plan's predicted curve (past saturation): no prediction to compare with"
-    if short:
-        return recorded.model_copy(update={"updated_at": at, "evidence": seen[:300], "message": (
+    if short:   # a raise needs readings in a row: one without evidence breaks the row
+        return recorded.model_copy(update={"updated_at": at, "evidence": seen[:300], "raise_streak": 0, "message": (
             f"not enough evidence: {short}; factor {factor:.3f} kept")[:500]})
     slowdown = evidence.observed_ms / predicted
     wanted = min(HIGHEST, max(LOWEST, ALPHA / slowdown + (1 - ALPHA) * factor))
@@ -143,6 +163,10 @@ def correct(recorded: CapacityCorrection | None, basis: str, capacity_qps: float
         "message": (f"slowdown {slowdown:.2f} (observed / predicted at the observed rate): {verdict}; "
                     f"capacity {capacity_qps:.1f} x {factor:.3f} = {capacity_qps * factor:.1f} req/s per replica"
                     + ("" if applied else " (measured only, not applied)"))[:500]})
+
+
+def bounded(factor: float) -> float:
+    return min(HIGHEST, max(LOWEST, factor))
 
 
 def _time(value: str | None) -> dt.datetime | None:
