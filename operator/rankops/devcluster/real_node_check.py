@@ -1,0 +1,176 @@
+"""`python -m rankops.devcluster.real_node_check`: the local control plane and one real node in
+a network namespace of their own; a Triton pod from the triton-test image serves an ONNX model,
+a client pod from the operator image asks it through its Service (kube-proxy's iptables rules)
+and reads the API server through the `kubernetes` Service. Prints the container IDs, the Triton
+process's UID and PID namespace, and the pod's create -> Ready seconds; tears everything down.
+
+Not part of the test suite (issue 38, item 3 wires real nodes into the e2e run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import netns as ns
+from .binaries import bin_dir as default_bin_dir
+from .controlplane import SERVICE_CIDR, LocalControlPlane
+from .image_check import MODEL, write_repository
+from .real_node import RealNode, archive_image_name
+from .real_node_config import NodeLayout
+
+NODE_IP = "10.200.0.1"
+POD_SUBNET = "10.245.0.0/24"  # not kwok's 10.244.0.0/16: real pods only
+SERVICE = "triton"
+
+CLIENT = f"""
+import json, os, ssl, urllib.request
+host, port = os.environ["{SERVICE.upper()}_SERVICE_HOST"], os.environ["{SERVICE.upper()}_SERVICE_PORT"]
+body = json.dumps({{"inputs": [
+    {{"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}},
+    {{"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [10, 20, 30, 40]}}]}}).encode()
+req = urllib.request.Request(f"http://{{host}}:{{port}}/v2/models/{MODEL}/infer", body, {{"Content-Type": "application/json"}})
+out = json.load(urllib.request.urlopen(req, timeout=30))
+print("INFER", host, port, [o["data"] for o in out["outputs"] if o["name"] == "y"][0])
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+api = os.environ["KUBERNETES_SERVICE_HOST"] + ":" + os.environ["KUBERNETES_SERVICE_PORT"]
+req = urllib.request.Request(f"https://{{api}}/version", headers={{"Authorization": "Bearer " + open(sa + "/token").read()}})
+print("API", api, json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"])
+"""
+
+
+def restricted(uid: int) -> dict:
+    return {"runAsNonRoot": True, "runAsUser": uid, "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def triton_pod(image: str, models: Path, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "triton", "namespace": "default", "labels": {"app": SERVICE}},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "containers": [{
+                         "name": "triton", "image": image, "imagePullPolicy": "Never",
+                         "command": ["tritonserver", "--model-repository=/models", "--http-port=8000",
+                                     "--grpc-port=8001", "--metrics-port=8002"],
+                         "ports": [{"containerPort": 8000, "name": "http"}],
+                         "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": 8000},
+                                            "periodSeconds": 1, "failureThreshold": 120},
+                         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                       "limits": {"nvidia.com/gpu": "1", "memory": "2Gi"}},
+                         "securityContext": restricted(1000),
+                         "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
+                                          {"name": "tmp", "mountPath": "/tmp"}]}],
+                     "volumes": [{"name": "models", "hostPath": {"path": str(models), "type": "Directory"}},
+                                 {"name": "tmp", "emptyDir": {}}]}}
+
+
+def triton_service() -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": "default"},
+            "spec": {"selector": {"app": SERVICE}, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]}}
+
+
+def client_pod(image: str, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": "default"},
+            "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+                     "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never",
+                                     "command": ["python", "-c", CLIENT],
+                                     "securityContext": restricted(1001)}]}}
+
+
+def process_facts(container_id: str, comm: str) -> dict | None:
+    """UID and PID namespace of the process named `comm` whose cgroup names the container."""
+    bare = container_id.split("://", 1)[-1]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().strip() != comm or bare not in (proc / "cgroup").read_text():
+                continue
+            status = (proc / "status").read_text()
+            uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
+            return {"pid": int(proc.name), "uid": uid, "pidns": os.readlink(proc / "ns" / "pid"),
+                    "host_pidns": os.readlink("/proc/1/ns/pid")}
+        except (OSError, StopIteration):
+            continue
+    return None
+
+
+def run(images_dir: Path, keep: bool) -> int:
+    archives = {archive_image_name(p).split(":")[0].rsplit("/", 1)[-1]: p for p in images_dir.glob("*.tar")}
+    needed = {"rankops-triton-test", "rankops-operator"}
+    if not needed <= archives.keys():
+        print(f"missing archives in {images_dir}: {needed - archives.keys()} (rankops dev images --export DIR)")
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="rankops-node-"))
+    work.chmod(0o755)
+    name = "rankops-" + secrets.token_hex(3)
+    bins = default_bin_dir()
+    t0 = time.monotonic()
+    plane = LocalControlPlane(bins, work_dir=work / "cp", netns=name, advertise_address=NODE_IP)
+    node = RealNode(plane, NodeLayout(work / "node", f"{name}-node-0", NODE_IP, POD_SUBNET, SERVICE_CIDR), bins)
+    failed = True
+    try:
+        ns.create(name, NODE_IP)
+        plane.start()
+        node.start([archives[n] for n in sorted(needed)])
+        print(f"cluster + real node up in {time.monotonic() - t0:.1f}s (netns {name}, work {work})")
+        gpu = json.loads(node.kubectl("get", "node", node.layout.node_name, "-o", "json"))["status"]["capacity"].get("nvidia.com/gpu")
+        print(f"node {node.layout.node_name}: nvidia.com/gpu capacity {gpu}")
+        models = write_repository(work / "repo")
+        image = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in node.images}
+        node.kubectl("apply", "-f", "-", input=json.dumps(triton_service()))
+        created = time.monotonic()
+        node.kubectl("apply", "-f", "-", input=json.dumps(triton_pod(image["rankops-triton-test"], models, node.layout.node_name)))
+        node.kubectl("wait", "--for=condition=Ready", "pod/triton", "--timeout=180s")
+        ready_s = time.monotonic() - created
+        pod = json.loads(node.kubectl("get", "pod", "triton", "-o", "json"))
+        cid = pod["status"]["containerStatuses"][0]["containerID"]
+        print(f"triton pod create -> Ready: {ready_s:.1f}s (pod IP {pod['status'].get('podIP')})")
+        print(f"triton container: {cid}")
+        facts = process_facts(cid, "tritonserver")
+        print(f"tritonserver process: {facts}")
+        client_created = time.monotonic()
+        node.kubectl("apply", "-f", "-", input=json.dumps(client_pod(image["rankops-operator"], node.layout.node_name)))
+        node.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/client", "--timeout=120s", check=False)
+        client = json.loads(node.kubectl("get", "pod", "client", "-o", "json"))
+        print(f"client pod: phase {client['status'].get('phase')} after {time.monotonic() - client_created:.1f}s, "
+              f"container {client['status']['containerStatuses'][0].get('containerID')}")
+        logs = node.kubectl("logs", "client", check=False)
+        print("client output:\n  " + "\n  ".join(logs.strip().splitlines()))
+        ok = (client["status"].get("phase") == "Succeeded" and "[11.0, 22.0, 33.0, 44.0]" in logs
+              and facts is not None and facts["uid"] == 1000 and facts["pidns"] != facts["host_pidns"]
+              and cid.startswith("containerd://") and gpu == "1")
+        print("PASS" if ok else "FAIL")
+        failed = not ok
+        return 0 if ok else 1
+    finally:
+        if failed:
+            print(f"logs: {work}/node/logs {work}/cp/logs")
+        t_down = time.monotonic()
+        node.stop()
+        plane.failed = plane.failed or failed
+        plane.stop()
+        ns.delete(name)
+        if not (failed or keep):
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"torn down in {time.monotonic() - t_down:.1f}s; netns left: "
+              f"{[p.name for p in ns.NETNS_DIR.glob('*')] if ns.NETNS_DIR.exists() else []}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=Path, default=Path(os.environ.get("RANKOPS_IMAGES_DIR", "/tmp/rankops-images")))
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    return run(parser.parse_args().images, parser.parse_args().keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
