@@ -258,7 +258,8 @@ class LocalControlPlane:
         self.inside_server = f"https://{self.advertise_address}:{api_port}"
         if self.netns:
             self._forward(api_port, (self.advertise_address, api_port))
-            serving = self._serving_certificate(pki)
+            # Nodes' names resolve nowhere; logs and exec go to the kubelet's InternalIP.
+            serving = [*self._serving_certificate(pki), "--kubelet-preferred-address-types=InternalIP"]
         else:
             serving = [f"--cert-dir={pki}"]  # it self-signs its serving certificate there
         self._spawn("kube-apiserver", [

@@ -229,3 +229,50 @@ def _kubepods_cgroups() -> list[Path]:
         if top.is_dir():
             found += [Path(d) for d, _, _ in os.walk(top)]
     return found
+
+
+def sweep(netns_name: str, work_dir: Path) -> list[str]:
+    """After a run that could not clean up (killed outright): kill, by PID, every process in the
+    node's network namespace and the shims of its containerd; remove the pods' network namespaces
+    made since `work_dir` was and that no process holds; unmount what is under `work_dir`; delete
+    the namespace; remove the empty kubepods cgroups. Returns what it did, one line each."""
+    done: list[str] = []
+    target = ns.netns_path(netns_name)
+    inode = target.stat().st_ino if target.exists() else None
+    held: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            net = (proc / "ns" / "net").stat().st_ino
+        except OSError:
+            continue
+        held.add(net)
+        if inode is not None and net == inode:
+            os.kill(int(proc.name), signal.SIGKILL)
+            done.append(f"killed {proc.name} (in {netns_name})")
+    for pid in _shims_of(work_dir / "node" / "containerd" / "containerd.sock") + _shims_of(
+            work_dir / "containerd" / "containerd.sock"):
+        os.kill(pid, signal.SIGKILL)
+        done.append(f"killed shim {pid}")
+    since = work_dir.stat().st_mtime if work_dir.exists() else time.time()
+    for pod_ns in ns.NETNS_DIR.glob("cni-*") if ns.NETNS_DIR.exists() else []:
+        try:
+            if pod_ns.stat().st_mtime >= since and pod_ns.stat().st_ino not in held:
+                subprocess.run(["umount", str(pod_ns)], capture_output=True)
+                pod_ns.unlink(missing_ok=True)
+                done.append(f"removed {pod_ns}")
+        except OSError:
+            pass
+    for point in mounts_under(work_dir, Path("/proc/self/mountinfo").read_text()):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+        done.append(f"unmounted {point}")
+    if target.exists():
+        ns.delete(netns_name)
+        done.append(f"deleted netns {netns_name}")
+    for cgroup in sorted(_kubepods_cgroups(), key=lambda p: -len(p.parts)):
+        try:
+            cgroup.rmdir()
+        except OSError:
+            pass
+    return done

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from . import netns as ns
 from .binaries import bin_dir as default_bin_dir
 from .controlplane import SERVICE_CIDR, LocalControlPlane
 from .image_check import MODEL, write_repository
-from .real_node import RealNode, archive_image_name
+from .real_node import RealNode, archive_image_name, sweep
 from .real_node_config import NodeLayout
 
 NODE_IP = "10.200.0.1"
@@ -86,7 +87,8 @@ def client_pod(image: str, node: str) -> dict:
 
 
 def process_facts(container_id: str, comm: str) -> dict | None:
-    """UID and PID namespace of the process named `comm` whose cgroup names the container."""
+    """UID and PID namespace of the process named `comm` whose cgroup names the container, and
+    this process's PID namespace (the host's: the kubelet and containerd share it)."""
     bare = container_id.split("://", 1)[-1]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -95,23 +97,22 @@ def process_facts(container_id: str, comm: str) -> dict | None:
             if (proc / "comm").read_text().strip() != comm or bare not in (proc / "cgroup").read_text():
                 continue
             status = (proc / "status").read_text()
-            uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
-            return {"pid": int(proc.name), "uid": uid, "pidns": os.readlink(proc / "ns" / "pid"),
-                    "host_pidns": os.readlink("/proc/1/ns/pid")}
-        except (OSError, StopIteration):
+            field = {l.split(":")[0]: l.split(":", 1)[1].split() for l in status.splitlines() if ":" in l}
+            return {"pid": int(proc.name), "uid": int(field["Uid"][0]), "cap_eff": field["CapEff"][0], "pidns": os.readlink(proc / "ns" / "pid"),
+                    "host_pidns": os.readlink("/proc/self/ns/pid")}
+        except (OSError, KeyError, IndexError):
             continue
     return None
 
 
-def run(images_dir: Path, keep: bool) -> int:
+def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
     archives = {archive_image_name(p).split(":")[0].rsplit("/", 1)[-1]: p for p in images_dir.glob("*.tar")}
     needed = {"rankops-triton-test", "rankops-operator"}
     if not needed <= archives.keys():
         print(f"missing archives in {images_dir}: {needed - archives.keys()} (rankops dev images --export DIR)")
         return 2
-    work = Path(tempfile.mkdtemp(prefix="rankops-node-"))
+    work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o755)
-    name = "rankops-" + secrets.token_hex(3)
     bins = default_bin_dir()
     t0 = time.monotonic()
     plane = LocalControlPlane(bins, work_dir=work / "cp", netns=name, advertise_address=NODE_IP)
@@ -143,10 +144,11 @@ def run(images_dir: Path, keep: bool) -> int:
         client = json.loads(node.kubectl("get", "pod", "client", "-o", "json"))
         print(f"client pod: phase {client['status'].get('phase')} after {time.monotonic() - client_created:.1f}s, "
               f"container {client['status']['containerStatuses'][0].get('containerID')}")
-        logs = node.kubectl("logs", "client", check=False)
+        logs = node.kubectl("logs", "client")  # the API server -> the kubelet on the node's address
         print("client output:\n  " + "\n  ".join(logs.strip().splitlines()))
         ok = (client["status"].get("phase") == "Succeeded" and "[11.0, 22.0, 33.0, 44.0]" in logs
               and facts is not None and facts["uid"] == 1000 and facts["pidns"] != facts["host_pidns"]
+              and int(facts["cap_eff"], 16) == 0
               and cid.startswith("containerd://") and gpu == "1")
         print("PASS" if ok else "FAIL")
         failed = not ok
@@ -165,11 +167,28 @@ def run(images_dir: Path, keep: bool) -> int:
               f"{[p.name for p in ns.NETNS_DIR.glob('*')] if ns.NETNS_DIR.exists() else []}")
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # SIGTERM unwinds through the teardown, as Ctrl-C does
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=Path, default=Path(os.environ.get("RANKOPS_IMAGES_DIR", "/tmp/rankops-images")))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    return run(parser.parse_args().images, parser.parse_args().keep)
+    parser.add_argument("--name", default="rankops-" + secrets.token_hex(3), help="the network namespace")
+    parser.add_argument("--work", type=Path, help="work directory (default: a new one under /tmp)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="only remove what a killed run of --name/--work left behind")
+    args = parser.parse_args()
+    if args.sweep:
+        if args.work is None:
+            parser.error("--sweep needs --work")
+        for line in sweep(args.name, args.work):
+            print(f"[sweep] {line}")
+        return 0
+    signal.signal(signal.SIGTERM, _terminated)
+    work = args.work or Path(tempfile.mkdtemp(prefix="rankops-node-"))
+    return run(args.images, args.keep, args.name, work)
 
 
 if __name__ == "__main__":
