@@ -170,11 +170,7 @@ class RealNode:
             subprocess.run(["umount", path], capture_output=True)
             Path(path).unlink(missing_ok=True)
         self.unmount()
-        for cgroup in sorted(set(_kubepods_cgroups()) - self._cgroups_before, key=lambda p: -len(p.parts)):
-            try:
-                cgroup.rmdir()
-            except OSError:
-                pass
+        _remove_cgroups(self._cgroups_before)
 
     def _remove_containers(self) -> list[str]:
         """Kill and delete every container of this containerd; returns the pods' network
@@ -204,6 +200,13 @@ class RealNode:
             subprocess.run(["umount", "-l", point], capture_output=True)
 
 
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
 def _shims_of(socket_path: Path) -> list[int]:
     """PIDs of the containerd-shim processes started by the containerd at `socket_path`."""
     pids = []
@@ -217,6 +220,24 @@ def _shims_of(socket_path: Path) -> list[int]:
         if argv and b"containerd-shim" in argv[0] and str(socket_path).encode() in argv:
             pids.append(int(proc.name))
     return pids
+
+
+def _remove_cgroups(keep: set[Path], timeout: float = 10.0) -> bool:
+    """rmdir the kubepods cgroups not in `keep`, deepest first; a cgroup stays busy for a moment
+    after its last process is killed, so retry until `timeout`. True if any were there."""
+    deadline = time.monotonic() + timeout
+    existed = False
+    while True:
+        left = sorted(set(_kubepods_cgroups()) - keep, key=lambda p: -len(p.parts))
+        existed = existed or bool(left)
+        for cgroup in left:
+            try:
+                cgroup.rmdir()
+            except OSError:
+                pass
+        if not (set(_kubepods_cgroups()) - keep) or time.monotonic() > deadline:
+            return existed
+        time.sleep(0.2)
 
 
 def _kubepods_cgroups() -> list[Path]:
@@ -239,23 +260,45 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
     done: list[str] = []
     target = ns.netns_path(netns_name)
     inode = target.stat().st_ino if target.exists() else None
-    held: set[int] = set()
+    # Containers of this node: their IDs are the task directories in containerd's state dir
+    # (read before anything is unmounted); their processes sit in the pods' network namespaces,
+    # found by their cgroup paths, which end in the container ID.
+    containers = {d.name for d in work_dir.glob("**/io.containerd.runtime.v2.task/k8s.io/*")}
+    killed: list[int] = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             net = (proc / "ns" / "net").stat().st_ino
+            cgroup = (proc / "cgroup").read_text()
         except OSError:
             continue
-        held.add(net)
-        if inode is not None and net == inode:
-            os.kill(int(proc.name), signal.SIGKILL)
-            done.append(f"killed {proc.name} (in {netns_name})")
-    for pid in _shims_of(work_dir / "node" / "containerd" / "containerd.sock") + _shims_of(
-            work_dir / "containerd" / "containerd.sock"):
+        ours = inode is not None and net == inode
+        contained = any(cid in cgroup for cid in containers)
+        if ours or contained:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append(int(proc.name))
+            done.append(f"killed {proc.name} ({'in ' + netns_name if ours else 'a container'})")
+    for pid in _shims_of(work_dir / "node" / "containerd" / "containerd.sock"):
         os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
         done.append(f"killed shim {pid}")
-    since = work_dir.stat().st_mtime if work_dir.exists() else time.time()
+    for _ in range(50):  # until they are gone (reaped), so namespaces and cgroups are free
+        if not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in killed):
+            break
+        time.sleep(0.1)
+    held = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            held.add((proc / "ns" / "net").stat().st_ino)
+        except OSError:
+            pass
+    # Written once, before containerd started: pods' namespaces are younger.
+    marker = work_dir / "node" / "containerd.toml"
+    since = marker.stat().st_mtime if marker.exists() else time.time()
     for pod_ns in ns.NETNS_DIR.glob("cni-*") if ns.NETNS_DIR.exists() else []:
         try:
             if pod_ns.stat().st_mtime >= since and pod_ns.stat().st_ino not in held:
@@ -270,9 +313,6 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
     if target.exists():
         ns.delete(netns_name)
         done.append(f"deleted netns {netns_name}")
-    for cgroup in sorted(_kubepods_cgroups(), key=lambda p: -len(p.parts)):
-        try:
-            cgroup.rmdir()
-        except OSError:
-            pass
+    if _remove_cgroups(set()):
+        done.append("removed the kubepods cgroups")
     return done
