@@ -167,3 +167,29 @@ def test_forwarder_pumps_both_ways(monkeypatch):
 def test_build_sh_refuses_an_unknown_target():
     result = subprocess.run(["bash", str(BUILD_SH), "kubelett"], capture_output=True, text=True)
     assert result.returncode == 2 and "optional targets: kubelet kube-proxy" in result.stderr
+
+
+def test_dnsmasq_answers_cluster_names_only_and_forwards_nothing():
+    from rankops.devcluster.cluster_dns import dnsmasq_command
+
+    command = dnsmasq_command("10.200.0.1", Path("/w/dns"), Path("/w/dnsmasq.pid"))
+    assert command[0] == "dnsmasq" and "--keep-in-foreground" in command
+    assert {"--no-resolv", "--no-hosts", "--local=/cluster.local/", "--listen-address=10.200.0.1",
+            "--bind-interfaces", "--hostsdir=/w/dns", "--conf-file=/dev/null"} <= set(command)
+    assert not [arg for arg in command if arg.startswith(("--server", "--resolv-file"))]
+
+
+def test_hosts_lines_one_a_service_headless_left_out():
+    from rankops.devcluster.cluster_dns import hosts_lines
+
+    services = [{"metadata": {"name": "triton", "namespace": "default"}, "spec": {"clusterIP": "10.96.3.4"}},
+                {"metadata": {"name": "head", "namespace": "x"}, "spec": {"clusterIP": "None"}},
+                {"metadata": {"name": "kubernetes", "namespace": "default"}, "spec": {"clusterIP": "10.96.0.1"}}]
+    assert hosts_lines(services) == ("10.96.0.1 kubernetes.default.svc.cluster.local\n"
+                                     "10.96.3.4 triton.default.svc.cluster.local\n")
+
+
+def test_kubelet_points_pods_at_the_cluster_dns():
+    conf = yaml.safe_load(cfg.kubelet_config(LAYOUT))
+    assert conf["clusterDNS"] == ["10.200.0.1"] and conf["clusterDomain"] == "cluster.local"
+    assert conf["resolvConf"] == ""  # the host's resolvers are outside the namespace

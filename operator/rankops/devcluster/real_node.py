@@ -6,7 +6,7 @@ control plane's release, all inside the network namespace the control plane runs
 its `k8s.io` namespace, starts the kubelet and kube-proxy, waits for the node to be Ready and
 advertises `nvidia.com/gpu` on its status. `stop()` removes what it made even after a failure:
 the pods' containers and network namespaces, the processes (the containerd shims too, which
-outlive containerd), the mounts under the work directory and the kubelet's empty cgroups.
+outlive containerd), dnsmasq (the cluster's DNS: cluster_dns.py), the mounts under the work directory and the kubelet's empty cgroups.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import netns as ns
 from . import real_node_config as cfg
+from .cluster_dns import ServiceDNS, dnsmasq_command
 from .controlplane import LocalControlPlane, render_kubeconfig, tail, terminate
 from .pause_image import PAUSE_IMAGE, build_pause, write_archive
 
@@ -61,6 +62,7 @@ class RealNode:
         self.processes: list[tuple[str, subprocess.Popen, Path]] = []
         self.images: list[str] = []
         self._cgroups_before: set[Path] = set()
+        self.dns: ServiceDNS | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -101,6 +103,11 @@ class RealNode:
             self.images.append(name)
             self.say(f"imported {name} in {time.monotonic() - began:.1f}s")
 
+        if lay.cluster_dns:
+            from .cluster import api_client
+
+            self.dns = ServiceDNS(lambda: api_client(self.plane.kubeconfig), lay.hosts_dir).start()
+            self._spawn("dnsmasq", dnsmasq_command(lay.node_ip, lay.hosts_dir, lay.work_dir / "dnsmasq.pid"))
         self._spawn("kubelet", cfg.kubelet_command(self.bin_dir / "kubelet", lay,
                                                    lay.work_dir / "kubelet.yaml", kubeconfig))
         self._spawn("kube-proxy", cfg.kube_proxy_command(self.bin_dir / "kube-proxy",
@@ -156,8 +163,10 @@ class RealNode:
     def stop(self) -> None:
         """Everything the node made, in order; each step runs even when an earlier one failed."""
         by_name = {name: process for name, process, _ in self.processes}
-        for name in ("kube-proxy", "kubelet"):
+        for name in ("kube-proxy", "kubelet", "dnsmasq"):
             terminate(by_name.get(name), 10)
+        if self.dns:
+            self.dns.stop()
         pod_netns = self._remove_containers() if by_name.get("containerd") else []
         terminate(by_name.get("containerd"), 10)
         self.processes.clear()

@@ -32,7 +32,9 @@ SERVICE = "triton"
 
 CLIENT = f"""
 import json, os, ssl, urllib.request
-host, port = os.environ["{SERVICE.upper()}_SERVICE_HOST"], os.environ["{SERVICE.upper()}_SERVICE_PORT"]
+import socket
+host, port = "{SERVICE}.default.svc", 8000  # cluster DNS (dnsmasq), then kube-proxy's rules
+print("DNS", host, socket.gethostbyname(host), "env", os.environ["{SERVICE.upper()}_SERVICE_HOST"])
 body = json.dumps({{"inputs": [
     {{"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}},
     {{"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [10, 20, 30, 40]}}]}}).encode()
@@ -41,9 +43,9 @@ out = json.load(urllib.request.urlopen(req, timeout=30))
 print("INFER", host, port, [o["data"] for o in out["outputs"] if o["name"] == "y"][0])
 sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
-api = os.environ["KUBERNETES_SERVICE_HOST"] + ":" + os.environ["KUBERNETES_SERVICE_PORT"]
+api = "kubernetes.default.svc"  # the serving certificate names it
 req = urllib.request.Request(f"https://{{api}}/version", headers={{"Authorization": "Bearer " + open(sa + "/token").read()}})
-print("API", api, json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"])
+print("API", api, socket.gethostbyname(api), json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"])
 """
 
 
@@ -128,6 +130,8 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         models = write_repository(work / "repo")
         image = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in node.images}
         node.kubectl("apply", "-f", "-", input=json.dumps(triton_service()))
+        if node.dns and not node.dns.wait_for(SERVICE, "default"):
+            raise RuntimeError(f"Service {SERVICE} never reached the DNS hosts file {node.dns.path}")
         created = time.monotonic()
         node.kubectl("apply", "-f", "-", input=json.dumps(triton_pod(image["rankops-triton-test"], models, node.layout.node_name)))
         node.kubectl("wait", "--for=condition=Ready", "pod/triton", "--timeout=180s")
@@ -146,7 +150,7 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
               f"container {client['status']['containerStatuses'][0].get('containerID')}")
         logs = node.kubectl("logs", "client")  # the API server -> the kubelet on the node's address
         print("client output:\n  " + "\n  ".join(logs.strip().splitlines()))
-        ok = (client["status"].get("phase") == "Succeeded" and "[11.0, 22.0, 33.0, 44.0]" in logs
+        ok = (client["status"].get("phase") == "Succeeded" and "[11.0, 22.0, 33.0, 44.0]" in logs and "DNS triton.default.svc 10.96." in logs
               and facts is not None and facts["uid"] == 1000 and facts["pidns"] != facts["host_pidns"]
               and int(facts["cap_eff"], 16) == 0
               and cid.startswith("containerd://") and gpu == "1")

@@ -27,6 +27,7 @@ class NodeLayout:
     sandbox_image: str = "localhost/rankops-pause:1"
     runc: str = "/usr/sbin/runc"
     cni_bin_dir: str = "/usr/lib/cni"
+    cluster_dns: bool = True  # dnsmasq on node_ip:53 (cluster_dns.py)
 
     @property
     def containerd_root(self) -> Path:
@@ -43,6 +44,10 @@ class NodeLayout:
     @property
     def cni_conf_dir(self) -> Path:
         return self.work_dir / "cni" / "net.d"
+
+    @property
+    def hosts_dir(self) -> Path:
+        return self.work_dir / "dns"
 
     @property
     def kubelet_root(self) -> Path:
@@ -114,8 +119,9 @@ def kubelet_config(layout: NodeLayout) -> str:
         "authorization": {"mode": "AlwaysAllow"},
         "address": layout.node_ip,
         "healthzBindAddress": "127.0.0.1",
-        "resolvConf": "",
-        "clusterDNS": [],
+        "resolvConf": "",  # pods get the cluster's DNS only; the host's resolvers are outside
+        "clusterDNS": [layout.node_ip] if layout.cluster_dns else [],
+        "clusterDomain": "cluster.local",
         "enforceNodeAllocatable": [],
         "cgroupsPerQOS": True,
         "imageGCHighThresholdPercent": 100,
