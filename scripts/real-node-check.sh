@@ -5,9 +5,9 @@
 # its Service and reads the API server through the `kubernetes` Service. Prints the container
 # IDs, the Triton process's UID, capabilities and PID namespace, and create -> Ready seconds.
 # Not part of the test suite. Needs: root; apt-get install containerd runc
-# containernetworking-plugins iptables conntrack; the archives of `rankops dev images --export DIR`
+# containernetworking-plugins iptables conntrack dnsmasq-base; the archives of `rankops dev images --export DIR`
 # (RANKOPS_IMAGES_DIR, default /tmp/rankops-images); kubelet and kube-proxy, which this builds
-# (build.sh kubelet kube-proxy: the same release as the control plane).
+# when missing (build.sh kubelet kube-proxy: the same release as the control plane).
 # Everything is torn down on exit (the Python side on success, failure, Ctrl-C or SIGTERM; a
 # sweep here after a harder death). Usage: bash scripts/real-node-check.sh [--keep]
 set -euo pipefail
@@ -16,11 +16,10 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 export PYTHONPATH=$ROOT/operator:$ROOT${PYTHONPATH:+:$PYTHONPATH}
 [ "$(id -u)" -eq 0 ] || { echo "real-node-check: needs root (network namespace, containerd, kubelet)" >&2; exit 2; }
-for tool in containerd runc ctr nsenter iptables conntrack; do
-  command -v $tool >/dev/null || { echo "real-node-check: $tool missing (apt-get install containerd runc iptables conntrack)" >&2; exit 2; }
+for tool in containerd runc ctr nsenter iptables conntrack dnsmasq; do
+  command -v $tool >/dev/null || { echo "real-node-check: $tool missing (apt-get install containerd runc iptables conntrack dnsmasq-base)" >&2; exit 2; }
 done
 [ -x /usr/lib/cni/bridge ] || { echo "real-node-check: CNI plugins missing (apt-get install containernetworking-plugins)" >&2; exit 2; }
-bash "$ROOT/operator/rankops/devcluster/build.sh" kubelet kube-proxy >/dev/null
 NAME=rankops-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 WORK=$(mktemp -d /tmp/rankops-node-XXXXXX)
 sweep() { "$PY" -m rankops.devcluster.real_node_check --sweep --name "$NAME" --work "$WORK"; }

@@ -291,8 +291,11 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
                 continue
             killed.append(int(proc.name))
             done.append(f"killed {proc.name} ({'in ' + netns_name if ours else 'a container'})")
-    for pid in _shims_of(work_dir / "node" / "containerd" / "containerd.sock"):
-        os.kill(pid, signal.SIGKILL)
+    for pid in set(_shims_of(work_dir / "node" / "containerd" / "containerd.sock")) - set(killed):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
         killed.append(pid)
         done.append(f"killed shim {pid}")
     for _ in range(50):  # until they are gone (reaped), so namespaces and cgroups are free
@@ -324,4 +327,6 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
         done.append(f"deleted netns {netns_name}")
     if _remove_cgroups(set()):
         done.append("removed the kubepods cgroups")
+    if work_dir.exists():
+        done.append(f"kept {work_dir} (logs: node/logs, cp/logs)")
     return done

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from . import netns as ns
-from .binaries import bin_dir as default_bin_dir
+from .binaries import ensure_node_binaries
 from .controlplane import SERVICE_CIDR, LocalControlPlane
 from .image_check import MODEL, write_repository
 from .real_node import RealNode, archive_image_name, sweep
@@ -88,6 +88,23 @@ def client_pod(image: str, node: str) -> dict:
                                      "securityContext": restricted(1001)}]}}
 
 
+def timeline(pod: dict) -> str:
+    """Seconds from the pod's creation to each condition and to its container's start (the API's
+    timestamps have one-second resolution)."""
+    from datetime import datetime
+
+    def at(stamp: str) -> datetime:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    created = at(pod["metadata"]["creationTimestamp"])
+    marks = {c["type"]: c["lastTransitionTime"] for c in pod["status"].get("conditions", [])}
+    running = pod["status"]["containerStatuses"][0].get("state", {}).get("running", {})
+    if running.get("startedAt"):
+        marks["ContainerStarted"] = running["startedAt"]
+    order = ["PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainerStarted", "ContainersReady", "Ready"]
+    return ", ".join(f"{k} +{(at(marks[k]) - created).total_seconds():.0f}s" for k in order if k in marks)
+
+
 def process_facts(container_id: str, comm: str) -> dict | None:
     """UID and PID namespace of the process named `comm` whose cgroup names the container, and
     this process's PID namespace (the host's: the kubelet and containerd share it)."""
@@ -115,7 +132,7 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         return 2
     work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o755)
-    bins = default_bin_dir()
+    bins = ensure_node_binaries()
     t0 = time.monotonic()
     plane = LocalControlPlane(bins, work_dir=work / "cp", netns=name, advertise_address=NODE_IP)
     node = RealNode(plane, NodeLayout(work / "node", f"{name}-node-0", NODE_IP, POD_SUBNET, SERVICE_CIDR), bins)
@@ -138,7 +155,8 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         ready_s = time.monotonic() - created
         pod = json.loads(node.kubectl("get", "pod", "triton", "-o", "json"))
         cid = pod["status"]["containerStatuses"][0]["containerID"]
-        print(f"triton pod create -> Ready: {ready_s:.1f}s (pod IP {pod['status'].get('podIP')})")
+        print(f"triton pod create -> Ready: {ready_s:.1f}s (pod IP {pod['status'].get('podIP')}); "
+              f"{timeline(pod)}")
         print(f"triton container: {cid}")
         facts = process_facts(cid, "tritonserver")
         print(f"tritonserver process: {facts}")
