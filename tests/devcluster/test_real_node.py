@@ -82,7 +82,8 @@ def test_command_lines():
 
 def test_gpu_patch_escapes_the_slash():
     assert cfg.gpu_capacity_patch(2) == [
-        {"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": "2"}]
+        {"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": "2"},
+        {"op": "add", "path": "/status/allocatable/nvidia.com~1gpu", "value": "2"}]
 
 
 def test_netns_commands_enter_with_nsenter_not_ip_netns_exec():

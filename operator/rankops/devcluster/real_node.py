@@ -127,11 +127,15 @@ class RealNode:
         return result.stdout
 
     def _node_ready(self) -> bool:
+        """Ready, and schedulable: the node lifecycle controller has lifted the not-ready taint
+        the kubelet registers with (until then the scheduler backs off, up to 10 s)."""
         status, body = self.plane.get(f"/api/v1/nodes/{self.layout.node_name}")
         if status != 200:
             return False
-        conditions = json.loads(body).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        node = json.loads(body)
+        conditions = node.get("status", {}).get("conditions", [])
+        taints = [t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") == "NoSchedule"]
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not taints
 
     def _patch_gpus(self) -> None:
         if self.gpus:
@@ -162,12 +166,15 @@ class RealNode:
 
     def stop(self) -> None:
         """Everything the node made, in order; each step runs even when an earlier one failed."""
+        began = time.monotonic()
         by_name = {name: process for name, process, _ in self.processes}
         for name in ("kube-proxy", "kubelet", "dnsmasq"):
             terminate(by_name.get(name), 10)
         if self.dns:
             self.dns.stop()
+        stopped = time.monotonic()
         pod_netns = self._remove_containers() if by_name.get("containerd") else []
+        removed = time.monotonic()
         terminate(by_name.get("containerd"), 10)
         self.processes.clear()
         for pid in _shims_of(self.layout.containerd_socket):
@@ -180,11 +187,18 @@ class RealNode:
             Path(path).unlink(missing_ok=True)
         self.unmount()
         _remove_cgroups(self._cgroups_before)
+        self.say(f"stopped in {time.monotonic() - began:.1f}s (kubelet, kube-proxy, dnsmasq "
+                 f"{stopped - began:.1f}s; containers {removed - stopped:.1f}s)")
 
     def _remove_containers(self) -> list[str]:
         """Kill and delete every container of this containerd; returns the pods' network
         namespace paths (/var/run/netns/cni-...) the CRI plugin pinned for them."""
-        ctr = lambda *a: subprocess.run(cfg.ctr_command(self.layout, *a), capture_output=True, text=True)  # noqa: E731
+        def ctr(*a: str) -> subprocess.CompletedProcess:
+            t = time.monotonic()
+            r = subprocess.run(cfg.ctr_command(self.layout, *a), capture_output=True, text=True)
+            if os.environ.get("RANKOPS_NODE_DEBUG"):
+                self.say(f"ctr {' '.join(a)[:60]}: {r.returncode} {time.monotonic() - t:.2f}s {r.stderr.strip()[:100]}")
+            return r
         listed = ctr("containers", "ls", "-q")
         ids = listed.stdout.split() if listed.returncode == 0 else []
         paths: list[str] = []
@@ -196,11 +210,14 @@ class RealNode:
             except (ValueError, KeyError, TypeError):
                 pass
             ctr("tasks", "kill", "-a", "-s", "SIGKILL", cid)
+        for _ in range(50):  # until no task is left (SIGKILL is asynchronous)
+            left = [cid for cid in ids if cid in ctr("tasks", "ls", "-q").stdout.split()]
+            if not left:
+                break
+            for cid in left:
+                ctr("tasks", "delete", cid)
+            time.sleep(0.1)
         for cid in ids:
-            for _ in range(20):
-                if ctr("tasks", "delete", "-f", cid).returncode == 0 or "not found" in ctr("tasks", "ls").stdout:
-                    break
-                time.sleep(0.2)
             ctr("containers", "delete", cid)
         return sorted(set(paths))
 

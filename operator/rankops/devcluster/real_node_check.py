@@ -142,8 +142,11 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         plane.start()
         node.start([archives[n] for n in sorted(needed)])
         print(f"cluster + real node up in {time.monotonic() - t0:.1f}s (netns {name}, work {work})")
-        gpu = json.loads(node.kubectl("get", "node", node.layout.node_name, "-o", "json"))["status"]["capacity"].get("nvidia.com/gpu")
-        print(f"node {node.layout.node_name}: nvidia.com/gpu capacity {gpu}")
+        status = json.loads(node.kubectl("get", "node", node.layout.node_name, "-o", "json"))["status"]
+        gpu = status["allocatable"].get("nvidia.com/gpu")
+        print(f"node {node.layout.node_name}: nvidia.com/gpu capacity {status['capacity'].get('nvidia.com/gpu')}, "
+              f"allocatable {gpu}; kubelet {status['nodeInfo']['kubeletVersion']}, "
+              f"runtime {status['nodeInfo']['containerRuntimeVersion']}")
         models = write_repository(work / "repo")
         image = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in node.images}
         node.kubectl("apply", "-f", "-", input=json.dumps(triton_service()))
@@ -155,6 +158,10 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         ready_s = time.monotonic() - created
         pod = json.loads(node.kubectl("get", "pod", "triton", "-o", "json"))
         cid = pod["status"]["containerStatuses"][0]["containerID"]
+        for line in node.kubectl("get", "events", "--field-selector=involvedObject.name=triton",
+                                 "-o", "custom-columns=AGE:.firstTimestamp,REASON:.reason,MSG:.message",
+                                 "--sort-by=.firstTimestamp").splitlines()[1:]:
+            print(f"  event {line[:200]}")
         print(f"triton pod create -> Ready: {ready_s:.1f}s (pod IP {pod['status'].get('podIP')}); "
               f"{timeline(pod)}")
         print(f"triton container: {cid}")

@@ -174,5 +174,8 @@ def ctr_command(layout: NodeLayout, *args: str) -> list[str]:
 
 def gpu_capacity_patch(count: int) -> list[dict]:
     """JSON patch of a node's status advertising `count` nvidia.com/gpu (an extended resource the
-    kubelet keeps: the documented way without a device plugin)."""
-    return [{"op": "add", "path": f"/status/capacity/nvidia.com~1gpu", "value": str(count)}]
+    kubelet keeps: the documented way without a device plugin). Allocatable too: the scheduler
+    reads allocatable, which the kubelet would otherwise copy over only at its next status
+    update (up to 10 s: the first GPU pod was refused "Insufficient nvidia.com/gpu" for 9 s)."""
+    return [{"op": "add", "path": f"/status/{field}/nvidia.com~1gpu", "value": str(count)}
+            for field in ("capacity", "allocatable")]
