@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import netns as ns
@@ -70,7 +70,7 @@ class RealNode:
 
     # -- start --------------------------------------------------------------------------------
 
-    def start(self, images: list[Path] = (), timeout: float = 180.0) -> "RealNode":  # type: ignore[assignment]
+    def start(self, images: Sequence[Path] = (), timeout: float = 180.0) -> "RealNode":
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         lay = self.layout
@@ -193,12 +193,8 @@ class RealNode:
     def _remove_containers(self) -> list[str]:
         """Kill and delete every container of this containerd; returns the pods' network
         namespace paths (/var/run/netns/cni-...) the CRI plugin pinned for them."""
-        def ctr(*a: str) -> subprocess.CompletedProcess:
-            t = time.monotonic()
-            r = subprocess.run(cfg.ctr_command(self.layout, *a), capture_output=True, text=True)
-            if os.environ.get("RANKOPS_NODE_DEBUG"):
-                self.say(f"ctr {' '.join(a)[:60]}: {r.returncode} {time.monotonic() - t:.2f}s {r.stderr.strip()[:100]}")
-            return r
+        def ctr(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(cfg.ctr_command(self.layout, *args), capture_output=True, text=True)
         listed = ctr("containers", "ls", "-q")
         ids = listed.stdout.split() if listed.returncode == 0 else []
         paths: list[str] = []
