@@ -14,6 +14,7 @@ BUILD_SCRIPT = Path(__file__).with_name("build.sh")
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                           "kubectl", "kwok")
 ALL_BINARIES = CONTROL_PLANE_BINARIES + ("helm",)
+NODE_BINARIES = ("kubelet", "kube-proxy")  # the real node's (real_node.py): `build.sh kubelet kube-proxy`
 
 
 class BinariesMissing(RuntimeError):
@@ -61,6 +62,21 @@ def ensure_binaries(build: bool = True) -> Path:
     lines = result.stdout.strip().splitlines()
     directory = Path(lines[-1]) if lines else directory
     still = missing_binaries(directory)
+    if still:
+        raise BinariesMissing(f"{BUILD_SCRIPT} finished but {', '.join(still)} not in {directory}")
+    return directory
+
+
+def ensure_node_binaries() -> Path:
+    """The bin directory with the real node's kubelet and kube-proxy in it (same release as the
+    control plane), running `build.sh kubelet kube-proxy` if either is missing."""
+    directory = bin_dir()
+    if not missing_binaries(directory, NODE_BINARIES):
+        return directory
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), *NODE_BINARIES], stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise BinariesMissing(f"{BUILD_SCRIPT} {' '.join(NODE_BINARIES)} failed (exit {result.returncode})")
+    still = missing_binaries(directory, NODE_BINARIES)
     if still:
         raise BinariesMissing(f"{BUILD_SCRIPT} finished but {', '.join(still)} not in {directory}")
     return directory

@@ -8,7 +8,18 @@
 # Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
 # ~/.cache/rankops/k8s/<version>/bin); what is already there is reused.
 # Prints the bin directory on its last line.
+# Optional node targets, built only when named (CI's build does not grow unless asked):
+#   build.sh kubelet kube-proxy     # or RANKOPS_NODE_BINARIES=1: the real node's (real_node.py)
 set -euo pipefail
+
+NODE_TARGETS=()
+for arg in "$@"; do
+  case "$arg" in
+    kubelet|kube-proxy) NODE_TARGETS+=("$arg") ;;
+    *) echo "build.sh: unknown target $arg (optional targets: kubelet kube-proxy)" >&2; exit 2 ;;
+  esac
+done
+[ -n "${RANKOPS_NODE_BINARIES:-}" ] && [ ${#NODE_TARGETS[@]} -eq 0 ] && NODE_TARGETS=(kubelet kube-proxy)
 
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
@@ -30,7 +41,8 @@ staging_v="v0.${minor}.$(echo "$K8S_VERSION" | cut -d. -f3)"
 
 build_kubernetes() {
   local missing=()
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do have "$b" || missing+=("$b"); done
+  local wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl ${NODE_TARGETS[@]+"${NODE_TARGETS[@]}"})
+  for b in "${wanted[@]}"; do have "$b" || missing+=("$b"); done
   [ ${#missing[@]} -eq 0 ] && { say "kubernetes $K8S_VERSION: cached"; return; }
   say "kubernetes $K8S_VERSION: building ${missing[*]} (cold: tens of minutes on 2 cores)"
   local dir=$WORK/kubernetes
@@ -48,18 +60,11 @@ build_kubernetes() {
     # Every staging module the release replaces with ./staging/... gets its published v0.x.y.
     grep -E '=> \./staging/' "$gomod" | awk -v v="$staging_v" '{print "replace " $1 " => " $1 " " v}'
   } > "$dir/go.mod"
-  cat > "$dir/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for b in "${wanted[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+    printf ')\n'
+  } > "$dir/tools.go"
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true)
   (cd "$dir" && go mod download)
   local ld=""

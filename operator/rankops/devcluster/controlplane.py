@@ -1,7 +1,10 @@
 """A real Kubernetes control plane run as local processes: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, and kwok to play the kubelets.
 
-No container engine is needed. Everything lives in one temporary directory (data, certificates,
+No container engine is needed. With `netns=NAME` (the real node, real_node.py) every component runs
+inside that network namespace, the API server on `advertise_address` there (the address the pod
+network reaches the `kubernetes` Service's endpoint at), and the host reaches it through a
+forwarder on its own loopback. Everything lives in one temporary directory (data, certificates,
 tokens, logs, the kubeconfig) that is removed on a clean stop and kept when anything fails.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
+from . import netns as ns
 from .ports import free_ports
 
 CONTEXT_NAME = "rankops-local"
@@ -101,7 +105,8 @@ class LocalControlPlane:
     """
 
     def __init__(self, bin_dir: Path, *, work_dir: Path | None = None, keep: bool = False,
-                 stages_dir: Path = STAGES_DIR, log: Callable[[str], None] | None = None) -> None:
+                 stages_dir: Path = STAGES_DIR, log: Callable[[str], None] | None = None,
+                 netns: str | None = None, advertise_address: str = "127.0.0.1") -> None:
         self.bin_dir = Path(bin_dir)
         self.keep = keep
         self.stages_dir = stages_dir
@@ -114,6 +119,10 @@ class LocalControlPlane:
         self.kubeconfig = Path()
         self._ssl: ssl.SSLContext | None = None
         self.failed = False
+        self.netns = netns
+        self.advertise_address = advertise_address
+        self.inside_server = ""  # the API server's URL from inside the namespace (netns mode)
+        self._forwarders: list[ns.Forwarder] = []
 
     # -- public -------------------------------------------------------------------------------
 
@@ -147,6 +156,9 @@ class LocalControlPlane:
         for component in reversed(self.components):
             terminate(component.process, 10)
         self.components.clear()
+        for forwarder in self._forwarders:
+            forwarder.close()
+        self._forwarders.clear()
         if not self.work_dir.parts:
             return
         if self.failed or self.keep:
@@ -237,15 +249,25 @@ class LocalControlPlane:
             "--quota-backend-bytes=2147483648",
             "--log-level=warn",
         ])
-        self._wait("etcd health", deadline, lambda: _http_ok(f"{etcd_url}/health"))
+        etcd_health = f"{etcd_url}/health"
+        if self.netns:
+            etcd_health = f"http://127.0.0.1:{self._forward(etcd_port, ('127.0.0.1', etcd_port))}/health"
+        self._wait("etcd health", deadline, lambda: _http_ok(etcd_health))
 
         self.server = f"https://127.0.0.1:{api_port}"
+        self.inside_server = f"https://{self.advertise_address}:{api_port}"
+        if self.netns:
+            self._forward(api_port, (self.advertise_address, api_port))
+            # Nodes' names resolve nowhere; logs and exec go to the kubelet's InternalIP.
+            serving = [*self._serving_certificate(pki), "--kubelet-preferred-address-types=InternalIP"]
+        else:
+            serving = [f"--cert-dir={pki}"]  # it self-signs its serving certificate there
         self._spawn("kube-apiserver", [
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",  # no default route on CI machines
+            f"--bind-address={'0.0.0.0' if self.netns else '127.0.0.1'}",
+            f"--advertise-address={self.advertise_address}",  # no default route on CI machines
             f"--secure-port={api_port}",
-            f"--cert-dir={pki}",  # it self-signs its serving certificate there
+            *serving,
             f"--token-auth-file={tokens}",
             "--authorization-mode=RBAC",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -307,6 +329,26 @@ class LocalControlPlane:
         self.say(f"ready in {time.monotonic() - started:.1f}s at {self.server}; "
                   f"kubeconfig {self.kubeconfig}")
 
+    def _forward(self, host_port: int, target: tuple[str, int]) -> int:
+        assert self.netns
+        forwarder = ns.Forwarder(self.netns, host_port, target)
+        self._forwarders.append(forwarder)
+        return forwarder.port
+
+    def _serving_certificate(self, pki: Path) -> list[str]:
+        """A self-signed serving certificate valid for the host's loopback (through the
+        forwarder), the namespace address and the `kubernetes` Service (IP and names), so pods,
+        the kubelet and the host's clients verify one CA: pki/apiserver.crt."""
+        cert, key = pki / "apiserver.crt", pki / "apiserver.key"
+        result = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                                 "-keyout", str(key), "-out", str(cert), "-days", "7",
+                                 "-subj", "/CN=kube-apiserver", "-addext",
+                                 "subjectAltName=" + serving_sans(self.advertise_address, SERVICE_CIDR)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ControlPlaneError(f"openssl req failed: {result.stderr.strip()}")
+        return [f"--tls-cert-file={cert}", f"--tls-private-key-file={key}"]
+
     def _service_account_key(self, pki: Path) -> Path:
         key = pki / "service-account.key"
         if shutil.which("openssl") is None:
@@ -324,9 +366,10 @@ class LocalControlPlane:
             raise ControlPlaneError(f"{binary} is missing; build it with "
                                     f"bash {Path(__file__).with_name('build.sh')}")
         log_path = self.logs_dir / f"{name}.log"
+        prefix = ns.enter_command(self.netns) if self.netns else []
         with open(log_path, "wb") as log_file:
             process = subprocess.Popen(
-                [str(binary), *args], stdin=subprocess.DEVNULL, stdout=log_file,
+                [*prefix, str(binary), *args], stdin=subprocess.DEVNULL, stdout=log_file,
                 stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                 start_new_session=True,  # Ctrl-C reaches us only; we stop them in order
                 preexec_fn=_die_with_parent)
@@ -345,6 +388,18 @@ class LocalControlPlane:
                 hint = f"\nlast lines of {newest.log_path}:\n{tail(newest.log_path)}" if newest else ""
                 raise ControlPlaneError(f"timed out waiting for {what}; logs in {self.logs_dir}{hint}")
             time.sleep(0.2)
+
+
+def serving_sans(address: str, service_cidr: str) -> str:
+    """subjectAltName of the API server's certificate in netns mode: loopback, `address`, the
+    first address of `service_cidr` (the `kubernetes` Service) and its DNS names."""
+    import ipaddress
+
+    service_ip = next(ipaddress.ip_network(service_cidr).hosts())
+    names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local", "localhost"]
+    ips = list(dict.fromkeys(["127.0.0.1", address, str(service_ip)]))
+    return ",".join([*(f"IP:{ip}" for ip in ips), *(f"DNS:{name}" for name in names)])
 
 
 def _http_ok(url: str) -> bool:
