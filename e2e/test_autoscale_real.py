@@ -90,16 +90,27 @@ class Replicas(threading.Thread):
         return sum(d * (b - a) for (a, d), (b, _) in zip(points, points[1:]))
 
 
-def serve(k8s, ns: str, object_store, tmp_path, **overrides: Any) -> None:
-    body = models.model_manifest(NAME, modelCredentialsSecret="model-store", **{**SPEC, **overrides})
+def serve(k8s, ns: str, object_store, tmp_path, spec_doc: dict | None = None,
+          device_ms: tuple[float, float] | None = None, **overrides: Any) -> None:
+    """Serve NAME with SPEC (or `spec_doc`) and `overrides`. `device_ms` (a, b): the CPU stand-in
+    also sleeps a + b x rows ms per execution, a device's compute time (triton_standin.py)."""
+    body = models.model_manifest(NAME, modelCredentialsSecret="model-store", **{**(spec_doc or SPEC), **overrides})
     body["spec"]["versions"][0]["precision"] = "fp32"
     spec = RankingModelSpec.model_validate(body["spec"])
     directory = tmp_path / "v1"
     spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
+    if device_ms is not None:
+        write_device_ms(directory, *device_ms)
     object_store.upload_tree("models", f"{NAME}/1", directory)
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, NAME, timeout=240)
+
+
+def write_device_ms(directory, a_ms: float, b_ms: float) -> None:
+    import json
+
+    (directory / "standin_device_ms.json").write_text(json.dumps({"a_ms": a_ms, "b_ms": b_ms}))
 
 
 def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: Replicas,
