@@ -141,7 +141,7 @@ def measure_profile() -> tuple[dict[int, float], list[dict[int, float]]]:
         for _ in range(PROFILE_RUNS):
             measured = measure(server.http_url, NAME, "", batch_sizes=list(PROFILE_SIZES), requests=10,
                                warmup=2, shared=False)
-            runs.append({int(b): float(ms) for b, ms in measured.profile.items()})
+            runs.append({int(b): float(ms) for b, ms in measured.profile().items()})
     median = {b: statistics.median(r[b] for r in runs) for b in PROFILE_SIZES}
     return median, runs
 
