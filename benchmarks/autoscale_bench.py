@@ -12,6 +12,10 @@ provisioning for the peak over the same time.
     .venv/bin/python benchmarks/autoscale_bench.py
     .venv/bin/python benchmarks/autoscale_bench.py --optimistic-profile    # issue 40: ~15 min
 
+(With other checkouts running real-Triton tests at the same time, give the run its own Triton
+cache, e.g. `cp -al ~/.cache/rankops/triton DIR/` and RANKOPS_CACHE=DIR: the cache's stand-in
+is linked to the checkout that installed it last, and only this one sleeps a device time.)
+
 --optimistic-profile: the capacity comes from a plan whose latency profile is 30% optimistic. The
 CPU stand-in also sleeps a device time t(b) = 2 + 1·b ms per execution (DEVICE_MS; the ONNX graph
 alone takes a flat 0.3 ms, which would plan thousands of req/s per replica: nothing the day could
@@ -143,6 +147,13 @@ def measure_profile() -> tuple[dict[int, float], list[dict[int, float]]]:
                                warmup=2, shared=False)
             runs.append({int(b): float(ms) for b, ms in measured.profile().items()})
     median = {b: statistics.median(r[b] for r in runs) for b in PROFILE_SIZES}
+    floor = DEVICE_MS[0] + DEVICE_MS[1] * PROFILE_SIZES[-1]
+    if median[PROFILE_SIZES[-1]] < floor:
+        # ensure_installed links the Triton cache's stand-in to the checkout that ran it last:
+        # another checkout's tests can take it back in the middle of this run
+        raise SystemExit(f"the stand-in did not sleep its device time ({median[PROFILE_SIZES[-1]]:.2f} ms < "
+                         f"{floor:g} ms at batch {PROFILE_SIZES[-1]}): {install.backend_dir} runs another "
+                         "checkout's triton_standin.py; give this run its own cache (RANKOPS_CACHE=DIR)")
     return median, runs
 
 
