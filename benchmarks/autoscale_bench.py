@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--optimistic-profile", action="store_true",
-                        help="the capacity from a plan whose profile is 30%% optimistic, without and with correctCapacity")
+                        help="the capacity from a plan whose profile is 30%% optimistic, "
+                             "without and with correctCapacity")
     args = parser.parse_args(argv)
     if args.optimistic_profile:
         return optimistic_profile()
@@ -207,7 +208,8 @@ def _planned_run(spec_doc: dict, day: list) -> tuple[dict | None, int]:
 def _print_planned(report: dict) -> None:
     budget = report["budget_p99_ms"]
     print(f"{'phase':>5} {'req/s':>6} {'needs':>5} {'replicas':>8} {'sent':>6} {'failed':>6} {'P99 ms':>7} "
-          f"{'in step':>7} {'after':>7} {'2nd half':>8} {'':>4} {'capacity':>8} {'factor':>6} {'slowdown':>8}  budget {budget:g} ms")
+          f"{'in step':>7} {'after':>7} {'2nd half':>8} {'':>4} {'capacity':>8} {'factor':>6} {'slowdown':>8}"
+          f"  budget {budget:g} ms")
     for i, p in enumerate(report["phases"], 1):
         corr = p.get("correction") or {}
         late = p["p99_late_ms"]
