@@ -88,6 +88,10 @@ PROFILE_RUNS = 3              # measurements of the profile; the median per batc
 PROFILE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (req/s, at least s): DAY's rates, shorter nights (the nights show the scale-down, nothing more)
 PLANNED_DAY = [(5, 40), (15, 30), (25, 40), (15, 30), (5, 40)]
+# The e2e driver waits for each answer: one never has two requests in flight and a replica never
+# queues, whatever the rate. DRIVERS share the rate: up to that many in flight, a queue of up to
+# DRIVERS x ~42 ms, enough to break the 250 ms budget when the replicas are too few.
+DRIVERS = 24
 
 
 def _spec_doc(profile: dict[int, float], correct: bool) -> dict:
@@ -193,7 +197,7 @@ def optimistic_profile() -> int:
 def _planned_run(spec_doc: dict, day: list) -> tuple[dict | None, int]:
     with tempfile.TemporaryDirectory() as work:
         out, given = Path(work) / "report.json", Path(work) / "run.json"
-        given.write_text(json.dumps({"spec": spec_doc, "day": day, "device_ms": list(DEVICE_MS)}))
+        given.write_text(json.dumps({"spec": spec_doc, "day": day, "device_ms": list(DEVICE_MS), "drivers": DRIVERS}))
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                "e2e/bench_autoscale.py::test_bench_planned_capacity"],
                               cwd=ROOT, env={**os.environ, "RANKOPS_AUTOSCALE_BENCH": str(out),

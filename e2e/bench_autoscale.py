@@ -76,7 +76,8 @@ def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, pro
     phases, corrections = [], []
     try:
         for rate, seconds, wanted in run["day"]:
-            phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, settle_timeout=30)
+            phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, settle_timeout=30,
+                                 drivers=run.get("drivers", 1))
             scaling = (models.get(k8s, ns, NAME).get("status") or {}).get("autoscaling") or {}
             corrections.append({"capacity": scaling.get("capacityPerReplicaQps"),
                                 "source": scaling.get("capacitySource"),

@@ -114,15 +114,23 @@ def write_device_ms(directory, a_ms: float, b_ms: float) -> None:
 
 
 def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: Replicas,
-               settle_timeout: float = 120) -> list[Phase]:
+               settle_timeout: float = 120, drivers: int = 1) -> list[Phase]:
     """Each (rate, seconds, replicas wanted): traffic at that rate for at least `seconds`, and on
-    until the stable has that many replicas Ready and no more (at most `settle_timeout` more)."""
+    until the stable has that many replicas Ready and no more (at most `settle_timeout` more).
+
+    A driver waits for each answer before its next request: one driver never has two requests
+    in flight, so a replica never queues. `drivers` > 1 share the rate, up to that many in flight
+    (what a queue needs to show)."""
     done = []
     for rate, seconds, wanted in phases:
         phase = Phase(rate, started=time.time(), wanted=wanted)
-        driver = traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, ns, NAME), NAME, _request,
-                                 rate=rate, max_seconds=seconds + settle_timeout + 30, timeout_s=10)
-        driver.start()
+        group = [traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, ns, NAME), NAME, _request,
+                                 rate=rate / drivers, max_seconds=seconds + settle_timeout + 30, timeout_s=10,
+                                 seed=5 + i) for i in range(drivers)]
+        for driver in group:   # staggered by 1 / rate: together, one request every 1 / rate
+            driver.start()
+            if drivers > 1:
+                time.sleep(1 / rate)
         try:
             deadline = time.time() + seconds + settle_timeout
             while time.time() < deadline:
@@ -133,12 +141,16 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
                     break
                 time.sleep(0.5)
         finally:
-            driver.stop.set()
-            driver.join(timeout=30)
+            for driver in group:
+                driver.stop.set()
+            for driver in group:
+                driver.join(timeout=30)
         phase.ended = time.time()
-        phase.ms = [a.ms for a in driver.served]
-        phase.answers = [(a.sent_at, a.ms) for a in driver.served]
-        phase.sent, phase.failed, phase.failures = driver.sent, driver.failed, list(driver.failures)
+        served = sorted((a for driver in group for a in driver.served), key=lambda a: a.sent_at)
+        phase.ms = [a.ms for a in served]
+        phase.answers = [(a.sent_at, a.ms) for a in served]
+        phase.sent, phase.failed = sum(d.sent for d in group), sum(d.failed for d in group)
+        phase.failures = [f for driver in group for f in driver.failures]
         done.append(phase)
     return done
 
