@@ -113,6 +113,22 @@ def write_device_ms(directory, a_ms: float, b_ms: float) -> None:
     (directory / "standin_device_ms.json").write_text(json.dumps({"a_ms": a_ms, "b_ms": b_ms}))
 
 
+class _SharedAddresses:
+    """One listing of the serving pods per traffic.REFRESH_S for all of a phase's drivers: each
+    driver listing them itself (24 pod lists a second, deserialised in this process) held the GIL
+    long enough to add ~1 s to the latencies they measured."""
+
+    def __init__(self, lookup):
+        self.lookup, self.lock = lookup, threading.Lock()
+        self.at, self.found = float("-inf"), []
+
+    def __call__(self) -> list[str]:
+        with self.lock:
+            if time.monotonic() - self.at >= traffic.REFRESH_S:
+                self.found, self.at = list(self.lookup()), time.monotonic()
+            return list(self.found)
+
+
 def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: Replicas,
                settle_timeout: float = 120, drivers: int = 1) -> list[Phase]:
     """Each (rate, seconds, replicas wanted): traffic at that rate for at least `seconds`, and on
@@ -124,7 +140,8 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
     done = []
     for rate, seconds, wanted in phases:
         phase = Phase(rate, started=time.time(), wanted=wanted)
-        group = [traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, ns, NAME), NAME, _request,
+        addresses = _SharedAddresses(lambda: traffic.serving_addresses(k8s.core, ns, NAME))
+        group = [traffic.Traffic(addresses, NAME, _request,
                                  rate=rate / drivers, max_seconds=seconds + settle_timeout + 30, timeout_s=10,
                                  seed=5 + i) for i in range(drivers)]
         for driver in group:   # staggered by 1 / rate: together, one request every 1 / rate
