@@ -212,7 +212,7 @@ def _planned_run(spec_doc: dict, day: list) -> tuple[dict | None, int]:
 def _print_planned(report: dict) -> None:
     budget = report["budget_p99_ms"]
     print(f"{'phase':>5} {'req/s':>6} {'needs':>5} {'replicas':>8} {'sent':>6} {'failed':>6} {'P99 ms':>7} "
-          f"{'in step':>7} {'after':>7} {'2nd half':>8} {'':>4} {'capacity':>8} {'factor':>6} {'slowdown':>8}"
+          f"{'in step':>7} {'after':>7} {'2nd half':>8} {'':>4} {'Triton':>6} {'capacity':>8} {'factor':>6} {'slowdown':>8}"
           f"  budget {budget:g} ms")
     for i, p in enumerate(report["phases"], 1):
         corr = p.get("correction") or {}
@@ -221,7 +221,7 @@ def _print_planned(report: dict) -> None:
         seen = "/".join(str(r) for r in p["replicas_seen"]) or "-"
         print(f"{i:>5} {p['rate']:>6g} {p['wanted']:>5} {seen:>8} {p['sent']:>6} {p['failed']:>6} {_s(p['p99_ms']):>7} "
               f"{_s(p['p99_step_ms']):>7} {_s(p['p99_after_ms']):>7} {_s(late):>8} {verdict:>4} "
-              f"{_s(p.get('capacity')):>8} {_f(corr.get('factor')):>6} {_f(corr.get('slowdown')):>8}")
+              f"{_s(p.get('server_p99_ms')):>6} {_s(p.get('capacity')):>8} {_f(corr.get('factor')):>6} {_f(corr.get('slowdown')):>8}")
         if corr.get("message"):
             print(f"      {corr['message']}")
     print(f"replica-seconds: {report['replica_seconds']:g}")

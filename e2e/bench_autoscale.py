@@ -79,7 +79,8 @@ def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, pro
             phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, settle_timeout=30,
                                  drivers=run.get("drivers", 1))
             scaling = (models.get(k8s, ns, NAME).get("status") or {}).get("autoscaling") or {}
-            corrections.append({"capacity": scaling.get("capacityPerReplicaQps"),
+            corrections.append({"server_p99_ms": _server_p99_ms(k8s, ns, NAME),
+                                "capacity": scaling.get("capacityPerReplicaQps"),
                                 "source": scaling.get("capacitySource"),
                                 "correction": scaling.get("capacityCorrection")})
     finally:
@@ -104,3 +105,25 @@ def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, pro
               "budget_p99_ms": run["spec"]["slo"]["p99LatencyMs"]}
     with open(out, "w") as f:
         json.dump(report, f)
+
+
+def _server_p99_ms(k8s, ns: str, name: str) -> float | None:
+    """The worst serving pod's P99 by Triton's own latency summary (its window: about the last
+    minute), ms: the server side of the latency, without the client's."""
+    import re
+    import urllib.request
+
+    from rankops.devcluster import traffic
+
+    worst = None
+    for address in traffic.serving_addresses(k8s.core, ns, name):
+        try:
+            with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            continue
+        for m in re.finditer(r'^nv_inference_request_summary_us\{[^}]*quantile="0\.99"[^}]*\} (\S+)$', text, re.M):
+            value = float(m.group(1))
+            if value == value:   # NaN: no request in the window
+                worst = max(worst or 0.0, value / 1000)
+    return worst
