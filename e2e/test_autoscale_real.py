@@ -114,9 +114,8 @@ def write_device_ms(directory, a_ms: float, b_ms: float) -> None:
 
 
 class _SharedAddresses:
-    """One listing of the serving pods per traffic.REFRESH_S for all of a phase's drivers: each
-    driver listing them itself (24 pod lists a second, deserialised in this process) held the GIL
-    long enough to add ~1 s to the latencies they measured."""
+    """One listing of the serving pods per traffic.REFRESH_S for all of a phase's drivers, not
+    one per driver (24 drivers: 48 pod lists a second, deserialised in this process)."""
 
     def __init__(self, lookup):
         self.lookup, self.lock = lookup, threading.Lock()
