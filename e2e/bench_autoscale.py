@@ -9,6 +9,9 @@ from e2e.test_autoscale_real import (SPEC, Replicas, p99, run_phases,  # noqa: F
                                      serve)
 
 BENCH_ENV = "RANKOPS_AUTOSCALE_BENCH"   # a path: the benchmark's report is written there
+# a path: JSON {"spec": ..., "day": [[rate, s, replicas], ...], "device_ms": [a, b]} for
+# test_bench_planned_capacity (benchmarks/autoscale_bench.py --optimistic-profile)
+PLANNED_ENV = "RANKOPS_AUTOSCALE_BENCH_PLANNED"
 # (req/s, at least s, replicas): a night, the morning, the peak, the evening, the night again. A
 # day spends longer in its trough than at its peak: the nights are the longest phases (a perfect
 # follower pays 50% of static peak provisioning on this shape; the ramps are what it costs).
@@ -51,3 +54,76 @@ def test_bench_day_shaped_load(k8s, real_namespace, operator, object_store, proc
     with open(out, "w") as f:
         json.dump(report, f)
     assert all(p.reached is not None for p in phases), report
+
+
+def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, process_node, tmp_path):
+    """benchmarks/autoscale_bench.py --optimistic-profile: the capacity from the plan (no
+    capacityPerReplicaQps), the stand-in's device time as given; per phase also the replicas'
+    status.autoscaling.capacityCorrection at its end."""
+    import json
+    import os
+
+    from e2e import models
+    from e2e.test_autoscale_real import NAME
+
+    out, given = os.environ.get(BENCH_ENV), os.environ.get(PLANNED_ENV)
+    assert out and given, f"run by benchmarks/autoscale_bench.py, which sets ${BENCH_ENV} and ${PLANNED_ENV}"
+    run = json.loads(open(given).read())
+    ns = real_namespace
+    serve(k8s, ns, object_store, tmp_path, spec_doc=run["spec"], device_ms=tuple(run["device_ms"]))
+    replicas = Replicas(k8s, ns)
+    replicas.start()
+    phases, corrections = [], []
+    try:
+        for rate, seconds, wanted in run["day"]:
+            phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, settle_timeout=30,
+                                 drivers=run.get("drivers", 1))
+            scaling = (models.get(k8s, ns, NAME).get("status") or {}).get("autoscaling") or {}
+            corrections.append({"server_p99_ms": _server_p99_ms(k8s, ns, NAME),
+                                "capacity": scaling.get("capacityPerReplicaQps"),
+                                "source": scaling.get("capacitySource"),
+                                "correction": scaling.get("capacityCorrection")})
+    finally:
+        replicas.stop.set()
+        replicas.join(5)
+    rows = []
+    for p, seen in zip(phases, corrections):
+        decided = next((t for t, d, _ in replicas.samples if t >= p.started and d == p.wanted), None)
+        served = [d for t, d, _ in replicas.samples if p.started <= t <= p.ended]
+        rows.append({"rate": p.rate, "wanted": p.wanted, "seconds": round(p.ended - p.started, 1),
+                     "replicas_seen": sorted(set(served)), "replicas_end": served[-1] if served else None,
+                     "decided_s": None if decided is None else round(decided - p.started, 1),
+                     "ready_s": None if p.reached is None else round(p.reached - p.started, 1),
+                     "sent": p.sent, "failed": p.failed, "p99_ms": p99(p.ms),
+                     "p99_step_ms": p99([ms for at, ms in p.answers if p.reached is None or at < p.reached]),
+                     "p99_after_ms": p99([ms for at, ms in p.answers if p.reached is not None and at >= p.reached]),
+                     # the last half of the phase: where the replicas settled
+                     "p99_late_ms": p99([ms for at, ms in p.answers if at >= (p.started + p.ended) / 2]),
+                     **seen})
+    start, end = phases[0].started, phases[-1].ended
+    report = {"phases": rows, "replica_seconds": round(replicas.replica_seconds(start, end), 1),
+              "budget_p99_ms": run["spec"]["slo"]["p99LatencyMs"]}
+    with open(out, "w") as f:
+        json.dump(report, f)
+
+
+def _server_p99_ms(k8s, ns: str, name: str) -> float | None:
+    """The worst serving pod's P99 by Triton's own latency summary (its window: about the last
+    minute), ms: the server side of the latency, without the client's."""
+    import re
+    import urllib.request
+
+    from rankops.devcluster import traffic
+
+    worst = None
+    for address in traffic.serving_addresses(k8s.core, ns, name):
+        try:
+            with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            continue
+        for m in re.finditer(r'^nv_inference_request_summary_us\{[^}]*quantile="0\.99"[^}]*\} (\S+)$', text, re.M):
+            value = float(m.group(1))
+            if value == value:   # NaN: no request in the window
+                worst = max(worst or 0.0, value / 1000)
+    return worst

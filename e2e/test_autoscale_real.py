@@ -90,28 +90,63 @@ class Replicas(threading.Thread):
         return sum(d * (b - a) for (a, d), (b, _) in zip(points, points[1:]))
 
 
-def serve(k8s, ns: str, object_store, tmp_path, **overrides: Any) -> None:
-    body = models.model_manifest(NAME, modelCredentialsSecret="model-store", **{**SPEC, **overrides})
+def serve(k8s, ns: str, object_store, tmp_path, spec_doc: dict | None = None,
+          device_ms: tuple[float, float] | None = None, **overrides: Any) -> None:
+    """Serve NAME with SPEC (or `spec_doc`) and `overrides`. `device_ms` (a, b): the CPU stand-in
+    also sleeps a + b x rows ms per execution, a device's compute time (triton_standin.py)."""
+    body = models.model_manifest(NAME, modelCredentialsSecret="model-store", **{**(spec_doc or SPEC), **overrides})
     body["spec"]["versions"][0]["precision"] = "fp32"
     spec = RankingModelSpec.model_validate(body["spec"])
     directory = tmp_path / "v1"
     spec_models.export(spec, ModelFormat.onnx, directory, seed=0)
+    if device_ms is not None:
+        write_device_ms(directory, *device_ms)
     object_store.upload_tree("models", f"{NAME}/1", directory)
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, NAME, timeout=240)
 
 
+def write_device_ms(directory, a_ms: float, b_ms: float) -> None:
+    import json
+
+    (directory / "standin_device_ms.json").write_text(json.dumps({"a_ms": a_ms, "b_ms": b_ms}))
+
+
+class _SharedAddresses:
+    """One listing of the serving pods per traffic.REFRESH_S for all of a phase's drivers, not
+    one per driver (24 drivers: 48 pod lists a second, deserialised in this process)."""
+
+    def __init__(self, lookup):
+        self.lookup, self.lock = lookup, threading.Lock()
+        self.at, self.found = float("-inf"), []
+
+    def __call__(self) -> list[str]:
+        with self.lock:
+            if time.monotonic() - self.at >= traffic.REFRESH_S:
+                self.found, self.at = list(self.lookup()), time.monotonic()
+            return list(self.found)
+
+
 def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: Replicas,
-               settle_timeout: float = 120) -> list[Phase]:
+               settle_timeout: float = 120, drivers: int = 1) -> list[Phase]:
     """Each (rate, seconds, replicas wanted): traffic at that rate for at least `seconds`, and on
-    until the stable has that many replicas Ready and no more (at most `settle_timeout` more)."""
+    until the stable has that many replicas Ready and no more (at most `settle_timeout` more).
+
+    A driver waits for each answer before its next request: one driver never has two requests
+    in flight, so a replica never queues. `drivers` > 1 share the rate, up to that many in flight
+    (what a queue needs to show)."""
     done = []
     for rate, seconds, wanted in phases:
         phase = Phase(rate, started=time.time(), wanted=wanted)
-        driver = traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, ns, NAME), NAME, _request,
-                                 rate=rate, max_seconds=seconds + settle_timeout + 30, timeout_s=10)
-        driver.start()
+        addresses = _SharedAddresses(lambda: traffic.serving_addresses(k8s.core, ns, NAME))
+        group = [traffic.Traffic(addresses, NAME, _request,
+                                 rate=rate / drivers, max_seconds=seconds + settle_timeout + 30, timeout_s=10,
+                                 seed=5 + i) for i in range(drivers)]
+        for driver in group:   # staggered by 1 / rate: together, one request every 1 / rate
+            driver.start()
+            if drivers > 1:
+                time.sleep(1 / rate)
         try:
             deadline = time.time() + seconds + settle_timeout
             while time.time() < deadline:
@@ -122,12 +157,16 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
                     break
                 time.sleep(0.5)
         finally:
-            driver.stop.set()
-            driver.join(timeout=30)
+            for driver in group:
+                driver.stop.set()
+            for driver in group:
+                driver.join(timeout=30)
         phase.ended = time.time()
-        phase.ms = [a.ms for a in driver.served]
-        phase.answers = [(a.sent_at, a.ms) for a in driver.served]
-        phase.sent, phase.failed, phase.failures = driver.sent, driver.failed, list(driver.failures)
+        served = sorted((a for driver in group for a in driver.served), key=lambda a: a.sent_at)
+        phase.ms = [a.ms for a in served]
+        phase.answers = [(a.sent_at, a.ms) for a in served]
+        phase.sent, phase.failed = sum(d.sent for d in group), sum(d.failed for d in group)
+        phase.failures = [f for driver in group for f in driver.failures]
         done.append(phase)
     return done
 

@@ -16,17 +16,24 @@ own artifact answers:
 
 Requests the dynamic batcher hands over together are concatenated along the batch dimension and
 run as one batch, as the real backends do; `stats` in the log are Triton's own.
+
+A version directory may also hold `standin_device_ms.json`, `{"a_ms": A, "b_ms": B}`: each
+execution then also sleeps A + B x rows ms, a device's compute time that costs the host no CPU
+(benchmarks/autoscale_bench.py --optimistic-profile: a replica whose capacity is its own, not a
+share of the machine's cores).
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FILES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "tensorrt": "model.plan"}
 ONNX_MAGIC = b"\x08"  # an ONNX ModelProto starts with field 1 (ir_version), varint
+DEVICE_FILE = "standin_device_ms.json"
 
 
 def _backend(config: dict) -> str:
@@ -48,6 +55,12 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"], filename)
         if not os.path.exists(path):
             raise pb_utils.TritonModelException(f"{self.backend} stand-in: {path} not found")
+        self.device_ms = (0.0, 0.0)
+        device = os.path.join(args["model_repository"], args["model_version"], DEVICE_FILE)
+        if os.path.exists(device):
+            with open(device) as fh:
+                cost = json.load(fh)
+            self.device_ms = (float(cost.get("a_ms", 0.0)), float(cost.get("b_ms", 0.0)))
         if self.backend == "pytorch":
             import torch
 
@@ -100,6 +113,9 @@ class TritonPythonModel:
                       else feeds[group[0]][name] for name, _ in self.inputs}
             try:
                 results = self.run(joined)
+                if self.device_ms != (0.0, 0.0):
+                    rows_in = len(next(iter(joined.values()))) if self.batching else 1
+                    time.sleep((self.device_ms[0] + self.device_ms[1] * rows_in) / 1000.0)
             except Exception as exc:  # the model's own error fails its whole batch, as in the real backends
                 failed.append(f"{self.backend} stand-in: {exc}")
                 for i in group:
