@@ -62,6 +62,34 @@ def test_the_stable_budget_keeps_replicas_minus_the_tolerance_through_evictions(
         _hold_new_pods(k8s, gpu_nodes.gpu, False)
 
 
+class _ReplicasSeen:
+    """Every spec.replicas the Deployment had, from a watch: a surge and its undo can both fall
+    between two polls when kwok's pods are Ready at once."""
+
+    def __init__(self, k8s, namespace: str, deployment: str):
+        import threading
+
+        from kubernetes import watch
+
+        self.values: set[int] = set()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, args=(k8s, namespace, deployment), daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.values, 10, f"the watch on {deployment} listed it")   # watching before the change
+
+    def _run(self, k8s, namespace: str, deployment: str) -> None:
+        try:
+            for event in self._watch.stream(k8s.apps.list_namespaced_deployment, namespace,
+                                            field_selector=f"metadata.name={deployment}", timeout_seconds=120):
+                self.values.add(event["object"].spec.replicas)
+        except Exception:  # noqa: BLE001 - the watch ends with the test; what it saw stands
+            pass
+
+    def stop(self) -> None:
+        self._watch.stop()
+        self._thread.join(5)
+
+
 def _stable_pods(k8s, namespace: str, model: str) -> list:
     return [p for p in k8s.core.list_namespaced_pod(
         namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRACK}={names.STABLE}").items
@@ -87,9 +115,10 @@ def test_a_replica_on_a_leaving_node_moves_before_it_goes(k8s, namespace, operat
         {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"}}}
     undo = {"spec": {"unschedulable": None}} if leave == "cordon" else \
         {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": None}}}
+    deployment = names.deployment_name(model, names.STABLE)
+    watched = _ReplicasSeen(k8s, namespace, deployment)
     k8s.core.patch_node(node, patch)
     seen = {"replicas": set(), "ready_min": 2}
-    deployment = names.deployment_name(model, names.STABLE)
     try:
         def moved():
             dep = k8s.apps.read_namespaced_deployment(deployment, namespace)
@@ -102,6 +131,8 @@ def test_a_replica_on_a_leaving_node_moves_before_it_goes(k8s, namespace, operat
         wait_for(moved, 90, f"the replica on {node} moved ({leave})", interval=0.2)
     finally:
         k8s.core.patch_node(node, undo)
+        watched.stop()
+    seen["replicas"] |= watched.values
     assert 2 + on_node in seen["replicas"], f"a replacement per leaving pod was surged first: {seen}"
     assert seen["ready_min"] >= 2, f"Ready replicas fell below the model's: {seen}"
     [moving] = models.wait_event(k8s, namespace, model, "MovingReplicas")
