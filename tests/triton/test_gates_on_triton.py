@@ -48,8 +48,12 @@ def test_warmup_is_judged_on_tritons_own_p99_and_reports_its_batching(example_se
     rm, server = example_server
     samples = gate_samples(EXAMPLE, "warmup")
     assert len({s.batch_size for s in samples}) == jobs.CANDIDATE_COUNTS, "candidate counts vary as in production"
+    # What is judged here is where the P99 comes from and what is reported, not a speed (speeds
+    # live in benchmarks): the bound is the gate Jobs' usual 1 s. At 250 ms, 2 runs in about 8 on a
+    # loaded 2-core machine saw Triton's own P99 at ~500 ms (a few requests each waiting ~0.5 s;
+    # the fail path is the next test's).
     verdict = run_warmup(Endpoint(server.http_url, MODEL), samples,
-                         WarmupConfig(requests=600, concurrency=8, max_p99_ms=250, metrics_url=server.metrics_url))
+                         WarmupConfig(requests=600, concurrency=8, max_p99_ms=1000, metrics_url=server.metrics_url))
     seen = verdict.metrics["server"]
     assert verdict.outcome == "pass", verdict.summary
     assert verdict.metrics["judgedOn"] == "server", seen
