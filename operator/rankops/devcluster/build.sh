@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# Builds the local control plane once per machine from the Go module proxy:
+# Builds the local control plane and the real node once per machine from the Go module proxy:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm and kube-score
-# (the manifest linter tests/test_manifest_lint.py runs); and makes sure bubblewrap is there
-# (Debian's package), which the process nodes run their pods under.
+# (the manifest linter tests/test_manifest_lint.py runs), the kubelet and kube-proxy (the real node,
+# real_node.py); and installs the Debian packages the dev cluster runs: bubblewrap (the process
+# nodes' pods), containerd, runc, the CNI plugins, iptables, conntrack and dnsmasq (the real node),
+# buildah and debootstrap (`rankops dev images`: the images, built here without a registry).
 # Also sccadmit: OpenShift's SCC admission plugin (vendored in sccadmit/ beside this file) as a
 # command the OpenShift tests run on rendered pods.
 # Binaries are cached outside the repo in $RANKOPS_K8S_BIN (default
 # ~/.cache/rankops/k8s/<version>/bin); what is already there is reused.
 # Prints the bin directory on its last line.
-# Optional node targets, built only when named (CI's build does not grow unless asked):
-#   build.sh kubelet kube-proxy     # or RANKOPS_NODE_BINARIES=1: the real node's (real_node.py)
+# `build.sh kubelet kube-proxy` (the old optional targets) is accepted: they are built anyway.
 set -euo pipefail
 
 NODE_TARGETS=()
 for arg in "$@"; do
   case "$arg" in
     kubelet|kube-proxy) NODE_TARGETS+=("$arg") ;;
-    *) echo "build.sh: unknown target $arg (optional targets: kubelet kube-proxy)" >&2; exit 2 ;;
+    *) echo "build.sh: unknown target $arg (targets: kubelet kube-proxy; none: everything)" >&2; exit 2 ;;
   esac
 done
-[ -n "${RANKOPS_NODE_BINARIES:-}" ] && [ ${#NODE_TARGETS[@]} -eq 0 ] && NODE_TARGETS=(kubelet kube-proxy)
+[ ${#NODE_TARGETS[@]} -eq 0 ] && NODE_TARGETS=(kubelet kube-proxy)
 
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
@@ -110,18 +111,37 @@ build_sccadmit() {
   echo "$hash" > "$BIN/sccadmit.sha256"
 }
 
-ensure_bubblewrap() {
-  command -v bwrap >/dev/null && { say "bubblewrap: $(bwrap --version)"; return; }
-  command -v apt-get >/dev/null || { say "bubblewrap (bwrap) is missing: install it with your package manager"; exit 1; }
+# command (or path) -> Debian package: what the dev cluster runs, installed when missing.
+DEBIAN_PARTS=(
+  "bwrap bubblewrap"
+  "containerd containerd"
+  "/usr/sbin/runc runc"
+  "/usr/lib/cni/bridge containernetworking-plugins"
+  "/usr/sbin/iptables iptables"
+  "/usr/sbin/conntrack conntrack"
+  "/usr/sbin/dnsmasq dnsmasq-base"
+  "buildah buildah"
+  "debootstrap debootstrap"
+)
+
+ensure_debian_packages() {
+  local missing=() part
+  for part in "${DEBIAN_PARTS[@]}"; do
+    set -- $part
+    if [[ $1 == /* ]]; then [ -e "$1" ] || missing+=("$2"); else command -v "$1" >/dev/null || missing+=("$2"); fi
+  done
+  [ ${#missing[@]} -eq 0 ] && { say "Debian packages: all there"; return; }
+  command -v apt-get >/dev/null || { say "missing: ${missing[*]}: install them with your package manager"; exit 1; }
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  say "bubblewrap: installing the Debian package (process nodes run their pods under it)"
-  $sudo apt-get install -y --no-install-recommends bubblewrap >/dev/null \
-    || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends bubblewrap >/dev/null; }
+  say "Debian packages: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null \
+    || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
 }
 
 start=$(date +%s)
-ensure_bubblewrap
+ensure_debian_packages
 build_module_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 \
   "-X go.etcd.io/etcd/api/v3/version.GitSHA=release"
 build_module_tool kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok \

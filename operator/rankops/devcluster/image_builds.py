@@ -59,6 +59,8 @@ RANKOPS_TARGETS = ("operator", "validator", "gates")
 TRITON_TARGET = "triton-test"
 DOCKERFILE = "images/Dockerfile"
 TRITON_DOCKERFILE = "images/Dockerfile.triton-test"
+# What the Triton test image copies: the CPU stand-in backend and the KIND_GPU shim.
+TRITON_CONTEXT = ("triton_standin.py", "triton_cpu_shim.py")
 # chroot: the builds' RUN steps need no runtime (runc here lacks CAP_SYS_RESOURCE, see
 # scripts/real-node-spike.sh), and they share the host's network for PyPI and Debian's archive.
 ISOLATION = "chroot"
@@ -125,7 +127,7 @@ def context_files(root: Path, target: str) -> list[str]:
     """Relative paths of the files `target`'s build reads from the repository: what its
     Dockerfile copies (through .dockerignore) and the Dockerfile itself."""
     if target == TRITON_TARGET:
-        return [TRITON_DOCKERFILE, "operator/rankops/devcluster/triton_standin.py"]
+        return [TRITON_DOCKERFILE, *(f"operator/rankops/devcluster/{name}" for name in TRITON_CONTEXT)]
     fixed = [DOCKERFILE, ".dockerignore", "pyproject.toml", "README.md", "LICENSE", "images/requirements.lock"]
     sources = sorted(p.relative_to(root).as_posix() for p in (root / "operator").rglob("*")
                      if p.is_file() and not _excluded(p.relative_to(root)))
@@ -274,7 +276,8 @@ def _triton_context() -> Path:
     context = cache_dir() / "triton-context"
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    shutil.copy2(Path(__file__).with_name("triton_standin.py"), context / "triton_standin.py")
+    for name in TRITON_CONTEXT:
+        shutil.copy2(Path(__file__).with_name(name), context / name)
     return context
 
 

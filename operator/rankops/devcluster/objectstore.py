@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .controlplane import _die_with_parent, tail, terminate
+from .netns import connect_inside
+from .netns import enter_command as netns_enter_command
 from .ports import free_port
 
 REGION = "us-east-1"
@@ -63,10 +65,15 @@ def server_python() -> str:
 class ObjectStore:
     """`with ObjectStore(workdir) as store:` a running server; `store.endpoint` and its credentials."""
 
-    def __init__(self, workdir: Path | str, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, workdir: Path | str, host: str = "127.0.0.1", port: int | None = None,
+                 *, netns: str | None = None) -> None:
         self.workdir = Path(workdir)
         self.host = host
         self.port = port
+        # In a network namespace the dev cluster made (a real node's pods reach `host` there),
+        # this process reaches it through a forwarder on its own loopback.
+        self.netns = netns
+        self._forwarder: Any = None
         self.log_path = self.workdir / "objectstore.log"
         self.region = REGION
         self.access_key = ""
@@ -75,19 +82,31 @@ class ObjectStore:
 
     @property
     def endpoint(self) -> str:
+        """The address pods and fetchers use (inside the namespace when there is one)."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def _local(self) -> tuple[str, int]:
+        """Where this process connects: the server, or the forwarder to it."""
+        assert self.port is not None
+        return ("127.0.0.1", self._forwarder.port) if self._forwarder else (self.host, self.port)
 
     def start(self, timeout: float = 60.0) -> ObjectStore:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port(self.host)
+        self.port = self.port or free_port("127.0.0.1" if self.netns else self.host)
         env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_ACTIONS)}
         for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
             env.pop(name, None)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
-                [server_python(), "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+                [*(netns_enter_command(self.netns) if self.netns else []),
+                 server_python(), "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
+        if self.netns:
+            from .netns import Forwarder
+
+            self._forwarder = Forwarder(self.netns, 0, (self.host, self.port))
         try:
             self._wait_listening(time.monotonic() + timeout)
             self._create_credentials()
@@ -100,6 +119,9 @@ class ObjectStore:
     def stop(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None
         terminate(process, timeout)
+        if self._forwarder:
+            self._forwarder.close()
+            self._forwarder = None
 
     def __enter__(self) -> ObjectStore:
         return self.start()
@@ -121,7 +143,9 @@ class ObjectStore:
                 code = None if self._process is None else self._process.returncode
                 raise self._fail(f"server exited with {code} before listening (is moto[server] installed?)")
             try:
-                with socket.create_connection((self.host, self.port), timeout=1):
+                # In a namespace, dial the server itself: the forwarder accepts before it does.
+                with (connect_inside(self.netns, (self.host, self.port), timeout=1) if self.netns
+                      else socket.create_connection(self._local, timeout=1)):
                     return
             except OSError:
                 pass
@@ -158,7 +182,7 @@ class ObjectStore:
         import boto3
 
         return boto3.session.Session().client(
-            service, endpoint_url=self.endpoint, region_name=self.region,
+            service, endpoint_url="http://%s:%d" % self._local, region_name=self.region,
             aws_access_key_id=key, aws_secret_access_key=secret)
 
     def client(self) -> Any:

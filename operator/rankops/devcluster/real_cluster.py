@@ -1,0 +1,239 @@
+"""A local cluster whose pods run in real containers: the control plane, one real node and an S3
+server, all inside one network namespace the dev cluster makes (real_node.py, netns.py).
+
+`RealCluster(images_dir, work).start()` starts them; the host reaches the API server and the S3
+server through forwarders on its own loopback (`kubeconfig`, `object_store`), and a pod's port
+through `forward(ip, port)`. `install_operator()` installs the chart with the operator running as
+its own pod, from the operator image this machine built (`rankops dev images --export`). Used by
+the e2e suite's real-container tests and `scripts/real-node-check.sh`'s successor checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import netns as ns
+from .binaries import ensure_binaries, ensure_node_binaries
+from .controlplane import SERVICE_CIDR, LocalControlPlane
+from .objectstore import ObjectStore
+from .real_node import RealNode, archive_image_name
+from .real_node_config import NodeLayout
+
+NODE_IP = "10.200.0.1"
+POD_SUBNET = "10.245.0.0/24"  # not kwok's 10.244.0.0/16: real pods only
+DEFAULT_IMAGES_DIR = Path(os.environ.get("RANKOPS_IMAGES_DIR", "/tmp/rankops-images"))
+# The images a serving model needs: the operator's (the operator, fetch-model, the warm
+# container, `rankops infer`) and the Triton test image (tritonserver with the CPU stand-ins).
+SERVING_IMAGES = ("rankops-operator", "rankops-triton-test")
+
+
+class RealClusterError(RuntimeError):
+    """The real cluster could not start; the message says which part and why."""
+
+
+def archives_by_image(images_dir: Path) -> dict[str, Path]:
+    """`rankops-<target>` -> its OCI archive in `images_dir` (what `rankops dev images --export` wrote)."""
+    found: dict[str, Path] = {}
+    for archive in sorted(images_dir.glob("*.tar")) if images_dir.is_dir() else []:
+        found[archive_image_name(archive).split(":")[0].rsplit("/", 1)[-1]] = archive
+    return found
+
+
+def ensure_images(images_dir: Path, images: Sequence[str], say: Any = print) -> dict[str, Path]:
+    """Build `images` (`rankops-<target>`) with buildah, cached by content, and export the ones whose
+    archive in `images_dir` is not of the current build: the tests run the tree they test."""
+    from . import image_builds
+
+    root = Path(__file__).resolve().parents[3]
+    built = image_builds.build_all(root, [image.removeprefix("rankops-") for image in images], say)
+    archives = archives_by_image(images_dir)
+    stale = [b for b in built[1:] if f"rankops-{b.target}" not in archives
+             or archive_image_name(archives[f"rankops-{b.target}"]) != b.tag]
+    for path in image_builds.export(stale, images_dir):
+        say(f"exported {path}")
+    return archives_by_image(images_dir)
+
+
+def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
+    """`helm --set` values that run the chart's operator, and every model's fetcher, from the
+    images imported into the node (never pulled: there is no registry)."""
+    repository, tag = refs["rankops-operator"].rsplit(":", 1)
+    values = [f"image.repository={repository}", f"image.tag={tag}", "image.pullPolicy=Never",
+              f"fetcher.image.repository={repository}", f"fetcher.image.tag={tag}"]
+    if "rankops-gates" in refs:
+        gates, gates_tag = refs["rankops-gates"].rsplit(":", 1)
+        values += [f"gates.image.repository={gates}", f"gates.image.tag={gates_tag}"]
+    return values
+
+
+class RealCluster:
+    def __init__(self, images_dir: Path, work: Path, *, images: Sequence[str] = SERVING_IMAGES,
+                 gpus: int = 2, name: str | None = None, build_images: bool = False) -> None:
+        self.images_dir, self.work, self.wanted, self.gpus = Path(images_dir), Path(work), tuple(images), gpus
+        self.build_images = build_images
+        self.name = name or "rankops-" + secrets.token_hex(3)
+        self.plane: LocalControlPlane | None = None
+        self.node: RealNode | None = None
+        self.store: ObjectStore | None = None
+        self.refs: dict[str, str] = {}
+        self._forwarders: dict[tuple[str, int], ns.Forwarder] = {}
+        self.failed = False
+
+    @property
+    def kubeconfig(self) -> str:
+        assert self.plane is not None
+        return str(self.plane.kubeconfig)
+
+    @property
+    def node_name(self) -> str:
+        return f"{self.name}-node-0"
+
+    @property
+    def bin_dir(self) -> Path:
+        assert self.plane is not None
+        return self.plane.bin_dir
+
+    def start(self) -> "RealCluster":
+        archives = (ensure_images(self.images_dir, self.wanted, self._say) if self.build_images
+                    else archives_by_image(self.images_dir))
+        missing = [image for image in self.wanted if image not in archives]
+        if missing:
+            raise RealClusterError(f"no OCI archive of {', '.join(missing)} in {self.images_dir}: build them "
+                                   f"with `rankops dev images --export {self.images_dir}`")
+        for tool in ("containerd", "runc", "ctr", "iptables", "dnsmasq"):
+            if not shutil.which(tool) and not Path("/usr/sbin", tool).exists():
+                raise RealClusterError(f"{tool} is not installed: apt-get install -y containerd runc "
+                                       "containernetworking-plugins iptables conntrack dnsmasq-base")
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.work.chmod(0o755)  # the pods' non-root users read the hostPath volumes under it
+        ensure_binaries(build=True)
+        bins = ensure_node_binaries()
+        self.plane = LocalControlPlane(bins, work_dir=self.work / "cp", netns=self.name, advertise_address=NODE_IP)
+        self.node = RealNode(self.plane, NodeLayout(self.work / "node", self.node_name, NODE_IP, POD_SUBNET,
+                                                    SERVICE_CIDR), bins, gpus=self.gpus)
+        try:
+            ns.create(self.name, NODE_IP)
+            self.plane.start()
+            self.node.start([archives[image] for image in self.wanted])
+            self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.node.images}
+            self.store = ObjectStore(self.work / "object-store", host=NODE_IP, netns=self.name).start()
+        except BaseException:
+            self.failed = True
+            self.stop()
+            raise
+        return self
+
+    @staticmethod
+    def _say(line: str) -> None:
+        print(f"[real-cluster] {line}", flush=True)
+
+    def forward(self, address: str, port: int) -> int:
+        """A port on this machine's loopback that reaches `address:port` inside the namespace
+        (a pod's IP, a ClusterIP): test traffic never leaves loopback and the namespace."""
+        key = (address, port)
+        if key not in self._forwarders:
+            assert self.plane is not None
+            self._forwarders[key] = ns.Forwarder(self.name, 0, key)
+        return self._forwarders[key].port
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        assert self.node is not None
+        return self.node.kubectl(*args, input=input, check=check)
+
+    def install_operator(self, *values: str, namespace: str = "rankops-system", timeout: float = 180.0) -> None:
+        """`helm upgrade --install` the chart with its operator Deployment running (one replica:
+        one node), from the imported operator image; waits until it is Available."""
+        from .operator_process import CHART, RELEASE
+
+        helm = [str(self.bin_dir / "helm"), "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
+                "--create-namespace", "--wait=false", "--set", "operator.replicas=1"]
+        for value in [*chart_values_for_local_images(self.refs), *values]:
+            helm += ["--set", value]
+        done = subprocess.run(helm, env=dict(os.environ, KUBECONFIG=self.kubeconfig), capture_output=True,
+                              text=True, timeout=180)
+        if done.returncode != 0:
+            raise RealClusterError(f"helm install failed: {done.stderr.strip()}")
+        waited = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
+                                 "wait", "--for=condition=Available", f"--timeout={int(timeout)}s", "deployment",
+                                 "-l", f"app.kubernetes.io/instance={RELEASE}"], capture_output=True, text=True)
+        if waited.returncode != 0:
+            pods = self.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
+            raise RealClusterError(f"the chart's operator did not become Available: {waited.stderr.strip()}\n{pods}")
+
+    def logs(self, namespace: str, pod: str, container: str, *, previous: bool = False, tail: int = 200) -> str:
+        """A container's log through the API server (which asks the node's kubelet)."""
+        return self.kubectl("-n", namespace, "logs", pod, "-c", container, f"--tail={tail}",
+                            *(["--previous"] if previous else []), check=False)
+
+    def diagnostics(self, namespace: str | None = None) -> str:
+        """Pods, events and the last lines of every container of `namespace`, for a failing test."""
+        if self.node is None:
+            return "(no node)"
+        where = ["-n", namespace] if namespace else ["-A"]
+        parts = [self.kubectl("get", "pods", "-o", "wide", *where, check=False),
+                 self.kubectl("get", "events", "--sort-by=.lastTimestamp", *where, check=False)[-6000:]]
+        if namespace:
+            pods = json.loads(self.kubectl("-n", namespace, "get", "pods", "-o", "json", check=False) or "{}")
+            for pod in pods.get("items", []):
+                spec = pod["spec"]
+                for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                    parts.append(f"=== {pod['metadata']['name']}/{container['name']}\n"
+                                 + self.logs(namespace, pod["metadata"]["name"], container["name"], tail=40))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """Everything, each step even when an earlier one failed; the work directory is kept
+        when anything failed (logs under node/logs and cp/logs)."""
+        for forwarder in self._forwarders.values():
+            forwarder.close()
+        self._forwarders.clear()
+        if self.store:
+            self.store.stop()
+        if self.node:
+            self.node.stop()
+        if self.plane:
+            self.plane.failed = self.plane.failed or self.failed
+            self.plane.stop()
+        ns.delete(self.name)
+        if not self.failed:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def process_facts(container_id: str, comm: str | None) -> dict[str, Any] | None:
+    """UID, effective capabilities, PID namespace and root mount of the process named `comm` (None:
+    any) whose cgroup names the container, beside this process's PID namespace (the host's)."""
+    bare = container_id.split("://", 1)[-1]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if comm and (proc / "comm").read_text().strip() != comm or bare not in (proc / "cgroup").read_text():
+                continue
+            status = (proc / "status").read_text()
+            field = {line.split(":")[0]: line.split(":", 1)[1].split() for line in status.splitlines() if ":" in line}
+            root_options = next((line.split()[5] for line in (proc / "mountinfo").read_text().splitlines()
+                                 if line.split()[4] == "/"), "")
+            return {"pid": int(proc.name), "uid": int(field["Uid"][0]), "cap_eff": int(field["CapEff"][0], 16),
+                    "pidns": os.readlink(proc / "ns" / "pid"), "host_pidns": os.readlink("/proc/self/ns/pid"),
+                    "root_mount_options": root_options.split(",")}
+        except (OSError, KeyError, IndexError, ValueError):
+            continue
+    return None
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
