@@ -325,7 +325,95 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     process = OPERATOR_LOG.get("process")
     if report.failed and process is not None:
         report.sections.append(("operator log (tail)", process.log_tail(120)))
+    real = OPERATOR_LOG.get("real")
+    if report.failed and real is not None and "real" in getattr(item, "fixturenames", ()):
+        report.sections.append(("real-container cluster: operator pod", real.diagnostics(REAL_OPERATOR_NAMESPACE)))
+        if OPERATOR_LOG.get("real_namespace_in"):
+            report.sections.append(("real-container cluster: the test's namespace",
+                                    real.diagnostics(OPERATOR_LOG["real_namespace_in"])))
     node = OPERATOR_LOG.get("process_node")
     if report.failed and node is not None and "real_namespace" in getattr(item, "fixturenames", ()):
         report.sections.append(("process node: container logs (tails)",
                                 node.all_logs(OPERATOR_LOG.get("real_namespace"))))
+
+
+# -- Real containers (issue 38) ------------------------------------------------------------------
+
+REAL_OPERATOR_NAMESPACE = "rankops-system"
+
+
+@pytest.fixture(scope="module")
+def real(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A cluster whose pods run in real containers, one per test module (devcluster/real_cluster.py):
+    the control plane, one real node and an S3 server in a network namespace of their own, the
+    chart installed with its operator running as the chart's pod from the operator image built
+    here. A module names the images it needs in `REAL_IMAGES` (default: the operator's and the
+    Triton test image). Building the images (cached by content), starting the node or the operator
+    failing FAILS the module; nothing skips."""
+    import tempfile
+    from pathlib import Path
+
+    from rankops.devcluster.real_cluster import DEFAULT_IMAGES_DIR, SERVING_IMAGES, RealCluster
+
+    images = getattr(request.module, "REAL_IMAGES", SERVING_IMAGES)
+    work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets
+    cluster = RealCluster(DEFAULT_IMAGES_DIR, work, images=images, build_images=True)
+    problem = None
+    try:
+        cluster.start()
+        cluster.install_operator(*getattr(request.module, "REAL_CHART_VALUES", ()))
+    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
+        problem = f"{exc}\n{cluster.diagnostics(REAL_OPERATOR_NAMESPACE) if cluster.node else ''}"
+    if problem:
+        cluster.failed = True
+        cluster.stop()
+        pytest.fail(f"the real-container cluster did not start: {problem}", pytrace=False)
+    OPERATOR_LOG["real"] = cluster
+    try:
+        yield cluster
+    except BaseException:
+        cluster.failed = True
+        raise
+    finally:
+        OPERATOR_LOG.pop("real", None)
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def real_k8s(real: Any) -> Iterator[Clients]:
+    """Typed API groups for the real-container cluster."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=real.kubeconfig)
+    yield Clients(api, client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api),
+                  client.CustomObjectsApi(api), client.ApiextensionsV1Api(api))
+    api.close()
+
+
+@pytest.fixture
+def real_namespace_in(request: pytest.FixtureRequest, real: Any, real_k8s: Clients) -> Iterator[str]:
+    """A fresh namespace on the real-container cluster."""
+    with _fresh_namespace(request, real_k8s, "e2e", lambda name: {
+            "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}}}) as name:
+        OPERATOR_LOG["real_namespace_in"] = name
+        yield name
+
+
+def real_operator_log(real: Any) -> str:
+    """The chart's operator pod's log (every line), through the API server."""
+    pods = real.kubectl("-n", REAL_OPERATOR_NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/instance=rankops",
+                        "-o", "name").split()
+    return "".join(real.kubectl("-n", REAL_OPERATOR_NAMESPACE, "logs", pod, "--tail=-1", check=False) for pod in pods)
+
+
+@pytest.fixture
+def real_operator_logs_no_errors(request: pytest.FixtureRequest, real: Any) -> Iterator[None]:
+    """As operator_logs_no_errors, for the operator that runs as the chart's pod."""
+    from rankops.devcluster.operator_process import error_lines
+
+    mark = request.node.get_closest_marker(EXPECTED_ERRORS_MARK)
+    expected = [re.compile(p) for p in (mark.args if mark else ())]
+    before = len(error_lines(real_operator_log(real)))
+    yield
+    errors = error_lines(real_operator_log(real))[before:]
+    assert [line for line in errors if not any(p.search(line) for p in expected)] == []

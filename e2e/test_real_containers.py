@@ -18,10 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,50 +26,20 @@ import pytest
 from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models
-from rankops.devcluster.real_cluster import (DEFAULT_IMAGES_DIR, RealCluster, RealClusterError,
-                                             process_facts, wait_until)
+from rankops.devcluster.real_cluster import RealCluster, process_facts, wait_until
 from rankops.render import names
 
 BUCKET = "models"
 OPERATOR_NAMESPACE = "rankops-system"
+pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
 READY_TIMEOUT = 240
 PRODUCT_UID = 1001   # images/Dockerfile's USER
 TRITON_UID = 1000    # the rendered Triton container's runAsUser
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets
-    cluster = RealCluster(DEFAULT_IMAGES_DIR, work, build_images=True)
-    problem = None
-    try:
-        cluster.start()
-        cluster.install_operator()
-    except (RealClusterError, OSError, TimeoutError, RuntimeError) as exc:
-        problem = f"{exc}\n{cluster.diagnostics(OPERATOR_NAMESPACE) if cluster.node else ''}"
-    if problem:
-        cluster.failed = True
-        cluster.stop()
-        pytest.fail(f"the real-container cluster did not start: {problem}", pytrace=False)
-    try:
-        yield cluster
-    except BaseException:
-        cluster.failed = True
-        raise
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def k8s(real: RealCluster) -> Iterator[Any]:
-    from kubernetes import client, config
-
-    from e2e.conftest import Clients
-
-    api = config.new_client_from_config(config_file=real.kubeconfig)
-    yield Clients(api, client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api),
-                  client.CustomObjectsApi(api), client.ApiextensionsV1Api(api))
-    api.close()
+def k8s(real_k8s: Any) -> Any:
+    return real_k8s
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
-"""Gated rollout judged by real inference: every pod runs (process node), nothing is injected.
+"""Gated rollout judged by real inference, in real containers: nothing is injected.
 
-The model's versions are real artifacts in a real S3 server; each Triton pod's `fetch-model`
-init container fetches its version with the model's credentials Secret, Triton (the real-Triton
-fixture) serves it with the rendered arguments and config, and the gate Jobs run `rankops gate`
-against the canary's and the stable's Services. v2 is v1's weights rounded to FP16: the same
+Every pod is a container on the real node (conftest's `real`): the chart's operator from the
+operator image; each Triton pod's `fetch-model` init container (operator image) fetches its
+version from the real S3 server with the model's credentials Secret, Triton (the Triton test
+image) serves it with the rendered arguments and config, and the gate Jobs (the gates image) run
+`rankops gate` against the canary's and the stable's Services. v2 is v1's weights rounded to FP16: the same
 ranking, so it promotes; v3 is another model (other weights): it reorders the candidates and
 the equivalence gate's real top-K overlap and rank correlation roll it back.
 """
@@ -17,7 +18,8 @@ from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.devcluster import spec_models
 from rankops.render import names
 
-pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
+REAL_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-gates")
 
 BUCKET = "models"
 # A 2-core CI machine runs the control plane, the operator, two Tritons and a gate at once: the
@@ -34,27 +36,30 @@ def _upload_versions(object_store, model: str, spec: RankingModelSpec, tmp_path)
 
 
 def test_real_gates_promote_an_fp16_version_and_roll_back_a_reordering_one(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
-    ns, name = real_namespace, "ranker"
+        real, real_k8s, real_namespace_in, tmp_path):
+    k8s, ns, name, object_store = real_k8s, real_namespace_in, "ranker", real.store
     k8s.core.create_namespaced_secret(ns, object_store.secret_manifest("model-store", ns))
     body = models.model_manifest(
         name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
+        tritonImage=real.refs["rankops-triton-test"], resources={"cpu": "250m", "memory": "1Gi"},
         rollout={"warmup": WARMUP, "equivalence": {"topK": 10},
                  # No traffic runs here (test_canary_real.py judges canaries on real traffic): the
                  # 3 s hold moves on without a verdict by explicit policy, recorded in status.gates.
                  "canary": {"weight": 50, "durationSeconds": 3,
                             "analysis": {"onNoVerdict": "promote", "maxExtensionSeconds": 0}},
-                 "gateJobs": {"timeoutSeconds": 300}})
+                 # Two stable and canary pods, their warm containers, the operator and a gate share 2 cores.
+                 "gateJobs": {"timeoutSeconds": 300, "resources": {"cpu": "250m"}}})
     for version in body["spec"]["versions"]:
         version["precision"] = "fp32" if version["name"] == "1" else "fp16"
     _upload_versions(object_store, name, RankingModelSpec.model_validate(body["spec"]), tmp_path)
     models.create(k8s, ns, body)
     models.wait_ready(k8s, ns, name, timeout=180)
     stable_pod = k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_MODEL}={name}").items[0]
-    assert stable_pod.spec.node_name == process_node.name and stable_pod.status.pod_ip.startswith("127.")
+    assert stable_pod.spec.node_name == real.node_name and stable_pod.status.pod_ip.startswith("10.245.")
     fetch = stable_pod.status.init_container_statuses[0]
     assert (fetch.name, fetch.state.terminated.exit_code) == ("fetch-model", 0)
-    triton_log = process_node.pod_logs(ns, stable_pod.metadata.name)["triton"]
+    assert fetch.container_id.startswith("containerd://"), fetch
+    triton_log = real.logs(ns, stable_pod.metadata.name, "triton")
     assert "successfully loaded 'ranker'" in triton_log, triton_log[-3000:]
 
     # v1 -> v2: the same weights in FP16. Both gates pass on real numbers, and it is promoted.

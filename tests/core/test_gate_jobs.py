@@ -97,3 +97,22 @@ def json_inputs(command: list[str]) -> list[dict]:
     import json
 
     return json.loads(arg(command, "--inputs-spec"))
+
+
+def test_a_gate_jobs_container_asks_for_what_the_spec_says_and_one_core_by_default():
+    def resources(rm: RankingModel) -> dict:
+        return jobs.gate_job(rm, "warmup", "3", "3fa9c1", "2")["spec"]["template"]["spec"]["containers"][0]["resources"]
+
+    default = resources(model())
+    assert (default["requests"]["cpu"], default["requests"]["memory"], default["limits"]["memory"]) == ("1", "1Gi", "4Gi")
+    assert "cpu" not in default["limits"]  # a gate that finishes sooner frees the node sooner
+    small = resources(model(gateJobs={"resources": {"cpu": "250m", "memory": "512Mi", "memoryLimit": "2Gi"}}))
+    assert (small["requests"]["cpu"], small["requests"]["memory"], small["limits"]["memory"]) == ("250m", "512Mi", "2Gi")
+
+
+def test_a_memory_limit_below_the_request_is_refused_naming_the_field():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="memoryLimit 1Gi is below memory 2Gi"):
+        model(gateJobs={"resources": {"memory": "2Gi", "memoryLimit": "1Gi"}})

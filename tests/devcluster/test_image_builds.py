@@ -70,6 +70,7 @@ def test_the_tag_is_a_content_hash_of_the_target_and_its_inputs(repo):
     (".dockerignore", set(ib.RANKOPS_TARGETS)),
     ("images/Dockerfile.triton-test", {ib.TRITON_TARGET}),
     ("operator/rankops/devcluster/triton_standin.py", {ib.TRITON_TARGET}),
+    ("operator/rankops/devcluster/triton_cpu_shim.py", {ib.TRITON_TARGET}),
     # Left out of the rankops images by .dockerignore: no rebuild.
     ("operator/rankops/devcluster/cluster.py", set()),
     ("operator/rankops/__pycache__/cli.cpython-311.pyc", set()),
@@ -123,6 +124,11 @@ def test_the_triton_test_image_is_built_as_the_fixture_installs_it():
     assert f'ARG STUB_REQUIREMENTS="{" ".join(triton.STUB_REQUIREMENTS)}"' in text
     for backend in triton.STANDIN_BACKENDS:
         assert f"COPY triton_standin.py /opt/tritonserver/backends/{backend}/model.py" in text
+    # The shim is the `tritonserver` on PATH; the server it execs keeps its name (the tests find it by it).
+    assert "COPY --chmod=0755 triton_cpu_shim.py /opt/tritonserver/bin/tritonserver" in text
+    from rankops.devcluster import triton_cpu_shim
+    assert f"mv /opt/tritonserver/bin/tritonserver {triton_cpu_shim.REAL}" in text
+    assert Path(triton_cpu_shim.REAL).name == "tritonserver"
     from rankops.render.serving import TRITON_UID
     assert re.search(rf"^USER {TRITON_UID}$", text, re.M), "runs as NVIDIA's triton-server user, as the pods do"
     with pytest.raises(ValueError):

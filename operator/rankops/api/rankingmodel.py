@@ -326,12 +326,42 @@ class Canary(ApiModel):
         return list(self.steps) or [CanaryStep(weight=self.weight, duration_seconds=self.duration_seconds)]
 
 
+class GateResources(ApiModel):
+    """What a gate Job's container asks for. The replay and the comparison are light; the
+    equivalence gate holds the reference's and the canary's scores of every batch."""
+    cpu: Annotated[str, bounds.CPU_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.CPU_RULES}, description=(
+            "CPU request of a gate's container (no limit: a gate that finishes sooner frees the node sooner). "
+            "Lower it where a namespace's quota or a small node cannot give a whole core."))] = "1"
+    memory: Annotated[str, bounds.MEMORY_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
+            "Memory request of a gate's container; its limit is memoryLimit."))] = "1Gi"
+    memory_limit: Annotated[str, bounds.MEMORY_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
+            "Memory limit of a gate's container: a TorchScript reference is loaded in it."))] = "4Gi"
+
+    @model_validator(mode="after")
+    def _limit_covers_request(self) -> "GateResources":
+        if bounds.quantity(self.memory_limit) < bounds.quantity(self.memory):
+            raise ValueError(f"rollout.gateJobs.resources.memoryLimit {self.memory_limit} is below memory "
+                             f"{self.memory}: raise memoryLimit to at least the request")
+        return self
+
+
 class GateJobs(ApiModel):
     image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX,
                                 description="Image running `rankops gate ...` (images/Dockerfile, target gates).")] = DEFAULT_GATES_IMAGE
     timeout_seconds: Annotated[int, Field(ge=30, le=24 * 3600, description=(
         "A gate Job that has not finished by then fails the rollout (Job activeDeadlineSeconds)."))] = 900
     pod_annotations: bounds.pod_annotations("Annotations added to gate Job pods.")
+    resources: GateResources = Field(default_factory=GateResources, description=(
+        "CPU and memory of a gate Job's container."), json_schema_extra={"x-kubernetes-validations": [{
+            "rule": "!has(self.memoryLimit) || !has(self.memory) || "
+                    "quantity(self.memoryLimit).compareTo(quantity(self.memory)) >= 0",
+            "message": "rollout.gateJobs.resources.memoryLimit must be at least memory"}]})
 
 
 class Rollout(ApiModel):

@@ -75,6 +75,12 @@ def _setns_thread(path: Path) -> None:
         os.close(fd)
 
 
+def enter_thread(name: str) -> None:
+    """Move the calling thread (only) into the dev cluster's namespace `name`, for good: for a
+    thread of its own, e.g. a traffic driver whose every socket must be made inside."""
+    _setns_thread(netns_path(name))
+
+
 def connect_inside(name: str, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
     """A TCP connection made from inside the namespace (a socket keeps the namespace it was
     created in, so the dial happens in a short-lived thread that entered it)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from . import netns as ns
 from . import real_node_config as cfg
 from .cluster_dns import ServiceDNS, dnsmasq_command
-from .controlplane import LocalControlPlane, render_kubeconfig, tail, terminate
+from .controlplane import LocalControlPlane, _die_with_parent, render_kubeconfig, tail, terminate
 from .pause_image import PAUSE_IMAGE, build_pause, write_archive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -145,9 +145,10 @@ class RealNode:
     def _spawn(self, name: str, command: list[str]) -> None:
         log_path = self.logs_dir / f"{name}.log"
         with open(log_path, "wb") as log_file:
+            # Killed with the caller (a test run stopped by its timeout): nothing keeps running.
             process = subprocess.Popen([*ns.enter_command(self.plane.netns or ""), *command],
                                        stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=_die_with_parent)
         self.processes.append((name, process, log_path))
 
     def _wait(self, what: str, deadline: float, ready: Callable[[], bool]) -> None:

@@ -2,7 +2,9 @@
 Ready pods behind a model's serving Service, sent from this machine.
 
 Only loopback pod IPs are sent to (the process nodes' pods; kwok's made-up 10.x addresses are
-skipped): nothing else answers here, and the workplace allows traffic to loopback alone. Every
+skipped): nothing else answers here, and the workplace allows traffic to loopback alone. With
+`netns=` (a real node's cluster, real_cluster.py) the driver's thread enters that network
+namespace first and sends to the pod network's addresses there: that namespace has no route out. Every
 run is bounded in requests and seconds and may be paced at a rate; every request is counted,
 by pod: the e2e tests' production-like traffic and `rankops dev traffic` (the demo's canary
 needs traffic to be judged on).
@@ -28,13 +30,14 @@ class Answer(NamedTuple):
     ms: float
 
 
-def serving_addresses(k8s_core: Any, namespace: str, model: str) -> list[str]:
-    """The loopback pod IPs behind the model's serving Service (Ready, taking traffic, not going)."""
+def serving_addresses(k8s_core: Any, namespace: str, model: str, *, any_address: bool = False) -> list[str]:
+    """The loopback pod IPs (`any_address`: every pod IP, for a driver inside a real node's
+    namespace) behind the model's serving Service (Ready, taking traffic, not going)."""
     from rankops.render import names
 
     pods = k8s_core.list_namespaced_pod(
         namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRAFFIC}=on").items
-    return sorted(p.status.pod_ip for p in pods if p.status.pod_ip and is_loopback(p.status.pod_ip)
+    return sorted(p.status.pod_ip for p in pods if p.status.pod_ip and (any_address or is_loopback(p.status.pod_ip))
                   and p.metadata.deletion_timestamp is None
                   and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
 
@@ -46,7 +49,7 @@ class Traffic(threading.Thread):
 
     def __init__(self, addresses: Callable[[], Sequence[str]], model: str, make_sample: Callable[[Any], Any], *,
                  rate: float | None = None, max_requests: int = 1_000_000, max_seconds: float = 900.0,
-                 timeout_s: float = 5.0, seed: int = 5) -> None:
+                 timeout_s: float = 5.0, seed: int = 5, netns: str | None = None) -> None:
         super().__init__(daemon=True, name=f"traffic-{model}")
         if rate is not None and not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate must be in (0, {MAX_RATE:g}] requests/s, got {rate}")
@@ -55,6 +58,7 @@ class Traffic(threading.Thread):
         self.addresses, self.model, self.make_sample = addresses, model, make_sample
         self.rate, self.max_requests, self.max_seconds, self.timeout_s, self.seed = \
             rate, max_requests, max_seconds, timeout_s, seed
+        self.netns = netns
         self.stop = threading.Event()
         self.sent = self.failed = 0
         self.served: list[Answer] = []
@@ -69,6 +73,12 @@ class Traffic(threading.Thread):
 
         from rankops.triton.client import Endpoint, GateClientError
 
+        reachable = is_loopback
+        if self.netns:
+            from rankops.devcluster import netns
+
+            netns.enter_thread(self.netns)  # this thread only: its sockets are made inside
+            reachable = lambda address: True  # noqa: E731 - the namespace routes nowhere else
         rng = np.random.default_rng(self.seed)
         connections: dict[str, tuple[Any, Any]] = {}
         started = time.monotonic()
@@ -80,8 +90,8 @@ class Traffic(threading.Thread):
                     and time.monotonic() - started < self.max_seconds:
                 if time.monotonic() - listed_at >= REFRESH_S:
                     found = list(self.addresses())
-                    self.skipped |= {a for a in found if not is_loopback(a)}
-                    listed, listed_at = [a for a in found if is_loopback(a)], time.monotonic()
+                    self.skipped |= {a for a in found if not reachable(a)}
+                    listed, listed_at = [a for a in found if reachable(a)], time.monotonic()
                     for gone in set(connections) - set(listed):
                         connections.pop(gone)[0].close()
                 if not listed:
