@@ -1,5 +1,6 @@
 """Canary analysis on real traffic: a canary that fails some of its requests, and one much
-slower under load, are rolled back while they serve.
+slower under load, are rolled back while they serve. Every pod is a real container on the real
+node (conftest's `real`); the traffic comes from a thread inside the node's network namespace.
 
 The test plays production-like traffic against the pods behind the model's Service while the
 canary holds its weight; the operator reads both tracks' Triton metrics and rolls v2 back during
@@ -22,7 +23,11 @@ from rankops.devcluster import spec_models, traffic
 from rankops.triton.samples import Sample
 from rankops.render import names
 
-pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
+pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
+REAL_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-gates")
+# Two cores hold the operator, a stable and a canary Triton with their warm containers, and a gate.
+SMALL = {"resources": {"cpu": "250m", "memory": "1Gi"}}
+GATE_JOBS = {"timeoutSeconds": 300, "resources": {"cpu": "250m"}}
 
 SPEC = {
     "inputs": [{"name": "user_id", "dataType": "INT64", "dims": [1]},
@@ -42,18 +47,20 @@ def _request(rng: np.random.Generator, bad: bool) -> Sample:
                                   "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
 
 
-def production_traffic(k8s, namespace: str, model: str, bad_fraction: float) -> traffic.Traffic:
+def production_traffic(k8s, namespace: str, model: str, bad_fraction: float,
+                       netns: str | None = None) -> traffic.Traffic:
     """Production-like requests, round robin over the Ready pods behind the serving Service, one
-    in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most)."""
-    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model), model,
-                           lambda rng: _request(rng, rng.random() < bad_fraction))
+    in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most).
+    `netns`: a real node's namespace, sent from inside it (else the process nodes' loopback pods)."""
+    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model, any_address=bool(netns)),
+                           model, lambda rng: _request(rng, rng.random() < bad_fraction), netns=netns)
 
 
 def serve_real_model(k8s, ns: str, object_store, tmp_path, body: dict, exports: dict[str, dict] | None = None,
                      timeout: float = 180) -> None:
     """Upload each of the model's versions (an ONNX export of its tensors, with the
     spec_models.export arguments `exports[version]`), its credentials Secret, then create it and
-    wait until it is Ready on the process node."""
+    wait until it is Ready on the real node."""
     name = body["metadata"]["name"]
     spec = RankingModelSpec.model_validate(body["spec"])
     for version in (v["name"] for v in body["spec"]["versions"]):
@@ -65,7 +72,7 @@ def serve_real_model(k8s, ns: str, object_store, tmp_path, body: dict, exports: 
     models.wait_ready(k8s, ns, name, timeout=timeout)
 
 
-def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fraction: float, linger_s: float = 0,
+def _roll_out_under_traffic(real, k8s, ns, tmp_path, v2: dict, bad_fraction: float, linger_s: float = 0,
                             **rollout):
     """v1 served, v2 (spec_models.export arguments `v2`) rolled out while production-like traffic
     runs (and `linger_s` after); returns the phases seen, the model, the phases the canary served
@@ -74,9 +81,10 @@ def _roll_out_under_traffic(k8s, ns, object_store, tmp_path, v2: dict, bad_fract
     body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
                                  rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                                           "canary": {"weight": 50, "durationSeconds": 240},
-                                          "gateJobs": {"timeoutSeconds": 300}, **rollout}, **SPEC)
-    serve_real_model(k8s, ns, object_store, tmp_path, body, {"2": v2})
-    traffic = production_traffic(k8s, ns, name, bad_fraction)
+                                          "gateJobs": GATE_JOBS, **rollout},
+                                 tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
+    serve_real_model(k8s, ns, real.store, tmp_path, body, {"2": v2})
+    traffic = production_traffic(k8s, ns, name, bad_fraction, netns=real.name)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
@@ -101,8 +109,9 @@ def _canary_rollback(seen, rm, serving) -> dict:
 
 
 def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
-    seen, rm, serving, traffic = _roll_out_under_traffic(k8s, real_namespace, object_store, tmp_path,
+        real, real_k8s, real_namespace_in, tmp_path):
+    k8s, real_namespace = real_k8s, real_namespace_in
+    seen, rm, serving, traffic = _roll_out_under_traffic(real, k8s, real_namespace, tmp_path,
                                                          {"vocab": CUT_VOCAB}, bad_fraction=0.1)
     canary = _canary_rollback(seen, rm, serving)
     print(f"\ncanary analysis: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
@@ -114,11 +123,12 @@ def test_a_canary_failing_real_requests_is_rolled_back_while_it_serves(
 
 
 def test_a_canary_much_slower_under_load_is_rolled_back_while_it_serves(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+        real, real_k8s, real_namespace_in, tmp_path):
+    k8s, real_namespace = real_k8s, real_namespace_in
     # v2: 256x wider layers, other scores; the equivalence gate is told to accept any scores (a
     # deliberate model change), so only its speed under real traffic can stop it.
     anything = {"absTolerance": 1e9, "relTolerance": 1e9, "minTopKOverlap": 0, "minRankCorrelation": -1}
-    seen, rm, serving, traffic = _roll_out_under_traffic(k8s, real_namespace, object_store, tmp_path,
+    seen, rm, serving, traffic = _roll_out_under_traffic(real, k8s, real_namespace, tmp_path,
                                                          {"hidden": 2048}, bad_fraction=0.0, equivalence=anything)
     canary = _canary_rollback(seen, rm, serving)
     print(f"\ncanary analysis: {canary['summary']}\ntraffic: {traffic.sent} sent, {traffic.failed} failed")
@@ -128,16 +138,16 @@ def test_a_canary_much_slower_under_load_is_rolled_back_while_it_serves(
 
 
 def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_warm_from_their_first_request(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+        real, real_k8s, real_namespace_in, tmp_path):
     """Progressive weights under real traffic, each step judged on its own window; then the
     stable pods that promotion rolls to v2 take their first requests only once warm."""
-    ns = real_namespace
+    k8s, ns = real_k8s, real_namespace_in
     steps = [{"weight": 20, "durationSeconds": 40}, {"weight": 50, "durationSeconds": 40}]
     watch = PodWatch(k8s, ns, "ranker")
     watch.start()
     try:
         seen, rm, serving, traffic = _roll_out_under_traffic(
-            k8s, ns, object_store, tmp_path, {}, bad_fraction=0.0, linger_s=15,
+            real, k8s, ns, tmp_path, {}, bad_fraction=0.0, linger_s=15,
             # v2 is v1 retrained to the same weights: a P99 within noise of the stable's. A busy 2-core
             # machine's P99 over ~150 requests swings by half (1.57x seen): the spec allows 3x.
             canary={"steps": steps, "analysis": {"minRequests": 50, "maxP99VsStable": 3}})
@@ -163,7 +173,7 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
         if p.metadata.deletion_timestamp is None]
     assert promoted, "no stable pod of version 2"
     for pod in promoted:
-        warm = check_warmed_before_ready(watch, process_node, ns, pod.metadata.name, 5000)
+        warm = check_warmed_before_ready(watch, real, ns, pod.metadata.name, 5000)
         answered = sorted((at, ms) for ip, at, ms in traffic.served if ip == pod.status.pod_ip)
         first, later = [ms for _, ms in answered[:10]], sorted(ms for _, ms in answered[10:])
         assert len(first) == 10 and len(later) >= 20, (len(answered), pod.metadata.name)
@@ -181,20 +191,20 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
 
 
 def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_read_is_never_promoted(
-        k8s, real_namespace, operator, object_store, process_node, tmp_path):
+        real, real_k8s, real_namespace_in, tmp_path):
     """v1 -> v2 under traffic: the canary pod is deleted 15 s into its 40 s hold; its replacement
     must serve a whole hold of its own before promotion (the hold counts only served time). Then
     v2 -> v3 with the operator unable to read any pod's metrics: no verdict, so no promotion; the
     analysis says why (Degraded CanaryNotJudged) and onNoVerdict's default rolls it back."""
-    ns, name, hold = real_namespace, "ranker", 40
+    k8s, ns, name, hold = real_k8s, real_namespace_in, "ranker", 40
     body = models.model_manifest(
         name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
         rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                  "canary": {"weight": 50, "durationSeconds": hold,
                             "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 20}},
-                 "gateJobs": {"timeoutSeconds": 300}}, **SPEC)
-    serve_real_model(k8s, ns, object_store, tmp_path, body)
-    traffic = production_traffic(k8s, ns, name, bad_fraction=0.0)
+                 "gateJobs": GATE_JOBS}, tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
+    serve_real_model(k8s, ns, real.store, tmp_path, body)
+    traffic = production_traffic(k8s, ns, name, bad_fraction=0.0, netns=real.name)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
@@ -221,17 +231,14 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
         models.wait_event(k8s, ns, name, "CanaryServing")
 
         # Nobody can read the pods' metrics (as with a NetworkPolicy on port 8002): no verdict.
-        operator.stop()
-        operator.pod_metrics_network = "192.0.2.0/24"   # TEST-NET-1: no pod is there, nothing is sent
-        operator.start()
+        # The chart's operator is rolled with the flag (TEST-NET-1: no pod is there, nothing is sent).
+        real.install_operator("operator.extraArgs[0]=--pod-metrics-network=192.0.2.0/24")
         try:
             models.patch_spec(k8s, ns, name, {"version": "3"})
             seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "3", {"Promoted", "RolledBack"},
                                                       timeout=TIMEOUT)
         finally:
-            operator.stop()
-            operator.pod_metrics_network = "127.0.0.0/8"
-            operator.start()
+            real.install_operator()
     finally:
         traffic.stop.set()
         traffic.join(timeout=30)

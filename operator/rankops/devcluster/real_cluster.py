@@ -160,9 +160,10 @@ class RealCluster:
                               text=True, timeout=180)
         if done.returncode != 0:
             raise RealClusterError(f"helm install failed: {done.stderr.strip()}")
+        # `rollout status`, not the Available condition: an upgrade's old pod is Available until it goes.
         waited = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
-                                 "wait", "--for=condition=Available", f"--timeout={int(timeout)}s", "deployment",
-                                 "-l", f"app.kubernetes.io/instance={RELEASE}"], capture_output=True, text=True)
+                                 "rollout", "status", f"--timeout={int(timeout)}s", f"deployment/{RELEASE}-operator"],
+                                capture_output=True, text=True)
         if waited.returncode != 0:
             pods = self.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
             raise RealClusterError(f"the chart's operator did not become Available: {waited.stderr.strip()}\n{pods}")
@@ -171,6 +172,13 @@ class RealCluster:
         """A container's log through the API server (which asks the node's kubelet)."""
         return self.kubectl("-n", namespace, "logs", pod, "-c", container, f"--tail={tail}",
                             *(["--previous"] if previous else []), check=False)
+
+    def pod_logs(self, namespace: str, pod: str) -> dict[str, str]:
+        """container name -> its log (the current run's), as ProcessNode.pod_logs gives them."""
+        found = json.loads(self.kubectl("-n", namespace, "get", "pod", pod, "-o", "json", check=False) or "{}")
+        spec = found.get("spec", {})
+        return {c["name"]: self.logs(namespace, pod, c["name"], tail=-1)
+                for c in [*spec.get("initContainers", []), *spec.get("containers", [])]}
 
     def diagnostics(self, namespace: str | None = None) -> str:
         """Pods, events and the last lines of every container of `namespace`, for a failing test."""

@@ -23,11 +23,10 @@ from . import netns as ns
 from .binaries import ensure_node_binaries
 from .controlplane import SERVICE_CIDR, LocalControlPlane
 from .image_check import MODEL, write_repository
+from .real_cluster import NODE_IP, POD_SUBNET, process_facts
 from .real_node import RealNode, archive_image_name, sweep
 from .real_node_config import NodeLayout
 
-NODE_IP = "10.200.0.1"
-POD_SUBNET = "10.245.0.0/24"  # not kwok's 10.244.0.0/16: real pods only
 SERVICE = "triton"
 
 CLIENT = f"""
@@ -105,25 +104,6 @@ def timeline(pod: dict) -> str:
     return ", ".join(f"{k} +{(at(marks[k]) - created).total_seconds():.0f}s" for k in order if k in marks)
 
 
-def process_facts(container_id: str, comm: str) -> dict | None:
-    """UID and PID namespace of the process named `comm` whose cgroup names the container, and
-    this process's PID namespace (the host's: the kubelet and containerd share it)."""
-    bare = container_id.split("://", 1)[-1]
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if (proc / "comm").read_text().strip() != comm or bare not in (proc / "cgroup").read_text():
-                continue
-            status = (proc / "status").read_text()
-            field = {l.split(":")[0]: l.split(":", 1)[1].split() for l in status.splitlines() if ":" in l}
-            return {"pid": int(proc.name), "uid": int(field["Uid"][0]), "cap_eff": field["CapEff"][0], "pidns": os.readlink(proc / "ns" / "pid"),
-                    "host_pidns": os.readlink("/proc/self/ns/pid")}
-        except (OSError, KeyError, IndexError):
-            continue
-    return None
-
-
 def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
     archives = {archive_image_name(p).split(":")[0].rsplit("/", 1)[-1]: p for p in images_dir.glob("*.tar")}
     needed = {"rankops-triton-test", "rankops-operator"}
@@ -177,7 +157,7 @@ def run(images_dir: Path, keep: bool, name: str, work: Path) -> int:
         print("client output:\n  " + "\n  ".join(logs.strip().splitlines()))
         ok = (client["status"].get("phase") == "Succeeded" and "[11.0, 22.0, 33.0, 44.0]" in logs and "DNS triton.default.svc 10.96." in logs
               and facts is not None and facts["uid"] == 1000 and facts["pidns"] != facts["host_pidns"]
-              and int(facts["cap_eff"], 16) == 0
+              and facts["cap_eff"] == 0
               and cid.startswith("containerd://") and gpu == "1")
         print("PASS" if ok else "FAIL")
         failed = not ok
