@@ -348,25 +348,43 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     the control plane, one real node and an S3 server in a network namespace of their own, the
     chart installed with its operator running as the chart's pod from the operator image built
     here. A module names the images it needs in `REAL_IMAGES` (default: the operator's and the
-    Triton test image). Building the images (cached by content), starting the node or the operator
+    Triton test image) and may ask for the kubelet's static CPU manager (`REAL_CPU_MANAGER_POLICY`). Building the images (cached by content), starting the node or the operator
     failing FAILS the module; nothing skips."""
     import tempfile
     from pathlib import Path
 
-    from rankops.devcluster.real_cluster import DEFAULT_IMAGES_DIR, SERVING_IMAGES, RealCluster
+    from rankops.devcluster.real_cluster import (DEFAULT_IMAGES_DIR, SERVING_IMAGES, ExistingCluster, RealCluster,
+                                                 images_from_env)
 
     images = getattr(request.module, "REAL_IMAGES", SERVING_IMAGES)
     work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets
-    cluster = RealCluster(DEFAULT_IMAGES_DIR, work, images=images, build_images=True)
+    cluster: Any = None
     problem = None
     try:
-        cluster.start()
+        if os.environ.get("KUBECONFIG"):
+            # kind: the workflow (or e2e/kind/setup.sh) loaded the images on one worker and said where.
+            missing = [v for v in ("RANKOPS_E2E_REAL_NODE", "RANKOPS_E2E_IMAGES", "RANKOPS_E2E_STORE_HOST")
+                       if not os.environ.get(v)]
+            if missing:
+                raise RuntimeError(f"{', '.join(missing)} not set: on a cluster of your own the real-pod tests need "
+                                   "a worker with the images loaded (e2e/kind/setup.sh sets them)")
+            refs = images_from_env(os.environ["RANKOPS_E2E_IMAGES"])
+            absent = [image for image in images if image not in refs]
+            if absent:
+                raise RuntimeError(f"RANKOPS_E2E_IMAGES names no {', '.join(absent)}")
+            cluster = ExistingCluster(os.environ["KUBECONFIG"], os.environ["RANKOPS_E2E_REAL_NODE"], refs, work,
+                                      os.environ["RANKOPS_E2E_STORE_HOST"])
+        else:
+            cluster = RealCluster(DEFAULT_IMAGES_DIR, work, images=images, build_images=True,
+                                  cpu_manager_policy=getattr(request.module, "REAL_CPU_MANAGER_POLICY", "none"))
+            cluster.start()
         cluster.install_operator(*getattr(request.module, "REAL_CHART_VALUES", ()))
     except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
-        problem = f"{exc}\n{cluster.diagnostics(REAL_OPERATOR_NAMESPACE) if cluster.node else ''}"
+        problem = f"{exc}\n{cluster.diagnostics(REAL_OPERATOR_NAMESPACE) if cluster is not None else ''}"
     if problem:
-        cluster.failed = True
-        cluster.stop()
+        if cluster is not None:
+            cluster.failed = True
+            cluster.stop()
         pytest.fail(f"the real-container cluster did not start: {problem}", pytrace=False)
     OPERATOR_LOG["real"] = cluster
     try:

@@ -47,13 +47,13 @@ def _request(rng: np.random.Generator, bad: bool) -> Sample:
                                   "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
 
 
-def production_traffic(k8s, namespace: str, model: str, bad_fraction: float,
-                       netns: str | None = None) -> traffic.Traffic:
+def production_traffic(k8s, namespace: str, model: str, bad_fraction: float, real=None) -> traffic.Traffic:
     """Production-like requests, round robin over the Ready pods behind the serving Service, one
     in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most).
-    `netns`: a real node's namespace, sent from inside it (else the process nodes' loopback pods)."""
-    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model, any_address=bool(netns)),
-                           model, lambda rng: _request(rng, rng.random() < bad_fraction), netns=netns)
+    `real`: a cluster of real containers, sent from its namespace (else the process nodes' pods)."""
+    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model, any_address=real is not None),
+                           model, lambda rng: _request(rng, rng.random() < bad_fraction),
+                           netns=real.netns if real is not None else None)
 
 
 def serve_real_model(k8s, ns: str, object_store, tmp_path, body: dict, exports: dict[str, dict] | None = None,
@@ -84,7 +84,7 @@ def _roll_out_under_traffic(real, k8s, ns, tmp_path, v2: dict, bad_fraction: flo
                                           "gateJobs": GATE_JOBS, **rollout},
                                  tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
     serve_real_model(k8s, ns, real.store, tmp_path, body, {"2": v2})
-    traffic = production_traffic(k8s, ns, name, bad_fraction, netns=real.name)
+    traffic = production_traffic(k8s, ns, name, bad_fraction, real=real)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})
@@ -204,7 +204,7 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
                             "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 20}},
                  "gateJobs": GATE_JOBS}, tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
     serve_real_model(k8s, ns, real.store, tmp_path, body)
-    traffic = production_traffic(k8s, ns, name, bad_fraction=0.0, netns=real.name)
+    traffic = production_traffic(k8s, ns, name, bad_fraction=0.0, real=real)
     traffic.start()
     try:
         models.patch_spec(k8s, ns, name, {"version": "2"})

@@ -61,6 +61,15 @@ def test_kubelet_config():
     assert conf["address"] == "10.200.0.1"
 
 
+def test_the_static_cpu_manager_is_asked_for_with_a_reservation_it_rounds_up_to_a_core():
+    import dataclasses
+
+    assert "cpuManagerPolicy" not in yaml.safe_load(cfg.kubelet_config(LAYOUT))  # none: the default
+    conf = yaml.safe_load(cfg.kubelet_config(dataclasses.replace(LAYOUT, cpu_manager_policy="static")))
+    assert conf["cpuManagerPolicy"] == "static"
+    assert conf["kubeReserved"] == {"cpu": "100m"}  # the kubelet refuses the static policy without one
+
+
 def test_kube_proxy_config_iptables_and_no_machine_wide_sysctls():
     conf = yaml.safe_load(cfg.kube_proxy_config(LAYOUT, Path("/w/node/kc")))
     assert conf["mode"] == "iptables" and conf["hostnameOverride"] == "n0"
@@ -167,7 +176,7 @@ def test_forwarder_pumps_both_ways(monkeypatch):
 
 def test_build_sh_refuses_an_unknown_target():
     result = subprocess.run(["bash", str(BUILD_SH), "kubelett"], capture_output=True, text=True)
-    assert result.returncode == 2 and "optional targets: kubelet kube-proxy" in result.stderr
+    assert result.returncode == 2 and "targets: kubelet kube-proxy" in result.stderr
 
 
 def test_dnsmasq_answers_cluster_names_only_and_forwards_nothing():

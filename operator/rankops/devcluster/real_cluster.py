@@ -65,7 +65,7 @@ def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
     """`helm --set` values that run the chart's operator, and every model's fetcher, from the
     images imported into the node (never pulled: there is no registry)."""
     repository, tag = refs["rankops-operator"].rsplit(":", 1)
-    values = [f"image.repository={repository}", f"image.tag={tag}", "image.pullPolicy=Never",
+    values = [f"image.repository={repository}", f"image.tag={tag}",
               f"fetcher.image.repository={repository}", f"fetcher.image.tag={tag}"]
     if "rankops-gates" in refs:
         gates, gates_tag = refs["rankops-gates"].rsplit(":", 1)
@@ -73,87 +73,38 @@ def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
     return values
 
 
-class RealCluster:
-    def __init__(self, images_dir: Path, work: Path, *, images: Sequence[str] = SERVING_IMAGES,
-                 gpus: int = 2, name: str | None = None, build_images: bool = False) -> None:
-        self.images_dir, self.work, self.wanted, self.gpus = Path(images_dir), Path(work), tuple(images), gpus
-        self.build_images = build_images
-        self.name = name or "rankops-" + secrets.token_hex(3)
-        self.plane: LocalControlPlane | None = None
-        self.node: RealNode | None = None
-        self.store: ObjectStore | None = None
-        self.refs: dict[str, str] = {}
-        self._forwarders: dict[tuple[str, int], ns.Forwarder] = {}
-        self.failed = False
+class ClusterOfRealPods:
+    """What the real-pod tests use of a cluster whose pods run in real containers, by kubectl and
+    helm: this machine's RealCluster, or a kind cluster's worker (ExistingCluster). Subclasses set
+    `kubeconfig`, `node_name`, `refs` (image name -> reference), `store`, `netns` (the namespace
+    test traffic is sent from, None: this machine reaches pod IPs) and `pull_policy`."""
 
-    @property
-    def kubeconfig(self) -> str:
-        assert self.plane is not None
-        return str(self.plane.kubeconfig)
+    kubeconfig: str
+    node_name: str
+    refs: dict[str, str]
+    store: ObjectStore | None
+    netns: str | None
+    pull_policy = "Never"
+    failed = False
 
-    @property
-    def node_name(self) -> str:
-        return f"{self.name}-node-0"
-
-    @property
-    def bin_dir(self) -> Path:
-        assert self.plane is not None
-        return self.plane.bin_dir
-
-    def start(self) -> "RealCluster":
-        archives = (ensure_images(self.images_dir, self.wanted, self._say) if self.build_images
-                    else archives_by_image(self.images_dir))
-        missing = [image for image in self.wanted if image not in archives]
-        if missing:
-            raise RealClusterError(f"no OCI archive of {', '.join(missing)} in {self.images_dir}: build them "
-                                   f"with `rankops dev images --export {self.images_dir}`")
-        for tool in ("containerd", "runc", "ctr", "iptables", "dnsmasq"):
-            if not shutil.which(tool) and not Path("/usr/sbin", tool).exists():
-                raise RealClusterError(f"{tool} is not installed: apt-get install -y containerd runc "
-                                       "containernetworking-plugins iptables conntrack dnsmasq-base")
-        self.work.mkdir(parents=True, exist_ok=True)
-        self.work.chmod(0o755)  # the pods' non-root users read the hostPath volumes under it
-        ensure_binaries(build=True)
-        bins = ensure_node_binaries()
-        self.plane = LocalControlPlane(bins, work_dir=self.work / "cp", netns=self.name, advertise_address=NODE_IP)
-        self.node = RealNode(self.plane, NodeLayout(self.work / "node", self.node_name, NODE_IP, POD_SUBNET,
-                                                    SERVICE_CIDR), bins, gpus=self.gpus)
-        try:
-            ns.create(self.name, NODE_IP)
-            self.plane.start()
-            self.node.start([archives[image] for image in self.wanted])
-            self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.node.images}
-            self.store = ObjectStore(self.work / "object-store", host=NODE_IP, netns=self.name).start()
-        except BaseException:
-            self.failed = True
-            self.stop()
-            raise
-        return self
-
-    @staticmethod
-    def _say(line: str) -> None:
-        print(f"[real-cluster] {line}", flush=True)
-
-    def forward(self, address: str, port: int) -> int:
-        """A port on this machine's loopback that reaches `address:port` inside the namespace
-        (a pod's IP, a ClusterIP): test traffic never leaves loopback and the namespace."""
-        key = (address, port)
-        if key not in self._forwarders:
-            assert self.plane is not None
-            self._forwarders[key] = ns.Forwarder(self.name, 0, key)
-        return self._forwarders[key].port
+    def tool(self, name: str) -> str:
+        return shutil.which(name) or name
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        assert self.node is not None
-        return self.node.kubectl(*args, input=input, check=check)
+        result = subprocess.run([self.tool("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+                                input=input, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise RealClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
 
     def install_operator(self, *values: str, namespace: str = "rankops-system", timeout: float = 180.0) -> None:
         """`helm upgrade --install` the chart with its operator Deployment running (one replica:
-        one node), from the imported operator image; waits until it is Available."""
+        one node), from the operator image on the node; waits until it has rolled out."""
         from .operator_process import CHART, RELEASE
 
-        helm = [str(self.bin_dir / "helm"), "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
-                "--create-namespace", "--wait=false", "--set", "operator.replicas=1"]
+        helm = [self.tool("helm"), "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
+                "--create-namespace", "--wait=false", "--set", "operator.replicas=1",
+                "--set", f"image.pullPolicy={self.pull_policy}"]
         for value in [*chart_values_for_local_images(self.refs), *values]:
             helm += ["--set", value]
         done = subprocess.run(helm, env=dict(os.environ, KUBECONFIG=self.kubeconfig), capture_output=True,
@@ -161,7 +112,7 @@ class RealCluster:
         if done.returncode != 0:
             raise RealClusterError(f"helm install failed: {done.stderr.strip()}")
         # `rollout status`, not the Available condition: an upgrade's old pod is Available until it goes.
-        waited = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
+        waited = subprocess.run([self.tool("kubectl"), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
                                  "rollout", "status", f"--timeout={int(timeout)}s", f"deployment/{RELEASE}-operator"],
                                 capture_output=True, text=True)
         if waited.returncode != 0:
@@ -182,8 +133,6 @@ class RealCluster:
 
     def diagnostics(self, namespace: str | None = None) -> str:
         """Pods, events and the last lines of every container of `namespace`, for a failing test."""
-        if self.node is None:
-            return "(no node)"
         where = ["-n", namespace] if namespace else ["-A"]
         parts = [self.kubectl("get", "pods", "-o", "wide", *where, check=False),
                  self.kubectl("get", "events", "--sort-by=.lastTimestamp", *where, check=False)[-6000:]]
@@ -195,6 +144,115 @@ class RealCluster:
                     parts.append(f"=== {pod['metadata']['name']}/{container['name']}\n"
                                  + self.logs(namespace, pod["metadata"]["name"], container["name"], tail=40))
         return "\n".join(parts)
+
+    def stop(self) -> None:
+        if self.store:
+            self.store.stop()
+
+
+class ExistingCluster(ClusterOfRealPods):
+    """A cluster someone else made (kind, in e2e-kind.yaml or e2e/kind/setup.sh) with one worker for
+    the real-pod tests: `node_name`, its images loaded (`refs`, from $RANKOPS_E2E_IMAGES), an S3
+    server started here on `store_host`, an address that worker's pods reach."""
+
+    pull_policy = "IfNotPresent"
+
+    def __init__(self, kubeconfig: str, node_name: str, refs: dict[str, str], work: Path, store_host: str) -> None:
+        self.kubeconfig, self.node_name, self.refs, self.netns = kubeconfig, node_name, refs, None
+        self.store = ObjectStore(work / "object-store", host=store_host).start()
+
+
+def images_from_env(text: str) -> dict[str, str]:
+    """`operator=REF,gates=REF,triton=REF` ($RANKOPS_E2E_IMAGES) -> {"rankops-operator": REF, ...}."""
+    refs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, ref = item.partition("=")
+        if not ref:
+            raise RealClusterError(f"RANKOPS_E2E_IMAGES: {item!r} is not NAME=REFERENCE")
+        refs["rankops-triton-test" if key == "triton" else f"rankops-{key}"] = ref
+    return refs
+
+
+class RealCluster(ClusterOfRealPods):
+    def __init__(self, images_dir: Path, work: Path, *, images: Sequence[str] = SERVING_IMAGES,
+                 gpus: int = 2, name: str | None = None, build_images: bool = False,
+                 cpu_manager_policy: str = "none") -> None:
+        self.images_dir, self.work, self.wanted, self.gpus = Path(images_dir), Path(work), tuple(images), gpus
+        self.build_images, self.cpu_manager_policy = build_images, cpu_manager_policy
+        self.name = name or "rankops-" + secrets.token_hex(3)
+        self.plane: LocalControlPlane | None = None
+        self.node: RealNode | None = None
+        self.store: ObjectStore | None = None
+        self.refs: dict[str, str] = {}
+        self.netns: str | None = self.name
+        self._forwarders: dict[tuple[str, int], ns.Forwarder] = {}
+        self.failed = False
+
+    @property
+    def kubeconfig(self) -> str:
+        assert self.plane is not None
+        return str(self.plane.kubeconfig)
+
+    @property
+    def node_name(self) -> str:
+        return f"{self.name}-node-0"
+
+    @property
+    def bin_dir(self) -> Path:
+        assert self.plane is not None
+        return self.plane.bin_dir
+
+    def tool(self, name: str) -> str:
+        return str(self.bin_dir / name) if self.plane and (self.bin_dir / name).exists() else super().tool(name)
+
+    def start(self) -> "RealCluster":
+        archives = (ensure_images(self.images_dir, self.wanted, self._say) if self.build_images
+                    else archives_by_image(self.images_dir))
+        missing = [image for image in self.wanted if image not in archives]
+        if missing:
+            raise RealClusterError(f"no OCI archive of {', '.join(missing)} in {self.images_dir}: build them "
+                                   f"with `rankops dev images --export {self.images_dir}`")
+        for tool in ("containerd", "runc", "ctr", "iptables", "dnsmasq"):
+            if not shutil.which(tool) and not Path("/usr/sbin", tool).exists():
+                raise RealClusterError(f"{tool} is not installed: apt-get install -y containerd runc "
+                                       "containernetworking-plugins iptables conntrack dnsmasq-base")
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.work.chmod(0o755)  # the pods' non-root users read the hostPath volumes under it
+        ensure_binaries(build=True)
+        bins = ensure_node_binaries()
+        self.plane = LocalControlPlane(bins, work_dir=self.work / "cp", netns=self.name, advertise_address=NODE_IP)
+        self.node = RealNode(self.plane, NodeLayout(self.work / "node", self.node_name, NODE_IP, POD_SUBNET,
+                                                    SERVICE_CIDR, cpu_manager_policy=self.cpu_manager_policy),
+                             bins, gpus=self.gpus)
+        try:
+            ns.create(self.name, NODE_IP)
+            self.plane.start()
+            self.node.start([archives[image] for image in self.wanted])
+            self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.node.images}
+            self.store = ObjectStore(self.work / "object-store", host=NODE_IP, netns=self.name).start()
+        except BaseException:
+            self.failed = True
+            self.stop()
+            raise
+        return self
+
+    def diagnostics(self, namespace: str | None = None) -> str:
+        if self.plane is None or self.node is None:
+            return "(the cluster did not start)"
+        return super().diagnostics(namespace)
+
+    @staticmethod
+    def _say(line: str) -> None:
+        print(f"[real-cluster] {line}", flush=True)
+
+    def forward(self, address: str, port: int) -> int:
+        """A port on this machine's loopback that reaches `address:port` inside the namespace
+        (a pod's IP, a ClusterIP): test traffic never leaves loopback and the namespace."""
+        key = (address, port)
+        if key not in self._forwarders:
+            assert self.plane is not None
+            self._forwarders[key] = ns.Forwarder(self.name, 0, key)
+        return self._forwarders[key].port
 
     def stop(self) -> None:
         """Everything, each step even when an earlier one failed; the work directory is kept
