@@ -282,7 +282,7 @@ def test_daemonset_args_parse_with_the_real_cli(build_host, monkeypatch):
         seen.update(node=node, pool=pool, interval=interval, taint=kwargs["taint_failing"],
                     requirements=kwargs["requirements"])
         return 0
-    monkeypatch.setattr("rankops.validator.cli.run_on_node", fake_run)
+    monkeypatch.setattr("rankops.commands.validate_node.run_on_node", fake_run)
     assert main(args) == 0
     assert seen == {"node": "gpu-1", "pool": "t4-pool", "interval": 300, "taint": True, "requirements": REQUIREMENTS}
 
