@@ -22,7 +22,7 @@ from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, render_validator
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
 from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
-from rankops.validator.pool_status import node_claims, pool_status, seconds_until_stale
+from rankops.pool_status import node_claims, pool_status, seconds_until_stale
 
 
 @dataclass
