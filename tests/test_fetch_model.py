@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from rankops.cli import main as rankops_main
-from rankops.commands.fetch import (FetchError, client_settings, env_problem, fetch, md5_from_headers, object_plan,
-                                    parse_uri, s3_md5)
+from rankops.fetcher.fetch import (FetchError, client_settings, env_problem, fetch, md5_from_headers, object_plan,
+                                   parse_uri, s3_md5)
 from rankops.devcluster.objectstore import ObjectStore
 
 RANKOPS = str(Path(sys.executable).with_name("rankops"))
@@ -711,7 +711,7 @@ def test_a_body_pausing_longer_than_the_first_byte_wait_is_not_a_stall(bad_s3: d
 
 
 def test_first_byte_wait_defaults_below_the_stall() -> None:
-    from rankops.commands.fetch import Limits
+    from rankops.fetcher.fetch import Limits
     assert Limits().first_byte == 20 and Limits(stall_s=5).first_byte == 5
     assert Limits(stall_s=300, first_byte_s=90).first_byte == 90
 

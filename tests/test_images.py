@@ -348,7 +348,7 @@ def test_the_build_context_carries_only_what_the_dockerfiles_copy():
     (["validate-node"], ["rankops.validator.node", "rankops.validator.checks"]),
     (["gate", "warmup"], ["rankops.gates.warmup", "tritonclient.http", "tritonclient.grpc"]),
     (["gate", "equivalence"], ["rankops.gates.equivalence", "numpy"]),
-    (["fetch-model"], ["rankops.commands.fetch", "boto3", "botocore.config"]),
+    (["fetch-model"], ["rankops.commands.fetch", "rankops.fetcher.fetch", "boto3", "botocore.config"]),
 ], ids=["run", "validate-node", "gate-warmup", "gate-equivalence", "fetch-model"])
 def test_each_entry_point_starts_in_a_clean_interpreter(command, modules):
     """What each image's entry point (and the fetch-model init container) imports is installed:

@@ -15,12 +15,12 @@ COMMAND_MODULES = [
     "rankops.commands.render",      # render, crds
     "rankops.commands.run",         # run (the operator)
     "rankops.commands.fetch",       # fetch-model (init containers)
-    "rankops.planner.cli",          # plan
-    "rankops.planner.profile_cli",  # profile (measures a live Triton)
-    "rankops.gates.cli",            # gate warmup | equivalence
-    "rankops.gates.warm_cli",       # warm (the container beside Triton)
+    "rankops.commands.plan",        # plan
+    "rankops.commands.profile",     # profile (measures a live Triton)
+    "rankops.commands.gate",        # gate warmup | equivalence
+    "rankops.commands.warm",        # warm (the container beside Triton)
     "rankops.commands.infer",       # infer (one request, the scores)
-    "rankops.validator.cli",        # validate-node
+    "rankops.commands.validate_node",  # validate-node
     "rankops.commands.dev",         # dev up
     "rankops.commands.docs",        # docs reference
 ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Iterable
 
 from rankops.api.base import unknown_fields_message  # noqa: F401 (said by the shell)
-from rankops.api.conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
+from rankops.api.conditions import DEGRADED, PROGRESSING, READY, flipped, get_condition, set_condition
 from rankops.api.phases import (  # noqa: F401 (the precedence lists: re-exported)
     DEGRADED_PRECEDENCE, NOT_APPLIED_REASONS, SERVING_REASONS, DegradedReason, ModelPhase, RolloutPhase)
 from rankops.api.planning import PlanStatus
@@ -148,7 +148,7 @@ def decide(spec: RankingModelSpec, old: RankingModelStatus, decision: Decision, 
     was = get_condition(conditions, DEGRADED)
     degraded = reason != DegradedReason.AS_EXPECTED
     conditions = set_condition(conditions, DEGRADED, degraded, reason, message, gen, facts.now)
-    if degraded and (not was or was.reason != reason) and reason != DegradedReason.ROLLED_BACK:
+    if degraded and flipped(was, get_condition(conditions, DEGRADED)) and reason != DegradedReason.ROLLED_BACK:
         events.append(Event("Warning", reason, message))   # a rollback has its own Event, from step()
 
     if active:
@@ -245,7 +245,7 @@ def degraded_only(old: RankingModelStatus, generation: int | None, reason: str, 
                else "nothing serves yet"))
     conditions = set_condition(conditions, READY, serving, SPEC_NOT_APPLIED, note, generation, now)
     conditions = set_condition(conditions, PROGRESSING, False, SPEC_NOT_APPLIED, note, generation, now)
-    events = () if was and was.status == "True" and was.reason == reason else (Event("Warning", reason, message),)
+    events = (Event("Warning", reason, message),) if flipped(was, get_condition(conditions, DEGRADED)) else ()
     status = old.model_copy(update={"conditions": conditions, "phase": ModelPhase.DEGRADED,
                                     "observed_generation": generation})
     return StatusDecision(status, events)

@@ -99,3 +99,19 @@ def test_render_prints_exactly_what_the_operator_applies_to_a_new_model(shape):
         assert ("HTTPRoute", "routed") in rendered, "the operator's traffic objects are in render"
     if shape == "openshiftRoute":
         assert any(kind == "Route" for kind, _ in rendered)
+
+
+def test_render_prints_exactly_what_the_operator_applies_to_a_new_pool():
+    """The pools' seam too (poolplan): the validator DaemonSet the PoolController applies is render's."""
+    from rankops.controller import pools
+    from rankops.controller.context import OperatorContext
+
+    (pool,) = _load(EXAMPLES / "gpunodepool-t4.yaml")
+    cluster = gpu_cluster()
+    body = copy.deepcopy(pool)
+    body["metadata"].update(uid="uid-pool", generation=1)
+    cluster.put(body)
+    pools.reconcile(cluster, body, OperatorContext(image_pull_secrets=["regcred"]))
+    applied = [_without_owner(o) for o in cluster.applied]
+    assert [o["kind"] for o in applied] == ["DaemonSet"]
+    assert applied == render_documents([("gpunodepool-t4.yaml#1", pool)], pull_secrets=["regcred"])

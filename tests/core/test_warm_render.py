@@ -65,7 +65,7 @@ def test_the_warm_command_is_what_rankops_warm_accepts_and_sends_the_gates_shape
     rm = RankingModel.model_validate(doc)
     warm = _pods(doc)["ctr-ranker-stable"]["containers"][1]
     args = build_parser().parse_args(warm["command"][1:])
-    assert args.func.__module__ == "rankops.gates.warm_cli"
+    assert args.func.__module__ == "rankops.commands.warm"
     assert (args.requests, args.concurrency, args.deadline_s) == (200, 2, 300.0)
     # The same generated requests as the warmup gate's Job: the shapes production sends.
     gate, *_ = jobs.gate_command(rm, "warmup", rm.spec.version, False)

@@ -14,7 +14,7 @@ import yaml
 
 from rankops.api.rankingmodel import RankingModel
 from rankops.cli import build_parser, main
-from rankops.gates import cli as gate_cli
+from rankops.commands import gate as gate_cli
 from rankops.render.desired import ServingState, desired_objects, resolve_shape
 from rankops.rollout import jobs
 from rankops.triton.client import GATE_PRIORITY, Endpoint, ModelInfo, Request, check_priority

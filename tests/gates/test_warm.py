@@ -11,7 +11,7 @@ import pytest
 from rankops.triton.samples import SamplesError, dump_samples, generate_samples, parse_input_spec
 from rankops.gates.warm import (WAITING, WARM, WARMING, RoundResult, WarmState, host_port, judge_round, outcome,
                                 serve_readiness)
-from rankops.gates.warm_cli import read_samples
+from rankops.commands.warm import read_samples
 from rankops.gates.warmup import Observations
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

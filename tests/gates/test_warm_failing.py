@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from rankops.gates import warm_cli
+from rankops.commands import warm as warm_cli
 from rankops.gates.warm import (FAILING, FAILING_ROUNDS, WARMUP_FAILING, RoundResult, WarmConfig, Warmer, WarmState,
                                 backoff_s, failing_message, outcome, termination_message)
 from rankops.gates.warmup import Observations, WarmupConfig, _verdict

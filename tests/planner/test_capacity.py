@@ -6,7 +6,7 @@ import numpy as np
 
 from rankops.api.planning import PlanStatus
 from rankops.planner import search
-from rankops.planner.cli import render_text
+from rankops.commands.plan import render_text
 from rankops.planner.profile import LatencyProfile
 from rankops.planner.search import evaluate, meets_budget, plan, sustainable_qps, verified_qps
 from rankops.planner.simulator import BatcherConfig, poisson_arrivals_ms, run_batcher, saturation_qps, simulate

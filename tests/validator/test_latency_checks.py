@@ -7,7 +7,7 @@ from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
 from rankops.validator import latency as lat
 from rankops.validator import sample_hosts as trees
-from rankops.validator.checks import CheckResult, Status
+from rankops.validator.result import CheckResult, Status
 from rankops.validator.host import HostView, Read
 from rankops.validator.node import LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED, node_patch
 from rankops.validator.report import render_text, validate_host
@@ -249,7 +249,7 @@ def test_every_scenario_labels_its_node(build_host, name):
 
 def test_pool_status_counts_tuned_and_aligned_nodes(build_host):
     from rankops.api.gpunodepool import GpuNodePool
-    from rankops.validator.pool_status import aggregate_pool_status
+    from rankops.pool_status import aggregate_pool_status
 
     pool = GpuNodePool.model_validate({"metadata": {"name": "t4-pool"}, "spec": {
         "nodeSelector": {"pool": "t4"}, "requirements": trees.LATENCY_REQUIRE}})

@@ -10,7 +10,7 @@ from rankops.validator import sample_hosts as trees
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, NOT_OWNED, TAINT_KEY,
                                     release_patch, run_on_node)
 from rankops.validator.ownership import claim, has_gpus, selecting_pools
-from rankops.validator.pool_status import aggregate_pool_status, node_claims, pool_conditions
+from rankops.pool_status import aggregate_pool_status, node_claims, pool_conditions
 
 OURS = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 CP_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}

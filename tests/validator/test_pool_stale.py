@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, LABEL_READY
-from rankops.validator.pool_status import STALE_INTERVALS, aggregate_pool_status, pool_status
+from rankops.pool_status import STALE_INTERVALS, aggregate_pool_status, pool_status
 from rankops.validator.report import requirements_digest
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -60,7 +60,7 @@ def test_a_fresh_report_is_judged_by_what_it_says():
 
 def test_the_pool_comes_back_when_its_first_fresh_report_turns_stale_not_at_resync():
     from rankops.controller.clock import Clock
-    from rankops.validator.pool_status import seconds_until_stale
+    from rankops.pool_status import seconds_until_stale
 
     limit = STALE_INTERVALS * INTERVAL
     nodes = [_node("fresh", 10), _node("older", 100), _node("hung", limit + 1), _node("no-time", None)]

@@ -8,7 +8,8 @@ import pytest
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
 from rankops.validator import sample_hosts as trees
-from rankops.validator.checks import Status, check_gpu_health, driver_max_cuda
+from rankops.validator.checks import check_gpu_health, driver_max_cuda
+from rankops.validator.result import Status
 from rankops.validator.host import HostView, Read
 
 

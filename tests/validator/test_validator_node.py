@@ -18,7 +18,7 @@ from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER,
                                     LABEL_READY, LABEL_TOPOLOGY_ALIGNED, TAINT_KEY, clear_marks_patch, label_value, node_patch,
                                     run_on_node)
 from rankops.api.conditions import Condition
-from rankops.validator.pool_status import aggregate_pool_status, pool_conditions
+from rankops.pool_status import aggregate_pool_status, pool_conditions
 from rankops.validator.report import validate_host
 
 REQUIREMENTS = NodeRequirements.model_validate(trees.T4_REQUIREMENTS)
@@ -212,7 +212,7 @@ def test_pool_status_counts_and_groups_failures(build_host):
 
 def test_pool_status_is_a_valid_status_object(build_host):
     from rankops.api.gpunodepool import GpuNodePoolStatus
-    from rankops.validator.pool_status import pool_status
+    from rankops.pool_status import pool_status
     status = pool_status(_pool(), [_labelled(build_host, "b", "selinux-boolean-off")], None, GpuNodePoolStatus(), 3,
                          "2024-05-01T00:00:00Z")
     assert isinstance(status, GpuNodePoolStatus) and (status.nodes, status.failing, status.observed_generation) == (1, 1, 3)
@@ -282,7 +282,7 @@ def test_daemonset_args_parse_with_the_real_cli(build_host, monkeypatch):
         seen.update(node=node, pool=pool, interval=interval, taint=kwargs["taint_failing"],
                     requirements=kwargs["requirements"])
         return 0
-    monkeypatch.setattr("rankops.validator.cli.run_on_node", fake_run)
+    monkeypatch.setattr("rankops.commands.validate_node.run_on_node", fake_run)
     assert main(args) == 0
     assert seen == {"node": "gpu-1", "pool": "t4-pool", "interval": 300, "taint": True, "requirements": REQUIREMENTS}
 

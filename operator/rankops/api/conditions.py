@@ -1,7 +1,8 @@
 """Status conditions, Kubernetes style: observations, not a state machine.
 
 `set_condition` is pure: it returns a new list where lastTransitionTime changes only when the
-status flips, so re-running a reconcile with the same observations changes nothing.
+status flips, so re-running a reconcile with the same observations changes nothing. `flipped` is
+when a condition's change is said as an Event, for both kinds.
 """
 from __future__ import annotations
 
@@ -45,3 +46,10 @@ def set_condition(conditions: list[Condition], type_: str, status: bool | None, 
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions or [] if c.type == type_), None)
+
+
+def flipped(before: Condition | None, after: Condition) -> bool:
+    """Whether `after` says something new of its condition, which an Event then says once: a status
+    or a reason other than `before`'s, or no `before`. The same observation again (every reconcile,
+    a message with new numbers) says nothing. RankingModels and GpuNodePools both go by it."""
+    return before is None or (before.status, before.reason) != (after.status, after.reason)

@@ -100,7 +100,7 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
                      pull_secrets: list[str] | None = None, gate_jobs: bool = False) -> list[dict[str, Any]]:
     """Everything the operator would apply for these resources, with no cluster: each
     RankingModel's plan as new (rankops.modelplan.as_new, the operator's own plan with nothing
-    observed), each GpuNodePool's validator DaemonSet.
+    observed), and each GpuNodePool's (rankops.poolplan.as_new: its validator DaemonSet).
 
     `service_monitor_labels`: not None adds each RankingModel's ServiceMonitor, with these labels
     (what `rankops run --service-monitors` applies where the Prometheus Operator is installed).
@@ -109,13 +109,12 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     `gate_jobs`: also each RankingModel's gate Jobs, as a rollout to its spec.version creates them
     (modelplan.rollout_gate_jobs); a model as new runs none, so they are left out by default.
     """
-    from rankops import modelplan
+    from rankops import modelplan, poolplan
     from rankops.api.conditions import DEGRADED, get_condition
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
     from rankops.render.desired import RenderError
     from rankops.render.policy import TenantPolicy
-    from rankops.render.pullsecrets import with_pull_secrets
 
     settings = modelplan.Settings(policy or TenantPolicy(), tuple(pull_secrets or ()), service_monitor_labels)
     pools = {}
@@ -139,9 +138,8 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     out: list[dict[str, Any]] = []
     for where, doc, obj in parsed:
         if obj.kind == "GpuNodePool":
-            from rankops.validator.daemonset import render_validator
-            # The chart's names for the release `rankops` in rankops-system (validator.daemonset).
-            out += with_pull_secrets(render_validator(obj, namespace="rankops-system"), list(settings.pull_secrets))
+            # The chart's names for the release `rankops` in rankops-system (poolplan.PoolSettings).
+            out += poolplan.as_new(doc, poolplan.PoolSettings(pull_secrets=settings.pull_secrets)).applies
             continue
         name = obj.metadata.get("name")
         body = {**doc, "metadata": {"namespace": "default", **(doc.get("metadata") or {})}}

@@ -413,7 +413,7 @@ def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozense
 def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
     """The GpuNodePool the model names: whether it exists and is valid, its requirements, whether
     it has a validated ready node, and whether one of those can run the model's image."""
-    from rankops.api.gpunodepool import GpuNodePool
+    from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
 
     pool_name = rm.spec.node_pool
     pool = kube.get("GpuNodePool", None, pool_name)
@@ -424,11 +424,12 @@ def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
     except ValidationError as exc:
         return modelplan.PoolView(invalid="; ".join(describe(exc)))
     requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
-    pool_status = pool.get("status") or {}
-    if pool_status.get("ready", 0) == 0:
-        failing = ", ".join(f"{f['check']}: {f['count']}" for f in pool_status.get("failingByCheck") or [])
+    # As the PoolController reads it: a field it cannot read counts as unwritten (no ready node).
+    pool_status, _ = GpuNodePoolStatus.from_stored(pool.get("status") or {})
+    if pool_status.ready == 0:
+        failing = ", ".join(f"{f.check}: {f.count}" for f in pool_status.failing_by_check)
         return modelplan.PoolView(requirements=requirements, move_from_failing=move, note=(
-            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.get('nodes', 0)} matched"
+            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.nodes} matched"
             + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
     ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(pool_name), LABEL_READY: "true"})
     return modelplan.PoolView(requirements=requirements, move_from_failing=move,

@@ -1,5 +1,6 @@
-"""Reconcile one GpuNodePool: its validator DaemonSet, and a status aggregated from node labels;
-and release a deleted pool: stop its validators, then clear the marks they left on its nodes."""
+"""Reconcile one GpuNodePool: read, plan (poolplan.py: its validator DaemonSet, a status aggregated
+from its nodes' reports, the Events), apply; and release a deleted pool: stop its validators, then
+clear the marks they left on its nodes."""
 from __future__ import annotations
 
 import json
@@ -8,21 +9,15 @@ from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pydantic import ValidationError
-
-from rankops.api.base import unknown_fields_message
-from rankops.api.conditions import get_condition, now_iso, set_condition
-from rankops.api.errors import describe
-from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
+from rankops import poolplan
+from rankops.api.gpunodepool import GpuNodePoolStatus
 from rankops.controller.diffbase import essence_digest
 from rankops.controller.kube import ApiError, Kube
 from rankops.rollout.machine import Event
-from rankops.render.pullsecrets import with_pull_secrets
-from rankops.validator.daemonset import DEFAULT_PRIORITY_CLASS, render_validator, validator_name
+from rankops.validator.daemonset import validator_name
 from rankops.nodelabels import ANNOTATION_REPORT, LABEL_POOL, label_value
 from rankops.validator.node import clear_marks_patch
 from rankops.validator.ownership import gpu_capacity, selects
-from rankops.validator.pool_status import node_claims, pool_status, seconds_until_stale
 
 
 @dataclass
@@ -31,14 +26,6 @@ class Result:
     events: list[Event] = field(default_factory=list)
     write: bool = True
     requeue_after_s: float | None = None   # when a node's report turns stale (before --resync)
-
-
-def _owned(obj: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
-    # A cluster-scoped owner may own namespaced objects: deleting the pool removes its DaemonSet.
-    obj["metadata"]["ownerReferences"] = [{
-        "apiVersion": pool["apiVersion"], "kind": "GpuNodePool", "name": pool["metadata"]["name"],
-        "uid": pool["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
-    return obj
 
 
 class Validators:
@@ -57,46 +44,19 @@ class Validators:
 
 
 def reconcile(kube: Kube, body: dict[str, Any], operator, validators: Validators | None = None) -> Result:
-    """`validators`: where the DaemonSets applied are noted (None: nowhere)."""
+    """Read what the pool's plan needs, plan (poolplan.plan, pure), apply its validator DaemonSet
+    and note it in `validators` (None: nowhere); the status and Events are the caller's to write."""
+    parsed = poolplan.parse(body)
+    nodes = kube.list("Node", labels=dict(parsed.pool.spec.node_selector)) if parsed.pool else []
+    every_pool = kube.list("GpuNodePool") if parsed.pool else []
+    done = poolplan.plan(body, parsed, nodes, every_pool, poolplan.PoolSettings.of(operator),
+                         datetime.now(timezone.utc))
     meta = body["metadata"]
-    gen = meta.get("generation")
-    old, unknown = GpuNodePoolStatus.from_stored(body.get("status") or {})
-    # Said once: the status written next leaves them out.
-    events = [Event("Warning", "StatusFieldsUnknown", unknown_fields_message(unknown))] if unknown else []
-    try:
-        pool = GpuNodePool.model_validate({"metadata": meta, "spec": body.get("spec", {})})
-    except ValidationError as exc:
-        message = "; ".join(describe(exc))
-        before = get_condition(old.conditions, "Degraded")
-        # Only Degraded, as before (what a valid spec reported no longer holds), its time kept while it stays.
-        conditions = set_condition([before] if before else [], "Degraded", True, "InvalidSpec", message, gen)
-        # The Event is for the transition: the same refusal again (every reconcile) posts nothing.
-        if before is None or (before.status, before.reason, before.message) != ("True", "InvalidSpec", message[:1024]):
-            events.append(Event("Warning", "InvalidSpec", message))
-        return Result(old.model_copy(update={"conditions": conditions, "observed_generation": gen}), events)
-
-    # A pool being deleted keeps its status, but its validator is not re-created: the delete
-    # handler removes it before it clears the nodes' marks.
-    children = [] if meta.get("deletionTimestamp") else render_validator(
-        pool, namespace=operator.namespace, service_account=operator.validator_service_account,
-        image=operator.validator_image,
-        priority_class_name=getattr(operator, "validator_priority_class", DEFAULT_PRIORITY_CLASS))
-    for obj in with_pull_secrets(children, getattr(operator, "image_pull_secrets", ())):
-        kube.apply(_owned(obj, body))
+    for obj in done.applies:
+        kube.apply(obj)
         if validators is not None:
             validators.applied[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = (meta["name"], meta["uid"])
-
-    nodes = kube.list("Node", labels=dict(pool.spec.node_selector))
-    claims = node_claims(pool, nodes, kube.list("GpuNodePool"))
-    status = pool_status(pool, nodes, claims, old, gen, now_iso())
-    before = {c.type: (c.status, c.reason) for c in old.conditions}
-    for cond in status.conditions:
-        if before.get(cond.type) != (cond.status, cond.reason):
-            warn = (cond.type in ("Degraded", "Overlapping", "NodesWithoutGpus") and cond.status == "True") or \
-                   (cond.type == "Ready" and cond.status == "False")
-            events.append(Event("Warning" if warn else "Normal", cond.reason, cond.message))
-    owned = [n for n in nodes if claims[(n.get("metadata") or {}).get("name", "?")].owned]
-    return Result(status, events, requeue_after_s=seconds_until_stale(pool, owned, datetime.now(timezone.utc)))
+    return Result(done.status, list(done.events), requeue_after_s=done.requeue_after_s)
 
 
 def pool_inputs(pool: dict[str, Any]) -> str:

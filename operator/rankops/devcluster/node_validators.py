@@ -108,7 +108,7 @@ def rollout_complete(daemonset: dict[str, Any]) -> bool:
 def validator_arguments(args: tuple[str, ...]) -> argparse.Namespace:
     """The container's args parsed by `rankops validate-node`'s own parser (an unknown or malformed
     flag fails here as it would in the pod)."""
-    from rankops.validator import cli as validator_cli
+    from rankops.commands import validate_node as validator_cli
 
     parser = argparse.ArgumentParser(prog="rankops")
     validator_cli.add_commands(parser.add_subparsers(dest="command", required=True))

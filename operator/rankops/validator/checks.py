@@ -10,7 +10,6 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass
-from enum import Enum
 from importlib import resources
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ import yaml
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator.gpu import GpuFacts
 from rankops.validator.host import HostView, Read
+from rankops.validator.result import CheckResult, Status, unknown_result
 
 # os-release IDs of RHEL and its rebuilds (Oracle Linux 8 says ID="ol", PLATFORM_ID="platform:el8").
 RHEL_FAMILY_IDS = {"rhel": "Red Hat Enterprise Linux", "rocky": "Rocky Linux", "almalinux": "AlmaLinux",
@@ -30,47 +30,6 @@ DEFAULT_LIB_DIRS = ("/usr/lib64", "/lib64")
 EXTRA_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/lib64/nvidia", "/usr/local/nvidia/lib64",
                   "/opt/nvidia/lib64")
 HOT_GPU_C = 85  # when the board does not say its slowdown threshold
-
-
-class Status(str, Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    WARN = "warn"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    id: str
-    status: Status
-    observed: str
-    expected: str
-    remedy: str
-    required: bool
-
-    @property
-    def blocks_readiness(self) -> bool:
-        """A required check that did not pass (warn is a pass with a caveat; unknown fails safe)."""
-        return self.required and self.status in (Status.FAIL, Status.UNKNOWN)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status.value, "observed": self.observed,
-                "expected": self.expected, "remedy": self.remedy, "required": self.required}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CheckResult":
-        return cls(id=str(data["id"]), status=Status(data["status"]), observed=str(data.get("observed", "")),
-                   expected=str(data.get("expected", "")), remedy=str(data.get("remedy", "")),
-                   required=bool(data.get("required", True)))
-
-
-def _unknown(check_id: str, reason: str, expected: str, required: bool, remedy: str = "") -> CheckResult:
-    if not remedy:
-        remedy = ("Fix the checks this one builds on first (a missing /proc/driver/nvidia means the nvidia module "
-                  "is not loaded), and make sure the host's / is mounted at the validator's host root."
-                  if reason.endswith("not found") else
-                  "Check that file on the host: the validator could not read or understand it.")
-    return CheckResult(check_id, Status.UNKNOWN, reason, expected, remedy, required)
 
 
 # ---------------------------------------------------------------- parsing helpers (pure)
@@ -180,7 +139,7 @@ def check_os(host: HostView, req: NodeRequirements) -> CheckResult:
               f"(change the labels the pool selects) or reinstall it with RHEL {req.os.major}.")
     facts = os_facts(host)
     if not facts.ok:
-        return _unknown("os", facts.reason, expected, True)
+        return unknown_result("os", facts.reason, expected, True)
     os_id, version, pretty = facts.value
     if os_id in RHEL_FAMILY_IDS and version.split(".")[0] == str(req.os.major):
         return CheckResult("os", Status.PASS, pretty, expected, "", True)
@@ -238,7 +197,7 @@ def check_nouveau(host: HostView, req: NodeRequirements) -> CheckResult:
               "dracut --force && systemctl reboot")
     modules = host.read_text("/proc/modules")
     if not modules.ok:
-        return _unknown("nouveau", modules.reason, expected, True)
+        return unknown_result("nouveau", modules.reason, expected, True)
     loaded = "nouveau" in parse_proc_modules(modules.value)
     blacklisted, where = nouveau_blacklisted(host)
     if loaded:
@@ -277,12 +236,12 @@ def check_nvidia_module(host: HostView, req: NodeRequirements) -> CheckResult:
     if version.ok:
         return CheckResult("nvidia-module", Status.PASS, f"nvidia {version.value} loaded", expected, "", True)
     if host.exists("/proc/driver/nvidia/version"):
-        return _unknown("nvidia-module", version.reason, expected, True)
+        return unknown_result("nvidia-module", version.reason, expected, True)
     modules = host.read_text("/proc/modules")
     if not modules.ok:
-        return _unknown("nvidia-module", f"{version.reason}; {modules.reason}", expected, True)
+        return unknown_result("nvidia-module", f"{version.reason}; {modules.reason}", expected, True)
     if "nvidia" in parse_proc_modules(modules.value):
-        return _unknown("nvidia-module", f"nvidia is in /proc/modules but {version.reason}", expected, True)
+        return unknown_result("nvidia-module", f"nvidia is in /proc/modules but {version.reason}", expected, True)
     observed = "nvidia not loaded (/proc/driver/nvidia/version absent)"
     present = installed_module(host)
     secure_boot = secure_boot_state(host)
@@ -314,7 +273,7 @@ def check_driver_version(host: HostView, req: NodeRequirements, gpu: Read[GpuFac
     version = kernel_module_version(host)
     observed = version.value if version.ok else (gpu.value.driver_version if gpu.ok else None)
     if observed is None:
-        return _unknown("driver-version", version.reason, expected, required)
+        return unknown_result("driver-version", version.reason, expected, required)
     if not required or version_tuple(observed) >= version_tuple(req.min_driver_version):
         return CheckResult("driver-version", Status.PASS, observed, expected, "", required)
     return CheckResult("driver-version", Status.FAIL, observed, expected, remedy, required)
@@ -326,11 +285,11 @@ def check_nvml(host: HostView, req: NodeRequirements) -> CheckResult:
               "rmmod nvidia_drm nvidia_modeset nvidia_uvm nvidia; modprobe nvidia; systemctl start nvidia-persistenced")
     kernel = kernel_module_version(host)
     if not kernel.ok:
-        return _unknown("nvml", f"kernel module version unknown: {kernel.reason}", expected, True)
+        return unknown_result("nvml", f"kernel module version unknown: {kernel.reason}", expected, True)
     libraries = user_space_library_versions(host, "libnvidia-ml.so", DEFAULT_LIB_DIRS + EXTRA_LIB_DIRS)
     if not libraries:
         if not any(host.is_dir(d) for d in DEFAULT_LIB_DIRS):
-            return _unknown("nvml", "/usr/lib64 not visible", expected, True)
+            return unknown_result("nvml", "/usr/lib64 not visible", expected, True)
         return CheckResult("nvml", Status.FAIL, f"kernel module {kernel.value}; no libnvidia-ml.so installed",
                            expected, f"dnf module install -y nvidia-driver:{kernel.value.split('.')[0]}-dkms", True)
     directory, versions = next(iter(libraries.items()))
@@ -417,7 +376,7 @@ def check_dkms(host: HostView, req: NodeRequirements) -> CheckResult:
     expected = "nvidia module built and installed for the running kernel"
     running = running_kernel(host)
     if not running.ok:
-        return _unknown("dkms", running.reason, expected, True)
+        return unknown_result("dkms", running.reason, expected, True)
     kernel, arch = running.value
     remedy = (f"dnf install -y kernel-devel-{kernel} kernel-headers-{kernel} && dkms autoinstall -k {kernel}; "
               "then hold the kernel until the driver follows: dnf install -y python3-dnf-plugin-versionlock && "
@@ -432,7 +391,7 @@ def check_dkms(host: HostView, req: NodeRequirements) -> CheckResult:
     if packaged:
         return CheckResult("dkms", Status.PASS, f"nvidia module for {kernel} at {packaged}", expected, "", True)
     if not readable and not host.is_dir(f"/lib/modules/{kernel}") and not host.is_dir("/lib/modules"):
-        return _unknown("dkms", "neither /var/lib/dkms nor /lib/modules visible", expected, True)
+        return unknown_result("dkms", "neither /var/lib/dkms nor /lib/modules visible", expected, True)
     built = [b for b in builds if b.built]
     if built:
         b = built[0]
@@ -480,7 +439,7 @@ def check_cuda(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> Ch
     expected = f"driver supports CUDA >= {req.cuda_version}" if required else "any"
     facts = driver_cuda(host, gpu)
     if not facts.ok:
-        return _unknown("cuda", facts.reason, expected, required)
+        return unknown_result("cuda", facts.reason, expected, required)
     max_cuda, source, beyond = facts.value
     driver = kernel_module_version(host).value or (gpu.value.driver_version if gpu.ok else None)
     if not required:
@@ -488,7 +447,7 @@ def check_cuda(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]) -> Ch
     if max_cuda and version_tuple(max_cuda) >= version_tuple(req.cuda_version):
         return CheckResult("cuda", Status.PASS, source, expected, "", True)
     if beyond:
-        return _unknown("cuda", f"driver {driver} is newer than rankops' driver/CUDA table", expected, True,
+        return unknown_result("cuda", f"driver {driver} is newer than rankops' driver/CUDA table", expected, True,
                         "Check `nvidia-smi` for the CUDA version, or run the validator with --nvidia-smi-xml.")
     return CheckResult("cuda", Status.FAIL, source, expected,
                        f"Upgrade the driver to a branch that supports CUDA {req.cuda_version}: dnf module reset -y "
@@ -518,7 +477,7 @@ def check_secure_boot(host: HostView, req: NodeRequirements) -> CheckResult:
     remedy = secure_boot_remedy(req)
     state = secure_boot_state(host)
     if not state.ok:
-        return _unknown("secure-boot", state.reason, expected, required)
+        return unknown_result("secure-boot", state.reason, expected, required)
     if not state.value:
         return CheckResult("secure-boot", Status.PASS, "Secure Boot off", expected, "", required)
     taint = host.read_text("/sys/module/nvidia/taint", allow_empty=True)
@@ -530,7 +489,7 @@ def check_secure_boot(host: HostView, req: NodeRequirements) -> CheckResult:
                            f"Secure Boot on; {present} installed but not loaded: probably unsigned, or its signing "
                            "key not enrolled", expected, remedy, required)
     if not taint.ok:
-        return _unknown("secure-boot", f"Secure Boot on; cannot tell whether nvidia is signed ({taint.reason})",
+        return unknown_result("secure-boot", f"Secure Boot on; cannot tell whether nvidia is signed ({taint.reason})",
                         expected, required, remedy)
     if "E" in taint.value:
         return CheckResult("secure-boot", Status.FAIL if required else Status.WARN,
@@ -547,14 +506,14 @@ def check_selinux(host: HostView, req: NodeRequirements) -> CheckResult:
     if not enforce.ok:
         if enforce.reason.endswith("not found") and not host.is_dir("/sys/fs/selinux") and host.is_dir("/sys/fs"):
             return CheckResult("selinux", Status.PASS, "SELinux disabled", expected, "", required)
-        return _unknown("selinux", enforce.reason, expected, required)
+        return unknown_result("selinux", enforce.reason, expected, required)
     mode = enforce.value.strip()
     if mode not in ("0", "1"):
-        return _unknown("selinux", f"/sys/fs/selinux/enforce: {mode!r}, expected 0 or 1", expected, required)
+        return unknown_result("selinux", f"/sys/fs/selinux/enforce: {mode!r}, expected 0 or 1", expected, required)
     boolean = host.read_text("/sys/fs/selinux/booleans/container_use_devices")
     values = boolean.value.split() if boolean.ok else []
     if boolean.ok and (len(values) != 2 or not all(v in ("0", "1") for v in values)):
-        return _unknown("selinux", f"/sys/fs/selinux/booleans/container_use_devices: {boolean.value.strip()!r}, "
+        return unknown_result("selinux", f"/sys/fs/selinux/booleans/container_use_devices: {boolean.value.strip()!r}, "
                         "expected 'current pending' such as '1 1'", expected, required)
     on = boolean.ok and values[0] == "1"
     if mode == "0":
@@ -563,7 +522,7 @@ def check_selinux(host: HostView, req: NodeRequirements) -> CheckResult:
         return CheckResult("selinux", Status.WARN, "permissive; container_use_devices off (GPU pods break once "
                            "SELinux enforces)", expected, remedy, required)
     if not boolean.ok:
-        return _unknown("selinux", f"enforcing; {boolean.reason} (is container-selinux installed?)",
+        return unknown_result("selinux", f"enforcing; {boolean.reason} (is container-selinux installed?)",
                         expected, required, f"dnf install -y container-selinux && {remedy}")
     if on:
         return CheckResult("selinux", Status.PASS, "enforcing; container_use_devices on", expected, "", required)
@@ -675,7 +634,7 @@ def check_container_toolkit(host: HostView, req: NodeRequirements) -> CheckResul
         observed = "; ".join(evidence) + ("" if installed else " (no /etc/nvidia-container-runtime/config.toml)")
         return CheckResult("container-toolkit", Status.PASS, observed, expected, "", required)
     if problems:
-        return _unknown("container-toolkit", "; ".join(problems), expected, required, remedy)
+        return unknown_result("container-toolkit", "; ".join(problems), expected, required, remedy)
     observed = ("nvidia-container-toolkit installed but no runtime configured and no CDI spec" if installed
                 else "no NVIDIA container toolkit: no runtime entry, OCI hook or CDI spec")
     return CheckResult("container-toolkit", Status.FAIL if required else Status.WARN, observed, expected,
@@ -705,7 +664,7 @@ def check_libraries(host: HostView, req: NodeRequirements) -> CheckResult:
     expected = "libcuda and libnvidia-ml in a directory the dynamic loader searches"
     configured = loader_dirs(host)
     if not configured.ok:
-        return _unknown("libraries", configured.reason, expected, True)
+        return unknown_result("libraries", configured.reason, expected, True)
     searched = list(DEFAULT_LIB_DIRS) + configured.value
     candidates = tuple(dict.fromkeys(searched + list(EXTRA_LIB_DIRS)))
     missing_libs = []
@@ -737,7 +696,7 @@ def check_gpu_product(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult
     required = bool(req.gpu_products)
     expected = f"one of {', '.join(req.gpu_products)}" if required else "any GPU"
     if not gpu.ok:
-        return _unknown("gpu-product", gpu.reason, expected, required,
+        return unknown_result("gpu-product", gpu.reason, expected, required,
                         "Run the validator where NVML works, or pass --nvidia-smi-xml with `nvidia-smi -q -x` output.")
     products = [g.product for g in gpu.value.gpus]
     observed = f"{len(products)} x {', '.join(sorted(set(products)))} ({gpu.value.source})"
@@ -755,12 +714,12 @@ def check_gpu_memory(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
     required = req.min_gpu_memory_mib is not None
     expected = f">= {req.min_gpu_memory_mib} MiB per GPU" if required else "any"
     if not gpu.ok:
-        return _unknown("gpu-memory", gpu.reason, expected, required,
+        return unknown_result("gpu-memory", gpu.reason, expected, required,
                         "Run the validator where NVML works, or pass --nvidia-smi-xml with `nvidia-smi -q -x` output.")
     sizes = [g.memory_mib for g in gpu.value.gpus]
     if any(size is None for size in sizes):
         unknown = sorted({g.product for g in gpu.value.gpus if g.memory_mib is None})
-        return _unknown("gpu-memory", f"memory of {', '.join(unknown)} unknown without NVML ({gpu.value.source})",
+        return unknown_result("gpu-memory", f"memory of {', '.join(unknown)} unknown without NVML ({gpu.value.source})",
                         expected, required, "Run the validator where NVML works, or pass --nvidia-smi-xml.")
     sources = sorted({g.memory_source or gpu.value.source for g in gpu.value.gpus})
     observed = f"smallest GPU {min(sizes)} MiB ({', '.join(sources)})"
@@ -774,9 +733,9 @@ def check_gpu_memory(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
 def check_gpu_health(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
     expected = "no uncorrectable ECC errors, below slowdown temperature, no hardware throttling"
     if not gpu.ok:
-        return _unknown("gpu-health", gpu.reason, expected, False, "Run the validator where NVML works.")
+        return unknown_result("gpu-health", gpu.reason, expected, False, "Run the validator where NVML works.")
     if gpu.value.source.startswith("/proc"):
-        return _unknown("gpu-health", "temperature, throttling and ECC need NVML or nvidia-smi XML", expected, False,
+        return unknown_result("gpu-health", "temperature, throttling and ECC need NVML or nvidia-smi XML", expected, False,
                         "Run the validator where NVML works, or pass --nvidia-smi-xml.")
     failures, warnings = [], []
     for index, g in enumerate(gpu.value.gpus):
@@ -827,6 +786,6 @@ def run_checks(host: HostView, requirements: NodeRequirements, gpu: Read[GpuFact
         try:
             results.append(check(host, requirements, gpu))
         except Exception as exc:  # a bug in one check must not cost the node its other verdicts
-            results.append(_unknown(check_id, f"check crashed: {exc.__class__.__name__}: {exc}", "", True,
+            results.append(unknown_result(check_id, f"check crashed: {exc.__class__.__name__}: {exc}", "", True,
                                     "Report this as a rankops bug, with the host files the check reads."))
     return results

@@ -18,9 +18,9 @@ from typing import Callable
 import yaml
 
 from rankops.api.gpunodepool import LatencyTuning, NodeRequirements
-from rankops.validator.checks import CheckResult, Status, _unknown
 from rankops.validator.gpu import GpuFacts
 from rankops.validator.host import HostView, Read
+from rankops.validator.result import CheckResult, Status, unknown_result
 
 CPU_DIR = "/sys/devices/system/cpu"
 # An idle state whose exit latency is above this (µs) is "deep": C1E and C6 on Intel servers (10
@@ -194,7 +194,7 @@ def check_cpu_frequency(host: HostView, req: NodeRequirements) -> CheckResult:
               "Performance power profile (or OS-controlled P-states).")
     cpus = cpu_ids(host)
     if not cpus:
-        return _unknown("cpu-frequency", f"{CPU_DIR}: no cpuN entries", expected, _required(req))
+        return unknown_result("cpu-frequency", f"{CPU_DIR}: no cpuN entries", expected, _required(req))
     governors: dict[str, list[str]] = {}
     unreadable = []
     for cpu in cpus:
@@ -211,14 +211,14 @@ def check_cpu_frequency(host: HostView, req: NodeRequirements) -> CheckResult:
         why = (f"{pstate}: the driver exposes no governor" if pstate else
                "no cpufreq driver: frequency is the firmware's or the hypervisor's (BIOS power profile, "
                "or the cloud instance)")
-        return _unknown("cpu-frequency", f"{why} ({unreadable[0]})", expected, _required(req),
+        return unknown_result("cpu-frequency", f"{why} ({unreadable[0]})", expected, _required(req),
                         "Set the BIOS power profile to Performance; on a VM the host decides. "
                         "If the node should have cpufreq, check: cpupower frequency-info")
     where = f" ({', '.join(x for x in (driver, pstate) if x)})" if driver or pstate else ""
     observed = f"governor {_counted(governors)}{where}"
     if unreadable:
         observed += f"; {len(unreadable)} CPUs unreadable ({unreadable[0]})"
-        return _unknown("cpu-frequency", observed, expected, _required(req), remedy)
+        return unknown_result("cpu-frequency", observed, expected, _required(req), remedy)
     return _result("cpu-frequency", set(governors) == {"performance"}, observed, expected, remedy, req)
 
 
@@ -287,20 +287,20 @@ def check_cpu_idle(host: HostView, req: NodeRequirements) -> CheckResult:
                 return _result("cpu-idle", False, f"deep states enabled: {_counted(free)}{where}; {request} "
                                f"({CPU_DMA_LATENCY})", expected, remedy, req)
         elif deep:
-            return _unknown("cpu-idle", f"deep states enabled: {_counted(deep)}{where}; whether a PM QoS request "
+            return unknown_result("cpu-idle", f"deep states enabled: {_counted(deep)}{where}; whether a PM QoS request "
                             f"holds them off is unknown ({qos.reason})", expected, _required(req),
                             "The validator reads /dev/cpu_dma_latency through the host root; where it may not "
                             "(the device is root's), limit C-states where it can see: " + remedy)
-        return _unknown("cpu-idle", f"{len(unreadable)} idle state{'s' if len(unreadable) > 1 else ''} of "
+        return unknown_result("cpu-idle", f"{len(unreadable)} idle state{'s' if len(unreadable) > 1 else ''} of "
                         f"unknown exit latency enabled ({unreadable[0]})", expected, _required(req),
                         "Check the cpuidle sysfs files on the host; or hold deep states off for certain: " + remedy)
     if seen_states:
         return _result("cpu-idle", True, f"no deep state enabled ({driver_name or 'cpuidle'})", expected, remedy, req)
     if driver_name == "none":
-        return _unknown("cpu-idle", "no cpuidle driver: the CPUs idle as the firmware decides", expected,
+        return unknown_result("cpu-idle", "no cpuidle driver: the CPUs idle as the firmware decides", expected,
                         _required(req), "Disable C-states in the BIOS, or boot with intel_idle.max_cstate=1.")
     reason = driver.reason if not driver.ok else f"{CPU_DIR}/cpu*/cpuidle: no states"
-    return _unknown("cpu-idle", reason, expected, _required(req))
+    return unknown_result("cpu-idle", reason, expected, _required(req))
 
 
 def _qos_holder(host: HostView) -> str:
@@ -336,13 +336,13 @@ def check_tuned(host: HostView, req: NodeRequirements) -> CheckResult:
               "Operator)")
     daemon = tuned_daemon(host)
     if not daemon.ok:
-        return _unknown("tuned", f"cannot tell whether tuned runs: {daemon.reason}", expected, _required(req),
+        return unknown_result("tuned", f"cannot tell whether tuned runs: {daemon.reason}", expected, _required(req),
                         "Mount the host's / (with its /proc) at the validator's host root.")
     profile = active_tuned_profile(host)
     if daemon.value:
         pids = _pids(daemon.value)
         if not profile.ok:
-            return _unknown("tuned", f"tuned runs ({pids}) but its profile is unknown: {profile.reason}", expected,
+            return unknown_result("tuned", f"tuned runs ({pids}) but its profile is unknown: {profile.reason}", expected,
                             _required(req), remedy)
         if not profile.value:
             return _result("tuned", False, f"no active profile (tuned-adm off; tuned {pids})", expected, remedy, req)
@@ -360,7 +360,7 @@ def check_tuned(host: HostView, req: NodeRequirements) -> CheckResult:
 def _advisory(check_id: str, ok: bool | None, observed: str, expected: str, remedy: str) -> CheckResult:
     """PASS, WARN or unknown that never gates readiness, whatever latencyTuning says."""
     if ok is None:
-        return _unknown(check_id, observed, expected, False, remedy)
+        return unknown_result(check_id, observed, expected, False, remedy)
     return CheckResult(check_id, Status.PASS if ok else Status.WARN, observed, expected, "" if ok else remedy, False)
 
 
@@ -404,11 +404,11 @@ def check_transparent_hugepages(host: HostView, req: NodeRequirements) -> CheckR
 
 def _gpu_unknown(check_id: str, gpu: Read[GpuFacts], expected: str, req: NodeRequirements) -> CheckResult | None:
     if not gpu.ok:
-        return _unknown(check_id, gpu.reason, expected, _required(req),
+        return unknown_result(check_id, gpu.reason, expected, _required(req),
                         "Run the validator where NVML works, or pass --nvidia-smi-xml with `nvidia-smi -q -x` output.")
     if gpu.value.source.startswith("/proc"):
         why = f": {'; '.join(gpu.value.notes)}" if gpu.value.notes else ""
-        return _unknown(check_id, "needs NVML or nvidia-smi XML (the kernel module's /proc files do not say)" + why,
+        return unknown_result(check_id, "needs NVML or nvidia-smi XML (the kernel module's /proc files do not say)" + why,
                         expected, _required(req), "Run the validator where NVML works, or pass --nvidia-smi-xml.")
     return None
 
@@ -422,7 +422,7 @@ def check_gpu_persistence(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckRe
         return unknown
     modes = [g.persistence_mode for g in gpu.value.gpus]
     if any(m is None for m in modes):
-        return _unknown("gpu-persistence", f"persistence mode not reported ({gpu.value.source})", expected,
+        return unknown_result("gpu-persistence", f"persistence mode not reported ({gpu.value.source})", expected,
                         _required(req))
     off = [str(i) for i, m in enumerate(modes) if not m]
     compute = sorted({g.compute_mode or "?" for g in gpu.value.gpus})
@@ -443,7 +443,7 @@ def check_gpu_clocks(req: NodeRequirements, gpu: Read[GpuFacts]) -> CheckResult:
     moving, fixed = [], []
     for index, g in enumerate(gpu.value.gpus):
         if g.max_graphics_clock_mhz is None or g.applications_graphics_clock_mhz is None:
-            return _unknown("gpu-clocks", f"GPU {index}: applications or max clocks not reported "
+            return unknown_result("gpu-clocks", f"GPU {index}: applications or max clocks not reported "
                             f"({gpu.value.source})", expected, _required(req))
         app, top, now = g.applications_graphics_clock_mhz, g.max_graphics_clock_mhz, g.graphics_clock_mhz
         if app >= top:
@@ -491,7 +491,7 @@ def check_gpu_sharing(host: HostView, req: NodeRequirements, gpu: Read[GpuFacts]
     if mps:
         return _result("gpu-sharing", True, "; ".join(shared) + f" through MPS ({mps})", expected, "", req)
     if not daemons.ok:
-        return _unknown("gpu-sharing", "; ".join(shared) + f"; whether MPS serves them is unknown ({daemons.reason})",
+        return unknown_result("gpu-sharing", "; ".join(shared) + f"; whether MPS serves them is unknown ({daemons.reason})",
                         expected, _required(req), "Mount the host's / (with its /proc) at the validator's host root.")
     return _result("gpu-sharing", False, "; ".join(shared) + ", time-sliced (no MPS control daemon)", expected,
                    "Give Triton the GPU alone (no time-slicing replicas in the device plugin's config for this "
@@ -547,7 +547,7 @@ def check_topology(host: HostView, req: NodeRequirements) -> CheckResult:
     host_nodes = len(host.glob("/sys/devices/system/node", "node[0-9]*"))
     config = kubelet_config(host)
     if not config.ok:
-        return _unknown("topology", config.reason, expected, _required(req),
+        return unknown_result("topology", config.reason, expected, _required(req),
                         "Check where this node's kubelet reads its config (its --config flag); on OpenShift "
                         "the machine-config operator writes /etc/kubernetes/kubelet.conf.")
     path, data = config.value
@@ -568,9 +568,9 @@ def check_topology(host: HostView, req: NodeRequirements) -> CheckResult:
     if aligned and single_node and topology_policy not in ALIGNING_TOPOLOGY_POLICIES:
         observed += " (one NUMA node: nothing to align)"
     if aligned and not numa.ok:
-        return _unknown("topology", observed, expected, _required(req))
+        return unknown_result("topology", observed, expected, _required(req))
     if aligned and unplaced and host_nodes != 1:
-        return _unknown("topology", observed, expected, _required(req),
+        return unknown_result("topology", observed, expected, _required(req),
                         "The kubelet cannot align a GPU whose NUMA node the firmware does not report: enable NUMA "
                         "(SRAT/_PXM) reporting in the BIOS, or check: cat /sys/bus/pci/devices/<address>/numa_node")
     return _result("topology", aligned, observed, expected, remedy, req)

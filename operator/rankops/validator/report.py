@@ -13,6 +13,7 @@ from typing import Any
 
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import checks as c
+from rankops.validator.result import CheckResult, Status
 from rankops.validator.gpu import GpuFacts
 from rankops.validator.host import HostView, Read
 
@@ -27,7 +28,7 @@ def requirements_digest(requirements: NodeRequirements) -> str:
 
 @dataclass(frozen=True)
 class Report:
-    checks: tuple[c.CheckResult, ...]
+    checks: tuple[CheckResult, ...]
     requirements_digest: str
     generated_at: str
     node: str | None = None
@@ -43,10 +44,10 @@ class Report:
         return not self.blocking
 
     @property
-    def blocking(self) -> list[c.CheckResult]:
+    def blocking(self) -> list[CheckResult]:
         return [check for check in self.checks if check.blocks_readiness]
 
-    def check(self, check_id: str) -> c.CheckResult:
+    def check(self, check_id: str) -> CheckResult:
         return next(check for check in self.checks if check.id == check_id)
 
     def to_dict(self, compact: bool = False) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class Report:
         checks = []
         for check in self.checks:
             data = check.to_dict()
-            if compact and check.status == c.Status.PASS:
+            if compact and check.status == Status.PASS:
                 data = {k: data[k] for k in ("id", "status", "observed", "required")}
             checks.append(data)
         data = {
@@ -77,7 +78,7 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
         return cls(
-            checks=tuple(c.CheckResult.from_dict(check) for check in data.get("checks", [])),
+            checks=tuple(CheckResult.from_dict(check) for check in data.get("checks", [])),
             requirements_digest=str(data.get("requirementsDigest", "")),
             generated_at=str(data.get("generatedAt", "")),
             node=data.get("node"), pool=data.get("pool"), os=data.get("os"),
@@ -109,7 +110,7 @@ def validate_host(host: HostView, requirements: NodeRequirements, gpu: Read[GpuF
     )
 
 
-_MARK = {c.Status.PASS: "PASS", c.Status.FAIL: "FAIL", c.Status.WARN: "WARN", c.Status.UNKNOWN: "????"}
+_MARK = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN", Status.UNKNOWN: "????"}
 
 
 def render_text(report: Report) -> str:
@@ -122,7 +123,7 @@ def render_text(report: Report) -> str:
     for check in report.checks:
         flag = "" if check.required else "  (advisory)"
         lines.append(f"  {_MARK[check.status]}  {check.id:<{width}}  {check.observed}{flag}")
-        if check.status in (c.Status.FAIL, c.Status.WARN) or check.blocks_readiness:
+        if check.status in (Status.FAIL, Status.WARN) or check.blocks_readiness:
             lines.append(f"        {'':<{width}}  expected: {check.expected}")
             if check.remedy:
                 lines.append(f"        {'':<{width}}  fix: {check.remedy}")

@@ -1,4 +1,5 @@
-"""A pool's status from its nodes' labels and report annotations (pure; the operator lists the nodes).
+"""A GpuNodePool's status from its nodes' labels and report annotations, beside the model's
+(model_status.py); pure: the operator lists the nodes, api.gpunodepool.GpuNodePoolStatus types it.
 
 A node counts as ready or failing only when its report was made for this pool against the pool's
 current requirements; otherwise it is pending (the validator has not run yet, or ran before the
