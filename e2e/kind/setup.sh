@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Makes a kind cluster ready for `pytest e2e`: kwok in the cluster with the rankops stages,
-# the e2e set of simulated GPU nodes, and the operator chart installed.
+# Makes a kind cluster ready for `pytest e2e`: the rankops images built and loaded into the nodes,
+# one worker prepared as the real node the real-pod tests run on, kwok in the cluster with the
+# rankops stages, the e2e set of simulated GPU nodes, and the operator chart installed.
 # Needs: kind, kubectl, helm, docker (or podman), network, and `rankops` installed (pip install -e .).
-# Usage: e2e/kind/setup.sh, then: KUBECONFIG=~/.kube/kind-rankops-e2e pytest e2e
+# Usage: e2e/kind/setup.sh, then: source ~/.kube/kind-rankops-e2e.env; pytest e2e
+# (in GitHub Actions the variables go to $GITHUB_ENV instead).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -10,8 +12,55 @@ CLUSTER=${CLUSTER:-rankops-e2e}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 RELEASE_NAMESPACE=${RELEASE_NAMESPACE:-rankops-system}
 export KUBECONFIG=${KUBECONFIG:-$HOME/.kube/kind-$CLUSTER}
+# What the e2e fixtures read (RANKOPS_E2E_REAL_NODE, RANKOPS_E2E_IMAGES), as `export` lines.
+ENV_FILE=${ENV_FILE:-$KUBECONFIG.env}
+# The workers' roles (cluster.yaml): kind names them <cluster>-worker, <cluster>-worker2.
+SYSTEM_NODE=${SYSTEM_NODE:-$CLUSTER-worker}
+REAL_NODE=${REAL_NODE:-$CLUSTER-worker2}
+REAL_NODE_KEY=rankops.io/real-node
+REAL_NODE_GPUS=${REAL_NODE_GPUS:-2}
+if [[ -z ${ENGINE:-} ]]; then
+  if command -v docker >/dev/null; then ENGINE=docker; else ENGINE=podman; fi
+fi
+# The Triton test image needs Debian (its Dockerfile installs libpython3.11 with apt-get) and
+# glibc >= 2.35 (the nvidia-pytriton wheel is manylinux_2_35): UBI 8's python-311 has glibc
+# 2.28 (UBI 9: 2.34), so it builds on Docker's official Python 3.11 image on Debian bookworm.
+TRITON_BASE_IMAGE=${TRITON_BASE_IMAGE:-docker.io/library/python:3.11-slim-bookworm}
 
 say() { echo "[kind-e2e] $*" >&2; }
+
+# Builds one target and prints its reference: localhost/rankops-<target>:<12 hex digits of the
+# image ID>, so a changed tree gives a new name and the nodes never run a stale image under an
+# old one (pods use IfNotPresent; a registry is never asked for localhost/).
+build_image() {
+  local target=$1 dockerfile=$2 context=$3
+  shift 3
+  local iidfile id ref
+  iidfile=$(mktemp)
+  say "building $target ($ENGINE build -f ${dockerfile#"$ROOT"/} --target $target $*)"
+  "$ENGINE" build -f "$dockerfile" --target "$target" --iidfile "$iidfile" "$@" "$context" >&2
+  id=$(<"$iidfile")
+  rm -f "$iidfile"
+  id=${id#sha256:}
+  ref=localhost/rankops-$target:${id:0:12}
+  "$ENGINE" tag "$id" "$ref"
+  echo "$ref"
+}
+
+# Into every node's containerd: `kind load docker-image` reads docker's store; podman's images
+# go through an archive (kind's podman provider has no image store of its own to read).
+load_image() {
+  local ref=$1 archive
+  say "loading $ref into the nodes of $CLUSTER"
+  if [[ $ENGINE == docker ]]; then
+    kind load docker-image --name "$CLUSTER" "$ref"
+  else
+    archive=$(mktemp "${TMPDIR:-/tmp}/rankops-image.XXXXXX")
+    "$ENGINE" save --format docker-archive -o "$archive" "$ref"
+    kind load image-archive --name "$CLUSTER" "$archive"
+    rm -f "$archive"
+  fi
+}
 
 if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
   say "creating kind cluster $CLUSTER"
@@ -19,6 +68,36 @@ if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 mkdir -p "$(dirname "$KUBECONFIG")"
 kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG"
+for node in "$SYSTEM_NODE" "$REAL_NODE"; do
+  kubectl get node "$node" >/dev/null || {
+    say "no node $node: this cluster predates e2e/kind/cluster.yaml's two workers; delete it (kind delete cluster --name $CLUSTER) and run again"
+    exit 1
+  }
+done
+
+# The product images on images/Dockerfile's default base (UBI 8 python-311), as users build them.
+operator_ref=$(build_image operator "$ROOT/images/Dockerfile" "$ROOT")
+gates_ref=$(build_image gates "$ROOT/images/Dockerfile" "$ROOT")
+validator_ref=$(build_image validator "$ROOT/images/Dockerfile" "$ROOT")
+# Its context is the two files it copies, which live beside the dev cluster's other code.
+triton_ref=$(build_image triton-test "$ROOT/images/Dockerfile.triton-test" \
+  "$ROOT/operator/rankops/devcluster" --build-arg "BASE_IMAGE=$TRITON_BASE_IMAGE")
+for ref in "$operator_ref" "$gates_ref" "$validator_ref" "$triton_ref"; do
+  load_image "$ref"
+done
+
+# The real node, as the local real node is made (devcluster/real_node_config.py's
+# gpu_capacity_patch): the kubelet keeps an extended resource patched into status.capacity
+# (kubernetes.io/docs/tasks/administer-cluster/extended-resource-node); allocatable is patched
+# too so that the scheduler need not wait for the kubelet's next status update to copy it.
+say "preparing $REAL_NODE: label and taint $REAL_NODE_KEY=true, $REAL_NODE_GPUS nvidia.com/gpu"
+kubectl label node "$REAL_NODE" --overwrite "$REAL_NODE_KEY=true"
+kubectl taint node "$REAL_NODE" --overwrite "$REAL_NODE_KEY=true:NoSchedule"
+gpu_patch=$(printf '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"%s"},{"op":"add","path":"/status/allocatable/nvidia.com~1gpu","value":"%s"}]' \
+  "$REAL_NODE_GPUS" "$REAL_NODE_GPUS")
+kubectl patch node "$REAL_NODE" --subresource=status --type=json -p "$gpu_patch"
+kubectl wait node "$REAL_NODE" --timeout 60s \
+  --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'="$REAL_NODE_GPUS"
 
 say "installing kwok $KWOK_VERSION (controller + CRDs) in kube-system"
 kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/kwok.yaml"
@@ -32,11 +111,30 @@ say "creating the e2e GPU nodes"
 rankops dev nodes --set e2e --kubeconfig "$KUBECONFIG"
 
 say "installing the chart into $RELEASE_NAMESPACE"
+# Every image the chart and the models' pods name is the one just loaded: a pod that asked a
+# registry would fail (the refs exist only in the nodes), so a wrong name shows at once.
+image_values=()
+for value_ref in "image=$operator_ref" "fetcher.image=$operator_ref" "gates.image=$gates_ref" \
+                 "validator.image=$validator_ref"; do
+  key=${value_ref%%=*} ref=${value_ref#*=}
+  image_values+=(--set "$key.repository=${ref%:*}" --set "$key.tag=${ref##*:}")
+done
 helm upgrade --install rankops "$ROOT/charts/rankops-operator" \
   --namespace "$RELEASE_NAMESPACE" --create-namespace \
-  --set-string "operator.nodeSelector.kubernetes\.io/hostname=$CLUSTER-control-plane"
+  "${image_values[@]}" \
+  --set-string "operator.nodeSelector.kubernetes\.io/hostname=$SYSTEM_NODE"
 # The suite runs the operator itself, as the chart's ServiceAccount (impersonation proves the
 # chart's RBAC is enough); the chart's own Deployment is scaled to 0 so only one operator acts.
 kubectl -n "$RELEASE_NAMESPACE" scale deployment -l app.kubernetes.io/instance=rankops --replicas=0
 
-say "ready: export KUBECONFIG=$KUBECONFIG; pytest e2e"
+images_env=operator=$operator_ref,gates=$gates_ref,validator=$validator_ref,triton=$triton_ref
+{
+  echo "export KUBECONFIG=$KUBECONFIG"
+  echo "export RANKOPS_E2E_REAL_NODE=$REAL_NODE"
+  echo "export RANKOPS_E2E_IMAGES=$images_env"
+} > "$ENV_FILE"
+if [[ -n ${GITHUB_ENV:-} ]]; then
+  sed 's/^export //' "$ENV_FILE" >> "$GITHUB_ENV"
+fi
+say "ready: source $ENV_FILE; pytest e2e"
+cat "$ENV_FILE" >&2
