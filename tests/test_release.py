@@ -1,0 +1,124 @@
+"""The release workflow pushes what the defaults name: every image the chart, the API models and
+the CRDs hand out by default is a repository .github/workflows/release.yaml pushes, under the
+tag it pushes (the tag's version, checked against pyproject.toml and the chart's appVersion).
+And the kind workflow runs on the Kubernetes release its cluster config pins. No network: the
+workflows are parsed, not run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_images import named_defaults
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASE = ROOT / ".github" / "workflows" / "release.yaml"
+E2E_KIND = ROOT / ".github" / "workflows" / "e2e-kind.yaml"
+EXPRESSION = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
+
+
+def workflow(path: Path) -> dict:
+    loaded = yaml.safe_load(path.read_text())
+    loaded["on"] = loaded.pop(True, loaded.get("on"))  # YAML 1.1 reads the key `on` as true
+    return loaded
+
+
+def release_version_module():
+    spec = importlib.util.spec_from_file_location("release_version", ROOT / ".github" / "scripts" / "release_version.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_step(flow: dict) -> dict:
+    steps = [s for s in flow["jobs"]["images"]["steps"] if s.get("uses", "").startswith("docker/build-push-action@")]
+    assert len(steps) == 1, steps
+    return steps[0]
+
+
+def pushed_references(flow: dict, version: str) -> list[str]:
+    """The build step's `tags`, its expressions evaluated for each matrix target and `version`."""
+    template = build_step(flow)["with"]["tags"]
+    references = []
+    for target in flow["jobs"]["images"]["strategy"]["matrix"]["target"]:
+        known = {"env.REGISTRY": flow["env"]["REGISTRY"], "matrix.target": target,
+                 "needs.version.outputs.version": version}
+        references.append(EXPRESSION.sub(lambda m: known[m.group(1)], template))
+    return references
+
+
+def test_a_tag_pushes_the_product_images_for_amd64_with_their_version():
+    flow = workflow(RELEASE)
+    assert flow["on"] == {"push": {"tags": ["v*"]}}
+    step = build_step(flow)["with"]
+    assert (step["file"], step["target"], step["platforms"], step["push"]) == (
+        "images/Dockerfile", "${{ matrix.target }}", "linux/amd64", True)
+    assert step["build-args"] == "VERSION=${{ needs.version.outputs.version }}"
+
+
+def test_every_default_image_is_one_the_release_pushes():
+    """A default (API constant, CRD schema default, chart value) naming a repository or tag the
+    release does not push fails here, as does a pushed image no default names."""
+    from rankops import images
+
+    pushed = set(pushed_references(workflow(RELEASE), images.VERSION))
+    assert pushed == {images.image(kind) for kind in images.REPOSITORIES}
+    ours = {where: ref for where, ref in named_defaults().items() if not ref.startswith("nvcr.io/")}
+    assert len(ours) >= 7, ours
+    for where, ref in ours.items():
+        assert ref in pushed, f"{where} defaults to {ref}; a release of {images.VERSION} pushes {sorted(pushed)}"
+
+
+def test_the_pushed_tag_is_the_checked_version_of_the_git_tag():
+    jobs = workflow(RELEASE)["jobs"]
+    assert "version" in jobs["images"]["needs"]
+    assert jobs["version"]["outputs"]["version"] == "${{ steps.version.outputs.version }}"
+    (check,) = [s for s in jobs["version"]["steps"] if s.get("id") == "version"]
+    assert 'python .github/scripts/release_version.py "$GITHUB_REF_NAME"' in check["run"]
+    assert 'echo "version=$version" >> "$GITHUB_OUTPUT"' in check["run"]
+
+
+def test_the_current_version_releases_and_its_defaults_carry_it():
+    from rankops import images
+
+    module = release_version_module()
+    pyproject, chart = (ROOT / "pyproject.toml").read_text(), (ROOT / module.CHART).read_text()
+    assert module.release_version(f"v{images.VERSION}", pyproject, chart) == images.VERSION
+
+
+@pytest.mark.parametrize("tag, names", [
+    ("v9.9.9", ("pyproject.toml says 0.1.0", "appVersion says 0.1.0")),
+    ("0.1.0", ("v<version>",)),
+    ("v", ("v<version>",)),
+])
+def test_a_tag_the_repository_does_not_carry_is_refused(tag, names):
+    module = release_version_module()
+    pyproject = '[project]\nname = "rankops"\nversion = "0.1.0"\n'
+    chart = 'apiVersion: v2\nname: rankops-operator\nversion: 0.1.0\nappVersion: "0.1.0"\n'
+    with pytest.raises(module.VersionMismatch) as refused:
+        module.release_version(tag, pyproject, chart)
+    for name in names:
+        assert name in str(refused.value)
+
+
+def test_only_the_chart_lagging_is_refused_too():
+    module = release_version_module()
+    pyproject = '[project]\nname = "rankops"\nversion = "0.2.0"\n'
+    chart = 'appVersion: "0.1.0"\n'
+    with pytest.raises(module.VersionMismatch, match="appVersion says 0.1.0") as refused:
+        module.release_version("v0.2.0", pyproject, chart)
+    assert "pyproject.toml" not in str(refused.value)
+
+
+def test_the_kind_workflow_expects_the_release_its_nodes_run():
+    cluster = yaml.safe_load((ROOT / "e2e" / "kind" / "cluster.yaml").read_text())
+    node_images = {node["image"] for node in cluster["nodes"]}
+    assert len(node_images) == 1, f"every kind node runs one release: {node_images}"
+    assert [n["role"] for n in cluster["nodes"]].count("worker") == 2, "a worker for the chart, one as the real node"
+    release = node_images.pop().split("@")[0].rsplit(":", 1)[1]
+    flow = workflow(E2E_KIND)
+    assert flow["jobs"]["e2e-kind"]["env"]["RANKOPS_E2E_EXPECT_VERSION"] == release
