@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_images import named_defaults
+from test_images import chart_settings_refused, named_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / ".github" / "workflows" / "release.yaml"
@@ -122,3 +122,22 @@ def test_the_kind_workflow_expects_the_release_its_nodes_run():
     release = node_images.pop().split("@")[0].rsplit(":", 1)[1]
     flow = workflow(E2E_KIND)
     assert flow["jobs"]["e2e-kind"]["env"]["RANKOPS_E2E_EXPECT_VERSION"] == release
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/release.md", "docs/install.md", "images/README.md"])
+def test_the_install_and_mirroring_docs_set_values_the_chart_has(document):
+    text = (ROOT / document).read_text()
+    assert "--set " in text
+    assert chart_settings_refused(text) == []
+
+
+def test_the_mirroring_docs_point_every_image_value_at_the_mirror():
+    """The chart's four image values, each in the README's install section and docs/release.md:
+    a mirror that misses one leaves pods pulling from quay.io."""
+    image_values = ("image.repository", "fetcher.image.repository", "gates.image.repository",
+                    "validator.image.repository")
+    readme = (ROOT / "README.md").read_text()
+    install = readme[readme.index("## Install on a cluster"):readme.index("## A RankingModel, step by step")]
+    for text in (install, (ROOT / "docs" / "release.md").read_text()):
+        for value in image_values:
+            assert f"--set {value}=$MIRROR/" in text, value
