@@ -47,17 +47,18 @@ build_image() {
   echo "$ref"
 }
 
-# Into every node's containerd: `kind load docker-image` reads docker's store; podman's images
-# go through an archive (kind's podman provider has no image store of its own to read).
+# Into the workers' containerd (pods never run on the tainted control plane, and the gates
+# image with torch is ~1.5 GB): `kind load docker-image` reads docker's store; podman's images go
+# through an archive (kind's podman provider has no image store of its own to read).
 load_image() {
   local ref=$1 archive
-  say "loading $ref into the nodes of $CLUSTER"
+  say "loading $ref into $SYSTEM_NODE and $REAL_NODE"
   if [[ $ENGINE == docker ]]; then
-    kind load docker-image --name "$CLUSTER" "$ref"
+    kind load docker-image --name "$CLUSTER" --nodes "$SYSTEM_NODE,$REAL_NODE" "$ref"
   else
     archive=$(mktemp "${TMPDIR:-/tmp}/rankops-image.XXXXXX")
     "$ENGINE" save --format docker-archive -o "$archive" "$ref"
-    kind load image-archive --name "$CLUSTER" "$archive"
+    kind load image-archive --name "$CLUSTER" --nodes "$SYSTEM_NODE,$REAL_NODE" "$archive"
     rm -f "$archive"
   fi
 }
