@@ -1,8 +1,8 @@
 """The release workflow pushes what the defaults name: every image the chart, the API models and
 the CRDs hand out by default is a repository .github/workflows/release.yaml pushes, under the
 tag it pushes (the tag's version, checked against pyproject.toml and the chart's appVersion).
-And the kind workflow runs on the Kubernetes release its cluster config pins. No network: the
-workflows are parsed, not run.
+The kind cluster config keeps the e2e fixtures' contract (one real node, as the local one). No
+network: the workflows are parsed, not run.
 """
 from __future__ import annotations
 
@@ -114,14 +114,46 @@ def test_only_the_chart_lagging_is_refused_too():
     assert "pyproject.toml" not in str(refused.value)
 
 
+def kind_cluster() -> dict:
+    return yaml.safe_load((ROOT / "e2e" / "kind" / "cluster.yaml").read_text())
+
+
+def kind_patches(node: dict, kind: str) -> list[dict]:
+    return [p for p in map(yaml.safe_load, node.get("kubeadmConfigPatches", [])) if p["kind"] == kind]
+
+
 def test_the_kind_workflow_expects_the_release_its_nodes_run():
-    cluster = yaml.safe_load((ROOT / "e2e" / "kind" / "cluster.yaml").read_text())
+    cluster = kind_cluster()
     node_images = {node["image"] for node in cluster["nodes"]}
     assert len(node_images) == 1, f"every kind node runs one release: {node_images}"
-    assert [n["role"] for n in cluster["nodes"]].count("worker") == 2, "a worker for the chart, one as the real node"
     release = node_images.pop().split("@")[0].rsplit(":", 1)[1]
     flow = workflow(E2E_KIND)
     assert flow["jobs"]["e2e-kind"]["env"]["RANKOPS_E2E_EXPECT_VERSION"] == release
+
+
+def test_the_kind_real_node_is_one_tainted_worker_with_the_local_real_nodes_cpu_manager():
+    """The contract with the e2e fixtures: one worker labelled and tainted rankops.io/real-node=true
+    (setup.sh finds it by the label), namespaces pinned to it by the admission plugins the local
+    control plane enables, and its kubelet's CPU manager as the local real node's static one."""
+    from rankops.devcluster.real_node_config import NodeLayout, kubelet_config
+
+    nodes = kind_cluster()["nodes"]
+    workers = [n for n in nodes if n["role"] == "worker"]
+    real = [n for n in workers if n.get("labels", {}).get("rankops.io/real-node") == "true"]
+    assert len(workers) == 2 and len(real) == 1, "a worker for the chart, one as the real node"
+    [join] = kind_patches(real[0], "JoinConfiguration")
+    assert join["nodeRegistration"]["taints"] == [{"key": "rankops.io/real-node", "value": "true", "effect": "NoSchedule"}]
+    [control_plane] = [n for n in nodes if n["role"] == "control-plane"]
+    [cluster_config] = kind_patches(control_plane, "ClusterConfiguration")
+    plugins = cluster_config["apiServer"]["extraArgs"]["enable-admission-plugins"].split(",")
+    assert {"PodNodeSelector", "PodTolerationRestriction"} <= set(plugins)
+
+    local = yaml.safe_load(kubelet_config(NodeLayout(Path("/n"), "n", "10.0.0.1", "10.1.0.0/24", "10.2.0.0/16",
+                                                     cpu_manager_policy="static")))
+    flags = join["nodeRegistration"]["kubeletExtraArgs"]
+    assert flags["cpu-manager-policy"] == local["cpuManagerPolicy"]
+    assert flags["kube-reserved"] == ",".join(f"{k}={v}" for k, v in local["kubeReserved"].items())
+    assert flags["cpu-manager-reconcile-period"] == local["cpuManagerReconcilePeriod"]
 
 
 @pytest.mark.parametrize("document", ["README.md", "docs/release.md", "docs/install.md", "images/README.md"])

@@ -12,11 +12,12 @@ CLUSTER=${CLUSTER:-rankops-e2e}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 RELEASE_NAMESPACE=${RELEASE_NAMESPACE:-rankops-system}
 export KUBECONFIG=${KUBECONFIG:-$HOME/.kube/kind-$CLUSTER}
-# What the e2e fixtures read (RANKOPS_E2E_REAL_NODE, RANKOPS_E2E_IMAGES), as `export` lines.
+# What the e2e fixtures read (RANKOPS_E2E_REAL_NODE, RANKOPS_E2E_IMAGES, RANKOPS_E2E_STORE_HOST),
+# as `export` lines.
 ENV_FILE=${ENV_FILE:-$KUBECONFIG.env}
-# The workers' roles (cluster.yaml): kind names them <cluster>-worker, <cluster>-worker2.
+# The workers' roles (cluster.yaml): the chart's on <cluster>-worker; the real node is the one
+# labelled (and tainted) rankops.io/real-node=true.
 SYSTEM_NODE=${SYSTEM_NODE:-$CLUSTER-worker}
-REAL_NODE=${REAL_NODE:-$CLUSTER-worker2}
 REAL_NODE_KEY=rankops.io/real-node
 REAL_NODE_GPUS=${REAL_NODE_GPUS:-2}
 if [[ -z ${ENGINE:-} ]]; then
@@ -69,12 +70,12 @@ if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 mkdir -p "$(dirname "$KUBECONFIG")"
 kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG"
-for node in "$SYSTEM_NODE" "$REAL_NODE"; do
-  kubectl get node "$node" >/dev/null || {
-    say "no node $node: this cluster predates e2e/kind/cluster.yaml's two workers; delete it (kind delete cluster --name $CLUSTER) and run again"
-    exit 1
-  }
-done
+REAL_NODE=$(kubectl get nodes -l "$REAL_NODE_KEY=true" -o jsonpath='{.items[*].metadata.name}')
+if [[ -z $REAL_NODE || $REAL_NODE == *" "* ]] || ! kubectl get node "$SYSTEM_NODE" >/dev/null; then
+  say "want $SYSTEM_NODE and one node labelled $REAL_NODE_KEY=true, found real node(s) '${REAL_NODE}':" \
+      "this cluster predates e2e/kind/cluster.yaml; delete it (kind delete cluster --name $CLUSTER) and run again"
+  exit 1
+fi
 
 # The product images on images/Dockerfile's default base (UBI 8 python-311), as users build them.
 operator_ref=$(build_image operator "$ROOT/images/Dockerfile" "$ROOT")
@@ -87,18 +88,33 @@ for ref in "$operator_ref" "$gates_ref" "$validator_ref" "$triton_ref"; do
   load_image "$ref"
 done
 
-# The real node, as the local real node is made (devcluster/real_node_config.py's
+# The real node's GPUs, as the local real node's (devcluster/real_node_config.py's
 # gpu_capacity_patch): the kubelet keeps an extended resource patched into status.capacity
 # (kubernetes.io/docs/tasks/administer-cluster/extended-resource-node); allocatable is patched
 # too so that the scheduler need not wait for the kubelet's next status update to copy it.
-say "preparing $REAL_NODE: label and taint $REAL_NODE_KEY=true, $REAL_NODE_GPUS nvidia.com/gpu"
-kubectl label node "$REAL_NODE" --overwrite "$REAL_NODE_KEY=true"
-kubectl taint node "$REAL_NODE" --overwrite "$REAL_NODE_KEY=true:NoSchedule"
+say "giving $REAL_NODE $REAL_NODE_GPUS nvidia.com/gpu"
 gpu_patch=$(printf '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"%s"},{"op":"add","path":"/status/allocatable/nvidia.com~1gpu","value":"%s"}]' \
   "$REAL_NODE_GPUS" "$REAL_NODE_GPUS")
 kubectl patch node "$REAL_NODE" --subresource=status --type=json -p "$gpu_patch"
 kubectl wait node "$REAL_NODE" --timeout 60s \
   --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'="$REAL_NODE_GPUS"
+
+# The S3 server the real-pod tests start on this machine listens on the kind network's gateway:
+# the address of this machine that the nodes (and their pods, masqueraded) reach.
+if [[ -z ${STORE_HOST:-} ]]; then
+  if [[ $ENGINE == docker ]]; then
+    gateways=$(docker network inspect kind --format '{{range .IPAM.Config}}{{.Gateway}} {{end}}')
+  else
+    gateways=$(podman network inspect kind --format '{{range .Subnets}}{{.Gateway}} {{end}}')
+  fi
+  for gateway in $gateways; do
+    if [[ $gateway == *.* ]]; then STORE_HOST=$gateway; break; fi
+  done
+fi
+if [[ -z ${STORE_HOST:-} ]]; then
+  say "no IPv4 gateway on the container network 'kind': set STORE_HOST to an address of this machine the nodes reach"
+  exit 1
+fi
 
 say "installing kwok $KWOK_VERSION (controller + CRDs) in kube-system"
 kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/kwok.yaml"
@@ -133,6 +149,7 @@ images_env=operator=$operator_ref,gates=$gates_ref,validator=$validator_ref,trit
   echo "export KUBECONFIG=$KUBECONFIG"
   echo "export RANKOPS_E2E_REAL_NODE=$REAL_NODE"
   echo "export RANKOPS_E2E_IMAGES=$images_env"
+  echo "export RANKOPS_E2E_STORE_HOST=$STORE_HOST"
 } > "$ENV_FILE"
 if [[ -n ${GITHUB_ENV:-} ]]; then
   sed 's/^export //' "$ENV_FILE" >> "$GITHUB_ENV"
