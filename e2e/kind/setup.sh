@@ -122,6 +122,10 @@ kubectl wait --for condition=Established --timeout 60s crd/stages.kwok.x-k8s.io
 # The rankops stages replace kwok's stage-fast.yaml: the same node/pod lifecycle the local
 # control plane runs, plus the simulated exit codes and termination messages.
 kubectl apply -f "$ROOT/operator/rankops/devcluster/kwok/"
+# On the chart's worker: kwok's simulated nodes are untainted, and a controller scheduled onto
+# one of them would be a simulated pod itself.
+kubectl -n kube-system patch deployment kwok-controller --type=merge \
+  -p "{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$SYSTEM_NODE\"}}}}}"
 kubectl -n kube-system rollout status deployment/kwok-controller --timeout 120s
 
 say "creating the e2e GPU nodes"
