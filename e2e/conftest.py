@@ -410,9 +410,12 @@ def real_k8s(real: Any) -> Iterator[Clients]:
 
 @pytest.fixture
 def real_namespace_in(request: pytest.FixtureRequest, real: Any, real_k8s: Clients) -> Iterator[str]:
-    """A fresh namespace on the real-container cluster."""
+    """A fresh namespace on the real-container cluster, its pods pinned to the real node."""
+    from rankops.devcluster.real_cluster import pinned_to
+
     with _fresh_namespace(request, real_k8s, "e2e", lambda name: {
-            "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}}}) as name:
+            "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"},
+                         "annotations": pinned_to(real.node_name)}}) as name:
         OPERATOR_LOG["real_namespace_in"] = name
         yield name
 

@@ -67,10 +67,23 @@ def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
     repository, tag = refs["rankops-operator"].rsplit(":", 1)
     values = [f"image.repository={repository}", f"image.tag={tag}",
               f"fetcher.image.repository={repository}", f"fetcher.image.tag={tag}"]
-    if "rankops-gates" in refs:
-        gates, gates_tag = refs["rankops-gates"].rsplit(":", 1)
-        values += [f"gates.image.repository={gates}", f"gates.image.tag={gates_tag}"]
+    for image, key in (("rankops-gates", "gates"), ("rankops-validator", "validator")):
+        if image in refs:
+            name, image_tag = refs[image].rsplit(":", 1)
+            values += [f"{key}.image.repository={name}", f"{key}.image.tag={image_tag}"]
     return values
+
+
+REAL_NODE_TAINT = "rankops.io/real-node"  # a kind worker kept for the real-pod tests (e2e/kind)
+
+
+def pinned_to(node_name: str) -> dict[str, str]:
+    """Namespace annotations (PodNodeSelector, PodTolerationRestriction) that send every pod of
+    the namespace to `node_name`, tolerating the real-node taint: on kind, GPU pods would otherwise
+    land on kwok's simulated nodes."""
+    toleration = {"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    return {"scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={node_name}",
+            "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps([toleration])}
 
 
 class ClusterOfRealPods:
@@ -104,7 +117,12 @@ class ClusterOfRealPods:
 
         helm = [self.tool("helm"), "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
                 "--create-namespace", "--wait=false", "--set", "operator.replicas=1",
-                "--set", f"image.pullPolicy={self.pull_policy}"]
+                "--set", f"image.pullPolicy={self.pull_policy}",
+                # On the real node, where the images are (on kind: not a kwok node).
+                "--set-string", f"operator.nodeSelector.kubernetes\\.io/hostname={self.node_name}",
+                "--set", f"operator.tolerations[0].key={REAL_NODE_TAINT}",
+                "--set", "operator.tolerations[0].operator=Exists",
+                "--set", "operator.tolerations[0].effect=NoSchedule"]
         for value in [*chart_values_for_local_images(self.refs), *values]:
             helm += ["--set", value]
         done = subprocess.run(helm, env=dict(os.environ, KUBECONFIG=self.kubeconfig), capture_output=True,
