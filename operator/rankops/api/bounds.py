@@ -87,6 +87,20 @@ MEMORY_RULES = [{"rule": f"quantity(self).isGreaterThan(quantity('0')) && "
 CPU_CHECK = AfterValidator(_cpu_in_range)
 MEMORY_CHECK = AfterValidator(_memory_in_range)
 
+
+def cpu_quantity(description: str) -> Any:
+    """The type of a CPU quantity field ("500m", "2"): its pattern and range, checked both sides."""
+    return Annotated[str, CPU_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": CPU_RULES}, description=description)]
+
+
+def memory_quantity(description: str) -> Any:
+    """The type of a memory quantity field ("512Mi", "8Gi"): its pattern and range, checked both sides."""
+    return Annotated[str, MEMORY_CHECK, Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
+        json_schema_extra={"x-kubernetes-validations": MEMORY_RULES}, description=description)]
+
 # Disk a Triton pod may fill on its node (the model volume, /tmp): requested, limited and the
 # emptyDirs' sizeLimit, so a download that grows past it is stopped and the pod evicted instead of
 # the node's disk filling. The bounds keep a spec from asking for more than any node has.

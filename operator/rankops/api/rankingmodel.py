@@ -329,19 +329,12 @@ class Canary(ApiModel):
 class GateResources(ApiModel):
     """What a gate Job's container asks for. The replay and the comparison are light; the
     equivalence gate holds the reference's and the canary's scores of every batch."""
-    cpu: Annotated[str, bounds.CPU_CHECK, Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32,
-        json_schema_extra={"x-kubernetes-validations": bounds.CPU_RULES}, description=(
-            "CPU request of a gate's container (no limit: a gate that finishes sooner frees the node sooner). "
-            "Lower it where a namespace's quota or a small node cannot give a whole core."))] = "1"
-    memory: Annotated[str, bounds.MEMORY_CHECK, Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
-        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
-            "Memory request of a gate's container; its limit is memoryLimit."))] = "1Gi"
-    memory_limit: Annotated[str, bounds.MEMORY_CHECK, Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
-        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
-            "Memory limit of a gate's container: a TorchScript reference is loaded in it."))] = "4Gi"
+    cpu: bounds.cpu_quantity(
+        "CPU request of a gate's container (no limit: a gate that finishes sooner frees the node sooner). "
+        "Lower it where a namespace's quota or a small node cannot give a whole core.") = "1"
+    memory: bounds.memory_quantity("Memory request of a gate's container; its limit is memoryLimit.") = "1Gi"
+    memory_limit: bounds.memory_quantity(
+        "Memory limit of a gate's container: a TorchScript reference is loaded in it.") = "4Gi"
 
     @model_validator(mode="after")
     def _limit_covers_request(self) -> "GateResources":
@@ -400,15 +393,11 @@ class WarmReplicas(ApiModel):
 
 
 class Resources(ApiModel):
-    cpu: Annotated[str, bounds.CPU_CHECK, Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32,
-        json_schema_extra={"x-kubernetes-validations": bounds.CPU_RULES}, description=(
+    cpu: bounds.cpu_quantity(
         "CPU per replica (request = limit, so the kubelet can pin it NUMA-local to the GPU). Size it "
-        "for pre/post-processing and the batcher; dedicated GPU hosts often give 8 cores per GPU."))] = "2"
-    memory: Annotated[str, bounds.MEMORY_CHECK, Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$", max_length=32,
-        json_schema_extra={"x-kubernetes-validations": bounds.MEMORY_RULES}, description=(
-        "Memory per replica (request = limit). Embedding tables kept on the CPU count here."))] = "8Gi"
+        "for pre/post-processing and the batcher; dedicated GPU hosts often give 8 cores per GPU.") = "2"
+    memory: bounds.memory_quantity(
+        "Memory per replica (request = limit). Embedding tables kept on the CPU count here.") = "8Gi"
 
 
 class FetchLimits(ApiModel):
