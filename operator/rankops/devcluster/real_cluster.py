@@ -62,7 +62,7 @@ def ensure_images(images_dir: Path, images: Sequence[str], say: Any = print) -> 
 
 
 def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
-    """`helm --set` values that run the chart's operator, and every model's fetcher, from the
+    """`helm --set-string` values that run the chart's operator, and every model's fetcher, from the
     images imported into the node (never pulled: there is no registry)."""
     repository, tag = refs["rankops-operator"].rsplit(":", 1)
     values = [f"image.repository={repository}", f"image.tag={tag}",
@@ -123,7 +123,9 @@ class ClusterOfRealPods:
                 "--set", f"operator.tolerations[0].key={REAL_NODE_TAINT}",
                 "--set", "operator.tolerations[0].operator=Exists",
                 "--set", "operator.tolerations[0].effect=NoSchedule"]
-        for value in [*chart_values_for_local_images(self.refs), *values]:
+        for value in chart_values_for_local_images(self.refs):
+            helm += ["--set-string", value]  # a content-hash tag may be all digits: still a string
+        for value in values:
             helm += ["--set", value]
         done = subprocess.run(helm, env=dict(os.environ, KUBECONFIG=self.kubeconfig), capture_output=True,
                               text=True, timeout=180)
