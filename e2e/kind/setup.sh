@@ -138,7 +138,7 @@ image_values=()
 for value_ref in "image=$operator_ref" "fetcher.image=$operator_ref" "gates.image=$gates_ref" \
                  "validator.image=$validator_ref"; do
   key=${value_ref%%=*} ref=${value_ref#*=}
-  image_values+=(--set "$key.repository=${ref%:*}" --set "$key.tag=${ref##*:}")
+  image_values+=(--set-string "$key.repository=${ref%:*}" --set-string "$key.tag=${ref##*:}")
 done
 helm upgrade --install rankops "$ROOT/charts/rankops-operator" \
   --namespace "$RELEASE_NAMESPACE" --create-namespace \
