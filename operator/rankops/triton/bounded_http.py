@@ -2,8 +2,8 @@
 
 One deadline for connect, headers and body together; the headers capped in bytes and count; the
 body capped in bytes (by its Content-Length before it is read, by what arrived otherwise); no
-redirect followed; HTTP/1.0 with `Connection: close`, so no chunked body and no kept-alive socket
-to resynchronise. Triton's metrics (metrics.py) and its repository API (repository.py) are read
+redirect followed; `Connection: close` (HTTP/1.0 unless asked otherwise), no chunked body, no
+kept-alive socket to resynchronise. Triton's metrics (metrics.py) and its repository API (repository.py) are read
 through it. AnswerRefused says what went wrong; nothing else is raised.
 """
 from __future__ import annotations
@@ -22,9 +22,12 @@ class AnswerRefused(Exception):
 
 def exchange(host: str, port: int, method: str, path: str, body: bytes = b"", *, deadline_s: float,
              max_bytes: int, headers: Mapping[str, str] | None = None, accept: str = "application/json",
-             redirect_note: str = "a pod is asked itself", error_bodies: bool = False) -> tuple[int, bytes]:
+             redirect_note: str = "a pod is asked itself", error_bodies: bool = False,
+             http11: bool = False) -> tuple[int, bytes]:
     """(status, body) of one request. A status other than 200 is refused before its body is read,
-    unless `error_bodies` (then a 4xx/5xx body is read within the same bounds: the server's error)."""
+    unless `error_bodies` (then a 4xx/5xx body is read within the same bounds: the server's error).
+    `http11`: ask in HTTP/1.1 (still `Connection: close`), for a server that frames its answers
+    only then: Triton answers a 1.0 load with neither a Content-Length nor a close."""
     where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     end = time.monotonic() + deadline_s
 
@@ -36,7 +39,7 @@ def exchange(host: str, port: int, method: str, path: str, body: bytes = b"", *,
 
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     sized = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body or method != "GET" else ""
-    request = (f"{method} {path} HTTP/1.0\r\nHost: {where}\r\nAccept: {accept}\r\n{sized}{extra}"
+    request = (f"{method} {path} HTTP/1.{1 if http11 else 0}\r\nHost: {where}\r\nAccept: {accept}\r\n{sized}{extra}"
                "Connection: close\r\n\r\n").encode("latin-1") + body
     data = bytearray()
     code = 0
@@ -59,7 +62,8 @@ def exchange(host: str, port: int, method: str, path: str, body: bytes = b"", *,
                         continue
                     if head_end > MAX_HEADER_BYTES:
                         raise AnswerRefused(f"{where}: headers over {MAX_HEADER_BYTES >> 10} KiB")
-                    code, length = _check_head(bytes(data[:head_end]), where, max_bytes, redirect_note, error_bodies)
+                    code, length = _check_head(bytes(data[:head_end]), where, max_bytes, redirect_note,
+                                               error_bodies, http11)
                 received = len(data) - head_end - 4
                 if received > max_bytes:
                     raise AnswerRefused(f"{where}: body over {max_bytes >> 10} KiB")
@@ -80,7 +84,7 @@ def exchange(host: str, port: int, method: str, path: str, body: bytes = b"", *,
 
 
 def _check_head(head: bytes, where: str, max_bytes: int, redirect_note: str,
-                error_bodies: bool) -> tuple[int, int | None]:
+                error_bodies: bool, http11: bool) -> tuple[int, int | None]:
     """The status and Content-Length of an answer the caller takes (length None: read to the close)."""
     lines = head.split(b"\r\n")
     status = lines[0].split(None, 2)
@@ -99,7 +103,8 @@ def _check_head(head: bytes, where: str, max_bytes: int, redirect_note: str,
     if code != 200 and not (error_bodies and 400 <= code < 600):
         raise AnswerRefused(f"{where}: HTTP {code}")
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        raise AnswerRefused(f"{where}: a chunked answer to an HTTP/1.0 request")
+        raise AnswerRefused(f"{where}: a chunked answer" + (" (a Content-Length is required)" if http11 else
+                                                           " to an HTTP/1.0 request"))
     if b"content-length" not in headers:
         return code, None
     raw_length = headers[b"content-length"]
