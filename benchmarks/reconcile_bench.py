@@ -48,7 +48,7 @@ from rankops_dev.binaries import ensure_binaries  # noqa: E402
 from rankops_dev.cluster import add_nodes, api_client  # noqa: E402
 from rankops_dev.controlplane import LocalControlPlane  # noqa: E402
 from rankops_dev.operator_process import (OperatorProcess, install_chart,  # noqa: E402
-                                                 service_account_kubeconfig)
+                                          service_account_kubeconfig)
 from rankops.render import names  # noqa: E402
 from rankops_dev.ports import free_port  # noqa: E402
 

@@ -354,7 +354,7 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     from pathlib import Path
 
     from rankops_dev.real_cluster import (DEFAULT_IMAGES_DIR, SERVING_IMAGES, ExistingCluster, RealCluster,
-                                                 images_from_env)
+                                          images_from_env)
 
     images = getattr(request.module, "REAL_IMAGES", SERVING_IMAGES)
     work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets

@@ -9,7 +9,7 @@ import pytest
 
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
 from rankops_dev.node_validators import (HEALTHY, plan_runs, rollout_complete,
-                                                validator_arguments)
+                                         validator_arguments)
 from rankops.validator import gpu
 from rankops.validator.daemonset import render_validator
 from rankops.validator.host import HostView

@@ -250,7 +250,7 @@ class _Demo:
 def run_demo(args: argparse.Namespace) -> int:
     from rankops_dev.cluster import local_cluster
     from rankops_dev.operator_process import (OperatorProcess, install_chart,
-                                                     service_account_kubeconfig)
+                                              service_account_kubeconfig)
 
     from rankops_dev import triton
 
