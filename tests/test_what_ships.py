@@ -37,11 +37,14 @@ def build_wheel(source: Path, out: Path) -> list[str]:
 
 
 def _has_setuptools() -> bool:
+    """Whether the setuptools here can build both pyproject files: their `license` expression needs
+    77+ (a Python 3.11 venv bundles 65). If not, pip fetches the backend into an isolated build."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import setuptools  # noqa: F401
-    except ImportError:
+        return int(version("setuptools").split(".")[0]) >= 77
+    except (PackageNotFoundError, ValueError):
         return False
-    return True
 
 
 def build_stage_copies() -> list[str]:
