@@ -19,7 +19,7 @@ import urllib.request
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from rankops.devcluster import triton
+from rankops_dev import triton
 from timed_model import MODEL_PY, server
 
 A_MS, B_MS, MAX_BATCH = 4.0, 0.5, 8

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from rankops.api.phases import ModelPhase
-from rankops.devcluster.binaries import BinariesMissing
-from rankops.devcluster.controlplane import ControlPlaneError
-from rankops.devcluster.nodes import E2E_NODES, SHAPES, dev_node_set
 from rankops.progress import Progress
+from rankops_dev.binaries import BinariesMissing
+from rankops_dev.controlplane import ControlPlaneError
+from rankops_dev.nodes import E2E_NODES, SHAPES, dev_node_set
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +74,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
     validate.set_defaults(func=run_validate)
 
-    from rankops.commands import dev_images, dev_traffic, dev_triton
+    from rankops_dev.commands import dev_images, dev_traffic, dev_triton
     dev_images.add_commands(dev_sub)
     dev_triton.add_commands(dev_sub)
     dev_traffic.add_commands(dev_sub)
@@ -111,13 +111,13 @@ def serve_dev_cluster(node_set: list[tuple[str, str]] | None = None, *, keep: bo
 
     Yields the LocalControlPlane (`.kubeconfig`, `.server`, `.version()`); stops it on exit.
     """
-    from rankops.devcluster.cluster import local_cluster
+    from rankops_dev.cluster import local_cluster
 
     return local_cluster(dev_node_set(2) if node_set is None else node_set, keep=keep)
 
 
 def run_nodes(args: argparse.Namespace) -> int:
-    from rankops.devcluster.cluster import add_nodes
+    from rankops_dev.cluster import add_nodes
 
     if not args.kubeconfig or not Path(args.kubeconfig).exists():
         print("rankops dev nodes: no kubeconfig: set KUBECONFIG or pass --kubeconfig PATH",
@@ -148,7 +148,7 @@ def _scenarios(pairs: list[str]) -> dict[str, str]:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rankops.devcluster.node_validators import run_validators
+    from rankops_dev.node_validators import run_validators
 
     if not args.kubeconfig or not Path(args.kubeconfig).exists():
         print("rankops dev validate: no kubeconfig: set KUBECONFIG or pass --kubeconfig PATH", file=sys.stderr)
@@ -248,11 +248,11 @@ class _Demo:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rankops.devcluster.cluster import local_cluster
-    from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
-                                                     service_account_kubeconfig)
+    from rankops_dev.cluster import local_cluster
+    from rankops_dev.operator_process import (OperatorProcess, install_chart,
+                                              service_account_kubeconfig)
 
-    from rankops.devcluster import triton
+    from rankops_dev import triton
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it like Ctrl-C
     try:
@@ -306,10 +306,10 @@ DEMO_NEXT_VERSION_PREFIX = "ctr-ranker/4"
 
 @contextlib.contextmanager
 def _serving_parts(plane: Any) -> Iterator[_Serving]:
-    from rankops.devcluster.nodes import SHAPES, SIM_LABEL, gpu_node
-    from rankops.devcluster.objectstore import ObjectStore
-    from rankops.devcluster.process_nodes import ProcessNode
-    from rankops.validator import sample_hosts
+    from rankops_dev.nodes import SHAPES, SIM_LABEL, gpu_node
+    from rankops_dev.objectstore import ObjectStore
+    from rankops_dev.process_nodes import ProcessNode
+    from rankops_dev import sample_hosts
 
     labels = {k: v for k, v in gpu_node(DEMO_PROCESS_NODE, SHAPES["t4"])["metadata"]["labels"].items()
               if k not in ("type", SIM_LABEL, "kubernetes.io/hostname")}
@@ -326,8 +326,8 @@ def _serving_parts(plane: Any) -> Iterator[_Serving]:
 def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
     from kubernetes import client
 
-    from rankops.devcluster.cluster import api_client
-    from rankops.devcluster.node_validators import run_validators
+    from rankops_dev.cluster import api_client
+    from rankops_dev.node_validators import run_validators
 
     api = api_client(demo.plane.kubeconfig)
     custom = client.CustomObjectsApi(api)
@@ -497,8 +497,8 @@ def _serving_address(plane: Any, namespace: str, model: str) -> str:
     """The pod IP of a Ready pod behind the model's serving Service (a loopback address)."""
     from kubernetes import client
 
-    from rankops.devcluster.cluster import api_client
     from rankops.render import names
+    from rankops_dev.cluster import api_client
 
     api = api_client(plane.kubeconfig)
     try:

@@ -1,5 +1,5 @@
 """`rankops dev traffic`: ranking requests through a model's serving pods on the local cluster,
-bounded, so a demo rollout's canary has traffic to be judged on (devcluster/traffic.py)."""
+bounded, so a demo rollout's canary has traffic to be judged on (rankops_dev/traffic.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from rankops.devcluster.traffic import MAX_RATE, MAX_SECONDS
+from rankops_dev.traffic import MAX_RATE, MAX_SECONDS
 
 
 def add_commands(dev_sub: argparse._SubParsersAction) -> None:
@@ -30,9 +30,9 @@ def run_traffic(args: argparse.Namespace) -> int:
     from kubernetes.config.config_exception import ConfigException
 
     from rankops.commands.infer import request_shape
-    from rankops.devcluster.cluster import api_client
-    from rankops.devcluster.traffic import Traffic, serving_addresses
     from rankops.triton.samples import SamplesError, generate_samples, parse_input_spec
+    from rankops_dev.cluster import api_client
+    from rankops_dev.traffic import Traffic, serving_addresses
 
     try:
         doc = yaml.safe_load(open(args.filename))

@@ -51,7 +51,7 @@ def ensure_images(images_dir: Path, images: Sequence[str], say: Any = print) -> 
     archive in `images_dir` is not of the current build: the tests run the tree they test."""
     from . import image_builds
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     built = image_builds.build_all(root, [image.removeprefix("rankops-") for image in images], say)
     archives = archives_by_image(images_dir)
     stale = [b for b in built[1:] if f"rankops-{b.target}" not in archives
