@@ -79,6 +79,10 @@ class RealNode:
             directory.mkdir(parents=True, exist_ok=True)
         self._cgroups_before = set(_kubepods_cgroups())
         (lay.work_dir / "containerd.toml").write_text(cfg.containerd_config(lay))
+        if lay.sample_host:
+            runtime = Path(lay.runtime_binary)
+            runtime.write_text(cfg.sample_host_runc_script(lay, sys.executable))
+            runtime.chmod(0o755)
         (lay.cni_conf_dir / "10-rankops.conflist").write_text(cfg.cni_conflist(lay))
         (lay.work_dir / "kubelet.yaml").write_text(cfg.kubelet_config(lay))
         kubeconfig = lay.work_dir / "node.kubeconfig"
