@@ -93,3 +93,12 @@ def test_the_script_rewrites_a_create_and_passes_every_call_to_runc(tmp_path):
 
     assert json.loads((bundle / "config.json").read_text())["mounts"][0]["source"] == str(sample / "etc")
     assert log.read_text().splitlines() == [" ".join(args), "--root /run/r state c1"]
+
+
+def test_a_private_root_is_told_from_a_shared_one():
+    from rankops.devcluster.real_node import root_mount_is_shared
+
+    private = "27 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n22 27 0:21 / /proc rw - proc proc rw\n"
+    shared = "27 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+    assert not root_mount_is_shared(private)
+    assert root_mount_is_shared(shared)

@@ -352,8 +352,11 @@ def _story(demo: _Demo, real: Any) -> int:
         demo.kubectl("get", "nodes", "-o", NODE_COLUMNS)
 
         _model_store(demo, api, real, model_ns)
-        demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}")
-        demo.kubectl("apply", "-f", str(DEMO_MODEL))
+        manifest = _fitted_model(real.work / "rankingmodel.yaml", real.refs["rankops-triton-test"])
+        demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}, fitted to "
+                 f"this machine: tritonImage {real.refs['rankops-triton-test']} (tritonserver 2.51 with CPU "
+                 f"stand-ins for the GPU backends, built here) and {DEMO_RESOURCES_NOTE}")
+        demo.kubectl("apply", "-f", str(manifest))
         demo.wait(f"RankingModel {model_ns}/{model_name} Ready", state, lambda _, model: model_ready(model))
         demo.kubectl("get", "pods", "-n", model_ns, "-o", POD_COLUMNS)
         demo.say(f"RankingModel {model_ns}/{model_name} is Ready, on validated nodes only; its pods fetched "
@@ -366,6 +369,26 @@ def _story(demo: _Demo, real: Any) -> int:
         return 1
     finally:
         api.close()
+
+
+# The node is this machine: 2 cores. The example's Triton pods ask for what a g4dn.xlarge gives
+# one replica (2 CPUs, 8Gi by default); here two replicas, their warm containers, the README's
+# canary and a gate Job must fit in two cores.
+DEMO_RESOURCES = {"resources": {"cpu": "250m", "memory": "1Gi"}}
+DEMO_GATE_RESOURCES = {"cpu": "250m"}
+DEMO_RESOURCES_NOTE = "250m CPU and 1Gi per Triton pod, 250m per gate Job"
+
+
+def _fitted_model(path: Path, triton_image: str) -> Path:
+    """The example RankingModel with the Triton test image and DEMO_RESOURCES, written to `path`."""
+    import yaml
+
+    doc = yaml.safe_load(DEMO_MODEL.read_text())
+    doc["spec"].update(DEMO_RESOURCES, tritonImage=triton_image)
+    gate_jobs = doc["spec"].setdefault("rollout", {}).setdefault("gateJobs", {})
+    gate_jobs["resources"] = {**gate_jobs.get("resources", {}), **DEMO_GATE_RESOURCES}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def _model_store(demo: _Demo, api: Any, real: Any, namespace: str) -> None:
