@@ -131,10 +131,10 @@ def measure_profile() -> tuple[dict[int, float], list[dict[int, float]]]:
 
     from e2e import models
     from e2e.test_autoscale_real import NAME, write_device_ms
-    from rankops.devcluster import spec_models, triton
     from rankops.api.rankingmodel import ModelFormat
     from rankops.planner.measure import measure
     from rankops.render.tritonconfig import triton_version
+    from rankops_dev import spec_models, triton
 
     install = triton.ensure_installed()
     work = triton.scratch_dir()
@@ -165,7 +165,7 @@ def measure_profile() -> tuple[dict[int, float], list[dict[int, float]]]:
 def optimistic_profile() -> int:
     import math
 
-    sys.path.insert(0, str(ROOT / "operator"))
+    sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "dev")]
     sys.path.insert(0, str(ROOT))
     profile, runs = measure_profile()
     print(f"measured profile (server-side compute ms per batch, median of {PROFILE_RUNS} runs; "

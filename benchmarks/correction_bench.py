@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "operator"))
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "dev")]
 sys.path.insert(0, str(ROOT / "tests" / "triton"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    from rankops.devcluster import triton
+    from rankops_dev import triton
 
     install = triton.ensure_installed()
     truths = [float(t) for t in args.truths.split(",")]

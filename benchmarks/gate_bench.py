@@ -24,10 +24,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rankops.devcluster.ports import free_ports
 from rankops.triton.client import Endpoint
 from rankops.triton.samples import generate_samples, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, latency_stats, replay
+from rankops_dev.ports import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "tests" / "gates" / "mlserver_onnx_runtime.py"

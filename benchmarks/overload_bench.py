@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "operator"))
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "dev")]
 sys.path.insert(0, str(ROOT / "tests" / "triton"))
 
 MODEL = "timed"
@@ -452,7 +452,7 @@ def main() -> int:
     if min(fractions) <= 0 or args.seconds <= 0 or args.warmup < 0 or args.drain <= 0:
         raise BenchError("--fractions and --seconds must be > 0, --warmup >= 0, --drain > 0")
 
-    from rankops.devcluster import triton
+    from rankops_dev import triton
 
     began = time.perf_counter()
     blocks, notes, plans = {}, [], {}

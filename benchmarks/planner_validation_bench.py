@@ -52,11 +52,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "triton"))
 
-from rankops.devcluster import triton  # noqa: E402
 from rankops.triton.client import Endpoint  # noqa: E402
 from rankops.triton.samples import Sample  # noqa: E402
 from rankops.planner.measure import measure  # noqa: E402
 from rankops.planner.profile import LatencyProfile  # noqa: E402
+from rankops_dev import triton  # noqa: E402
 from rankops.planner.simulator import (BatcherConfig, poisson_arrivals_ms, request_items,  # noqa: E402
                                        saturation_qps, simulate)
 import timed_model  # noqa: E402

@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "triton"))
 
-from rankops.devcluster import triton  # noqa: E402
 from rankops.triton.client import Endpoint  # noqa: E402
+from rankops_dev import triton  # noqa: E402
 import priority_load  # noqa: E402
 import timed_model  # noqa: E402
 

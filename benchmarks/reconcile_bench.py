@@ -44,13 +44,13 @@ sys.path.insert(0, str(ROOT))
 
 from e2e.models import GROUP, PLURAL, VERSION, model_manifest  # noqa: E402
 from rankops.controller.kube import open_stream, send  # noqa: E402
-from rankops.devcluster.binaries import ensure_binaries  # noqa: E402
-from rankops.devcluster.cluster import add_nodes, api_client  # noqa: E402
-from rankops.devcluster.controlplane import LocalControlPlane  # noqa: E402
-from rankops.devcluster.operator_process import (OperatorProcess, install_chart,  # noqa: E402
-                                                 service_account_kubeconfig)
-from rankops.devcluster.ports import free_port  # noqa: E402
+from rankops_dev.binaries import ensure_binaries  # noqa: E402
+from rankops_dev.cluster import add_nodes, api_client  # noqa: E402
+from rankops_dev.controlplane import LocalControlPlane  # noqa: E402
+from rankops_dev.operator_process import (OperatorProcess, install_chart,  # noqa: E402
+                                          service_account_kubeconfig)
 from rankops.render import names  # noqa: E402
+from rankops_dev.ports import free_port  # noqa: E402
 
 NAMESPACE = "bench"
 RAW_NAMESPACE = "bench-raw"

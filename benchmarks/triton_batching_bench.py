@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rankops.devcluster import triton
 from rankops.triton import metrics as server_metrics
 from rankops.triton.client import Endpoint
 from rankops.triton.samples import Sample, generate_samples, parse_input_spec
 from rankops.gates.warmup import WarmupConfig, latency_stats, replay, run_warmup
+from rankops_dev import triton
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = yaml.safe_load((ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml").read_text())

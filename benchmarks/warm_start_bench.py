@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-from rankops.devcluster import triton  # noqa: E402
-from rankops.devcluster.ports import free_ports  # noqa: E402
+from rankops_dev import triton  # noqa: E402
+from rankops_dev.ports import free_ports  # noqa: E402
 
 HOST = "127.0.0.1"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

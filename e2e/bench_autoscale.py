@@ -113,7 +113,7 @@ def _server_p99_ms(k8s, ns: str, name: str) -> float | None:
     import re
     import urllib.request
 
-    from rankops.devcluster import traffic
+    from rankops_dev import traffic
 
     worst = None
     for address in traffic.serving_addresses(k8s.core, ns, name):

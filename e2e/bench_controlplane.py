@@ -9,10 +9,10 @@ import argparse
 import statistics
 import time
 
-from rankops.devcluster.binaries import ensure_binaries
-from rankops.devcluster.cluster import add_nodes, api_client
-from rankops.devcluster.controlplane import LocalControlPlane
-from rankops.devcluster.nodes import E2E_NODES
+from rankops_dev.binaries import ensure_binaries
+from rankops_dev.cluster import add_nodes, api_client
+from rankops_dev.controlplane import LocalControlPlane
+from rankops_dev.nodes import E2E_NODES
 
 
 def one_run(bin_dir) -> dict[str, float]:

@@ -79,8 +79,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         yield found
         return
 
-    from rankops.devcluster.binaries import BinariesMissing, ensure_binaries
-    from rankops.devcluster.controlplane import ControlPlaneError, LocalControlPlane
+    from rankops_dev.binaries import BinariesMissing, ensure_binaries
+    from rankops_dev.controlplane import ControlPlaneError, LocalControlPlane
 
     problem = None
     try:
@@ -183,11 +183,11 @@ def gpu_nodes(cluster: Cluster, k8s: Clients) -> GpuNodes:
     On the local control plane the fixture creates them; elsewhere (kind) the workflow has
     (`rankops dev nodes --set e2e`) and the fixture only checks they are there and Ready.
     """
-    from rankops.devcluster.nodes import E2E_NODES, SIM_LABEL, wait_nodes_ready
+    from rankops_dev.nodes import E2E_NODES, SIM_LABEL, wait_nodes_ready
 
     names = [name for name, _ in E2E_NODES]
     if cluster.local:
-        from rankops.devcluster.cluster import add_nodes
+        from rankops_dev.cluster import add_nodes
 
         add_nodes(cluster.kubeconfig, E2E_NODES)
     else:
@@ -220,7 +220,7 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     chart's ServiceAccount, which proves the chart's RBAC is enough. Its log is printed when a
     test fails (see pytest_runtest_makereport) and kept under the session's tmp dir.
     """
-    from rankops.devcluster.operator_process import OperatorProcess
+    from rankops_dev.operator_process import OperatorProcess
 
     work = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(chart_operator_kubeconfig(cluster, work), work / "operator.log",
@@ -237,7 +237,7 @@ OPERATOR_LOG: dict[str, Any] = {}
 def chart_operator_kubeconfig(cluster: Cluster, work: Any) -> Any:
     """Install the chart (on kind `helm upgrade` keeps it) and return a kubeconfig of the chart's
     operator ServiceAccount; a failure fails the run with the reason."""
-    from rankops.devcluster.operator_process import install_chart, service_account_kubeconfig
+    from rankops_dev.operator_process import install_chart, service_account_kubeconfig
 
     try:
         install_chart(cluster.kubeconfig, bin_dir=cluster.bin_dir, values=("monitoring.tritonServiceMonitors=true",))
@@ -251,7 +251,7 @@ PROCESS_NODE = "process-0"
 
 @pytest.fixture(scope="session")
 def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A node whose pods really run, as local processes (devcluster/pod_runner.py), beside kwok's.
+    """A node whose pods really run, as local processes (rankops_dev/pod_runner.py), beside kwok's.
 
     Tainted, so only the pods of `real_namespace` namespaces land there. Its container logs are
     printed when a test fails.
@@ -259,7 +259,7 @@ def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> 
     if not cluster.local:
         pytest.skip("pods run as local processes only on the local control plane; on kind they would "
                     "need the real images")
-    from rankops.devcluster.process_nodes import ProcessNode
+    from rankops_dev.process_nodes import ProcessNode
 
     node = ProcessNode(cluster.kubeconfig, PROCESS_NODE, tmp_path_factory.mktemp("process-node"))
     try:
@@ -275,7 +275,7 @@ def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture
 def real_namespace(request: pytest.FixtureRequest, k8s: Clients, process_node: Any) -> Iterator[str]:
     """A fresh namespace whose pods all run on the process node."""
-    from rankops.devcluster.process_nodes import pinned_namespace
+    from rankops_dev.process_nodes import pinned_namespace
 
     with _fresh_namespace(request, k8s, "e2e-real",
                           lambda name: pinned_namespace(name, {NAMESPACE_LABEL: "true"})) as name:
@@ -285,8 +285,8 @@ def real_namespace(request: pytest.FixtureRequest, k8s: Clients, process_node: A
 
 @pytest.fixture(scope="session")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real S3-compatible server process (devcluster/objectstore.py), on loopback."""
-    from rankops.devcluster.objectstore import ObjectStore
+    """A real S3-compatible server process (rankops_dev/objectstore.py), on loopback."""
+    from rankops_dev.objectstore import ObjectStore
 
     store = ObjectStore(tmp_path_factory.mktemp("object-store"))
     try:
@@ -344,7 +344,7 @@ REAL_OPERATOR_NAMESPACE = "rankops-system"
 
 @pytest.fixture(scope="module")
 def real(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A cluster whose pods run in real containers, one per test module (devcluster/real_cluster.py):
+    """A cluster whose pods run in real containers, one per test module (rankops_dev/real_cluster.py):
     the control plane, one real node and an S3 server in a network namespace of their own, the
     chart installed with its operator running as the chart's pod from the operator image built
     here. A module names the images it needs in `REAL_IMAGES` (default: the operator's and the
@@ -353,8 +353,8 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     import tempfile
     from pathlib import Path
 
-    from rankops.devcluster.real_cluster import (DEFAULT_IMAGES_DIR, SERVING_IMAGES, ExistingCluster, RealCluster,
-                                                 images_from_env)
+    from rankops_dev.real_cluster import (DEFAULT_IMAGES_DIR, SERVING_IMAGES, ExistingCluster, RealCluster,
+                                          images_from_env)
 
     images = getattr(request.module, "REAL_IMAGES", SERVING_IMAGES)
     work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets
@@ -411,7 +411,7 @@ def real_k8s(real: Any) -> Iterator[Clients]:
 @pytest.fixture
 def real_namespace_in(request: pytest.FixtureRequest, real: Any, real_k8s: Clients) -> Iterator[str]:
     """A fresh namespace on the real-container cluster, its pods pinned to the real node."""
-    from rankops.devcluster.real_cluster import pinned_to
+    from rankops_dev.real_cluster import pinned_to
 
     with _fresh_namespace(request, real_k8s, "e2e", lambda name: {
             "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"},
@@ -430,7 +430,7 @@ def real_operator_log(real: Any) -> str:
 @pytest.fixture
 def real_operator_logs_no_errors(request: pytest.FixtureRequest, real: Any) -> Iterator[None]:
     """As operator_logs_no_errors, for the operator that runs as the chart's pod."""
-    from rankops.devcluster.operator_process import error_lines
+    from rankops_dev.operator_process import error_lines
 
     mark = request.node.get_closest_marker(EXPECTED_ERRORS_MARK)
     expected = [re.compile(p) for p in (mark.args if mark else ())]

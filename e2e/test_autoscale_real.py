@@ -20,9 +20,9 @@ import pytest
 
 from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models, traffic
 from rankops.triton.samples import Sample
 from rankops.render import names
+from rankops_dev import spec_models, traffic
 
 pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
 

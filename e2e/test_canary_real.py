@@ -19,9 +19,9 @@ import pytest
 from e2e import models, rollouts
 from e2e.warming import PodWatch, check_warmed_before_ready, watched_until
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models, traffic
 from rankops.triton.samples import Sample
 from rankops.render import names
+from rankops_dev import spec_models, traffic
 
 pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
 REAL_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-gates")

@@ -25,7 +25,7 @@ def _pods(k8s, namespace: str, selector: str) -> list:
 
 
 def test_server_is_a_live_pinned_release(cluster):
-    from rankops.devcluster.binaries import k8s_version
+    from rankops_dev.binaries import k8s_version
 
     git_version = cluster.version["git_version"]
     match = re.fullmatch(r"v1\.(\d+)\.\d+.*", git_version)
@@ -37,7 +37,7 @@ def test_server_is_a_live_pinned_release(cluster):
 
 
 def test_simulated_nodes_look_like_rhel8_gpu_servers(k8s, gpu_nodes):
-    from rankops.devcluster.nodes import E2E_NODES, SHAPES
+    from rankops_dev.nodes import E2E_NODES, SHAPES
 
     assert len(gpu_nodes.by_product.get("Tesla-T4", ())) == 2
     assert len(gpu_nodes.by_product.get("NVIDIA-L4", ())) == 1

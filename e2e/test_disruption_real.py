@@ -63,7 +63,7 @@ def _drain(k8s, ns: str, node: str, timeout: float = 240) -> int:
 
 def test_a_drain_and_a_driver_upgrade_move_replicas_without_a_failed_request(
         k8s, cluster, real_namespace, operator, object_store, process_node, tmp_path):
-    from rankops.devcluster.process_nodes import ProcessNode
+    from rankops_dev.process_nodes import ProcessNode
 
     ns, name = real_namespace, "ranker"
     body = models.model_manifest(name, replicas=2, modelCredentialsSecret="model-store", **SPEC)
@@ -115,8 +115,8 @@ def test_a_dead_node_s_replica_is_replaced_and_only_requests_to_it_fail(
     """A node's machine dies (its runner and pods killed, nothing reported): requests sent to its
     pod fail until the node lifecycle controller marks the node (its grace period) and the pod
     leaves the Service; the operator surges a replacement then, which serves Ready and warm."""
-    from rankops.devcluster import traffic as traffic_driver
-    from rankops.devcluster.process_nodes import ProcessNode
+    from rankops_dev import traffic as traffic_driver
+    from rankops_dev.process_nodes import ProcessNode
     from e2e.test_canary_real import _request
 
     ns, name = real_namespace, "ranker"

@@ -14,9 +14,9 @@ import pytest
 
 from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
-from rankops.devcluster.real_cluster import process_facts
 from rankops.render import names
+from rankops_dev import spec_models
+from rankops_dev.real_cluster import process_facts
 
 pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
 REAL_CPU_MANAGER_POLICY = "static"

@@ -2,7 +2,7 @@
 its pods write, the pool status and columns a user reads, and models placed only on validated nodes.
 
 kwok runs the validator pods but no containers, so each test runs what the pods would
-(`rankops.devcluster.node_validators`): the pod's own command line, against a sample RHEL 8 host,
+(`rankops_dev.node_validators`): the pod's own command line, against a sample RHEL 8 host,
 patching the node with the pod's bound token. The two T4 nodes of the e2e set are the pool; the
 L4 and CPU nodes are outside its selector. Pools are cluster-scoped: each test makes its own and
 deletes it; the operator then clears the pool's marks from its nodes, and the fixtures clear any
@@ -23,15 +23,15 @@ from kubernetes.client.exceptions import ApiException
 from e2e import models
 from e2e.support import gone, wait_for
 from rankops.api.gpunodepool import NodeRequirements
-from rankops.devcluster.node_validators import HEALTHY, run_validators
-from rankops.devcluster.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
 from rankops.render import names
 from rankops.validator.daemonset import HOST_MOUNTS, HOST_ROOT, validator_name
+from rankops_dev.node_validators import HEALTHY, run_validators
+from rankops_dev.operator_process import RELEASE_NAMESPACE, VALIDATOR_SERVICE_ACCOUNT
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
                                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL, LABEL_READY,
                                     LABEL_TOPOLOGY_ALIGNED, TAINT_EFFECT, TAINT_KEY)
 from rankops.validator.report import requirements_digest
-from rankops.validator.sample_hosts import DRIVER, T4_REQUIREMENTS
+from rankops_dev.sample_hosts import DRIVER, T4_REQUIREMENTS
 
 pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
 
@@ -467,8 +467,8 @@ def test_a_validator_pods_token_may_mark_its_own_node_only(cluster, k8s, gpu_nod
     mark, untaint, taint or cordon any other node."""
     from kubernetes import client
 
-    from rankops.devcluster.cluster import api_client
-    from rankops.devcluster.node_validators import plan_runs, pod_client, wait_for_pods
+    from rankops_dev.cluster import api_client
+    from rankops_dev.node_validators import plan_runs, pod_client, wait_for_pods
 
     own, other_in_pool = t4_nodes
     outside = next(n for n in gpu_nodes.gpu if n not in t4_nodes)
@@ -521,8 +521,8 @@ def unmarked_nodes(k8s, gpu_nodes):
 def test_a_pool_selecting_every_node_marks_only_gpu_nodes(cluster, k8s, gpu_nodes, make_pool, unmarked_nodes):
     """A broad selector catches the CPU node and a control-plane node: neither is validated into
     the pool nor tainted (before: the CPU node was labelled into the pool and tainted)."""
-    from rankops.devcluster.nodes import SHAPES, gpu_node
     from rankops.validator.node import NOT_OWNED
+    from rankops_dev.nodes import SHAPES, gpu_node
 
     control_plane = gpu_node(f"kwok-cp-{secrets.token_hex(2)}", SHAPES["cpu"])
     control_plane["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""

@@ -1,4 +1,4 @@
-"""The process node itself: pods bound to it really run (devcluster/pod_runner.py).
+"""The process node itself: pods bound to it really run (rankops_dev/pod_runner.py).
 
 What the rest of the suite relies on when it runs Triton and the gates for real: volumes at the
 container's paths, the environment, Service names that resolve to Ready pods, probes that decide
@@ -159,7 +159,7 @@ def test_a_claim_bound_to_a_host_directory_is_mounted_with_its_subpath(k8s, real
 
 def test_a_pod_on_one_process_node_calls_a_service_whose_pods_run_on_another(k8s, cluster, real_namespace,
                                                                              process_node, tmp_path):
-    from rankops.devcluster.process_nodes import ProcessNode
+    from rankops_dev.process_nodes import ProcessNode
 
     ns = real_namespace
     with ProcessNode(cluster.kubeconfig, "process-1", tmp_path / "process-1") as other:

@@ -1,6 +1,6 @@
 """Pods in real containers (issue 38): the images built on this machine, run by a real kubelet.
 
-The module starts its own cluster (devcluster/real_cluster.py): the control plane, one real
+The module starts its own cluster (rankops_dev/real_cluster.py): the control plane, one real
 node (kubelet, containerd, runc, CNI, kube-proxy, cluster DNS) and an S3 server, all in a network
 namespace the dev cluster makes. The chart's operator runs as the chart's pod from the operator
 image; a RankingModel's Triton pod runs the Triton test image, its fetch-model init container the
@@ -25,9 +25,9 @@ import pytest
 
 from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
-from rankops.devcluster.real_cluster import RealCluster, pinned_to, process_facts, wait_until
 from rankops.render import names
+from rankops_dev import spec_models
+from rankops_dev.real_cluster import RealCluster, pinned_to, process_facts, wait_until
 
 BUCKET = "models"
 OPERATOR_NAMESPACE = "rankops-system"

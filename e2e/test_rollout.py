@@ -137,7 +137,7 @@ def test_only_the_operator_may_write_status_and_a_forged_stable_version_never_se
     is checked by the operator: nothing vouches for it, so it is ignored and v1 keeps serving."""
     from kubernetes import client, config
 
-    from rankops.devcluster.operator_process import service_account_kubeconfig
+    from rankops_dev.operator_process import service_account_kubeconfig
 
     models.create(k8s, namespace, models.model_manifest("guarded", version="1", versions=("1", "2"),
                                                         rollout=_rollout()))

@@ -15,8 +15,8 @@ import pytest
 from e2e import models, rollouts
 from e2e.support import wait_for
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
 from rankops.render import names
+from rankops_dev import spec_models
 
 pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
 REAL_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-gates")

@@ -60,7 +60,7 @@ def log_size(process: Any) -> int:
 
 @pytest.fixture(scope="module")
 def replicas(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
-    from rankops.devcluster.operator_process import OperatorProcess
+    from rankops_dev.operator_process import OperatorProcess
 
     session_operator = OPERATOR_LOG.get("process")
     paused_session = session_operator is not None and session_operator.running

@@ -16,8 +16,8 @@ from e2e import models
 from e2e.support import wait_for
 from e2e.warming import PodWatch, check_warmed_before_ready
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
-from rankops.devcluster import spec_models
 from rankops.render import names
+from rankops_dev import spec_models
 
 pytestmark = pytest.mark.usefixtures("operator_logs_no_errors")
 

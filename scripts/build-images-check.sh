@@ -9,9 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-export PYTHONPATH="$PWD/operator${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/operator:$PWD/dev${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${1:-/tmp/rankops-images}
-rankops_dev_images() { nice -n 19 "$PYTHON" -m rankops dev images "$@"; }
+rankops_dev_images() { nice -n 19 "$PYTHON" -m rankops_dev images "$@"; }
 
 if [[ ${COLD:-0} == 1 ]]; then
   # Only this project's images, then the layers no image uses any more.
@@ -49,8 +49,8 @@ for archive in "$OUT"/*.tar; do nice -n 19 ionice -c3 ctr --address "$W/containe
 image() { ctr_ images ls -q | grep "^localhost/rankops-$1:" | head -1; }
 echo "operator: $(ctr_ run --rm --read-only "$(image operator)" operator-check id)"
 ctr_ run --rm --read-only "$(image operator)" operator-check rankops --help | head -1
-"$PYTHON" -c 'import sys; from pathlib import Path; from rankops.devcluster.image_check import write_repository; write_repository(Path(sys.argv[1]))' "$W/repo"
-port=$("$PYTHON" -c 'from rankops.devcluster.ports import free_ports; print(free_ports(1, "127.0.0.1")[0])')
+"$PYTHON" -c 'import sys; from pathlib import Path; from rankops_dev.image_check import write_repository; write_repository(Path(sys.argv[1]))' "$W/repo"
+port=$("$PYTHON" -c 'from rankops_dev.ports import free_ports; print(free_ports(1, "127.0.0.1")[0])')
 ctr_ run --rm --read-only --net-host --mount "type=bind,src=$W/repo/models,dst=/models,options=rbind:ro" \
   --mount type=tmpfs,src=tmpfs,dst=/tmp,options=rw:nosuid:nodev "$(image triton-test)" triton-check \
   tritonserver --model-repository=/models --http-address=127.0.0.1 --http-port="$port"\

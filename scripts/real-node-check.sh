@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-export PYTHONPATH=$ROOT/operator:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$ROOT/operator:$ROOT/dev:$ROOT${PYTHONPATH:+:$PYTHONPATH}
 [ "$(id -u)" -eq 0 ] || { echo "real-node-check: needs root (network namespace, containerd, kubelet)" >&2; exit 2; }
 for tool in containerd runc ctr nsenter iptables conntrack dnsmasq; do
   command -v $tool >/dev/null || { echo "real-node-check: $tool missing (apt-get install containerd runc iptables conntrack dnsmasq-base)" >&2; exit 2; }
@@ -22,6 +22,6 @@ done
 [ -x /usr/lib/cni/bridge ] || { echo "real-node-check: CNI plugins missing (apt-get install containernetworking-plugins)" >&2; exit 2; }
 NAME=rankops-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 WORK=$(mktemp -d /tmp/rankops-node-XXXXXX)
-sweep() { "$PY" -m rankops.devcluster.real_node_check --sweep --name "$NAME" --work "$WORK"; }
+sweep() { "$PY" -m rankops_dev.real_node_check --sweep --name "$NAME" --work "$WORK"; }
 trap sweep EXIT
-"$PY" -m rankops.devcluster.real_node_check --name "$NAME" --work "$WORK" "$@"
+"$PY" -m rankops_dev.real_node_check --name "$NAME" --work "$WORK" "$@"

@@ -18,7 +18,7 @@ NAMESPACE=rankops-system
 KUBE_VERSION=1.34.0
 
 if [ ! -x "$HELM" ]; then
-  echo "helm not found at $HELM: run operator/rankops/devcluster/build.sh (or set HELM / RANKOPS_K8S_BIN)" >&2
+  echo "helm not found at $HELM: run dev/rankops_dev/build.sh (or set HELM / RANKOPS_K8S_BIN)" >&2
   exit 1
 fi
 

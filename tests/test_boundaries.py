@@ -2,9 +2,11 @@
 
 The layer order is read from the README itself (its list of operator/rankops/, top first), so the
 section cannot drift from the code: every module belongs to a listed part, and each part imports
-only parts listed below it. Imports are read from the source, those inside functions included
-(a lazy import is a dependency all the same). The last test checks, in a fresh interpreter, what a
-module really loads."""
+only parts listed below it. The dev harness (dev/rankops_dev/, the rankops-dev distribution) stands
+above the whole product: the product imports nothing of it, and it imports the product's parts but
+never controller/ (it has its own API client). Imports are read from the source, those inside
+functions included (a lazy import is a dependency all the same). The last test checks, in a fresh
+interpreter, what a module really loads."""
 from __future__ import annotations
 
 import ast
@@ -19,10 +21,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "operator" / "rankops"
-HARNESS = "devcluster/"
-# Until the dev harness leaves the package it uses the operator's API client (pod_runner.py) and
-# the validator's own parser (node_validators.py): moves out with issue 38.
-HARNESS_ALLOWANCE = {"controller/", "commands/"}
+HARNESS = ROOT / "dev" / "rankops_dev"
+# What the harness never imports of the product: the operator's shell and its API client.
+HARNESS_NEVER = ("rankops.controller",)
 # "Imports only ..." in the README's lines: a part -> the parts it may import.
 ONLY = {
     "gates/": {"triton/", "progress.py"},
@@ -32,8 +33,8 @@ ONLY = {
     "fetcher/": set(),
     "nodelabels.py": set(), "images.py": set(), "metrics.py": set(), "progress.py": set(), "yamlio.py": set(),
 }
-# The only code that talks to the Kubernetes API (imports its client or kopf), and the only code that
-# parses a command line, besides the harness.
+# The only code of the product that talks to the Kubernetes API (imports its client or kopf), and the
+# only code of the product that parses a command line.
 API_CLIENTS = {"controller/", "validator/node.py", "commands/run.py"}
 COMMAND_LINES = {"commands/", "cli.py", "validator/heartbeat.py"}
 
@@ -41,9 +42,11 @@ COMMAND_LINES = {"commands/", "cli.py", "validator/heartbeat.py"}
 def layout_lines() -> list[list[str]]:
     """The README's layout of operator/rankops/, top first: the names on each line."""
     text = (ROOT / "README.md").read_text()
-    block = text[text.index("\noperator/rankops/ "):text.index("\ncrds/ ")]
+    block = text[text.index("\noperator/rankops/ ") + 1:]
     lines = []
     for line in block.splitlines()[1:]:
+        if line and not line.startswith(" "):  # the next top-level entry
+            break
         match = re.match(r"^  (\S.*?)(\s{2,}|$)", line)
         if match:
             lines.append([name.strip() for name in match.group(1).split(",")])
@@ -61,10 +64,6 @@ def part_of(path: str) -> str | None:
     matching = [name for name in PARTS
                 if (name.endswith("/") and path.startswith(name)) or fnmatch.fnmatch(path, name)]
     return max(matching, key=len, default=None)
-
-
-def harness(part: str) -> bool:
-    return part == HARNESS or RANK[part] == RANK[HARNESS]
 
 
 def module_path(module: str) -> str | None:
@@ -117,7 +116,7 @@ def test_every_module_is_in_a_part_the_readme_lists():
 
 def test_each_part_imports_only_parts_listed_below_it():
     upward = sorted(f"{a} -> {b}: {sorted(why)[0]}" for (a, b), why in EDGES.items()
-                    if not harness(a) and (harness(b) or RANK[b] <= RANK[a]))
+                    if RANK[b] <= RANK[a])
     assert not upward, "imports beside or up the README's layers:\n" + "\n".join(upward)
 
 
@@ -137,8 +136,8 @@ def test_no_package_imports_its_way_back_to_itself():
                     return found
         return None
 
-    cycles = [cycle_from(part, part, (part,)) for part in sorted(graph) if not harness(part)]
-    assert not [" -> ".join(c) for c in cycles if c and not any(harness(p) for p in c)]
+    cycles = [cycle_from(part, part, (part,)) for part in sorted(graph)]
+    assert not [" -> ".join(c) for c in cycles if c]
 
 
 @pytest.mark.parametrize("part", sorted(ONLY))
@@ -148,12 +147,30 @@ def test_what_a_part_imports_only(part):
         "; ".join(sorted(w for (a, b), why in EDGES.items() if a == part and b not in ONLY[part] for w in why))
 
 
-def test_the_harness_is_imported_by_no_part_of_the_product_and_imports_only_what_it_may():
-    into = sorted(w for (a, b), why in EDGES.items() if harness(b) and not harness(a) for w in why)
-    assert not into, into
-    may = {name for name in PARTS if RANK[name] >= RANK["modelplan.py"] and not harness(name)} | HARNESS_ALLOWANCE
-    out = sorted(w for (a, b), why in EDGES.items() if harness(a) and not harness(b) and b not in may for w in why)
-    assert not out, out
+def _importing(root: pathlib.Path, prefixes: tuple[str, ...]) -> list[str]:
+    """'file imports module' for each file under root importing a module under one of prefixes."""
+    return sorted(f"{path.relative_to(ROOT)} imports {m}" for path in root.rglob("*.py") for m in imports(path)
+                  if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_no_part_of_the_product_imports_the_harness():
+    assert not _importing(PACKAGE, ("rankops_dev",))
+
+
+def test_the_harness_has_its_own_api_client_and_keeps_its_command_lines_on_top():
+    assert not _importing(HARNESS, HARNESS_NEVER)
+    below_commands = [line for line in _importing(HARNESS, ("rankops_dev.commands", "rankops.cli"))
+                      if not line.startswith(("dev/rankops_dev/commands/", "dev/rankops_dev/__main__.py"))]
+    assert not below_commands, below_commands
+
+
+def test_the_dev_commands_reach_rankops_through_an_entry_point_into_the_harness_commands():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())["project"]
+    points = project["entry-points"]["rankops.commands"]
+    assert points == {"dev": "rankops_dev.commands.dev:add_commands"}, points
+    assert "rankops" in project["dependencies"]
 
 
 def _modules_importing(prefixes: tuple[str, ...]) -> set[str]:
@@ -162,7 +179,7 @@ def _modules_importing(prefixes: tuple[str, ...]) -> set[str]:
 
 
 def _outside(paths: set[str], allowed: set[str]) -> list[str]:
-    return sorted(p for p in paths if not harness(part_of(p)) and part_of(p) not in allowed and p not in allowed)
+    return sorted(p for p in paths if part_of(p) not in allowed and p not in allowed)
 
 
 def test_only_the_controller_the_validator_agent_and_run_talk_to_the_api():
@@ -185,13 +202,13 @@ def _loaded_after(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize("module, never", [
-    ("rankops.render.desired", ("rankops.validator", "rankops.controller", "rankops.gates", "rankops.devcluster")),
-    ("rankops.modelplan", ("rankops.validator", "rankops.controller", "rankops.devcluster")),
-    ("rankops.poolplan", ("rankops.controller", "rankops.planner", "rankops.devcluster")),
+    ("rankops.render.desired", ("rankops.validator", "rankops.controller", "rankops.gates", "rankops_dev")),
+    ("rankops.modelplan", ("rankops.validator", "rankops.controller", "rankops_dev")),
+    ("rankops.poolplan", ("rankops.controller", "rankops.planner", "rankops_dev")),
     ("rankops.triton.client", ("rankops.gates", "rankops.controller", "rankops.validator", "rankops.render")),
     ("rankops.triton.image_fit", ("rankops.validator", "rankops.render", "rankops.controller")),
-    ("rankops.validator.node", ("rankops.controller", "rankops.render", "rankops.triton", "rankops.devcluster")),
-    ("rankops.commands.fetch", ("rankops.api", "rankops.controller", "rankops.render", "rankops.devcluster")),
+    ("rankops.validator.node", ("rankops.controller", "rankops.render", "rankops.triton", "rankops_dev")),
+    ("rankops.commands.fetch", ("rankops.api", "rankops.controller", "rankops.render", "rankops_dev")),
 ])
 def test_a_module_loads_nothing_its_layout_line_rules_out(module, never):
     loaded = _loaded_after(module)

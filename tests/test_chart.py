@@ -1,6 +1,6 @@
 """The Helm chart, the plain manifests rendered from it, and the examples.
 
-Renders the chart with the real helm binary (built by operator/rankops/devcluster/build.sh) in
+Renders the chart with the real helm binary (built by dev/rankops_dev/build.sh) in
 several value combinations and checks what a cluster admin reviews: least-privilege RBAC with no
 wildcards, restricted pod security, the watch scope, the schema rejecting bad values, and that
 the checked-in copies (manifests/install.yaml, deploy/monitoring/, the chart's files/crds/) are fresh.
@@ -48,7 +48,7 @@ RBAC_KINDS = {"Role", "ClusterRole"}
 def helm() -> Path:
     path = BIN_DIR / "helm"
     if not os.access(path, os.X_OK):
-        pytest.fail(f"helm not found at {path}: run operator/rankops/devcluster/build.sh first "
+        pytest.fail(f"helm not found at {path}: run dev/rankops_dev/build.sh first "
                     "(CI does), or point RANKOPS_K8S_BIN at a directory holding helm")
     return path
 
@@ -577,11 +577,11 @@ def test_helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_it(tmp_path):
     change reaches the cluster, and `helm uninstall` leaves the CRDs (and the RankingModels)."""
     import shutil
 
-    from rankops.devcluster.controlplane import LocalControlPlane
+    from rankops_dev.controlplane import LocalControlPlane
 
     missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not os.access(BIN_DIR / b, os.X_OK)]
     if missing:
-        pytest.fail(f"{missing} not in {BIN_DIR}: run operator/rankops/devcluster/build.sh first (CI does)")
+        pytest.fail(f"{missing} not in {BIN_DIR}: run dev/rankops_dev/build.sh first (CI does)")
     chart = tmp_path / "chart"
     shutil.copytree(CHART, chart)
     crd_file = chart / "files" / "crds" / "rankingmodels.rankops.io.yaml"
@@ -637,7 +637,7 @@ def test_a_release_of_the_crds_folder_chart_upgrades_as_docs_install_md_says(tmp
     applies the new schema and keeps the RankingModels."""
     import shutil
 
-    from rankops.devcluster.controlplane import LocalControlPlane
+    from rankops_dev.controlplane import LocalControlPlane
 
     commands = _adoption_blocks()
     assert len(commands) == 2, commands
@@ -708,11 +708,11 @@ def test_a_real_api_server_accepts_the_chart_and_enforces_the_own_node_policy(tm
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
-    from rankops.devcluster.controlplane import LocalControlPlane
+    from rankops_dev.controlplane import LocalControlPlane
 
     missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not os.access(BIN_DIR / b, os.X_OK)]
     if missing:
-        pytest.fail(f"{missing} not in {BIN_DIR}: run operator/rankops/devcluster/build.sh first (CI does)")
+        pytest.fail(f"{missing} not in {BIN_DIR}: run dev/rankops_dev/build.sh first (CI does)")
     without_crds = {"SecurityContextConstraints", "ServiceMonitor", "PrometheusRule"}  # not served here
     rendered = [o for o in render(("watch.namespaces={reco}",) + ALL_OPTIONS) if o["kind"] not in without_crds]
     (tmp_path / "options.yaml").write_text(yaml.safe_dump_all(rendered))

@@ -123,7 +123,7 @@ def test_dev_demo_says_what_it_waits_for_on_a_terminal(monkeypatch):
     import sys
     from types import SimpleNamespace
 
-    from rankops.commands import dev
+    from rankops_dev.commands import dev
 
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)

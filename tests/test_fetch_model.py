@@ -21,7 +21,7 @@ import pytest
 from rankops.cli import main as rankops_main
 from rankops.fetcher.fetch import (FetchError, client_settings, env_problem, fetch, md5_from_headers, object_plan,
                                    parse_uri, s3_md5)
-from rankops.devcluster.objectstore import ObjectStore
+from rankops_dev.objectstore import ObjectStore
 
 RANKOPS = str(Path(sys.executable).with_name("rankops"))
 MODEL = {"model.onnx": os.urandom(300_000), "tokenizer/vocab.txt": b"a\nb\n", "metadata.json": b"{}"}

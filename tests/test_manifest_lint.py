@@ -5,7 +5,7 @@ is fetched (the gate Job's fetch-reference init container).
 
 Every finding must be excepted in tests/lint-exceptions.yaml, with the kinds it applies to and why;
 an exception that matches no finding fails too, so the list cannot outlive what it excuses.
-kube-score is built by operator/rankops/devcluster/build.sh (pinned there) beside helm.
+kube-score is built by dev/rankops_dev/build.sh (pinned there) beside helm.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.test_chart import BIN_DIR, COMBINATIONS, render as helm_template
 ROOT = Path(__file__).resolve().parents[1]
 EXCEPTIONS = Path(__file__).parent / "lint-exceptions.yaml"
 EXAMPLES = ROOT / "manifests" / "examples"
-BUILD_SH = ROOT / "operator" / "rankops" / "devcluster" / "build.sh"
+BUILD_SH = ROOT / "dev" / "rankops_dev" / "build.sh"
 KUBERNETES = "v1.34"
 # Optional kube-score checks we hold the objects to as well.
 OPTIONAL_CHECKS = ("container-seccomp-profile",)
@@ -45,7 +45,7 @@ def kube_score_version() -> str:
 def kube_score() -> Path:
     path = BIN_DIR / "kube-score"
     want = kube_score_version()
-    install = (f"run operator/rankops/devcluster/build.sh (CI does; it builds github.com/zegl/kube-score/cmd/"
+    install = (f"run dev/rankops_dev/build.sh (CI does; it builds github.com/zegl/kube-score/cmd/"
                f"kube-score@{want} into {BIN_DIR}), or point RANKOPS_K8S_BIN at a directory holding it")
     if not path.is_file():
         pytest.fail(f"kube-score not found at {path}: {install}")

@@ -11,10 +11,10 @@ from pathlib import Path
 import yaml
 
 from rankops import metrics
-from rankops.devcluster.ports import free_port
 from rankops.api.gpunodepool import GpuNodePoolStatus
 from rankops.api.rankingmodel import GateResult
 from rankops.rollout.machine import CANCELED, PROMOTED, ROLLED_BACK, SUPERSEDED
+from rankops_dev.ports import free_port
 from tests import wire
 
 ROOT = Path(__file__).resolve().parents[1]

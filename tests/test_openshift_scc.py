@@ -1,6 +1,6 @@
 """OpenShift's own SCC admission on every pod rankops makes, as OpenShift would judge it.
 
-`sccadmit` (operator/rankops/devcluster/sccadmit: openshift/apiserver-library-go's admission plugin,
+`sccadmit` (dev/rankops_dev/sccadmit: openshift/apiserver-library-go's admission plugin,
 built by build.sh) runs what OpenShift's kube-apiserver does on a pod create: defaulting, the
 ServiceAccount plugin, the SCC plugin's Admit and Validate, with the RBAC authorizer deciding who may
 `use` which SCC. The cluster is OpenShift's bootstrap SCCs and their grants
@@ -26,14 +26,14 @@ import yaml
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.api.rankingmodel import RankingModel
 from rankops.commands.render import render_documents
-from rankops.devcluster.binaries import bin_dir
 from rankops.render.policy import TenantPolicy
 from rankops.rollout.jobs import gate_job
 from rankops.validator.daemonset import render_validator
+from rankops_dev.binaries import bin_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "rankops-operator"
-SCCADMIT_SRC = ROOT / "operator" / "rankops" / "devcluster" / "sccadmit"
+SCCADMIT_SRC = ROOT / "dev" / "rankops_dev" / "sccadmit"
 OPENSHIFT_SCCS = SCCADMIT_SRC / "openshift-sccs"
 EXAMPLES = ROOT / "manifests" / "examples"
 OPERATOR_NS, MODEL_NS = "rankops-system", "reco"
@@ -55,7 +55,7 @@ def source_hash(src: Path) -> str:
 def sccadmit() -> Path:
     path = bin_dir() / "sccadmit"
     if not os.access(path, os.X_OK):
-        pytest.fail(f"sccadmit not found at {path}: run operator/rankops/devcluster/build.sh (CI does)")
+        pytest.fail(f"sccadmit not found at {path}: run dev/rankops_dev/build.sh (CI does)")
     built_from = (bin_dir() / "sccadmit.sha256").read_text().strip() if (bin_dir() / "sccadmit.sha256").exists() else ""
     if built_from != source_hash(SCCADMIT_SRC):
         pytest.fail(f"{path} was built from other sources than {SCCADMIT_SRC}: rerun build.sh")

@@ -6,7 +6,7 @@ import logging
 
 from kopf._core.actions.loggers import make_formatter  # the formatter `kopf.configure` installs
 
-from rankops.devcluster.operator_process import error_lines
+from rankops_dev.operator_process import error_lines
 
 
 def _kopf_line(level: int, message: str, name: str = "kopf.objects") -> str:

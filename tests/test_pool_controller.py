@@ -13,7 +13,7 @@ from rankops.controller.context import OperatorContext
 from rankops.controller.kube import ApiError
 from rankops.nodelabels import LABEL_POOL, LABEL_READY
 from tests.fakecluster import FakeCluster
-from rankops.validator import sample_hosts as trees
+from rankops_dev import sample_hosts as trees
 
 POOL = {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
         "metadata": {"name": "t4", "generation": 1},

@@ -135,7 +135,7 @@ def test_the_kind_real_node_is_one_tainted_worker_with_the_local_real_nodes_cpu_
     """The contract with the e2e fixtures: one worker labelled and tainted rankops.io/real-node=true
     (setup.sh finds it by the label), namespaces pinned to it by the admission plugins the local
     control plane enables, and its kubelet's CPU manager as the local real node's static one."""
-    from rankops.devcluster.real_node_config import NodeLayout, kubelet_config
+    from rankops_dev.real_node_config import NodeLayout, kubelet_config
 
     nodes = kind_cluster()["nodes"]
     workers = [n for n in nodes if n["role"] == "worker"]

@@ -137,11 +137,11 @@ def test_an_unreachable_server_is_an_oserror():
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    from rankops.devcluster.controlplane import LocalControlPlane
+    from rankops_dev.controlplane import LocalControlPlane
 
     missing = [b for b in ("etcd", "kube-apiserver") if not os.access(BIN_DIR / b, os.X_OK)]
     if missing:
-        pytest.fail(f"{missing} not in {BIN_DIR}: run operator/rankops/devcluster/build.sh first (CI does)")
+        pytest.fail(f"{missing} not in {BIN_DIR}: run dev/rankops_dev/build.sh first (CI does)")
     with LocalControlPlane(BIN_DIR, work_dir=tmp_path_factory.mktemp("cp")) as cp:
         yield cp
 

@@ -2,7 +2,7 @@
 # Makes a kind cluster ready for `pytest e2e`: the rankops images built and loaded into the nodes,
 # one worker prepared as the real node the real-pod tests run on, kwok in the cluster with the
 # rankops stages, the e2e set of simulated GPU nodes, and the operator chart installed.
-# Needs: kind, kubectl, helm, docker (or podman), network, and `rankops` installed (pip install -e .).
+# Needs: kind, kubectl, helm, docker (or podman), network, and `rankops` installed (pip install -e . -e ./dev: `rankops dev nodes` is the dev harness).
 # Usage: e2e/kind/setup.sh, then: source ~/.kube/kind-rankops-e2e.env; pytest e2e
 # (in GitHub Actions the variables go to $GITHUB_ENV instead).
 set -euo pipefail
@@ -83,12 +83,12 @@ gates_ref=$(build_image gates "$ROOT/images/Dockerfile" "$ROOT")
 validator_ref=$(build_image validator "$ROOT/images/Dockerfile" "$ROOT")
 # Its context is the two files it copies, which live beside the dev cluster's other code.
 triton_ref=$(build_image triton-test "$ROOT/images/Dockerfile.triton-test" \
-  "$ROOT/operator/rankops/devcluster" --build-arg "BASE_IMAGE=$TRITON_BASE_IMAGE")
+  "$ROOT/dev/rankops_dev" --build-arg "BASE_IMAGE=$TRITON_BASE_IMAGE")
 for ref in "$operator_ref" "$gates_ref" "$validator_ref" "$triton_ref"; do
   load_image "$ref"
 done
 
-# The real node's GPUs, as the local real node's (devcluster/real_node_config.py's
+# The real node's GPUs, as the local real node's (rankops_dev/real_node_config.py's
 # gpu_capacity_patch): the kubelet keeps an extended resource patched into status.capacity
 # (kubernetes.io/docs/tasks/administer-cluster/extended-resource-node); allocatable is patched
 # too so that the scheduler need not wait for the kubelet's next status update to copy it.
@@ -121,7 +121,7 @@ kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWO
 kubectl wait --for condition=Established --timeout 60s crd/stages.kwok.x-k8s.io
 # The rankops stages replace kwok's stage-fast.yaml: the same node/pod lifecycle the local
 # control plane runs, plus the simulated exit codes and termination messages.
-kubectl apply -f "$ROOT/operator/rankops/devcluster/kwok/"
+kubectl apply -f "$ROOT/dev/rankops_dev/kwok/"
 # On the chart's worker: kwok's simulated nodes are untainted, and a controller scheduled onto
 # one of them would be a simulated pod itself.
 kubectl -n kube-system patch deployment kwok-controller --type=merge \

@@ -1,13 +1,15 @@
 """The `rankops` command line: one entry point, one sub-command per job.
 
 Each feature module registers its own sub-commands through `add_commands(subparsers)`,
-so this file only wires them together.
+so this file only wires them together. Other distributions add commands through the
+`rankops.commands` entry-point group (rankops-dev: `rankops dev`); the product imports none of them.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 # Modules that contribute sub-commands, in help order. Each exposes add_commands(subparsers);
 # the parser for a command carries `func(args) -> int` as its default.
@@ -21,9 +23,15 @@ COMMAND_MODULES = [
     "rankops.commands.warm",        # warm (the container beside Triton)
     "rankops.commands.infer",       # infer (one request, the scores)
     "rankops.commands.validate_node",  # validate-node
-    "rankops.commands.dev",         # dev up
     "rankops.commands.docs",        # docs reference
 ]
+
+
+# Entry points (name -> "module:add_commands") other distributions register commands under.
+PLUGIN_GROUP = "rankops.commands"
+# What `rankops dev` says where rankops-dev is not installed (the images, a plain `pip install rankops`).
+DEV_MISSING = ("rankops dev: the dev harness (local cluster, demo, images, Triton fixture) is the rankops-dev "
+               "distribution, not part of rankops: from a source checkout, `pip install -e ./dev`")
 
 
 def version() -> str:
@@ -42,19 +50,38 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the rankops version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # A part of rankops this build leaves out (the images carry no dev cluster): no such command.
-            if exc.name and (name.startswith(exc.name) or exc.name.startswith("rankops.")):
-                continue
-            raise
-        module.add_commands(sub)
+        importlib.import_module(name).add_commands(sub)
+    plugins = plugin_commands()
+    for add_commands in plugins.values():
+        add_commands(sub)
+    if "dev" not in plugins:
+        # Any arguments (--help too): main() hands them to _dev_missing, which only says what to install.
+        sub.add_parser("dev", help="the dev harness: needs rankops-dev installed", add_help=False) \
+            .set_defaults(func=_dev_missing)
     return parser
 
 
+def plugin_commands() -> dict[str, Callable[[argparse._SubParsersAction], None]]:
+    """The installed distributions' `add_commands` functions, by command name (each name once, should
+    a distribution be found twice on the path)."""
+    from importlib.metadata import entry_points
+
+    found = {}
+    for point in entry_points(group=PLUGIN_GROUP):
+        found.setdefault(point.name, point)
+    return {name: found[name].load() for name in sorted(found)}
+
+
+def _dev_missing(args: argparse.Namespace) -> int:
+    print(DEV_MISSING, file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.func is not _dev_missing:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)
 
 

@@ -1,7 +1,7 @@
 """The example model's artifacts (served by `rankops dev demo`) are what spec_models exports for it.
 
 Regenerate after changing the example's tensors or spec_models:
-    python -m rankops.devcluster.spec_models manifests/examples/rankingmodel-ctr-ranker.yaml manifests/examples/artifacts
+    python -m rankops_dev.spec_models manifests/examples/rankingmodel-ctr-ranker.yaml manifests/examples/artifacts
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from rankops.api.rankingmodel import RankingModel
-from rankops.devcluster import spec_models
+from rankops_dev import spec_models
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rankops.devcluster import image_builds as ib
-from rankops.devcluster import triton
+from rankops_dev import image_builds as ib
+from rankops_dev import triton
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def repo(tmp_path: Path) -> Path:
     for name in [*ib.context_files(ROOT, "operator"), *ib.context_files(ROOT, ib.TRITON_TARGET)]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
-    for name in ("operator/rankops/devcluster/cluster.py", "operator/rankops/__pycache__/cli.cpython-311.pyc"):
+    for name in ("dev/rankops_dev/cluster.py", "operator/rankops/__pycache__/cli.cpython-311.pyc"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("left out of the images")
     return tmp_path
@@ -69,10 +69,10 @@ def test_the_tag_is_a_content_hash_of_the_target_and_its_inputs(repo):
     ("pyproject.toml", set(ib.RANKOPS_TARGETS)),
     (".dockerignore", set(ib.RANKOPS_TARGETS)),
     ("images/Dockerfile.triton-test", {ib.TRITON_TARGET}),
-    ("operator/rankops/devcluster/triton_standin.py", {ib.TRITON_TARGET}),
-    ("operator/rankops/devcluster/triton_cpu_shim.py", {ib.TRITON_TARGET}),
+    ("dev/rankops_dev/triton_standin.py", {ib.TRITON_TARGET}),
+    ("dev/rankops_dev/triton_cpu_shim.py", {ib.TRITON_TARGET}),
     # Left out of the rankops images by .dockerignore: no rebuild.
-    ("operator/rankops/devcluster/cluster.py", set()),
+    ("dev/rankops_dev/cluster.py", set()),
     ("operator/rankops/__pycache__/cli.cpython-311.pyc", set()),
 ])
 def test_a_changed_file_rebuilds_exactly_the_images_that_copy_it(repo, changed, rebuilt):
@@ -97,7 +97,7 @@ def test_the_hashed_context_covers_what_the_dockerfile_copies():
     for included in (l[1:] for l in lines if l.startswith("!")):
         assert any(f == included or f.startswith(included + "/") for f in files), included
     assert "operator/rankops/cli.py" in files
-    assert not [f for f in files if "/devcluster/" in f or f.endswith(".pyc") or "__pycache__" in f]
+    assert not [f for f in files if f.startswith("dev/") or f.endswith(".pyc") or "__pycache__" in f]
 
 
 @pytest.mark.parametrize("target", ib.RANKOPS_TARGETS)
@@ -126,7 +126,7 @@ def test_the_triton_test_image_is_built_as_the_fixture_installs_it():
         assert f"COPY triton_standin.py /opt/tritonserver/backends/{backend}/model.py" in text
     # The shim is the `tritonserver` on PATH; the server it execs keeps its name (the tests find it by it).
     assert "COPY --chmod=0755 triton_cpu_shim.py /opt/tritonserver/bin/tritonserver" in text
-    from rankops.devcluster import triton_cpu_shim
+    from rankops_dev import triton_cpu_shim
     assert f"mv /opt/tritonserver/bin/tritonserver {triton_cpu_shim.REAL}" in text
     assert Path(triton_cpu_shim.REAL).name == "tritonserver"
     from rankops.render.serving import TRITON_UID

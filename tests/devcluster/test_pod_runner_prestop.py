@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from rankops.devcluster import pod_sandbox as sandbox
-from rankops.devcluster.pod_runner import ContainerRun, PodWorker
-from rankops.devcluster.pod_sandbox import BindMount
+from rankops_dev import pod_sandbox as sandbox
+from rankops_dev.pod_runner import ContainerRun, PodWorker
+from rankops_dev.pod_sandbox import BindMount
 
 # Says when it got SIGTERM, into the volume the test reads.
 PROGRAM = ("trap 'echo term $(date +%s.%N) >> /work/order; exit 0' TERM; "

@@ -1,4 +1,4 @@
-"""The process node's pure decisions (devcluster/pod_sandbox.py): what a container sees and runs."""
+"""The process node's pure decisions (dev/rankops_dev/pod_sandbox.py): what a container sees and runs."""
 from __future__ import annotations
 
 import subprocess
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rankops.devcluster import pod_sandbox as sandbox
-from rankops.devcluster.pod_sandbox import BindMount, SandboxError
+from rankops_dev import pod_sandbox as sandbox
+from rankops_dev.pod_sandbox import BindMount, SandboxError
 
 POD = {"metadata": {"name": "web-1", "namespace": "reco", "uid": "u-1", "labels": {"app": "web"},
                     "annotations": {"a/b": "c"}},

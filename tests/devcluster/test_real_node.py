@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rankops.devcluster import netns as ns
-from rankops.devcluster import real_node_config as cfg
-from rankops.devcluster.controlplane import serving_sans
-from rankops.devcluster.pause_image import PAUSE_IMAGE, write_archive
-from rankops.devcluster.real_node import archive_image_name, mounts_under
-from rankops.devcluster.real_node_check import client_pod, triton_pod
+from rankops_dev import netns as ns
+from rankops_dev import real_node_config as cfg
+from rankops_dev.controlplane import serving_sans
+from rankops_dev.pause_image import PAUSE_IMAGE, write_archive
+from rankops_dev.real_node import archive_image_name, mounts_under
+from rankops_dev.real_node_check import client_pod, triton_pod
 
-BUILD_SH = Path(__file__).resolve().parents[2] / "operator" / "rankops" / "devcluster" / "build.sh"
+BUILD_SH = Path(__file__).resolve().parents[2] / "dev" / "rankops_dev" / "build.sh"
 LAYOUT = cfg.NodeLayout(Path("/w/node"), "n0", "10.200.0.1", "10.245.0.0/24", "10.96.0.0/16")
 
 
@@ -180,7 +180,7 @@ def test_build_sh_refuses_an_unknown_target():
 
 
 def test_dnsmasq_answers_cluster_names_only_and_forwards_nothing():
-    from rankops.devcluster.cluster_dns import dnsmasq_command
+    from rankops_dev.cluster_dns import dnsmasq_command
 
     command = dnsmasq_command("10.200.0.1", Path("/w/dns"), Path("/w/dnsmasq.pid"))
     assert command[0] == "dnsmasq" and "--keep-in-foreground" in command
@@ -190,7 +190,7 @@ def test_dnsmasq_answers_cluster_names_only_and_forwards_nothing():
 
 
 def test_hosts_lines_one_a_service_headless_left_out():
-    from rankops.devcluster.cluster_dns import hosts_lines
+    from rankops_dev.cluster_dns import hosts_lines
 
     services = [{"metadata": {"name": "triton", "namespace": "default"}, "spec": {"clusterIP": "10.96.3.4"}},
                 {"metadata": {"name": "head", "namespace": "x"}, "spec": {"clusterIP": "None"}},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rankops.devcluster import triton, triton_cpu_shim
+from rankops_dev import triton, triton_cpu_shim
 
 CONFIG = '''name: "ranker"
 platform: "onnxruntime_onnx"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankops.devcluster.ports import free_ports
+from rankops_dev.ports import free_ports
 
 
 HERE = Path(__file__).parent

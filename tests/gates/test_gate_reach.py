@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rankops.devcluster.ports import free_port
 from rankops.triton.client import Endpoint, ServerUnreachable
+from rankops_dev.ports import free_port
 
 
 class _Live(BaseHTTPRequestHandler):

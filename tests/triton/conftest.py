@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rankops.devcluster import triton
+from rankops_dev import triton
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rankops.devcluster import spec_models, triton
+from rankops_dev import spec_models, triton
 from triton_serving import expected_output_shapes, serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ def test_a_tensorrt_engine_is_refused_by_the_cpu_standin(triton_install, tmp_pat
 
 
 def test_findings_see_glog_and_plain_warnings_but_not_the_cpu_only_start(tmp_path, triton_install):
-    from rankops.devcluster import triton
+    from rankops_dev import triton
 
     log = tmp_path / "tritonserver.log"
     log.write_text(
@@ -148,7 +148,7 @@ def test_findings_see_glog_and_plain_warnings_but_not_the_cpu_only_start(tmp_pat
 
 
 def test_ports_picked_together_are_distinct():
-    from rankops.devcluster.ports import free_ports
+    from rankops_dev.ports import free_ports
 
     ports = free_ports(64)
     assert len(set(ports)) == 64 and all(1024 <= p <= 65535 for p in ports)
@@ -158,7 +158,7 @@ def test_a_start_on_a_port_another_process_took_is_tried_again_on_fresh_ports(tm
                                                                                monkeypatch):
     """CI once saw Triton refuse to start on a just-picked port; the server picks again, and says
     the first failure when the ports were the caller's own."""
-    from rankops.devcluster import ports as port_module
+    from rankops_dev import ports as port_module
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))

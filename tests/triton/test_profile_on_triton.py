@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from rankops.cli import main
-from rankops.devcluster import triton
-from rankops.devcluster.ports import free_port
 from rankops.planner.profile import parse_profile_text
+from rankops_dev import triton
+from rankops_dev.ports import free_port
 from timed_model import server, write_repository
 
 A_MS, B_MS, SLOWDOWN = 4.0, 0.5, 0.5

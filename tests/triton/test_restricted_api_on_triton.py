@@ -7,9 +7,9 @@ import json
 import urllib.error
 import urllib.request
 
-from rankops.devcluster import spec_models
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY
+from rankops_dev import spec_models
 from test_conformance import _doc
 from triton_serving import serve
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from rankops.devcluster import triton
-from rankops.devcluster.ports import free_port, free_ports
 from rankops.render import gate_requests
+from rankops_dev import triton
+from rankops_dev.ports import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((ROOT / "manifests" / "examples" / "rankingmodel-ctr-ranker.yaml").read_text())

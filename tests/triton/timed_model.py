@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rankops.devcluster import triton
+from rankops_dev import triton
 
 MODEL_PY = '''
 import json, os, time

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from rankops.api.rankingmodel import RankingModel
-from rankops.devcluster import triton
+from rankops_dev import triton
 
 
 @contextlib.contextmanager

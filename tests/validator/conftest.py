@@ -1,11 +1,11 @@
-"""Fixtures for the node validator tests: host trees from rankops.validator.sample_hosts."""
+"""Fixtures for the node validator tests: host trees from rankops_dev.sample_hosts."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from rankops.validator import sample_hosts as trees
+from rankops_dev import sample_hosts as trees
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ import pytest
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
 from rankops.validator import latency as lat
-from rankops.validator import sample_hosts as trees
 from rankops.validator.result import CheckResult, Status
 from rankops.validator.host import HostView, Read
 from rankops.validator.node import LABEL_LATENCY_TUNED, LABEL_TOPOLOGY_ALIGNED, node_patch
 from rankops.validator.report import render_text, validate_host
+from rankops_dev import sample_hosts as trees
 
 REQUIRE = NodeRequirements.model_validate({"latencyTuning": "require"})
 WARN = NodeRequirements()

@@ -6,7 +6,7 @@ import json
 
 from rankops.api.gpunodepool import GpuNodePool
 from rankops.controller.patching import apply_merge_patch
-from rankops.validator import sample_hosts as trees
+from rankops_dev import sample_hosts as trees
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, NOT_OWNED, TAINT_KEY,
                                     release_patch, run_on_node)
 from rankops.validator.ownership import claim, has_gpus, selecting_pools

@@ -10,9 +10,9 @@ import pytest
 
 from rankops.controller import pools
 from rankops.controller.kube import ApiError
-from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import validator_name
 from rankops.validator.node import ANNOTATION_REPORT, LABEL_POOL, LABEL_READY, TAINT_KEY, label_value
+from rankops_dev import sample_hosts as trees
 from tests.fakecluster import FakeCluster
 
 NS = "rankops-system"

@@ -7,10 +7,10 @@ import pytest
 
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.checks import check_gpu_health, driver_max_cuda
 from rankops.validator.result import Status
 from rankops.validator.host import HostView, Read
+from rankops_dev import sample_hosts as trees
 
 
 def test_absolute_symlink_resolves_under_the_host_root(tmp_path):

@@ -122,7 +122,7 @@ def test_one_default_validator_service_account_name():
 
     from rankops.commands import run
     from rankops.controller.context import OperatorContext
-    from rankops.devcluster.operator_process import VALIDATOR_SERVICE_ACCOUNT
+    from rankops_dev.operator_process import VALIDATOR_SERVICE_ACCOUNT
 
     [ds] = render_documents([("pool", {"apiVersion": "rankops.io/v1alpha1", "kind": "GpuNodePool",
                                        "metadata": {"name": "t4-pool"}, "spec": {"nodeSelector": {"pool": "t4"}}})])

@@ -15,10 +15,10 @@ import pytest
 
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import HOST_MOUNTS, HOST_ROOT, NON_ROOT_GID, render_validator
 from rankops.validator.host import HostView
 from rankops.validator.report import validate_host
+from rankops_dev import sample_hosts as trees
 
 POD_DIRS = "/var/lib/kubelet/pods"
 # On every systemd host /var/run is a link to /run: the checks' /var/run/cdi is /run/cdi, mounted.

@@ -10,9 +10,9 @@ from rankops.controller.patching import apply_merge_patch
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
 from rankops.cli import main
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator, validator_name
 from rankops.validator.host import HostView
+from rankops_dev import sample_hosts as trees
 from rankops.validator.node import (ANNOTATION_REPORT, LABEL_CUDA, LABEL_DRIVER, LABEL_DRIVER_BRANCH,
                                     LABEL_DRIVER_MINOR, LABEL_LATENCY_TUNED, LABEL_OS, LABEL_POOL,
                                     LABEL_READY, LABEL_TOPOLOGY_ALIGNED, TAINT_KEY, clear_marks_patch, label_value, node_patch,

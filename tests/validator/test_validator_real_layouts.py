@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.result import Status
 from rankops.validator.host import HostView
 from rankops.validator.report import validate_host
+from rankops_dev import sample_hosts as trees
 
 K = trees.KERNEL
 DRIVER = trees.DRIVER

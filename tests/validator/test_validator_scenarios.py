@@ -5,10 +5,10 @@ import pytest
 
 from rankops.api.gpunodepool import NodeRequirements
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.result import Status
 from rankops.validator.host import HostView
 from rankops.validator.report import Report, render_text, validate_host
+from rankops_dev import sample_hosts as trees
 
 
 def _validate(root, requirements=None, xml=None):

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from rankops.api.gpunodepool import GpuNodePool, NodeRequirements
-from rankops.devcluster.node_validators import (HEALTHY, plan_runs, rollout_complete,
-                                                validator_arguments)
+from rankops_dev.node_validators import (HEALTHY, plan_runs, rollout_complete,
+                                         validator_arguments)
 from rankops.validator import gpu
-from rankops.validator import sample_hosts as trees
 from rankops.validator.daemonset import render_validator
 from rankops.validator.host import HostView
 from rankops.validator.report import render_text, requirements_digest, validate_host
+from rankops_dev import sample_hosts as trees
 
 
 @pytest.mark.parametrize("name", sorted(trees.SCENARIOS))

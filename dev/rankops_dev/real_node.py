@@ -52,6 +52,17 @@ def mounts_under(root: Path, mountinfo: str) -> list[str]:
     return sorted(mine, key=lambda p: (-p.count("/"), p))
 
 
+def root_mount_is_shared(mountinfo: str) -> bool:
+    """Whether / is a shared mount in /proc/self/mountinfo text (systemd makes every mount
+    shared; a machine without it, like this one, leaves them private)."""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 6 and fields[4] == "/":
+            optional = fields[6:fields.index("-")] if "-" in fields else []
+            return any(field.startswith("shared:") for field in optional)
+    return False
+
+
 class RealNode:
     def __init__(self, plane: LocalControlPlane, layout: cfg.NodeLayout, bin_dir: Path,
                  *, gpus: int = 1, log: Callable[[str], None] | None = None) -> None:
@@ -63,6 +74,7 @@ class RealNode:
         self.images: list[str] = []
         self._cgroups_before: set[Path] = set()
         self.dns: ServiceDNS | None = None
+        self.mount_namespace: Path | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -79,6 +91,10 @@ class RealNode:
             directory.mkdir(parents=True, exist_ok=True)
         self._cgroups_before = set(_kubepods_cgroups())
         (lay.work_dir / "containerd.toml").write_text(cfg.containerd_config(lay))
+        if lay.sample_host:
+            runtime = Path(lay.runtime_binary)
+            runtime.write_text(cfg.sample_host_runc_script(lay, sys.executable))
+            runtime.chmod(0o755)
         (lay.cni_conf_dir / "10-rankops.conflist").write_text(cfg.cni_conflist(lay))
         (lay.work_dir / "kubelet.yaml").write_text(cfg.kubelet_config(lay))
         kubeconfig = lay.work_dir / "node.kubeconfig"
@@ -87,6 +103,7 @@ class RealNode:
         kubeconfig.chmod(0o600)
         (lay.work_dir / "kube-proxy.yaml").write_text(cfg.kube_proxy_config(lay, kubeconfig))
 
+        self._share_mounts()
         self._spawn("containerd", cfg.containerd_command(lay.work_dir / "containerd.toml"))
         self._wait("containerd", deadline,
                    lambda: subprocess.run(cfg.ctr_command(lay, "version"), capture_output=True).returncode == 0)
@@ -142,11 +159,31 @@ class RealNode:
             self.kubectl("patch", "node", self.layout.node_name, "--subresource=status", "--type=json",
                          "-p", json.dumps(cfg.gpu_capacity_patch(self.gpus)))
 
+    def _share_mounts(self) -> None:
+        """The validator mounts its host's paths with HostToContainer propagation, which containerd
+        refuses on a private mount ("is not a shared or slave mount"). Where the machine's mounts
+        are private (no systemd), a node whose validator runs (a sample host) gets containerd and
+        the kubelet in a mount namespace of their own whose mounts are shared, as systemd makes
+        them; the machine's own mounts stay as they are."""
+        if not self.layout.sample_host or root_mount_is_shared(Path("/proc/self/mountinfo").read_text()):
+            return
+        holder = self.layout.work_dir / "mount-namespace"
+        holder.touch()
+        for command in (["unshare", f"--mount={holder}", "--propagation", "unchanged", "true"],
+                        ["nsenter", f"--mount={holder}", "mount", "--make-rshared", "/"]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RealNodeError(f"{' '.join(command)}: {done.stderr.strip()}")
+        self.mount_namespace = holder
+
     def _spawn(self, name: str, command: list[str]) -> None:
         log_path = self.logs_dir / f"{name}.log"
+        enter = ns.enter_command(self.plane.netns or "")
+        if self.mount_namespace and name in ("containerd", "kubelet"):  # they share the pods' mounts
+            enter.append(f"--mount={self.mount_namespace}")
         with open(log_path, "wb") as log_file:
             # Killed with the caller (a test run stopped by its timeout): nothing keeps running.
-            process = subprocess.Popen([*ns.enter_command(self.plane.netns or ""), *command],
+            process = subprocess.Popen([*enter, *command],
                                        stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                        start_new_session=True, preexec_fn=_die_with_parent)
         self.processes.append((name, process, log_path))
@@ -187,6 +224,10 @@ class RealNode:
             subprocess.run(["umount", path], capture_output=True)
             Path(path).unlink(missing_ok=True)
         self.unmount()
+        if self.mount_namespace:  # its last process is gone: unpinned, it goes with its mounts
+            subprocess.run(["umount", str(self.mount_namespace)], capture_output=True)
+            self.mount_namespace.unlink(missing_ok=True)
+            self.mount_namespace = None
         _remove_cgroups(self._cgroups_before)
         self.say(f"stopped in {time.monotonic() - began:.1f}s (kubelet, kube-proxy, dnsmasq "
                  f"{stopped - began:.1f}s; containers {removed - stopped:.1f}s)")

@@ -117,17 +117,15 @@ def build_args(target: str, base_image: str) -> dict[str, str]:
 
 
 def _excluded(relative: Path) -> bool:
-    # .dockerignore's exclusions under operator/: the dev cluster and bytecode.
-    parts = relative.parts
-    return ("__pycache__" in parts or relative.suffix == ".pyc"
-            or parts[:3] == ("operator", "rankops", "devcluster"))
+    # .dockerignore's exclusions under operator/: bytecode (the harness is not under operator/).
+    return "__pycache__" in relative.parts or relative.suffix == ".pyc"
 
 
 def context_files(root: Path, target: str) -> list[str]:
     """Relative paths of the files `target`'s build reads from the repository: what its
     Dockerfile copies (through .dockerignore) and the Dockerfile itself."""
     if target == TRITON_TARGET:
-        return [TRITON_DOCKERFILE, *(f"operator/rankops/devcluster/{name}" for name in TRITON_CONTEXT)]
+        return [TRITON_DOCKERFILE, *(f"dev/rankops_dev/{name}" for name in TRITON_CONTEXT)]
     fixed = [DOCKERFILE, ".dockerignore", "pyproject.toml", "README.md", "LICENSE", "images/requirements.lock"]
     sources = sorted(p.relative_to(root).as_posix() for p in (root / "operator").rglob("*")
                      if p.is_file() and not _excluded(p.relative_to(root)))

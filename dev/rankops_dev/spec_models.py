@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rankops.api.rankingmodel import RankingModel
 
-    parser = argparse.ArgumentParser(prog="python -m rankops.devcluster.spec_models",
+    parser = argparse.ArgumentParser(prog="python -m rankops_dev.spec_models",
                                      description="export a small model shaped like a RankingModel's tensors, per version")
     parser.add_argument("manifest", type=Path, help="a RankingModel manifest")
     parser.add_argument("dest", type=Path, help="directory; each version lands at its object-store path under it")

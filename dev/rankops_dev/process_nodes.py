@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rankops.devcluster.controlplane import _die_with_parent, tail, terminate
-from rankops.devcluster.pod_runner import PROCESS_NODE_LABEL, PROCESS_NODE_TAINT
+from rankops_dev.controlplane import _die_with_parent, tail, terminate
+from rankops_dev.pod_runner import PROCESS_NODE_LABEL, PROCESS_NODE_TAINT
 
 
 def pinned_namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -43,7 +43,7 @@ class ProcessNode:
 
     def start(self, timeout: float = 60.0) -> "ProcessNode":
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "rankops.devcluster.pod_runner", "--kubeconfig", self.kubeconfig,
+        args = [sys.executable, "-m", "rankops_dev.pod_runner", "--kubeconfig", self.kubeconfig,
                 "--node", self.name, "--work-dir", str(self.work_dir), "--gpus", str(self.gpus),
                 "--address-block", self.address_block,
                 *(["--host-root", str(self.host_root)] if self.host_root else []),

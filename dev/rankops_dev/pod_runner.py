@@ -17,7 +17,7 @@ Not real: the containers run as root in the host's network namespace (each on it
 pod IP), resources and securityContext are recorded but not enforced, images are mapped rather
 than pulled. Container logs are files under `<work-dir>/pods/<namespace>_<name>/logs/`.
 
-Run as `python -m rankops.devcluster.pod_runner --kubeconfig K --node NAME --work-dir DIR`.
+Run as `python -m rankops_dev.pod_runner --kubeconfig K --node NAME --work-dir DIR`.
 """
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rankops.devcluster import pod_sandbox as sandbox
-from rankops.devcluster.pod_sandbox import SandboxError
+from rankops_dev import pod_sandbox as sandbox
+from rankops_dev.kubeapi import Api
+from rankops_dev.pod_sandbox import SandboxError
 
 log = logging.getLogger("pod-runner")
 
@@ -84,35 +85,6 @@ def node_status(address: str, capacity: dict[str, str], kubelet_version: str) ->
                          "architecture": "amd64", "containerRuntimeVersion": "rankops-pod-runner://bwrap",
                          "osImage": "Red Hat Enterprise Linux 8.9 (Ootpa)", "kernelVersion": os.uname().release,
                          "machineID": "", "systemUUID": "", "bootID": ""}}
-
-
-class Api:
-    """The few REST calls the runner makes, on dicts (the operator's own transport, controller/kube.py)."""
-
-    def __init__(self, kubeconfig: str) -> None:
-        from kubernetes import config
-
-        self.client = config.new_client_from_config(config_file=kubeconfig)
-        self.server = self.client.configuration.host
-
-    def call(self, method: str, path: str, body: Any = None, query: list | None = None,
-             content_type: str = "application/json", timeout: float = 30) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        from rankops.controller.kube import send
-
-        answer = send(self.client, method, path, body=body, query=query, timeout=timeout,
-                      headers={"Content-Type": content_type, "Accept": "application/json"})
-        if answer.status == 404:
-            return None
-        if answer.status >= 400:
-            raise ApiException(status=answer.status, reason=f"{answer.reason}: {answer.data[:300]!r}")
-        return json.loads(answer.data) if answer.data else {}
-
-    def stream(self, path: str, query: list) -> Any:
-        from rankops.controller.kube import open_stream
-
-        return open_stream(self.client, path, query)
 
 
 # --- one container --------------------------------------------------------------------------------
@@ -843,7 +815,7 @@ class PodRunner:
                 "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
         mounts = sandbox.volume_mounts(spec, volumes)
         if kind == "triton":
-            from rankops.devcluster import triton
+            from rankops_dev import triton
 
             install = triton.ensure_installed(install=False)
             missing = install.missing()
@@ -857,7 +829,9 @@ class PodRunner:
             base = {**base, "PATH": f"{venv_bin}:{BASE_PATH}", "VIRTUAL_ENV": str(Path(venv_bin).parent)}
         import rankops
 
-        programs = [Path(sys.prefix), Path(sys.base_prefix), Path(rankops.__file__).parents[1]]
+        # The source roots of both distributions: the venv's `rankops` loads rankops-dev's entry point.
+        programs = [Path(sys.prefix), Path(sys.base_prefix), Path(rankops.__file__).parents[1],
+                    Path(__file__).parents[1]]
         if kind == "triton":
             programs.append(install.root)
         mounts = [*mounts, *sandbox.program_mounts(programs)]
@@ -877,7 +851,7 @@ class PodRunner:
 
     def _cpu_config(self, worker: PodWorker, spec: dict[str, Any], mount: sandbox.BindMount) -> sandbox.BindMount:
         """Triton's config.pbtxt with the CPU edits of the fixture (KIND_GPU -> KIND_CPU), said in the log."""
-        from rankops.devcluster import triton
+        from rankops_dev import triton
 
         if not mount.target.endswith("/config.pbtxt") or not mount.source.is_file():
             return mount
@@ -971,7 +945,7 @@ def parse_taint(text: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rankops.devcluster.pod_runner",
+    parser = argparse.ArgumentParser(prog="python -m rankops_dev.pod_runner",
                                      description="run the pods bound to one node as local processes (test harness)")
     parser.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the local control plane")
     parser.add_argument("--node", required=True, help="the Node to register and run pods for")
@@ -987,7 +961,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("bwrap") is None:
         print("pod runner: bwrap (bubblewrap) not found on PATH: apt-get install bubblewrap", file=sys.stderr)
         return 2
-    from rankops.devcluster.binaries import k8s_version
+    from rankops_dev.binaries import k8s_version
 
     labels = dict(item.split("=", 1) for item in args.label)
     taints = None if args.taint is None else [parse_taint(text) for text in args.taint]

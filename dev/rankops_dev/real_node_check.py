@@ -1,4 +1,4 @@
-"""`python -m rankops.devcluster.real_node_check`: the local control plane and one real node in
+"""`python -m rankops_dev.real_node_check`: the local control plane and one real node in
 a network namespace of their own; a Triton pod from the triton-test image serves an ONNX model,
 a client pod from the operator image asks it through its Service (kube-proxy's iptables rules)
 and reads the API server through the `kubernetes` Service. Prints the container IDs, the Triton

@@ -323,7 +323,7 @@ class TritonServer:
         """
         import secrets as random_keys
 
-        from rankops.devcluster.pod_sandbox import container_env
+        from rankops_dev.pod_sandbox import container_env
         install = install or ensure_installed()
         triton = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
         model = _model_name(triton["args"])
@@ -359,7 +359,7 @@ class TritonServer:
         return f"{self.host}:{self.ports['metrics']}"
 
     def arguments(self) -> list[str]:
-        from rankops.devcluster.pod_sandbox import expand
+        from rankops_dev.pod_sandbox import expand
 
         args = [expand(a, self.env) for a in self.container_args]
         return local_arguments(args, self.host, self.install, self.repository, self.ports)
@@ -477,8 +477,8 @@ def server_for_model(doc: dict[str, Any], workdir: Path, version: str | None = N
                      host: str = "127.0.0.1") -> tuple[Any, TritonServer]:
     """A (not yet started) server for a RankingModel manifest: the operator's rendering, over a
     small model of the spec's tensors exported in the version's format (spec_models)."""
-    from rankops.devcluster import spec_models
     from rankops.render.tritonconfig import triton_version
+    from rankops_dev import spec_models
 
     rm, deployment, config_map = rendered_serving(doc, version)
     name = version or rm.spec.version

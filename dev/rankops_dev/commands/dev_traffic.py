@@ -1,5 +1,5 @@
 """`rankops dev traffic`: ranking requests through a model's serving pods on the local cluster,
-bounded, so a demo rollout's canary has traffic to be judged on (devcluster/traffic.py)."""
+bounded, so a demo rollout's canary has traffic to be judged on (rankops_dev/traffic.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from rankops.devcluster.traffic import MAX_RATE, MAX_SECONDS
+from rankops_dev.traffic import MAX_RATE, MAX_SECONDS
 
 
 def add_commands(dev_sub: argparse._SubParsersAction) -> None:
@@ -16,12 +16,15 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
         "traffic", help="send ranking requests to a model's serving pods on the local cluster (bounded)",
         description="Requests made from the RankingModel's tensors, round robin over the Ready pods behind its "
                     "serving Service (stable and canary), paced at --rate for --seconds; only pods on loopback "
-                    "addresses (process nodes) are sent to. Prints what each pod answered every 10 s.")
+                    "addresses (process nodes) are sent to, or with --netns every pod, from inside the real "
+                    "node's network namespace (rankops dev demo --keep prints it). Prints what each pod answered every 10 s.")
     p.add_argument("-f", "--filename", required=True, help="the RankingModel manifest (name, namespace, inputs)")
     p.add_argument("--rate", type=float, default=20.0, help=f"requests per second (default 20, at most {MAX_RATE:g})")
     p.add_argument("--seconds", type=float, default=900.0,
                    help=f"how long to send (default 900, at most {MAX_SECONDS:g})")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
+    p.add_argument("--netns", metavar="NAME",
+                   help="send from inside this network namespace (a real node's cluster), to every Ready pod")
     p.set_defaults(func=run_traffic)
 
 
@@ -30,9 +33,9 @@ def run_traffic(args: argparse.Namespace) -> int:
     from kubernetes.config.config_exception import ConfigException
 
     from rankops.commands.infer import request_shape
-    from rankops.devcluster.cluster import api_client
-    from rankops.devcluster.traffic import Traffic, serving_addresses
     from rankops.triton.samples import SamplesError, generate_samples, parse_input_spec
+    from rankops_dev.cluster import api_client
+    from rankops_dev.traffic import Traffic, serving_addresses
 
     try:
         doc = yaml.safe_load(open(args.filename))
@@ -43,9 +46,9 @@ def run_traffic(args: argparse.Namespace) -> int:
         if not args.kubeconfig:
             raise ValueError("no kubeconfig: set KUBECONFIG (rankops dev demo --keep prints it) or --kubeconfig")
         core = client.CoreV1Api(api_client(args.kubeconfig))
-        traffic = Traffic(lambda: serving_addresses(core, namespace, model), model,
+        traffic = Traffic(lambda: serving_addresses(core, namespace, model, any_address=bool(args.netns)), model,
                           lambda rng: samples[int(rng.integers(len(samples)))],
-                          rate=args.rate, max_seconds=args.seconds)
+                          rate=args.rate, max_seconds=args.seconds, netns=args.netns)
     except (OSError, ValueError, KeyError, SamplesError, ConfigException) as exc:
         print(f"rankops dev traffic: {exc}", file=sys.stderr)
         return 2

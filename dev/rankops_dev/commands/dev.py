@@ -2,9 +2,10 @@
 
 `rankops dev nodes` adds the same simulated GPU nodes to an existing cluster that runs kwok
 (the kind workflow uses it). `rankops dev demo` tells the whole story on the local control plane:
-the operator, a GpuNodePool whose validators pass a node whose pods really run (a process node)
-and fail a simulated one, and a RankingModel whose Triton pods fetch their model from a real S3
-server, serve it, and answer a request through the model's Service name. `rankops dev validate`
+the operator as the chart's pod, a GpuNodePool whose validators pass a node whose pods run in real
+containers (its validator checks a sample RHEL 8.9 host) and fail a simulated one, and a
+RankingModel whose Triton pods fetch their model from a real S3 server, serve it, and answer a
+request through the model's Service name. `rankops dev validate`
 runs a pool's validators on simulated nodes by hand.
 """
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from rankops.api.phases import ModelPhase
-from rankops.devcluster.binaries import BinariesMissing
-from rankops.devcluster.controlplane import ControlPlaneError
-from rankops.devcluster.nodes import E2E_NODES, SHAPES, dev_node_set
 from rankops.progress import Progress
+from rankops_dev.binaries import BinariesMissing
+from rankops_dev.controlplane import ControlPlaneError
+from rankops_dev.nodes import E2E_NODES, SHAPES, dev_node_set
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -53,10 +54,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     demo = dev_sub.add_parser(
         "demo", help="the whole story on the local control plane: operator, pool, validators, a model Ready",
-        description="Starts the local control plane with simulated T4 nodes, installs the chart, runs the "
-                    "operator as the chart's ServiceAccount, applies the example GpuNodePool, runs its "
-                    f"validators on simulated hosts ({DEMO_FAILING_NODE} has nouveau loaded), applies the "
-                    "example RankingModel and waits until it is Ready. Exit 0 when it is.")
+        description="Builds the images (buildah, cached by content), starts the local control plane with a "
+                    "node whose pods run in real containers and simulated T4 nodes, installs the chart (the "
+                    "operator runs as its pod), applies the example GpuNodePool (the real node's validator "
+                    f"checks a sample RHEL 8.9 host; {DEMO_FAILING_NODE}'s simulated one has nouveau loaded), "
+                    "puts the example model in a real S3 server, applies the example RankingModel, waits "
+                    "until it is Ready and sends it a request through its Service. Exit 0 when it answers.")
     demo.add_argument("--keep", action="store_true",
                       help="afterwards keep the cluster and the operator running until Ctrl-C")
     demo.add_argument("--timeout", type=float, default=180.0, metavar="S",
@@ -74,7 +77,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
     validate.set_defaults(func=run_validate)
 
-    from rankops.commands import dev_images, dev_traffic, dev_triton
+    from rankops_dev.commands import dev_images, dev_traffic, dev_triton
     dev_images.add_commands(dev_sub)
     dev_triton.add_commands(dev_sub)
     dev_traffic.add_commands(dev_sub)
@@ -111,13 +114,13 @@ def serve_dev_cluster(node_set: list[tuple[str, str]] | None = None, *, keep: bo
 
     Yields the LocalControlPlane (`.kubeconfig`, `.server`, `.version()`); stops it on exit.
     """
-    from rankops.devcluster.cluster import local_cluster
+    from rankops_dev.cluster import local_cluster
 
     return local_cluster(dev_node_set(2) if node_set is None else node_set, keep=keep)
 
 
 def run_nodes(args: argparse.Namespace) -> int:
-    from rankops.devcluster.cluster import add_nodes
+    from rankops_dev.cluster import add_nodes
 
     if not args.kubeconfig or not Path(args.kubeconfig).exists():
         print("rankops dev nodes: no kubeconfig: set KUBECONFIG or pass --kubeconfig PATH",
@@ -148,7 +151,7 @@ def _scenarios(pairs: list[str]) -> dict[str, str]:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rankops.devcluster.node_validators import run_validators
+    from rankops_dev.node_validators import run_validators
 
     if not args.kubeconfig or not Path(args.kubeconfig).exists():
         print("rankops dev validate: no kubeconfig: set KUBECONFIG or pass --kubeconfig PATH", file=sys.stderr)
@@ -170,16 +173,17 @@ DEMO_POOL = EXAMPLES / "gpunodepool-t4.yaml"
 DEMO_MODEL = EXAMPLES / "rankingmodel-ctr-ranker.yaml"
 DEMO_ARTIFACTS = EXAMPLES / "artifacts"   # the example model's versions, uploaded to the S3 server
 DEMO_BUCKET = "models"
-# Two g4dn (T4) machines for the example pool: one whose pods really run (a process node, 2 GPUs,
-# its host a healthy RHEL 8.9 tree that its validator pod really checks) and a simulated one fresh
-# from install with nouveau bound to the GPU. The example model's 2 replicas land on the first.
+# Two g4dn (T4) machines for the example pool: one whose pods run in real containers (3 GPUs
+# advertised; its validator pod checks a healthy RHEL 8.9 tree) and a simulated one fresh from
+# install with nouveau bound to the GPU. The example model's 2 replicas land on the first.
 # The L4 and CPU nodes are outside the pool's selector.
-DEMO_PROCESS_NODE = "t4-process-0"
-DEMO_PROCESS_HOST = "healthy-rhel89"
+DEMO_REAL_HOST = "healthy-rhel89"
 DEMO_NODES = [("kwok-t4-2", "t4"), ("kwok-l4-0", "l4"), ("kwok-cpu-0", "cpu")]
 DEMO_FAILING_NODE = "kwok-t4-2"
 DEMO_HOSTS = {DEMO_FAILING_NODE: "nouveau-loaded"}
 GET_ALL = ["get", "gpunodepools,rankingmodels", "-A"]
+POD_COLUMNS = ("custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,IP:.status.podIP,"
+               "CONTAINERS:.status.containerStatuses[*].containerID")
 NODE_COLUMNS = ("custom-columns=NAME:.metadata.name,INSTANCE:.metadata.labels.node\\.kubernetes\\.io/instance-type,"
                 "POOL:.metadata.labels.rankops\\.io/pool,GPU-READY:.metadata.labels.rankops\\.io/gpu-ready,"
                 "DRIVER:.metadata.labels.rankops\\.io/driver-version,CUDA:.metadata.labels.rankops\\.io/cuda-version,"
@@ -248,88 +252,72 @@ class _Demo:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rankops.devcluster.cluster import local_cluster
-    from rankops.devcluster.operator_process import (OperatorProcess, install_chart,
-                                                     service_account_kubeconfig)
-
-    from rankops.devcluster import triton
+    from rankops_dev.real_cluster import RealClusterError
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it like Ctrl-C
     try:
-        triton.ensure_installed(say=lambda message: print(f"[triton] {message}", flush=True))
-        with local_cluster(DEMO_NODES, keep=args.keep) as plane, _serving_parts(plane) as serving:
-            demo = _Demo(plane, args.timeout)
-            demo.say(f"control plane up with simulated nodes {', '.join(name for name, _ in DEMO_NODES)} and "
-                     f"{DEMO_PROCESS_NODE}, whose pods run as local processes; S3 server at {serving.store.endpoint}")
+        with _real_cluster() as real:
+            demo = _Demo(real, args.timeout)
+            demo.say(f"control plane up with {real.node_name}, a node whose pods run in real containers "
+                     f"(containerd, runc, a kubelet), and simulated nodes {', '.join(n for n, _ in DEMO_NODES)}; "
+                     f"S3 server at {real.store.endpoint} (inside the cluster's network namespace)")
             # The admission policy that limits each validator to its own node is on, as it should be
-            # in production: the simulated validators below patch with their pods' bound tokens.
-            install_chart(str(plane.kubeconfig), bin_dir=plane.bin_dir,
-                          values=("validator.restrictToOwnNode=true",))
-            operator = OperatorProcess(service_account_kubeconfig(str(plane.kubeconfig),
-                                                                  plane.work_dir / "operator.kubeconfig"),
-                                       plane.work_dir / "operator.log")
-            operator.start()
-            code = 130  # until the story has run
-            # Stopped before the API server: its open watches would hold the server's shutdown up.
-            try:
-                demo.say(f"chart installed; operator running as ServiceAccount "
-                         f"rankops-system/rankops-operator (log {operator.log_path})")
-                code = _story(demo, operator, serving)
-                demo.say("done" if code == 0 else "failed")
-                plane.failed = code != 0  # a failed demo keeps its directory: logs, kubeconfig
-                if args.keep:
-                    _serve(demo, plane, operator, serving)
-                return code
-            except KeyboardInterrupt:  # --keep ends here: the demo's own outcome stands
-                print("stopped", file=sys.stderr)
-                return code
-            finally:
-                operator.stop()
+            # in production: the validators patch with their pods' bound tokens.
+            real.install_operator("validator.restrictToOwnNode=true")
+            demo.say("chart installed; the operator runs as its pod rankops-system/rankops-operator, "
+                     "from the operator image built here")
+            code = _story(demo, real)
+            demo.say("done" if code == 0 else "failed")
+            real.failed = code != 0  # a failed demo keeps its directory: logs, kubeconfig
+            if args.keep and code == 0:
+                _serve(demo, real)
+            return code
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
-    except (BinariesMissing, ControlPlaneError, RuntimeError, TimeoutError, triton.TritonError) as exc:
+    except (BinariesMissing, ControlPlaneError, RealClusterError, RuntimeError, TimeoutError) as exc:
         print(f"rankops dev demo: {exc}", file=sys.stderr)
         return 1
 
 
-class _Serving:
-    """What the demo serves with: the process node and the S3 server holding the model."""
-
-    def __init__(self, node: Any, store: Any) -> None:
-        self.node, self.store = node, store
-
-
-DEMO_PROCESS_GPUS = 3
+DEMO_REAL_GPUS = 3  # room for the example's 2 replicas and a 1-pod canary beside them (33%)
 DEMO_NEXT_VERSION_PREFIX = "ctr-ranker/4"
+# What the demo's pods run: the operator (and fetch-model, rankops infer), Triton, the validator,
+# the gates (the README's rollout walkthrough).
+DEMO_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-validator", "rankops-gates")
 
 
 @contextlib.contextmanager
-def _serving_parts(plane: Any) -> Iterator[_Serving]:
-    from rankops.devcluster.nodes import SHAPES, SIM_LABEL, gpu_node
-    from rankops.devcluster.objectstore import ObjectStore
-    from rankops.devcluster.process_nodes import ProcessNode
-    from rankops.validator import sample_hosts
+def _real_cluster() -> Iterator[Any]:
+    """The control plane, the real node (its validator checks a sample RHEL 8.9 host: see
+    rankops_dev/sample_host_runc.py), the simulated nodes and the S3 server; stopped on exit."""
+    import tempfile
 
-    labels = {k: v for k, v in gpu_node(DEMO_PROCESS_NODE, SHAPES["t4"])["metadata"]["labels"].items()
+    from rankops_dev.nodes import SHAPES, SIM_LABEL, gpu_node
+    from rankops_dev.real_cluster import DEFAULT_IMAGES_DIR, RealCluster
+
+    labels = {k: v for k, v in gpu_node("real", SHAPES["t4"])["metadata"]["labels"].items()
               if k not in ("type", SIM_LABEL, "kubernetes.io/hostname")}
-    host = sample_hosts.build(DEMO_PROCESS_HOST, plane.work_dir / "hosts" / DEMO_PROCESS_NODE)
-    node = ProcessNode(plane.kubeconfig, DEMO_PROCESS_NODE, plane.work_dir / "process-node", host_root=host,
-                       # GPU node groups' usual taint: serving and validator pods tolerate it, nothing else lands.
-                       taints=["nvidia.com/gpu=present:NoSchedule"],
-                       # Room for the example's 2 replicas and a 1-pod canary beside them (33%).
-                       labels={**labels, "nvidia.com/gpu.count": str(DEMO_PROCESS_GPUS)}, gpus=DEMO_PROCESS_GPUS)
-    with node, ObjectStore(plane.work_dir / "object-store") as store:
-        yield _Serving(node, store)
+    # Under /tmp (1777), not a private temporary directory: the pods' non-root users read under it.
+    work = Path(tempfile.mkdtemp(prefix="rankops-demo-", dir="/tmp"))
+    real = RealCluster(DEFAULT_IMAGES_DIR, work, images=DEMO_IMAGES, gpus=DEMO_REAL_GPUS,
+                       build_images=True, host_scenario=DEMO_REAL_HOST,
+                       node_labels={**labels, "nvidia.com/gpu.count": str(DEMO_REAL_GPUS)}, kwok_nodes=DEMO_NODES)
+    try:
+        yield real.start()
+    finally:
+        real.stop()
+        if real.failed:
+            print(f"rankops dev demo: logs and kubeconfig kept in {work}", file=sys.stderr)
 
 
-def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
+def _story(demo: _Demo, real: Any) -> int:
     from kubernetes import client
 
-    from rankops.devcluster.cluster import api_client
-    from rankops.devcluster.node_validators import run_validators
+    from rankops_dev.cluster import api_client
+    from rankops_dev.node_validators import run_validators
 
-    api = api_client(demo.plane.kubeconfig)
+    api = api_client(real.kubeconfig)
     custom = client.CustomObjectsApi(api)
     pool_name, model_ns, model_name = _names()
 
@@ -350,11 +338,11 @@ def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
         demo.say(f"apply the example pool: {DEMO_POOL.relative_to(EXAMPLES.parents[1])}")
         demo.kubectl("apply", "-f", str(DEMO_POOL))
         demo.wait("the operator sees the pool's nodes", state, lambda pool, _: pool_status(pool).get("nodes", 0) > 0)
-        demo.say(f"validator pods run on the pool's nodes: on {DEMO_PROCESS_NODE} for real (its host: a "
-                 f"{DEMO_PROCESS_HOST} tree); kwok runs no containers, so {DEMO_FAILING_NODE}'s pod's "
-                 "validate-node runs here on a sample host with nouveau loaded")
-        for verdict in run_validators(demo.plane.kubeconfig, pool_name, DEMO_HOSTS, timeout=demo.timeout,
-                                      real_nodes={DEMO_PROCESS_NODE}):
+        demo.say(f"validator pods run on the pool's nodes: on {real.node_name} in a real container (from the "
+                 f"validator image; the host it checks is a {DEMO_REAL_HOST} tree); kwok runs no containers, "
+                 f"so {DEMO_FAILING_NODE}'s pod's validate-node runs here on a sample host with nouveau loaded")
+        for verdict in run_validators(real.kubeconfig, pool_name, DEMO_HOSTS, timeout=demo.timeout,
+                                      real_nodes={real.node_name}):
             print(f"  {verdict.summary}")
             if verdict.exit_code == 2:
                 raise RuntimeError(f"the validator could not patch {verdict.node} (see the messages above)")
@@ -363,61 +351,80 @@ def _story(demo: _Demo, operator: Any, serving: _Serving) -> int:
         demo.wait("the pool's status counts the verdicts", state, lambda pool, _: pool_status(pool).get("pending") == 0)
         demo.kubectl("get", "nodes", "-o", NODE_COLUMNS)
 
-        _model_store(demo, api, serving, model_ns)
-        demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}")
-        demo.kubectl("apply", "-f", str(DEMO_MODEL))
+        _model_store(demo, api, real, model_ns)
+        manifest = _fitted_model(real.work / "rankingmodel.yaml", real.refs["rankops-triton-test"])
+        demo.say(f"apply the example model on the pool: {DEMO_MODEL.relative_to(EXAMPLES.parents[1])}, fitted to "
+                 f"this machine: tritonImage {real.refs['rankops-triton-test']} (tritonserver 2.51 with CPU "
+                 f"stand-ins for the GPU backends, built here) and {DEMO_RESOURCES_NOTE}")
+        demo.kubectl("apply", "-f", str(manifest))
         demo.wait(f"RankingModel {model_ns}/{model_name} Ready", state, lambda _, model: model_ready(model))
-        demo.kubectl("get", "pods", "-n", model_ns, "-o", "wide")
+        demo.kubectl("get", "pods", "-n", model_ns, "-o", POD_COLUMNS)
         demo.say(f"RankingModel {model_ns}/{model_name} is Ready, on validated nodes only; its pods fetched "
-                 "the model from S3 and run Triton")
-        _infer_in_cluster(demo, api, serving, model_ns, model_name)
+                 "the model from S3 and run Triton in containers")
+        _infer_in_cluster(demo, api, real, model_ns, model_name)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure ends in the same diagnostics
         print(f"\nrankops dev demo: FAILED: {exc!r}\n", file=sys.stderr, flush=True)
-        _diagnose(demo, operator, model_ns, model_name)
+        _diagnose(demo, real, model_ns, model_name)
         return 1
     finally:
         api.close()
 
 
-def _model_store(demo: _Demo, api: Any, serving: _Serving, namespace: str) -> None:
-    """The example's namespace (its pods pinned to the process node), its artifacts in the S3
-    server, and the credentials Secret the example names."""
-    import json
+# The node is this machine: 2 cores. The example's Triton pods ask for what a g4dn.xlarge gives
+# one replica (2 CPUs, 8Gi by default); here two replicas, their warm containers, the README's
+# canary and a gate Job must fit in two cores.
+DEMO_RESOURCES = {"resources": {"cpu": "250m", "memory": "1Gi"}}
+DEMO_GATE_RESOURCES = {"cpu": "250m"}
+DEMO_RESOURCES_NOTE = "250m CPU and 1Gi per Triton pod, 250m per gate Job"
 
+
+def _fitted_model(path: Path, triton_image: str) -> Path:
+    """The example RankingModel with the Triton test image and DEMO_RESOURCES, written to `path`."""
+    import yaml
+
+    doc = yaml.safe_load(DEMO_MODEL.read_text())
+    doc["spec"].update(DEMO_RESOURCES, tritonImage=triton_image)
+    gate_jobs = doc["spec"].setdefault("rollout", {}).setdefault("gateJobs", {})
+    gate_jobs["resources"] = {**gate_jobs.get("resources", {}), **DEMO_GATE_RESOURCES}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _model_store(demo: _Demo, api: Any, real: Any, namespace: str) -> None:
+    """The example's namespace (its pods pinned to the real node), its artifacts in the S3 server,
+    and the credentials Secret the example names."""
     import yaml
     from kubernetes import client
 
+    from rankops_dev.real_cluster import pinned_to
+
     spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
     core = client.CoreV1Api(api)
-    # PodNodeSelector and PodTolerationRestriction: every pod of the namespace (Triton's, gate Jobs',
-    # the request Job's) goes to the process node, tolerating its GPU taint: all of them really run.
-    gpu_taint = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    core.create_namespace({"metadata": {"name": namespace, "annotations": {
-        "scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={DEMO_PROCESS_NODE}",
-        "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(gpu_taint)}}})
+    # PodNodeSelector: every pod of the namespace (Triton's, gate Jobs', the request Job's) goes to
+    # the real node: all of them really run.
+    core.create_namespace({"metadata": {"name": namespace, "annotations": pinned_to(real.node_name)}})
     for version in spec["versions"]:
         uri = version["modelUri"]
         prefix = uri.split("/", 3)[3]
-        serving.store.upload_tree(DEMO_BUCKET, prefix, DEMO_ARTIFACTS / prefix)
+        real.store.upload_tree(DEMO_BUCKET, prefix, DEMO_ARTIFACTS / prefix)
         demo.say(f"uploaded {uri} to the S3 server")
     # The README's rollout walkthrough adds version 4: the same weights under a new version, so both
     # gates pass on real numbers and the canary is judged on the traffic `rankops dev traffic` sends.
     newest = spec["versions"][-1]["modelUri"].split("/", 3)[3]
-    serving.store.upload_tree(DEMO_BUCKET, DEMO_NEXT_VERSION_PREFIX, DEMO_ARTIFACTS / newest)
+    real.store.upload_tree(DEMO_BUCKET, DEMO_NEXT_VERSION_PREFIX, DEMO_ARTIFACTS / newest)
     demo.say(f"uploaded s3://{DEMO_BUCKET}/{DEMO_NEXT_VERSION_PREFIX} (the README's version 4) to the S3 server")
-    core.create_namespaced_secret(namespace, serving.store.secret_manifest(spec["modelCredentialsSecret"], namespace))
+    core.create_namespaced_secret(namespace, real.store.secret_manifest(spec["modelCredentialsSecret"], namespace))
     demo.say(f"Secret {namespace}/{spec['modelCredentialsSecret']}: the S3 server's endpoint and keys")
 
 
-def _infer_in_cluster(demo: _Demo, api: Any, serving: _Serving, namespace: str, model: str) -> None:
+def _infer_in_cluster(demo: _Demo, api: Any, real: Any, namespace: str, model: str) -> None:
     """A Job that sends one request through the model's Service name and prints the scores."""
     import json
 
     import yaml
     from kubernetes import client
 
-    from rankops.api.rankingmodel import DEFAULT_RANKOPS_IMAGE
     from rankops.render.names import serving_service_name
 
     spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
@@ -427,8 +434,10 @@ def _infer_in_cluster(demo: _Demo, api: Any, serving: _Serving, namespace: str, 
                "--inputs-spec", json.dumps(spec["inputs"], separators=(",", ":"))]
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "infer"}, "spec": {
         "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
-            "name": "infer", "image": DEFAULT_RANKOPS_IMAGE, "command": command,
-            "terminationMessagePolicy": "FallbackToLogsOnError"}]}}}}
+            "name": "infer", "image": real.refs["rankops-operator"], "imagePullPolicy": "Never",
+            "command": command, "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}}]}}}}
     demo.say(f"send one request through the Service: a Job running `{' '.join(command[:5])} ...`")
     batch = client.BatchV1Api(api)
     batch.create_namespaced_job(namespace, job)
@@ -441,8 +450,8 @@ def _infer_in_cluster(demo: _Demo, api: Any, serving: _Serving, namespace: str, 
             raise TimeoutError("the infer Job did not finish")
         time.sleep(0.5)
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="job-name=infer").items
-    output = serving.node.pod_logs(namespace, pods[0].metadata.name).get("infer", "") if pods else ""
-    print("\n".join(line for line in output.splitlines() if not line.startswith("--- ")), flush=True)
+    output = real.pod_logs(namespace, pods[0].metadata.name).get("infer", "") if pods else ""
+    print(output.rstrip(), flush=True)
     if not status.succeeded:
         raise RuntimeError("the request through the Service failed (its output is above)")
 
@@ -455,9 +464,8 @@ def _names() -> tuple[str, str, str]:
     return pool["metadata"]["name"], model["metadata"]["namespace"], model["metadata"]["name"]
 
 
-def _diagnose(demo: _Demo, operator: Any, namespace: str, model: str) -> None:
-    print("--- operator log (tail) ---", file=sys.stderr)
-    print(operator.log_tail(80), file=sys.stderr)
+def _diagnose(demo: _Demo, real: Any, namespace: str, model: str) -> None:
+    print(f"--- the operator's pod log (tail) ---\n{_operator_log(real, 80)}", file=sys.stderr)
     for args in (GET_ALL, ["get", "pods,deployments", "-n", namespace, "-o", "wide"],
                  ["describe", "rankingmodel", "-n", namespace, model],
                  ["get", "events", "-A", "--sort-by=.lastTimestamp"]):
@@ -466,46 +474,36 @@ def _diagnose(demo: _Demo, operator: Any, namespace: str, model: str) -> None:
         except (OSError, subprocess.SubprocessError) as exc:
             out = str(exc)
         print(f"--- kubectl {' '.join(args)} ---\n{out.rstrip()[-6000:]}", file=sys.stderr, flush=True)
+    print(real.diagnostics(namespace)[-8000:], file=sys.stderr, flush=True)
 
 
-def _serve(demo: _Demo, plane: Any, operator: Any, serving: _Serving) -> None:
-    """--keep: leave it all running for the user until Ctrl-C."""
+def _operator_log(real: Any, tail: int) -> str:
+    return real.kubectl("-n", "rankops-system", "logs", "deployment/rankops-operator", f"--tail={tail}",
+                        check=False)
+
+
+def _serve(demo: _Demo, real: Any) -> None:
+    """--keep: leave it all running for the user until Ctrl-C. The pod network lives in the
+    cluster's network namespace: this machine reaches the model's Service through a forwarder."""
+    import json
+
     from rankops.render.names import serving_service_name
 
     pool_name, namespace, model = _names()
-    address = _serving_address(plane, namespace, model)
-    print(f"\nexport KUBECONFIG={plane.kubeconfig}\n"
-          f"export PATH={plane.bin_dir}:$PATH   # kubectl, helm, kwok of this release\n"
-          f"operator log: {operator.log_path}; container logs: {serving.node.work_dir / 'pods'}\n"
-          f"try: kubectl get gnp,rm -A -o wide; kubectl get nodes --show-labels\n"
-          f"     rankops dev validate {pool_name} {DEMO_FAILING_NODE}=healthy-rhel89   # fix the node\n"
+    service = json.loads(real.kubectl("-n", namespace, "get", "service", serving_service_name(model), "-o", "json"))
+    port = real.forward(service["spec"]["clusterIP"], 8000)
+    print(f"\nexport KUBECONFIG={real.kubeconfig}\n"
+          f"export PATH={real.bin_dir}:$PATH   # kubectl, helm, kwok of this release\n"
+          f"operator log: kubectl -n rankops-system logs deployment/rankops-operator\n"
+          f"try: kubectl get gnp,rm -A -o wide; kubectl get nodes --show-labels; kubectl get pods -n {namespace} -o wide\n"
+          f"     rankops dev validate {pool_name} {DEMO_FAILING_NODE}=healthy-rhel89   # fix the simulated node\n"
           f"send a request yourself (pods resolve {serving_service_name(model)}.{namespace}.svc; this machine "
-          f"does not, so use a serving pod's address):\n"
-          f"     rankops infer --url {address}:8000 -f {DEMO_MODEL}\n"
+          f"reaches that Service through a forwarder):\n"
+          f"     rankops infer --url 127.0.0.1:{port} -f {DEMO_MODEL}\n"
           f"roll out version 4 (README, 'Roll out a new version'; its artifact is in the S3 server) while\n"
-          f"     rankops dev traffic -f {DEMO_MODEL}   # the traffic its canary is judged on\n"
+          f"     rankops dev traffic -f {DEMO_MODEL} --netns {real.netns}   # the traffic its canary is judged on\n"
           "running; Ctrl-C to stop", flush=True)
     while True:
         time.sleep(1.0)
-        plane.check_alive()
-        if not operator.running:
-            raise RuntimeError(f"the operator exited:\n{operator.log_tail()}")
-        serving.node.check_alive()
-
-
-def _serving_address(plane: Any, namespace: str, model: str) -> str:
-    """The pod IP of a Ready pod behind the model's serving Service (a loopback address)."""
-    from kubernetes import client
-
-    from rankops.devcluster.cluster import api_client
-    from rankops.render import names
-
-    api = api_client(plane.kubeconfig)
-    try:
-        pods = client.CoreV1Api(api).list_namespaced_pod(
-            namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRAFFIC}=on").items
-        ready = [p.status.pod_ip for p in pods if p.status.pod_ip and any(
-            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-        return ready[0] if ready else "POD_IP"
-    finally:
-        api.close()
+        assert real.plane is not None
+        real.plane.check_alive()

@@ -6,7 +6,7 @@ the real formats (os-release, /proc/modules, NVRM banner, efivars, selinuxfs, TO
 `NVIDIA_SMI_T4` is `nvidia-smi -q -x` of that node's GPU. The unit tests validate these trees;
 `rankops dev demo` and the e2e suite run the validator on simulated nodes against them.
 
-    python -m rankops.validator.sample_hosts SCENARIO DEST    # write one tree
+    python -m rankops_dev.sample_hosts SCENARIO DEST    # write one tree
 """
 from __future__ import annotations
 
@@ -501,6 +501,6 @@ def build(scenario: str, dest: str | os.PathLike[str]) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
-        print(f"usage: python -m rankops.validator.sample_hosts SCENARIO DEST\nscenarios: {', '.join(SCENARIOS)}", file=sys.stderr)
+        print(f"usage: python -m rankops_dev.sample_hosts SCENARIO DEST\nscenarios: {', '.join(SCENARIOS)}", file=sys.stderr)
         sys.exit(2)
     print(build(sys.argv[1], sys.argv[2]))

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankops.devcluster.operator_process import RELEASE_NAMESPACE
-from rankops.validator import sample_hosts
 from rankops.validator.node import NOT_OWNED
 from rankops.validator.report import Report
+from rankops_dev.operator_process import RELEASE_NAMESPACE
+from rankops_dev import sample_hosts
 
 HEALTHY = "healthy-rhel89"
 CONTAINER = "validator"
@@ -184,9 +184,9 @@ def run_validators(kubeconfig: str | Path, pool: str, scenarios: Mapping[str, st
     from kubernetes import client
 
     from rankops.api.gpunodepool import NodeRequirements
-    from rankops.devcluster.cluster import api_client
     from rankops.validator.daemonset import validator_name
     from rankops.validator.node import run_on_node
+    from rankops_dev.cluster import api_client
 
     admin = api_client(kubeconfig)
     scratch = None if work_dir else tempfile.TemporaryDirectory(prefix="rankops-hosts-")

@@ -51,7 +51,7 @@ def ensure_images(images_dir: Path, images: Sequence[str], say: Any = print) -> 
     archive in `images_dir` is not of the current build: the tests run the tree they test."""
     from . import image_builds
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     built = image_builds.build_all(root, [image.removeprefix("rankops-") for image in images], say)
     archives = archives_by_image(images_dir)
     stale = [b for b in built[1:] if f"rankops-{b.target}" not in archives
@@ -196,9 +196,15 @@ def images_from_env(text: str) -> dict[str, str]:
 class RealCluster(ClusterOfRealPods):
     def __init__(self, images_dir: Path, work: Path, *, images: Sequence[str] = SERVING_IMAGES,
                  gpus: int = 2, name: str | None = None, build_images: bool = False,
-                 cpu_manager_policy: str = "none") -> None:
+                 cpu_manager_policy: str = "none", host_scenario: str | None = None,
+                 node_labels: dict[str, str] | None = None,
+                 kwok_nodes: Sequence[tuple[str, str]] = ()) -> None:
+        """`host_scenario`: the sample host (validator/sample_hosts.py) the real node's validator
+        pods check instead of this machine; `node_labels`: put on the real node once Ready;
+        `kwok_nodes`: (name, shape) simulated nodes beside it (nodes.SHAPES)."""
         self.images_dir, self.work, self.wanted, self.gpus = Path(images_dir), Path(work), tuple(images), gpus
         self.build_images, self.cpu_manager_policy = build_images, cpu_manager_policy
+        self.host_scenario, self.node_labels, self.kwok_nodes = host_scenario, dict(node_labels or {}), tuple(kwok_nodes)
         self.name = name or "rankops-" + secrets.token_hex(3)
         self.plane: LocalControlPlane | None = None
         self.node: RealNode | None = None
@@ -240,14 +246,27 @@ class RealCluster(ClusterOfRealPods):
         self.work.chmod(0o755)  # the pods' non-root users read the hostPath volumes under it
         ensure_binaries(build=True)
         bins = ensure_node_binaries()
+        sample_host = None
+        if self.host_scenario:
+            from rankops_dev import sample_hosts
+
+            sample_host = sample_hosts.build(self.host_scenario, self.work / "hosts" / self.node_name)
         self.plane = LocalControlPlane(bins, work_dir=self.work / "cp", netns=self.name, advertise_address=NODE_IP)
         self.node = RealNode(self.plane, NodeLayout(self.work / "node", self.node_name, NODE_IP, POD_SUBNET,
-                                                    SERVICE_CIDR, cpu_manager_policy=self.cpu_manager_policy),
+                                                    SERVICE_CIDR, cpu_manager_policy=self.cpu_manager_policy,
+                                                    sample_host=sample_host),
                              bins, gpus=self.gpus)
         try:
             ns.create(self.name, NODE_IP)
             self.plane.start()
             self.node.start([archives[image] for image in self.wanted])
+            if self.node_labels:
+                self.kubectl("label", "node", self.node_name, "--overwrite",
+                             *(f"{key}={value}" for key, value in sorted(self.node_labels.items())))
+            if self.kwok_nodes:
+                from .cluster import add_nodes
+
+                add_nodes(self.plane.kubeconfig, self.kwok_nodes)
             self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.node.images}
             self.store = ObjectStore(self.work / "object-store", host=NODE_IP, netns=self.name).start()
         except BaseException:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def add_commands(dev_sub: argparse._SubParsersAction) -> None:
-    from rankops.devcluster.image_builds import RANKOPS_TARGETS, TRITON_TARGET
+    from rankops_dev.image_builds import RANKOPS_TARGETS, TRITON_TARGET
 
     targets = [*RANKOPS_TARGETS, TRITON_TARGET]
     images = dev_sub.add_parser(
@@ -31,7 +31,7 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
 
 
 def run_images(args: argparse.Namespace) -> int:
-    from rankops.devcluster import image_builds, image_check
+    from rankops_dev import image_builds, image_check
 
     root = Path(__file__).resolve().parents[3]
     if not (root / image_builds.DOCKERFILE).exists():

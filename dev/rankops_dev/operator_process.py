@@ -23,7 +23,7 @@ from rankops.validator.daemonset import DEFAULT_SERVICE_ACCOUNT
 
 from .ports import free_port
 
-CHART = Path(__file__).resolve().parents[3] / "charts" / "rankops-operator"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "rankops-operator"
 RELEASE = "rankops"
 RELEASE_NAMESPACE = "rankops-system"
 OPERATOR_SERVICE_ACCOUNT = "rankops-operator"

@@ -33,7 +33,7 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
-    from rankops.devcluster import triton
+    from rankops_dev import triton
 
     try:
         found = triton.ensure_installed()
@@ -47,8 +47,8 @@ def run_install(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     import yaml
 
-    from rankops.devcluster import triton
     from rankops.render.desired import resolve_shape
+    from rankops_dev import triton
 
     workdir = Path(args.workdir) if args.workdir else triton.scratch_dir()
     try:

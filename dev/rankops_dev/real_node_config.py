@@ -30,6 +30,14 @@ class NodeLayout:
     cluster_dns: bool = True  # dnsmasq on node_ip:53 (cluster_dns.py)
     # "static": Guaranteed pods' whole-CPU containers get exclusive cores (spec.latencyIsolation).
     cpu_manager_policy: str = "none"
+    # A sample host tree (validator/sample_hosts.py) that the node's validator pods check instead
+    # of this machine: containerd's runc is then sample_host_runc.py (the demo's passing node).
+    sample_host: Path | None = None
+
+    @property
+    def runtime_binary(self) -> str:
+        """What containerd runs as runc: runc itself, or the sample-host wrapper in front of it."""
+        return str(self.work_dir / "runc-sample-host") if self.sample_host else self.runc
 
     @property
     def containerd_root(self) -> Path:
@@ -78,13 +86,24 @@ def containerd_config(layout: NodeLayout) -> str:
         f"[{cri}.containerd.runtimes.runc]",
         '  runtime_type = "io.containerd.runc.v2"',
         f"[{cri}.containerd.runtimes.runc.options]",
-        f'  BinaryName = "{layout.runc}"',
+        f'  BinaryName = "{layout.runtime_binary}"',
         f"[{cri}.cni]",
         f'  bin_dir = "{layout.cni_bin_dir}"',
         f'  conf_dir = "{layout.cni_conf_dir}"',
         "",
     ]
     return "\n".join(lines)
+
+
+def sample_host_runc_script(layout: NodeLayout, python: str) -> str:
+    """The runc containerd runs when the node has a sample host: `create` goes through
+    sample_host_runc.py (which rewrites the validator's /host mounts), every other call to runc
+    directly (probes exec through it: no interpreter on their path)."""
+    wrapper = Path(__file__).with_name("sample_host_runc.py")
+    return ("#!/bin/sh\n"
+            f'case " $* " in *" create "*|*" run "*) exec "{python}" "{wrapper}" "{layout.runc}" '
+            f'"{layout.sample_host}" "$@";; esac\n'
+            f'exec "{layout.runc}" "$@"\n')
 
 
 def cni_conflist(layout: NodeLayout) -> str:

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rankops.devcluster.binaries import ensure_binaries, k8s_version
-from rankops.devcluster.controlplane import LocalControlPlane
-from rankops.devcluster.nodes import create_nodes, node_manifests, wait_nodes_ready
+from rankops_dev.binaries import ensure_binaries, k8s_version
+from rankops_dev.controlplane import LocalControlPlane
+from rankops_dev.nodes import create_nodes, node_manifests, wait_nodes_ready
 
 
 def api_client(kubeconfig: Path | str, context: str | None = None) -> Any:

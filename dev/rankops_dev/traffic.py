@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from rankops.devcluster.pod_sandbox import is_loopback
+from rankops_dev.pod_sandbox import is_loopback
 
 MAX_RATE = 500.0           # requests per second, at most
 MAX_SECONDS = 3600.0
@@ -75,7 +75,7 @@ class Traffic(threading.Thread):
 
         reachable = is_loopback
         if self.netns:
-            from rankops.devcluster import netns
+            from rankops_dev import netns
 
             netns.enter_thread(self.netns)  # this thread only: its sockets are made inside
             reachable = lambda address: True  # noqa: E731 - the namespace routes nowhere else
