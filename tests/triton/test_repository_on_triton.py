@@ -13,7 +13,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from rankops.api.rankingmodel import ModelFormat
-from rankops.devcluster import spec_models
+from rankops_dev import spec_models
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY
 from rankops.triton.client import Endpoint, InferenceFailed, ModelNotReady
