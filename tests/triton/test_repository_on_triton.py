@@ -55,16 +55,20 @@ def test_two_versions_load_side_by_side_then_the_old_one_is_dropped(triton_insta
         config = json.loads(json_format.MessageToJson(
             text_format.Parse((server.repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()),
             preserving_proto_field_name=True))
+        started = time.monotonic()
         repo.load(model, with_versions(config, [1, 2]))
+        print(f"load of v2 beside v1 answered in {(time.monotonic() - started) * 1000:.0f} ms")
         assert {v: e.state for v, e in repo.versions(model).items()} == {1: "READY", 2: "READY"}
         v1, v2 = _scores(server, model, "1", inputs), _scores(server, model, "2", inputs)
         assert not np.allclose(v1, v2)
         # a request naming no version is answered by the highest READY one (rollout/inplace.py relies on it)
         assert np.allclose(_scores(server, model, "", inputs), v2)
 
+        started = time.monotonic()
         repo.load(model, with_versions(config, [2]))
         # the load answers with v2 kept; v1 is UNLOADING until its requests are done
         index = _settled(repo, model)
+        print(f"v1 dropped (v2 kept) in {(time.monotonic() - started) * 1000:.0f} ms")
         assert (index[1].state, index[1].reason, index[2].state) == ("UNAVAILABLE", "unloaded", "READY")
         assert np.allclose(_scores(server, model, "2", inputs), v2)
         with pytest.raises((InferenceFailed, ModelNotReady)):
