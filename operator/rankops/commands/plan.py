@@ -28,6 +28,7 @@ from rankops.planner.overload import OverloadError, with_queue_policy
 from rankops.planner.profile import LatencyProfile, ProfileError, load_profiles
 from rankops.planner.result import PlanResult
 from rankops.planner.search import evaluate, plan
+from rankops.planner.two_versions import SideBySide, VersionOnGpu, side_by_side
 
 
 def add_commands(subparsers: Any) -> None:
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "text":
         sys.stdout.write(format_report(result.to_json(), args.output))
     else:
-        print(render_text(result))
+        print(render_text(result) + render_in_place(spec, result, beside_serving(spec, result)))
     if args.plot:
         try:
             from rankops.planner.plot import write_plot
@@ -241,6 +242,44 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
         lines.append(f"{prefix + '.' if prefix and loc else prefix}{loc}: {err.get('msg')}")
     more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
     return "; ".join(lines) + more
+
+
+def beside_serving(spec: Any, result: PlanResult) -> list[tuple[str, SideBySide]]:
+    """Each other version of spec.versions loaded beside spec.version on one GPU, with this plan's
+    batch and instances (issue 41's arithmetic); empty for a planning sketch without versions."""
+    from rankops.render.tritonconfig import triton_version
+
+    versions = list(getattr(spec, "versions", None) or [])
+    serving = next((v for v in versions if v.name == getattr(spec, "version", None)), None)
+    if serving is None or len(versions) < 2:
+        return []
+    memory = result.inputs.memory
+    per_instance = memory.per_instance_mib(result.max_batch_size) if memory is not None else None
+
+    def on_gpu(version: Any) -> VersionOnGpu:
+        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
+                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
+        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
+                            version.precision.value, per_instance, result.instances_per_gpu, engine)
+
+    reserve = memory.runtime_reserve_mib if memory is not None else 0.0
+    return [(v.name, side_by_side(on_gpu(serving), on_gpu(v), result.inputs.gpu_memory_mib, reserve))
+            for v in versions if v is not serving]
+
+
+def render_in_place(spec: Any, result: PlanResult, pairs: list[tuple[str, SideBySide]]) -> str:
+    if not pairs:
+        return ""
+    lines = ["", "", f"Two versions on one GPU (a version loaded beside {spec.version} in its running pods):"]
+    if result.inputs.memory is not None:
+        lines.append("  (spec.planning.memory is one figure per instance for every version)")
+    for name, pair in pairs:
+        verdict = "can load in place" if pair.in_place else \
+            "cannot load in place" if pair.problems else "memory not known"
+        lines.append(f"  {name}: {verdict}")
+        lines.append(f"    {pair.arithmetic}")
+        lines += [f"    ! {p}" for p in pair.problems if not p.startswith("GPU memory: ")]
+    return "\n".join(lines)
 
 
 def render_text(result: PlanResult) -> str:

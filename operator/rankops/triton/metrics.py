@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-import socket
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from rankops.triton import bounded_http
 
 COUNTERS = {
     "success": "nv_inference_request_success",
@@ -42,9 +42,8 @@ KEYS = (*COUNTERS, "rejected")
 # a few KB more per version: 1 MiB holds a shared server of a hundred versions and more; a
 # bigger page is not a Triton this operator serves.
 MAX_BODY_BYTES = 1 << 20
-MAX_HEADER_BYTES = 16 << 10
-MAX_HEADERS = 64
 READ_DEADLINE_S = 2.0          # connect, headers and body together
+MAX_HEADER_BYTES, MAX_HEADERS = bounded_http.MAX_HEADER_BYTES, bounded_http.MAX_HEADERS
 # Triton's counters are 64-bit: a larger value is not one of its counters.
 MAX_COUNTER = float(2 ** 64)
 MAX_LABELS = 16
@@ -248,88 +247,12 @@ def fetch(host: str, port: int, deadline_s: float = READ_DEADLINE_S, max_bytes: 
     """The body of GET http://host:port/path, within one deadline for connect, headers and body
     together, at most `max_bytes` of body, 200 only (no redirect is followed). MetricsUnavailable
     says what went wrong; nothing else is raised."""
-    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    end = time.monotonic() + deadline_s
-
-    def left() -> float:
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise MetricsUnavailable(f"{where}: no full answer in {deadline_s:g}s")
-        return remaining
-
-    data = bytearray()
     try:
-        with socket.create_connection((host, port), timeout=left()) as sock:
-            request = (f"GET {path} HTTP/1.0\r\nHost: {where}\r\nAccept: text/plain\r\n"
-                       "Connection: close\r\n\r\n").encode()
-            sock.settimeout(left())
-            sock.sendall(request)
-            head_end, length = -1, None
-            while True:
-                sock.settimeout(left())
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-                if head_end < 0:
-                    head_end = data.find(b"\r\n\r\n")
-                    if head_end < 0:
-                        if len(data) > MAX_HEADER_BYTES:
-                            raise MetricsUnavailable(f"{where}: headers over {MAX_HEADER_BYTES >> 10} KiB")
-                        continue
-                    if head_end > MAX_HEADER_BYTES:
-                        raise MetricsUnavailable(f"{where}: headers over {MAX_HEADER_BYTES >> 10} KiB")
-                    length = _check_head(bytes(data[:head_end]), where, max_bytes)
-                body = len(data) - head_end - 4
-                if body > max_bytes:
-                    raise MetricsUnavailable(f"{where}: body over {max_bytes >> 10} KiB")
-                if length is not None and body >= length:
-                    break
-    except MetricsUnavailable:
-        raise
-    except (OSError, ValueError) as exc:   # refused, reset, unreachable, a timeout within the deadline
-        reason = "no full answer in " + f"{deadline_s:g}s" if isinstance(exc, socket.timeout) else \
-            (exc.strerror or str(exc) or type(exc).__name__)
-        raise MetricsUnavailable(f"{where}: {reason}") from None
-    if head_end < 0:
-        raise MetricsUnavailable(f"{where}: not an HTTP answer" if data else f"{where}: closed without an answer")
-    body = bytes(data[head_end + 4:])
-    if length is not None and len(body) < length:
-        raise MetricsUnavailable(f"{where}: short body, {len(body)} of {length} bytes")
-    return body[:length].decode("utf-8", errors="replace") if length is not None else \
-        body.decode("utf-8", errors="replace")
-
-
-def _check_head(head: bytes, where: str, max_bytes: int) -> int | None:
-    """The Content-Length of a 200 answer (None: read to the close); anything else is refused."""
-    lines = head.split(b"\r\n")
-    status = lines[0].split(None, 2)
-    if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or not status[1].isdigit():
-        raise MetricsUnavailable(f"{where}: not an HTTP answer ({_printable(lines[0].decode('latin-1'))})")
-    if len(lines) - 1 > MAX_HEADERS:
-        raise MetricsUnavailable(f"{where}: more than {MAX_HEADERS} headers")
-    code = int(status[1])
-    headers: dict[bytes, bytes] = {}
-    for raw in lines[1:]:
-        name, _, value = raw.partition(b":")
-        headers[name.strip().lower()] = value.strip()
-    if 300 <= code < 400:
-        target = headers.get(b"location", b"?").decode("latin-1")
-        raise MetricsUnavailable(f"{where}: redirect ({code}) to {_printable(target)} refused: "
-                                 "metrics are read from the pod itself")
-    if code != 200:
-        raise MetricsUnavailable(f"{where}: HTTP {code}")
-    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        raise MetricsUnavailable(f"{where}: a chunked answer to an HTTP/1.0 request")
-    if b"content-length" not in headers:
-        return None
-    raw_length = headers[b"content-length"]
-    if not raw_length.isdigit() or len(raw_length) > 12:
-        raise MetricsUnavailable(f"{where}: Content-Length {_printable(raw_length.decode('latin-1'))} is not a length")
-    length = int(raw_length)
-    if length > max_bytes:
-        raise MetricsUnavailable(f"{where}: body over {max_bytes >> 10} KiB (Content-Length {length})")
-    return length
+        _, body = bounded_http.exchange(host, port, "GET", path, deadline_s=deadline_s, max_bytes=max_bytes,
+                                        accept="text/plain", redirect_note="metrics are read from the pod itself")
+    except bounded_http.AnswerRefused as exc:
+        raise MetricsUnavailable(str(exc)) from None
+    return body.decode("utf-8", errors="replace")
 
 
 def scrape(url: str, model: str, version: str = "", timeout_s: float = READ_DEADLINE_S,
