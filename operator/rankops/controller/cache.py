@@ -24,6 +24,7 @@ import zlib
 from typing import Any, Callable, NamedTuple
 
 from rankops.controller.kube import Kube
+from rankops.modelplan import CHILD_STATUS_READ
 from rankops.render.names import LABEL_MODEL
 
 CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job", "PodDisruptionBudget")
@@ -46,9 +47,10 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
-# Kinds whose status no reconcile reads: the disruption controller's counts on a budget change
-# every time a pod comes or goes, and would wake the model for nothing.
-STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service", "ConfigMap"})
+# Kinds whose status no reconcile reads (derived from what modelplan declares it reads): the
+# disruption controller's counts on a budget change every time a pod comes or goes, and would
+# wake the model for nothing.
+STATUS_UNREAD = frozenset(CACHED_KINDS) - CHILD_STATUS_READ
 
 
 class _Entry(NamedTuple):

@@ -44,8 +44,8 @@ from rankops.controller.plans import Plans
 from rankops.controller.pod_metrics import PodMetrics
 from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
-from rankops import model_status
-from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
+from rankops import model_status, modelplan
+from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
 
@@ -55,7 +55,6 @@ log = logging.getLogger("rankops.handlers")
 # Event posted into a namespace that began to go in between is refused, and kopf says so at WARNING.
 NAMESPACE_ALIVE_S, NAMESPACE_GOING_S = 2.0, 30.0
 MONITOR_CHECK_S = 30.0
-MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
 
 
 def configure_kopf(settings: kopf.OperatorSettings, workers: int) -> None:
@@ -209,10 +208,12 @@ def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) 
 
 
 def model_inputs(obj: dict) -> str:
-    """Digest of what a model's reconcile reads of the model itself, bar its spec's content."""
+    """Digest of what a model's reconcile reads of the model itself, bar its spec's content: its
+    generation, its status, and the annotations modelplan declares it reads (the same list plan()
+    is given, so a new one cannot miss its wake-ups)."""
     annotations = obj["metadata"].get("annotations") or {}
     return essence_digest([obj["metadata"].get("generation"), obj.get("status"),
-                           {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
+                           {k: annotations.get(k) for k in modelplan.MODEL_ANNOTATIONS_READ}])
 
 
 def all_ready(deployment: dict) -> bool:
@@ -239,8 +240,10 @@ class ModelController(_Reconciles):
         self.node_pods = NodePods()
         # Children applied and refused, shapes planned, monitors; the serving pods' metrics, read
         # on threads of their own (the model is kicked when they are in).
+        # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
         self.memory = models.ModelMemory(metrics=PodMetrics(kick=self._metrics_in,
-                                                            max_age_s=max(60.0, 2 * settings.interval)))
+                                                            max_age_s=max(60.0, 2 * settings.interval)),
+                                         plans=Plans(done=self._plan_made))
         self.reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
         self.first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
         self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)
@@ -250,8 +253,7 @@ class ModelController(_Reconciles):
         # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
         self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
                            start=False, context=self.posting_context)
-        # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
-        self.plans = Plans(done=self.kicks.kick)
+        self.plans = self.memory.plans
         # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
         self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
@@ -339,6 +341,9 @@ class ModelController(_Reconciles):
                                 memory=self.memory)
 
     def _metrics_in(self, key) -> None:
+        self.kicks.kick(key)
+
+    def _plan_made(self, key) -> None:
         self.kicks.kick(key)
 
     def kicked(self, key) -> None:
