@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rankops.controller.cache import CachedKube, Children
-from rankops.controller.kicks import Kicks
+from rankops.controller.workqueue import WorkQueue
 from tests.fakecluster import FakeCluster
 
 
@@ -77,7 +77,7 @@ def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
         started.set()
         release.wait(5)
 
-    kicks = Kicks(run, workers=2)
+    kicks = WorkQueue(run, workers=2)
     kicks.kick("m")
     assert started.wait(5)
     for _ in range(10):   # while it runs: one more run, not ten
@@ -92,7 +92,7 @@ def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
 
 def test_a_delayed_kick_gathers_a_burst_into_one_run():
     runs = []
-    kicks = Kicks(runs.append, workers=2, delay_s=0.2)
+    kicks = WorkQueue(runs.append, workers=2, delay_s=0.2)
     for _ in range(20):
         kicks.kick("m")
     kicks.kick("n")
@@ -115,7 +115,7 @@ def test_an_urgent_kick_runs_before_the_queued_ones_and_a_queued_key_is_run_once
             started.set()
             release.wait(5)
 
-    kicks = Kicks(run, workers=1, delay_s=delay)
+    kicks = WorkQueue(run, workers=1, delay_s=delay)
     kicks.kick("busy")
     assert started.wait(5)
     for key in ("new-1", "new-2", "new-3"):
@@ -177,7 +177,7 @@ def test_a_waiting_kick_keeps_nothing_of_the_handler_that_asked_and_runs_in_the_
     kept = contextvars.copy_context()
     kept.run(settings_var.set, "kopf's settings")
     seen = []
-    kicks = Kicks(lambda key: seen.append((key, settings_var.get(None), cause_var.get(None))),
+    kicks = WorkQueue(lambda key: seen.append((key, settings_var.get(None), cause_var.get(None))),
                   workers=1, start=False, context=lambda: kept)
 
     def handler(cause):

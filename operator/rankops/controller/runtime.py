@@ -1,7 +1,7 @@
 """The operator's runtime, as two objects: a ModelController and a PoolController, built once by
 `rankops run` (`build`) and handed to kopf's handlers in kopf's memo (controller/handlers.py
 holds only the decorators, each delegating to one method here). Each owns what it remembers per
-object; the ModelController also owns the watch caches, the work queue (controller/kicks.py),
+object; the ModelController also owns the watch caches, the work queue (controller/workqueue.py),
 the requeue clock (controller/clock.py) and the plan pool (controller/plans.py). Nothing here
 starts a thread or reads a setting until it is built and started (`start`), so importing it,
 or building one in a test against a fake API, costs nothing.
@@ -35,7 +35,7 @@ from rankops.controller import cache, models, pools
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
-from rankops.controller.kicks import Kicks
+from rankops.controller.workqueue import RETRY_CAP_S, WorkQueue
 from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.node_pods import NodePods
 from rankops.controller.patching import merge_patch
@@ -121,8 +121,9 @@ class _Reconciles:
                     result_word = "skipped"
                     logger.debug(f"not reconciled: its namespace is being deleted ({exc.status} {exc.reason})")
                     return
+                # The queue tries again after its backoff, and says so (failed); the delay is its.
                 raise kopf.TemporaryError(f"Kubernetes API said {exc.status} {exc.reason}: "
-                                          f"{(exc.body or '')[:300]}", delay=10) from exc
+                                          f"{(exc.body or '')[:300]}") from exc
             finally:
                 metrics.observe_reconcile(self.kind, result_word, time.monotonic() - started)
                 if result_word != "skipped":
@@ -134,6 +135,22 @@ class _Reconciles:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
             logger.info(f"{event.reason}: {event.message}")
         self._record(body, result, wire)
+
+    def failed(self, key, exc: Exception, retry_in: float) -> None:
+        """The queue's reconcile of `key` failed: a Warning Event on the object says the error and
+        when it is tried again (the queue backs off per object: controller/workqueue.py)."""
+        body = self.watched_body(key)
+        if body is None:
+            return
+        meta = body["metadata"]
+        if meta.get("namespace") and self.namespace_going(meta["namespace"]):
+            return
+        kopf.event(body, type="Warning", reason="ReconcileFailed",
+                   message=failure_message(exc, retry_in)[:1000])
+
+    def watched_body(self, key) -> dict | None:
+        """The object of a queue key, as its watch shows it (None: not seen)."""
+        return None
 
     def keep_kopf_context(self) -> None:
         """In each of kopf's handlers: the first one's context is kept, for the reconciles and
@@ -191,6 +208,12 @@ class _Reconciles:
 
     def _record(self, body: dict, result, wire: dict) -> None:
         pass
+
+
+def failure_message(exc: Exception, retry_in: float) -> str:
+    """A ReconcileFailed Event's text: the error, and when the next try is."""
+    return f"reconcile failed: {exc}; tried again in {retry_in:.0f} s (backing off per object, up to " \
+           f"{RETRY_CAP_S:.0f} s between tries while it fails)"
 
 
 def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) -> list[str]:
@@ -251,15 +274,15 @@ class ModelController(_Reconciles):
         self.manual_seen: dict[str, tuple] = {}   # uid -> the promote/abort values last checked
         # A child's burst of events (its status moving pod by pod) within a quarter second is one
         # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
-        self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
-                           start=False, context=self.posting_context)
+        self.queue = WorkQueue(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
+                               start=False, context=self.posting_context, failed=self.failed)
         self.plans = self.memory.plans
         # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
-        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
+        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
-        self.kicks.start()
+        self.queue.start()
         self.clock.start()
 
     # --- one reconcile
@@ -340,11 +363,16 @@ class ModelController(_Reconciles):
                                 metrics_networks=tuple(settings.pod_metrics_networks), plans=self.plans,
                                 memory=self.memory)
 
+    def watched_body(self, key) -> dict | None:
+        namespace, name, uid = key
+        found = self.watched.get(self.kind, namespace, name)
+        return found if found is not None and found["metadata"].get("uid") == uid else None
+
     def _metrics_in(self, key) -> None:
-        self.kicks.kick(key)
+        self.queue.kick(key)
 
     def _plan_made(self, key) -> None:
-        self.kicks.kick(key)
+        self.queue.kick(key)
 
     def kicked(self, key) -> None:
         """The queue's work: reconcile the model (namespace, name, uid)."""
@@ -360,7 +388,7 @@ class ModelController(_Reconciles):
         owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")
                       and o.get("kind") == "RankingModel" and o.get("name") == model), None)
         if owner and meta.get("namespace"):
-            self.kicks.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
+            self.queue.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
 
     def child_event(self, kind: str, event: dict) -> None:
         self.keep_kopf_context()
@@ -383,12 +411,12 @@ class ModelController(_Reconciles):
             self.child_event("ConfigMap", event)
         if event.get("type") is not None:
             for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
-                self.kicks.kick(key)
+                self.queue.kick(key)
 
     def input_event(self, kind: str, name: str, models_by_input) -> None:
         """An input the models name changed (a pool: its ready nodes decide where their pods go)."""
         for key in models_by_input.get((kind, name), ()):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
     def node_event(self, node: dict, deleted: bool) -> None:
         """Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas."""
@@ -396,7 +424,7 @@ class ModelController(_Reconciles):
         for namespace, model in self.node_pods.node_event(node, deleted) or ():
             found = self.watched.get(self.kind, namespace, model)
             if found:
-                self.kicks.kick((namespace, model, found["metadata"]["uid"]), urgent=True)
+                self.queue.kick((namespace, model, found["metadata"]["uid"]), urgent=True)
 
     def model_event(self, event: dict) -> None:
         """A model is reconciled from its own events, as its children are: when kopf lists it (at
@@ -417,7 +445,7 @@ class ModelController(_Reconciles):
         seen, before = model_inputs(obj), self.inputs_seen.get(meta["uid"])
         self.inputs_seen[meta["uid"]] = seen
         if before != seen and meta.get("resourceVersion") != self.status_written.get(meta["uid"]):
-            self.kicks.kick((meta["namespace"], meta["name"], meta["uid"]))
+            self.queue.kick((meta["namespace"], meta["name"], meta["uid"]))
 
     def warn_meaningless_manual(self, obj: dict) -> None:
         """Posted once per new value, not on every event."""
@@ -469,7 +497,7 @@ class ModelController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
         for key in self.memory.monitors_gone(present):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
 
 class PoolController(_Reconciles):
@@ -494,13 +522,13 @@ class PoolController(_Reconciles):
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
         # Validators report node by node: a pool's burst of node events within a second is one
         # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
-        self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
-                           context=self.posting_context)
-        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
+        self.queue = WorkQueue(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
+                               context=self.posting_context, failed=self.failed)
+        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
-        self.kicks.start()
+        self.queue.start()
         self.clock.start()
 
     # --- one reconcile
@@ -519,6 +547,11 @@ class PoolController(_Reconciles):
 
     def _record(self, body: dict, result, wire: dict) -> None:
         metrics.record_pool(body["metadata"]["name"], wire)
+
+    def watched_body(self, key) -> dict | None:
+        name, uid = key
+        found = self.watched.get(self.kind, None, name)
+        return found if found is not None and found["metadata"].get("uid") == uid else None
 
     def reconcile_pool(self, body: dict) -> pools.Result:
         return pools.reconcile(self.reads(), body, self.settings, self.validators)
@@ -574,7 +607,7 @@ class PoolController(_Reconciles):
             # down gets the whole timeout too.
             held = self.monotonic() - first_try
             if exc.status != 403 and held < pools.RELEASE_TIMEOUT_S:
-                raise   # the queue tries again in 10 s
+                raise   # the queue tries again after its backoff
             # 403 (RBAC without node patch): retrying will not grant it. Or the API has refused for
             # too long: the pool goes, and says what is left behind.
             why = "refused" if exc.status == 403 else f"failing for {held:.0f} s"
@@ -623,7 +656,7 @@ class PoolController(_Reconciles):
             # A listing after a broken watch may show this process's last write over changes it missed.
             listing = event.get("type") is None
             if was != seen and (listing or meta.get("resourceVersion") != self.status_written.get(uid)):
-                self.kicks.kick((name, uid))
+                self.queue.kick((name, uid))
         if event.get("type") is None:   # kopf's listing: every pool is reconciled anyway
             return
         self.models.input_event("GpuNodePool", name, models_by_input)
@@ -631,7 +664,7 @@ class PoolController(_Reconciles):
             for other, entries in pool_selectors.items():
                 for other_uid, _selector in entries:
                     if other != name:
-                        self.kicks.kick((other, other_uid))
+                        self.queue.kick((other, other_uid))
 
     def node_event(self, event: dict, pool_selectors) -> None:
         """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
@@ -652,7 +685,7 @@ class PoolController(_Reconciles):
         selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
         uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
         for pool in sorted({*pools.pools_of_node(node, selectors), *(pools.pools_of_node(was, selectors) if was else ())}):
-            self.kicks.kick((pool, uids[pool]))
+            self.queue.kick((pool, uids[pool]))
 
     # --- forgetting
 
@@ -680,7 +713,7 @@ class PoolController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
         for key in self.validators.gone(present):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
 
 def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:
