@@ -31,6 +31,7 @@ from rankops.render.desired import (RenderError, ResolvedShape, desired_objects,
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
+from rankops.rollout import deadlines
 from rankops.rollout import jobs as gate_jobs
 from rankops import model_status
 from rankops.rollout.machine import (ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION, Decision, Event,
@@ -102,6 +103,10 @@ class ModelPlan:
     outcome: str | None = None                     # the rollout's end, when this reconcile ended it
     gate_results: tuple[GateResult, ...] = ()      # status.gates entries new in this reconcile
     not_applied: str | None = None                 # the reason nothing was applied for this generation
+    # When to reconcile again with no event (rollout.deadlines): seconds, or None for no deadline;
+    # `polls`: also at --interval, for what only a reading of the pods shows.
+    requeue_after: float | None = None
+    polls: bool = True
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the plan writes, as `rankops render` prints it."""
@@ -137,7 +142,7 @@ def not_applied(status: RankingModelStatus, generation: int | None, reason: str,
                 events: tuple[Event, ...] = ()) -> ModelPlan:
     """A generation that cannot be applied: Degraded says why, and what serves is left as it was."""
     decided = model_status.degraded_only(status, generation, reason, message, iso(now))
-    return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)
+    return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)   # polls: a write to retry
 
 
 @dataclass(frozen=True)
@@ -318,8 +323,10 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     deletions = model_status.deletions(name, decision, observed.present, observed.jobs)
     monitors = tuple(monitoring_objects(rm, settings.service_monitor_labels)) \
         if settings.service_monitor_labels is not None else ()
+    final = decided.status if scaling is None else decided.status.model_copy(update={"autoscaling": scaling.status})
+    requeue = deadlines.after_reconcile(rm.spec, status, final, gen, now)
     return ModelPlan(
-        status=decided.status if scaling is None else decided.status.model_copy(update={"autoscaling": scaling.status}),
+        status=final, requeue_after=requeue.after_s, polls=requeue.polls,
         events=(*events, *decision.events, *decided.events, *(Event(*e) for e in (scaling.events if scaling else ()))),
         applies=tuple(applies),
         creates=tuple(creates), deletions=tuple(deletions),

@@ -1,6 +1,7 @@
-"""When a RankingModel is reconciled with no event to say so: `interval` after its last reconcile
-while only time moves it on (a rollout in flight, not Ready yet, a refused write to retry), and
-`resync` after it otherwise (the level-based catch-all for anything a watch missed).
+"""When an object is reconciled with no event to say so: at the deadline its last reconcile's plan
+gave (`after_s`: a RankingModel's rollout.deadlines, a pool's next stale report), `interval` after
+its last reconcile while it polls what no watch reports (`needs_clock`: a model's pods' readings),
+and `resync` after it otherwise (the level-based catch-all for anything a watch missed).
 
 kopf's timers did this, but kopf puts a finalizer on every object that has a timer: one more write
 per new model, and a model that cannot be deleted while the operator is down. Each timer was also

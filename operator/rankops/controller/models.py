@@ -51,6 +51,8 @@ class Result:
     outcome: str | None = None
     gate_results: list[GateResult] = field(default_factory=list)
     write: bool = True    # False: the status is left as stored (nothing decided yet)
+    requeue_after: float | None = None   # the plan's next deadline (seconds), when it has one
+    polls: bool = True                   # also again at --interval (modelplan.ModelPlan.polls)
 
 
 def _job_finished(job: dict) -> bool:
@@ -264,7 +266,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 
 
 def _result(done: modelplan.ModelPlan) -> Result:
-    return Result(done.status, list(done.events), done.outcome, list(done.gate_results))
+    return Result(done.status, list(done.events), done.outcome, list(done.gate_results),
+                  requeue_after=done.requeue_after, polls=done.polls)
 
 
 @dataclass(frozen=True)

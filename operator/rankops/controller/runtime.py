@@ -10,9 +10,10 @@ A RankingModel is reconciled from events: its own (listed at start-up, created, 
 annotation or status someone else wrote), and those of its children and of the pools and
 latency-profile ConfigMaps it names, mapped to it, so drift is repaired and Ready is seen as it
 happens. Reads of the model and its children come from those watches (controller/cache.py).
-The clock reconciles a model `--interval` after its last reconcile while only time moves it on
-(a rollout in flight, not Ready yet, a refused write to retry: gate deadlines and the canary
-hold), and every model `--resync` after its last. Pools run the same way on the PoolController:
+The clock reconciles a model when its plan's next deadline is due (ModelPlan.requeue_after: the
+rollout's phase timeouts, the canary hold's end), `--interval` after its last reconcile while it
+polls what only its pods show (not Ready yet, a refused write to retry, Triton counters), and
+every model `--resync` after its last. A failing reconcile backs off per object (the queue). Pools run the same way on the PoolController:
 their own events, and those of the nodes they select and of the other pools, on its own queue and
 clock, with reads from its own watch cache; its finalizer (pools.POOL_FINALIZER) holds a deleted
 pool until its validators are stopped and its nodes' marks cleared. A settled object costs no
@@ -316,7 +317,8 @@ class ModelController(_Reconciles):
         old = model_status.known_status(stored)[0]
         if not waiting and model_status.first_status_can_wait(old, result.status):
             self.first_status_waiting.add(uid)
-            return models.Result(old, write=False)   # nothing written, nothing said
+            return models.Result(old, write=False, requeue_after=result.requeue_after,
+                                 polls=result.polls)   # nothing written, nothing said
         if waiting:
             self.first_status_waiting.discard(uid)
             ready = model_status.first_ready_event(old, result.status)
@@ -329,9 +331,9 @@ class ModelController(_Reconciles):
         first in this process, one of a new generation, one that changed status."""
         meta = body["metadata"]
         uid, generation = meta["uid"], meta.get("generation")
-        status = result.status if result is not None else None
-        self.clock.reconciled((meta["namespace"], meta["name"], uid),
-                              status is None or model_status.needs_clock(status, generation))
+        # When the plan says (its deadlines), at --interval while it polls pods, else at --resync.
+        self.clock.reconciled((meta["namespace"], meta["name"], uid), result is None or result.polls,
+                              result.requeue_after if result is not None else None)
         first, before = uid not in self.reconciled_generation, self.reconciled_generation.get(uid)
         self.reconciled_generation[uid] = generation
         if first or before != generation or status_patch:
