@@ -110,3 +110,23 @@ def test_the_plan_pool_caches_shapes(monkeypatch):
     assert pool.resolve(spec, None) == first and calls == [1], "the same inputs: planned once"
     assert Plans().resolve(spec, None, first[1])[0].shape == first[0].shape and calls == [1], \
         "a new pool (a restart) takes the recorded status.plan"
+
+
+def test_a_deployment_is_all_ready_by_the_one_definition():
+    ready = {"metadata": {"generation": 2}, "spec": {"replicas": 2},
+             "status": {"observedGeneration": 2, "readyReplicas": 2, "updatedReplicas": 2, "replicas": 2}}
+    assert runtime.all_ready(ready) and modelplan.deployment_view(ready)[2] == 2
+    for stale in ({"observedGeneration": 1}, {"readyReplicas": 1}, {"updatedReplicas": 1}, {"replicas": 3}):
+        dep = {**ready, "status": {**ready["status"], **stale}}
+        assert not runtime.all_ready(dep), stale
+        assert modelplan.deployment_view(dep)[2] < 2, stale
+
+
+def test_the_planners_simulation_memo_is_safe_across_threads():
+    import threading
+
+    from rankops.planner import search
+
+    assert isinstance(search._MEMO_LOCK, type(threading.Lock()))
+    search.clear_caches()
+    assert search._MEMO == {}

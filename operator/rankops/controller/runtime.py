@@ -82,7 +82,7 @@ class _Reconciles:
         self.locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
         # Objects of its kind (a pool controller: and Nodes) as their watch and this process's writes show them.
-        self.watched = cache.Children(relist_s=settings.resync)
+        self.watched = cache.WatchCache(relist_s=settings.resync)
         self.kopf_context: contextvars.Context | None = None   # a kopf handler's context, as the first one ran
 
     def run(self, reconcile: Callable[[dict], Any], body: dict, logger: logging.Logger | logging.LoggerAdapter) -> None:
@@ -241,14 +241,13 @@ def model_inputs(obj: dict) -> str:
 
 
 def all_ready(deployment: dict) -> bool:
-    """A Deployment whose pods are all Ready and up to date: what its model's Ready waits on. Its
-    reconcile goes before the models still to build (it is cheap: nothing to apply), so at N=1000
-    a model says Ready with its pods, not after the whole burst; the other child events wait their
-    turn, where a burst of them becomes one reconcile."""
-    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
-    wanted = spec.get("replicas", 1)
-    return status.get("observedGeneration", 0) >= (deployment["metadata"].get("generation") or 0) \
-        and status.get("readyReplicas", 0) >= wanted and status.get("updatedReplicas", 0) >= wanted
+    """A Deployment whose pods are all Ready and up to date (modelplan.deployment_view, the one
+    definition): what its model's Ready waits on. Its reconcile goes before the models still to
+    build (it is cheap: nothing to apply), so at N=1000 a model says Ready with its pods, not after
+    the whole burst; the other child events wait their turn, where a burst of them becomes one
+    reconcile."""
+    desired, _, settled_ready, _ = modelplan.deployment_view(deployment)
+    return settled_ready >= desired
 
 
 class ModelController(_Reconciles):
@@ -260,7 +259,7 @@ class ModelController(_Reconciles):
                  monotonic: Callable[[], float] = time.monotonic):
         super().__init__(settings, pause if pause is not None else PauseState())
         self.monotonic = monotonic
-        self.children = cache.Children(relist_s=settings.resync)
+        self.children = cache.WatchCache(relist_s=settings.resync)
         self.node_pods = NodePods()
         # Children applied and refused, shapes planned, monitors; the serving pods' metrics, read
         # on threads of their own (the model is kicked when they are in).
