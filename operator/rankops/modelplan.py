@@ -61,6 +61,42 @@ class PoolView:
     note: str | None = None                    # it has no validated ready node
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
     move_from_failing: bool = True             # spec.failingNodeReplicas: move (or keep)
+    reads_ready_nodes: bool = False            # placement needs its validated ready nodes, not given yet
+
+
+def ready_node_labels(pool_name: str) -> dict[str, str]:
+    """The labels of a pool's validated ready nodes."""
+    from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
+
+    return {LABEL_POOL: label_value(pool_name), LABEL_READY: "true"}
+
+
+def pool_view(rm: RankingModel, pool: dict | None, ready_nodes: list[dict] | None = None) -> PoolView:
+    """The GpuNodePool `rm` names (`pool`: as read, None when absent): whether it exists and is
+    valid, its requirements, whether it has a validated ready node, and whether one of
+    `ready_nodes` (its validated ready nodes; None: not read yet) can run the model's image."""
+    from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
+    from rankops.triton import image_fit
+
+    pool_name = rm.spec.node_pool
+    if pool is None:
+        return PoolView(exists=False)
+    try:
+        pool_spec = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec
+    except ValidationError as exc:
+        return PoolView(invalid="; ".join(describe(exc)))
+    requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
+    # As the PoolController reads it: a field it cannot read counts as unwritten (no ready node).
+    pool_status, _ = GpuNodePoolStatus.from_stored(pool.get("status") or {})
+    if pool_status.ready == 0:
+        failing = ", ".join(f"{f.check}: {f.count}" for f in pool_status.failing_by_check)
+        return PoolView(requirements=requirements, move_from_failing=move, note=(
+            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.nodes} matched"
+            + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
+    if ready_nodes is None:
+        return PoolView(requirements=requirements, move_from_failing=move, reads_ready_nodes=True)
+    return PoolView(requirements=requirements, move_from_failing=move,
+                    placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
 
 
 @dataclass(frozen=True)

@@ -130,3 +130,25 @@ def test_the_planners_simulation_memo_is_safe_across_threads():
     assert isinstance(search._MEMO_LOCK, type(threading.Lock()))
     search.clear_caches()
     assert search._MEMO == {}
+
+
+def test_the_pool_view_is_pure_and_asks_for_the_ready_nodes_only_when_it_needs_them():
+    rm = modelplan.parse(_body(nodePool="t4"))[0]
+    assert not modelplan.pool_view(rm, None).exists
+    pool = {"metadata": {"name": "t4"}, "spec": {"nodeSelector": {"a": "b"}}, "status": {"ready": 0, "nodes": 2}}
+    empty = modelplan.pool_view(rm, pool)
+    assert "no validated ready node" in empty.note and not empty.reads_ready_nodes
+    ready = {**pool, "status": {"ready": 1, "nodes": 2}}
+    asks = modelplan.pool_view(rm, ready)
+    assert asks.reads_ready_nodes and asks.placement is None
+    assert not modelplan.pool_view(rm, ready, []).reads_ready_nodes
+
+
+def test_the_external_autoscaler_is_found_by_its_target():
+    from rankops import autoscale
+
+    hpa = {"metadata": {"name": "h"}, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "m-stable"}}}
+    keda = {**hpa, "metadata": {"name": "k", "labels": {"scaledobject.keda.sh/name": "so"}}}
+    assert autoscale.scaler_of([hpa], "m-stable") == "HorizontalPodAutoscaler/h"
+    assert autoscale.scaler_of([keda], "m-stable") == "ScaledObject/so"
+    assert autoscale.scaler_of([hpa], "other") is None

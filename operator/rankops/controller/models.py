@@ -16,10 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from rankops import autoscale, model_status, modelplan
-from rankops.api.errors import describe
 from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
 from rankops.controller import pod_metrics, writes
@@ -35,8 +32,6 @@ from rankops.rollout import warming
 from rankops.rollout.machine import (GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
                                      passed_gates)
 from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable_summary
-from rankops.triton import image_fit
-from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 POLICY_REASON = modelplan.POLICY_REASON
@@ -356,19 +351,13 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
 
 
 def external_scaler(kube: Kube, namespace: str, deployment: str) -> str | None:
-    """autoscaling mode external: the HorizontalPodAutoscaler (autoscaling/v2) targeting the stable
-    Deployment, as "HorizontalPodAutoscaler/<name>", or "ScaledObject/<name>" for the one KEDA made;
-    None when none does (or the operator may not list them). One list, for such models only."""
+    """autoscaling mode external: what autoscale.scaler_of finds among the namespace's
+    HorizontalPodAutoscalers (one list, for such models only); None when the operator may not list them."""
     try:
         found = kube.list("HorizontalPodAutoscaler", namespace)
     except (ApiMissing, ApiError):
         return None
-    for hpa in found:
-        target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-        if target.get("kind") == "Deployment" and target.get("name") == deployment:
-            keda = ((hpa.get("metadata") or {}).get("labels") or {}).get("scaledobject.keda.sh/name")
-            return f"ScaledObject/{keda}" if keda else f"HorizontalPodAutoscaler/{hpa['metadata']['name']}"
-    return None
+    return autoscale.scaler_of(found, deployment)
 
 
 def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozenset[str],
@@ -381,29 +370,13 @@ def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozense
 
 
 def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
-    """The GpuNodePool the model names: whether it exists and is valid, its requirements, whether
-    it has a validated ready node, and whether one of those can run the model's image."""
-    from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
-
-    pool_name = rm.spec.node_pool
-    pool = kube.get("GpuNodePool", None, pool_name)
-    if pool is None:
-        return modelplan.PoolView(exists=False)
-    try:
-        pool_spec = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec
-    except ValidationError as exc:
-        return modelplan.PoolView(invalid="; ".join(describe(exc)))
-    requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
-    # As the PoolController reads it: a field it cannot read counts as unwritten (no ready node).
-    pool_status, _ = GpuNodePoolStatus.from_stored(pool.get("status") or {})
-    if pool_status.ready == 0:
-        failing = ", ".join(f"{f.check}: {f.count}" for f in pool_status.failing_by_check)
-        return modelplan.PoolView(requirements=requirements, move_from_failing=move, note=(
-            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.nodes} matched"
-            + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
-    ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(pool_name), LABEL_READY: "true"})
-    return modelplan.PoolView(requirements=requirements, move_from_failing=move,
-                              placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
+    """The GpuNodePool the model names, as modelplan.pool_view sees it; its validated ready nodes
+    are listed only when that asks for them."""
+    pool = kube.get("GpuNodePool", None, rm.spec.node_pool)
+    view = modelplan.pool_view(rm, pool)
+    if view.reads_ready_nodes:
+        view = modelplan.pool_view(rm, pool, kube.list("Node", labels=modelplan.ready_node_labels(rm.spec.node_pool)))
+    return view
 
 
 def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: ModelMemory | None = None) -> None:
