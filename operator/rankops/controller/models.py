@@ -27,10 +27,10 @@ from rankops.render import names, serving
 from rankops.render.desired import RenderError, with_owner
 from rankops.render.policy import TenantPolicy
 from rankops.rollout import disruption
+from rankops.rollout import gate_reading
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import warming
-from rankops.rollout.machine import (GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
-                                     passed_gates)
+from rankops.rollout.machine import GATES, Event, GateObservation, attempt_id, passed_gates
 from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable_summary
 
 log = logging.getLogger("rankops.models")
@@ -50,36 +50,14 @@ class Result:
     polls: bool = True                   # also again at --interval (modelplan.ModelPlan.polls)
 
 
-def _job_finished(job: dict) -> bool:
-    return any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-               for c in (job.get("status") or {}).get("conditions") or [])
-
-
 def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObservation:
-    from rankops.gates.verdict import parse_verdict
-
-    if job is None:
-        return GateObservation()
-    conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
-    failed, complete = conds.get("Failed"), conds.get("Complete")
-    if not failed and not complete:
-        return GateObservation(job_exists=True)
-    gate = job["metadata"]["labels"].get(names.LABEL_GATE, "unknown")
+    """What a gate Job shows (rollout.gate_reading decides); its pods are listed only once it finished."""
+    if not gate_reading.finished(job):
+        return gate_reading.observation(job)
     # This Job's own pods (by uid), not those of an earlier Job that had the same name.
     pods = kube.list("Pod", namespace,
                      label_selector=f"batch.kubernetes.io/controller-uid={job['metadata'].get('uid')}")
-    message = None
-    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            terminated = (cs.get("state") or {}).get("terminated")
-            if cs.get("name") == "gate" and terminated and terminated.get("message"):
-                message = terminated["message"]
-                break
-        if message:
-            break
-    verdict = parse_verdict(message, gate=gate).to_dict() if message else None
-    return GateObservation(job_exists=True, finished=True, succeeded=bool(complete),
-                           failure_reason=(failed or {}).get("reason"), verdict=verdict)
+    return gate_reading.observation(job, pods)
 
 
 def _gate_observations(kube: Kube, rm_meta: dict, rollout: RolloutStatus,
@@ -90,14 +68,9 @@ def _gate_observations(kube: Kube, rm_meta: dict, rollout: RolloutStatus,
     attempt = attempt_id(rollout)
     seen: dict[str, GateObservation] = {}
     for gate in (g for g in GATES if g not in passed_gates(gates, rollout)):
-        job_name = names.gate_job_name(name, gate, version, attempt)
-        job = kube.get("Job", namespace, job_name)
+        job = kube.get("Job", namespace, names.gate_job_name(name, gate, version, attempt))
         if job is not None and not gate_jobs.is_gate_job_of(job, name, rm_meta.get("uid"), gate, version, attempt):
-            seen[gate] = GateObservation(
-                job_exists=True, finished=True, failure_reason="ForeignJob",
-                detail=f"Job {job_name} is not the {gate} gate of version {version} attempt {attempt} of this "
-                       f"RankingModel (its labels or owner say otherwise): its result was not read; delete "
-                       f"that Job, then retry the version (annotation {RETRY_ANNOTATION})")
+            seen[gate] = gate_reading.foreign(job["metadata"]["name"], gate, version, attempt)
         else:
             seen[gate] = _job_observation(kube, namespace, job)
     return seen
@@ -333,7 +306,7 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, wants.other_pods)
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
         if wants.external_scaler else None
-    jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
+    jobs = tuple((job["metadata"]["name"], gate_reading.finished(job)) for job in kube.list(
         "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": names.GATE_APP}))
     # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
     foreign = tuple((names.gate_job_name(name, gate, rollout.version, attempt_id(rollout)), True)
