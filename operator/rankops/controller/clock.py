@@ -36,8 +36,8 @@ class Clock:
             threading.Thread(target=self._loop, name="rankops-clock", daemon=True).start()
 
     def reconciled(self, key: Hashable, needs_clock: bool, after_s: float | None = None) -> None:
-        """`key` was reconciled just now; `needs_clock`: only time moves it on; `after_s`: it has a
-        deadline of its own sooner than that (a pool's next stale report)."""
+        """`key` was reconciled just now; `needs_clock`: it polls (again at `interval`); `after_s`: it has a
+        deadline of its own sooner than that (a model's requeue_after, a pool's next stale report)."""
         wait = self.interval_s if needs_clock else self.resync_s
         due = self._clock() + (min(wait, after_s) if after_s is not None else wait)
         with self._wake:
