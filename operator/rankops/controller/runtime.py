@@ -13,11 +13,11 @@ happens. Reads of the model and its children come from those watches (controller
 The clock reconciles a model when its plan's next deadline is due (ModelPlan.requeue_after: the
 rollout's phase timeouts, the canary hold's end), `--interval` after its last reconcile while it
 polls what only its pods show (not Ready yet, a refused write to retry, Triton counters), and
-every model `--resync` after its last. A failing reconcile backs off per object (the queue). Pools run the same way on the PoolController:
-their own events, and those of the nodes they select and of the other pools, on its own queue and
-clock, with reads from its own watch cache; its finalizer (pools.POOL_FINALIZER) holds a deleted
-pool until its validators are stopped and its nodes' marks cleared. A settled object costs no
-request in between.
+every model `--resync` after its last; a failing reconcile backs off per object (the queue).
+Pools run the same way on the PoolController: their own events, and those of the nodes they
+select and of the other pools, on its own queue and clock, with reads from its own watch cache;
+its finalizer (pools.POOL_FINALIZER) holds a deleted pool until its validators are stopped and
+its nodes' marks cleared. A settled object costs no request in between.
 """
 from __future__ import annotations
 
