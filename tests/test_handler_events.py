@@ -15,7 +15,7 @@ def child(labels: dict, owners: list) -> dict:
 def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatch):
     kicked = []
     controller = runtime.ModelController(OperatorContext())
-    monkeypatch.setattr(controller.kicks, "kick", lambda key, *_, **__: kicked.append(key))
+    monkeypatch.setattr(controller.queue, "kick", lambda key, *_, **__: kicked.append(key))
     on_deployment = lambda event: controller.child_event("Deployment", event)   # noqa: E731
     owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
     on_deployment({"type": "MODIFIED", "object": child({"rankops.io/model": "m"}, [owner])})
@@ -35,7 +35,7 @@ def test_a_child_event_that_changes_nothing_a_reconcile_reads_wakes_no_one(monke
     budget counts were ~0.6 reconciles per model that changed nothing."""
     kicked = []
     controller = runtime.ModelController(OperatorContext())
-    monkeypatch.setattr(controller.kicks, "kick", lambda key, *_, **__: kicked.append(key))
+    monkeypatch.setattr(controller.queue, "kick", lambda key, *_, **__: kicked.append(key))
     owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
 
     def event(kind: str, rv: int, spec: dict, status: dict) -> None:
@@ -69,7 +69,7 @@ def test_a_child_event_that_changes_nothing_a_reconcile_reads_wakes_no_one(monke
 def test_a_model_is_reconciled_from_its_own_events(monkeypatch):
     kicked = []
     controller = runtime.ModelController(OperatorContext())
-    monkeypatch.setattr(controller.kicks, "kick", lambda key, *_, **__: kicked.append(key))
+    monkeypatch.setattr(controller.queue, "kick", lambda key, *_, **__: kicked.append(key))
     key = ("reco", "m", "u9")
 
     def event(rv: str, status: dict, annotations: dict | None = None, kind: str | None = "MODIFIED",

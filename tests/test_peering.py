@@ -63,7 +63,7 @@ def test_a_paused_replica_kicks_nothing_not_even_a_retry():
     import threading
     import time
 
-    from rankops.controller.kicks import Kicks
+    from rankops.controller.workqueue import WorkQueue
 
     state = peering.PauseState()
     runs, failed = [], threading.Event()
@@ -74,7 +74,7 @@ def test_a_paused_replica_kicks_nothing_not_even_a_retry():
             failed.set()
             raise RuntimeError("API said 500")
 
-    kicks = Kicks(run, workers=2, retry_s=0.3, paused=lambda: state.paused)
+    kicks = WorkQueue(run, workers=2, retry_s=0.3, paused=lambda: state.paused)
     kicks.kick("m")
     assert failed.wait(5)
     state.set(True)            # paused before its retry timer fires
@@ -92,10 +92,10 @@ def test_a_paused_replica_kicks_nothing_not_even_a_retry():
 def test_a_kick_queued_before_the_pause_does_not_run_after_it():
     import time
 
-    from rankops.controller.kicks import Kicks
+    from rankops.controller.workqueue import WorkQueue
 
     state, runs = peering.PauseState(), []
-    kicks = Kicks(runs.append, workers=2, delay_s=0.2, paused=lambda: state.paused)
+    kicks = WorkQueue(runs.append, workers=2, delay_s=0.2, paused=lambda: state.paused)
     kicks.kick("m")
     state.set(True)
     time.sleep(0.5)

@@ -60,7 +60,7 @@ def _controller(kube, **kwargs):
     models_, _ = runtime.build(OperatorContext(kube=kube, namespace="rankops-system",
                                                validator_service_account="validator"))
     pools_ = runtime.PoolController(models_.settings, models_, **kwargs)
-    pools_.kicks = Kicked(lambda: pools_.pause.paused)
+    pools_.queue = Kicked(lambda: pools_.pause.paused)
     return pools_
 
 
@@ -70,7 +70,7 @@ def _settled(cluster):
     controller = _controller(cluster)
     _listed(controller, cluster)
     controller.kicked(("t4", uid))
-    controller.kicks.keys.clear()
+    controller.queue.keys.clear()
     return controller, uid
 
 
@@ -90,7 +90,7 @@ def test_a_pool_is_reconciled_from_its_listing_holds_its_finalizer_first_and_rea
     uid = pool["metadata"]["uid"]
     controller = _controller(cluster)
     _listed(controller, cluster)
-    assert controller.kicks.keys == [("t4", uid)], "the listing reconciles every pool, as kopf's resume did"
+    assert controller.queue.keys == [("t4", uid)], "the listing reconciles every pool, as kopf's resume did"
 
     controller.kicked(("t4", uid))
     writes = [c for c in cluster.calls if c.method in ("merge_patch", "apply")]
@@ -103,9 +103,9 @@ def test_a_pool_is_reconciled_from_its_listing_holds_its_finalizer_first_and_rea
     assert [c.kind for c in cluster.requests("list_versioned")] == ["GpuNodePool", "Node"], "each listed once"
 
     # Its own writes come back as watch events: they wake nothing.
-    controller.kicks.keys.clear()
+    controller.queue.keys.clear()
     controller.pool_event({"type": "MODIFIED", "object": stored}, {}, {})
-    assert controller.kicks.keys == []
+    assert controller.queue.keys == []
     # A settled pool reconciled again (--resync) lists nothing: nodes and pools come from the watch.
     cluster.calls.clear()
     controller.kicked(("t4", uid))
@@ -117,7 +117,7 @@ def test_a_node_event_is_read_from_the_watch_by_the_reconcile_it_asks_for(cluste
     cluster.calls.clear()
     node = cluster.merge_patch("Node", None, "gpu-t4-2", {"metadata": {"labels": {"pool": "a10"}}})   # out of its selector
     controller.node_event({"type": "MODIFIED", "object": node}, {"t4": [(uid, {"pool": "t4"})]})
-    assert controller.kicks.keys == [("t4", uid)]
+    assert controller.queue.keys == [("t4", uid)]
     controller.kicked(("t4", uid))
     assert cluster.stored("GpuNodePool", None, "t4")["status"]["nodes"] == 1
     assert [c for c in cluster.calls if c.method in ("get", "list", "list_versioned")] == [], \
@@ -128,7 +128,7 @@ def test_a_status_someone_else_wrote_reconciles_the_pool(cluster):
     controller, uid = _settled(cluster)
     cleared = cluster.merge_patch("GpuNodePool", None, "t4", {"status": {"nodes": None}}, subresource="status")
     controller.pool_event({"type": "MODIFIED", "object": cleared}, {}, {})
-    assert controller.kicks.keys == [("t4", uid)]
+    assert controller.queue.keys == [("t4", uid)]
     controller.kicked(("t4", uid))
     assert cluster.stored("GpuNodePool", None, "t4")["status"]["nodes"] == 2, "what someone else wrote is repaired"
 
@@ -195,7 +195,7 @@ def test_events_while_paused_are_forgotten_so_the_relisting_after_resuming_recon
     controller.pool_event({"type": "MODIFIED", "object": deleting}, {}, {})   # still in kopf's queue
     controller.pause.set(False)
     controller.pool_event({"type": None, "object": deleting}, {}, {})
-    assert controller.kicks.keys == [("t4", uid)]
+    assert controller.queue.keys == [("t4", uid)]
 
 
 def test_a_relisting_that_shows_this_processs_own_last_write_still_reconciles_what_changed(cluster):
@@ -207,11 +207,11 @@ def test_a_relisting_that_shows_this_processs_own_last_write_still_reconciles_wh
     stored["metadata"]["generation"] = 2   # a spec change the watch missed, as the listing shows it
     controller.status_written[uid] = stored["metadata"]["resourceVersion"]
     controller.pool_event({"type": None, "object": stored}, {}, {})
-    assert controller.kicks.keys == [("t4", uid)]
-    controller.kicks.keys.clear()
+    assert controller.queue.keys == [("t4", uid)]
+    controller.queue.keys.clear()
     node = cluster.merge_patch("Node", None, "gpu-t4-2", {"metadata": {"labels": {"pool": "a10"}}})
     controller.node_event({"type": None, "object": node}, {"t4": [(uid, {"pool": "t4"})]})
-    assert controller.kicks.keys == [("t4", uid)]
+    assert controller.queue.keys == [("t4", uid)]
 
 
 def test_no_kopf_change_handler_timer_or_finalizer_is_left_for_pools():
@@ -231,4 +231,4 @@ def test_a_new_spec_reconciles_the_pool_and_the_pools_it_may_overlap(cluster):
     assert changed["metadata"]["generation"] == 2
     selectors = {"t4": [(uid, {"pool": "t4"})], "a10": [(other["metadata"]["uid"], {"pool": "a10"})]}
     controller.pool_event({"type": "MODIFIED", "object": changed}, {}, selectors)
-    assert sorted(controller.kicks.keys) == sorted([("t4", uid), ("a10", other["metadata"]["uid"])])
+    assert sorted(controller.queue.keys) == sorted([("t4", uid), ("a10", other["metadata"]["uid"])])

@@ -479,3 +479,15 @@ def _time(value: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def scaler_of(autoscalers: list[dict[str, Any]], deployment: str) -> str | None:
+    """autoscaling mode external: the HorizontalPodAutoscaler (autoscaling/v2) among `autoscalers`
+    that targets the stable Deployment, as "HorizontalPodAutoscaler/<name>", or
+    "ScaledObject/<name>" for the one KEDA made; None when none does."""
+    for hpa in autoscalers:
+        target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if target.get("kind") == "Deployment" and target.get("name") == deployment:
+            keda = ((hpa.get("metadata") or {}).get("labels") or {}).get("scaledobject.keda.sh/name")
+            return f"ScaledObject/{keda}" if keda else f"HorizontalPodAutoscaler/{hpa['metadata']['name']}"
+    return None

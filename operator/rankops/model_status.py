@@ -92,17 +92,6 @@ def known_status(status: dict[str, Any]) -> tuple[RankingModelStatus, list[str]]
     return RankingModelStatus.validated_dropping(kept, dropped)
 
 
-def needs_clock(status: RankingModelStatus, generation: int | None) -> bool:
-    """Whether only time moves the model on, so it is re-checked at `--interval`: a rollout in
-    flight (gate deadlines, the canary hold), a model not Ready yet, a generation not applied (a
-    refused write to retry), a model whose replicas rankops scales (its load is read every
-    `--interval`). A settled model waits for events and `--resync` alone."""
-    return (status.rollout is not None and status.rollout.phase in ACTIVE) \
-        or status.phase not in (ModelPhase.READY, ModelPhase.ROLLED_BACK) \
-        or status.observed_generation != generation \
-        or (status.autoscaling is not None and status.autoscaling.mode == "rankops")
-
-
 def weight(spec: RankingModelSpec, decision: Decision, stable_ready: int, canary_ready: int) -> int | None:
     """The canary's share of traffic now, in percent (None: no canary)."""
     canary = decision.serving.canary_version

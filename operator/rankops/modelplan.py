@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -31,10 +31,12 @@ from rankops.render.desired import (RenderError, ResolvedShape, desired_objects,
 from rankops.render.policy import TenantPolicy, pod_volume_problems, spec_problems
 from rankops.render.pullsecrets import with_pull_secrets
 from rankops.render.traffic import traffic_objects
+from rankops.rollout import deadlines
 from rankops.rollout import jobs as gate_jobs
 from rankops import model_status
-from rankops.rollout.machine import (Decision, Event, GateObservation, Observed, attempt_id, iso, new_attempt_id,
-                                    reference_version_of, step)
+from rankops.rollout.machine import (ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION, Decision, Event,
+                                    GateObservation, Observed, attempt_id, iso, new_attempt_id, reference_version_of,
+                                    step)
 from rankops.rollout.record import GATES
 from rankops.rollout.disruption import LEAVING_COST, StablePod, plan_moves, shared_node
 from rankops.rollout.readiness import PodObservation, counts_ready, ready_count
@@ -59,6 +61,42 @@ class PoolView:
     note: str | None = None                    # it has no validated ready node
     placement: tuple[str, str] | None = None   # (reason, message): no ready node runs the image
     move_from_failing: bool = True             # spec.failingNodeReplicas: move (or keep)
+    reads_ready_nodes: bool = False            # placement needs its validated ready nodes, not given yet
+
+
+def ready_node_labels(pool_name: str) -> dict[str, str]:
+    """The labels of a pool's validated ready nodes."""
+    from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
+
+    return {LABEL_POOL: label_value(pool_name), LABEL_READY: "true"}
+
+
+def pool_view(rm: RankingModel, pool: dict | None, ready_nodes: list[dict] | None = None) -> PoolView:
+    """The GpuNodePool `rm` names (`pool`: as read, None when absent): whether it exists and is
+    valid, its requirements, whether it has a validated ready node, and whether one of
+    `ready_nodes` (its validated ready nodes; None: not read yet) can run the model's image."""
+    from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
+    from rankops.triton import image_fit
+
+    pool_name = rm.spec.node_pool
+    if pool is None:
+        return PoolView(exists=False)
+    try:
+        pool_spec = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec
+    except ValidationError as exc:
+        return PoolView(invalid="; ".join(describe(exc)))
+    requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
+    # As the PoolController reads it: a field it cannot read counts as unwritten (no ready node).
+    pool_status, _ = GpuNodePoolStatus.from_stored(pool.get("status") or {})
+    if pool_status.ready == 0:
+        failing = ", ".join(f"{f.check}: {f.count}" for f in pool_status.failing_by_check)
+        return PoolView(requirements=requirements, move_from_failing=move, note=(
+            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.nodes} matched"
+            + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
+    if ready_nodes is None:
+        return PoolView(requirements=requirements, move_from_failing=move, reads_ready_nodes=True)
+    return PoolView(requirements=requirements, move_from_failing=move,
+                    placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
 
 
 @dataclass(frozen=True)
@@ -101,6 +139,10 @@ class ModelPlan:
     outcome: str | None = None                     # the rollout's end, when this reconcile ended it
     gate_results: tuple[GateResult, ...] = ()      # status.gates entries new in this reconcile
     not_applied: str | None = None                 # the reason nothing was applied for this generation
+    # When to reconcile again with no event (rollout.deadlines): seconds, or None for no deadline;
+    # `polls`: also at --interval, for what only a reading of the pods shows.
+    requeue_after: float | None = None
+    polls: bool = True
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the plan writes, as `rankops render` prints it."""
@@ -136,43 +178,135 @@ def not_applied(status: RankingModelStatus, generation: int | None, reason: str,
                 events: tuple[Event, ...] = ()) -> ModelPlan:
     """A generation that cannot be applied: Degraded says why, and what serves is left as it was."""
     decided = model_status.degraded_only(status, generation, reason, message, iso(now))
-    return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)
+    return ModelPlan(decided.status, (*events, *decided.events), not_applied=reason)   # polls: a write to retry
 
 
-def _blocking(observed: ModelObserved, spec_node_pool: str | None) -> tuple[str, str] | None:
-    """The first reason, in the precedence list's order, that this generation cannot be applied
-    from what was observed."""
-    problems: list[tuple[str, str]] = []
+@dataclass(frozen=True)
+class Admission:
+    """The spec, parsed and checked once per reconcile: the model, or why this generation cannot be
+    applied before anything is read (an invalid spec, a field the policy refuses, an engine the
+    image cannot run)."""
+    rm: RankingModel | None
+    refused: tuple[str, str] | None = None    # (reason, message)
+
+
+def admit(body: dict[str, Any], settings: Settings = Settings()) -> Admission:
+    """Parse the spec and check it against the cluster's settings, once (the shell and plan() share it)."""
+    rm, invalid = parse(body)
+    if rm is None:
+        return Admission(None, (DegradedReason.INVALID_SPEC, invalid or "invalid spec"))
+    return Admission(rm, refusal(rm, settings))
+
+
+@dataclass(frozen=True)
+class BlockingRead:
+    """A read that can block a generation: what it is called (the shell has one reader per name) and
+    the (reason, message) it blocks with, from what was observed."""
+    name: str
+    blocks: Callable[[ModelObserved, RankingModel], tuple[str, str] | None]
+
+
+def _credentials_block(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:
     if observed.credentials_missing:
-        problems.append((DegradedReason.CREDENTIALS_SECRET_NOT_FOUND, observed.credentials_missing))
-    pool = observed.pool
-    if spec_node_pool and pool is not None and not pool.exists:
-        problems.append((DegradedReason.NODE_POOL_NOT_FOUND, f"GpuNodePool {spec_node_pool} does not exist: create it "
-                                             f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool"))
-    if spec_node_pool and pool is not None and pool.invalid:
-        problems.append((DegradedReason.NODE_POOL_INVALID, f"GpuNodePool {spec_node_pool} has an invalid spec ({pool.invalid}): its "
-                                            "requirements cannot place the model; fix the pool (its author is the "
-                                            "cluster admin) or spec.nodePool"))
-    if observed.plan_failed:
-        problems.append((DegradedReason.PLAN_FAILED, observed.plan_failed))
-    return model_status.first_problem(problems)
+        return DegradedReason.CREDENTIALS_SECRET_NOT_FOUND, observed.credentials_missing
+    return None
+
+
+def _pool_block(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:
+    pool, pool_name = observed.pool, rm.spec.node_pool
+    if not pool_name or pool is None:
+        return None
+    if not pool.exists:
+        return DegradedReason.NODE_POOL_NOT_FOUND, (f"GpuNodePool {pool_name} does not exist: create it "
+                                                    f"(kubectl apply -f gpunodepool.yaml) or fix spec.nodePool")
+    if pool.invalid:
+        return DegradedReason.NODE_POOL_INVALID, (f"GpuNodePool {pool_name} has an invalid spec ({pool.invalid}): its "
+                                                  "requirements cannot place the model; fix the pool (its author is the "
+                                                  "cluster admin) or spec.nodePool")
+    return None
+
+
+def _shape_block(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:
+    return (DegradedReason.PLAN_FAILED, observed.plan_failed) if observed.plan_failed else None
+
+
+# The reads that can block a generation, in the one precedence order: the shell reads them in this
+# order and stops at the first that blocks (nothing after it is read), and plan() says the first
+# blocker found in the same order. Their reasons follow DEGRADED_PRECEDENCE (a test checks it).
+BLOCKING_READS: tuple[BlockingRead, ...] = (
+    BlockingRead("credentials", _credentials_block),   # the fetcher's Secret
+    BlockingRead("pool", _pool_block),                 # the GpuNodePool the model names
+    BlockingRead("shape", _shape_block),               # the planned shape (and its latency profile)
+)
+
+
+def blocker(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:
+    """The first reason, in BLOCKING_READS' order, that this generation cannot be applied."""
+    for read in BLOCKING_READS:
+        found = read.blocks(observed, rm)
+        if found:
+            return found
+    return None
+
+
+# What a reconcile reads of the model itself besides its spec and status (the manual annotations):
+# plan() sees only these, and the model's watch wakes it when one of them changes (runtime).
+MODEL_ANNOTATIONS_READ = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
+# The children whose status a reconcile reads (a Deployment's counts, a Job's conditions): a status
+# change of another cached kind (a budget's counts, a Service's) wakes no model (controller/cache).
+CHILD_STATUS_READ = frozenset({"Deployment", "Job"})
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a reconcile reads past the blocking reads and the two Deployments, and why each."""
+    gates: bool = False            # the gate Jobs of the attempt in flight (a rollout is active)
+    canary_pods: bool = False      # the canary's pods and their nodes (a canary Deployment exists)
+    judging: bool = False          # the canary analysis reads both tracks' Triton counters
+    scaling: bool = False          # spec.autoscaling: the load is due a reading
+    other_pods: bool = False       # the non-canary pods (the stable un-Available a while: warm failures)
+    external_scaler: bool = False  # autoscaling mode external: the HPA or ScaledObject that targets it
+    stable_pods: bool = False      # the stable pods (some may be on a leaving node, or a surge to end)
+
+    @property
+    def pod_metrics(self) -> bool:
+        return self.judging or self.scaling
+
+
+def reads(rm: RankingModel, status: RankingModelStatus, now: dt.datetime, stable_dep: dict | None,
+          canary_dep: dict | None, replicas: int, leaving_nodes: bool) -> Reads:
+    """What to read for `rm` once nothing blocks it (`replicas`: the planned shape's), from its
+    status and its Deployments as the shell found them. Pure: the shell fulfils these and nothing else."""
+    from rankops.rollout import warming
+    from rankops.rollout.machine import ACTIVE, CANARY
+
+    rollout = status.rollout
+    active = rollout is not None and rollout.phase in ACTIVE
+    wanted = (status.autoscaling.desired_replicas if status.autoscaling else None) or replicas   # autoscaled, or planned
+    surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > wanted
+    return Reads(gates=active, canary_pods=bool(canary_dep),
+                 judging=active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled,
+                 scaling=autoscale.reading_due(rm.spec, status.autoscaling, now),
+                 other_pods=warming.reads_all_pods(stable_dep, now),
+                 external_scaler=rm.spec.autoscaling.external,
+                 stable_pods=leaving_nodes or surging)
 
 
 def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Settings(),
-         events: tuple[Event, ...] = (), status: RankingModelStatus | None = None) -> ModelPlan:
+         events: tuple[Event, ...] = (), status: RankingModelStatus | None = None,
+         admission: Admission | None = None) -> ModelPlan:
     """The plan of one RankingModel (`body`: its metadata and spec) from what was observed.
     `status`: its status as read (the shell's, through model_status.known_status); None: the
     body's, which must validate as it is (a model as new has none). `events`: what the shell
-    already has to say (e.g. StatusFieldsUnknown)."""
+    already has to say (e.g. StatusFieldsUnknown). `admission`: admit(body, settings), when the
+    shell has it already (None: admitted here)."""
     now, meta = observed.now, body["metadata"]
     gen = meta.get("generation")
     if status is None:
         status = RankingModelStatus.model_validate(body.get("status") or {})
-    rm, invalid = parse(body)
-    if rm is None:
-        return not_applied(status, gen, DegradedReason.INVALID_SPEC, invalid, now, events)
-    refused = refusal(rm, settings)
-    blocked = refused or _blocking(observed, rm.spec.node_pool)
+    admission = admission if admission is not None else admit(body, settings)
+    rm = admission.rm
+    blocked = admission.refused or blocker(observed, rm)
     if blocked:
         return not_applied(status, gen, *blocked, now, events)
     resolved = observed.resolved
@@ -196,7 +330,7 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     decision = step(rm.spec, status, Observed(
         now=now, canary_pods=tuple(seen for _, seen in observed.canary_pods), canary_desired=c_desired,
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
-        gates=observed.gates, annotations=meta.get("annotations") or {}, track_metrics=observed.track_metrics,
+        gates=observed.gates, annotations=_annotations_read(meta), track_metrics=observed.track_metrics,
         metrics_problems=observed.metrics_problems, metrics_unread=observed.metrics_unread,
         replicas=resolved.replicas,
         canary_warm_failing=_canary_warm_failing(observed)))
@@ -225,8 +359,10 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
     deletions = model_status.deletions(name, decision, observed.present, observed.jobs)
     monitors = tuple(monitoring_objects(rm, settings.service_monitor_labels)) \
         if settings.service_monitor_labels is not None else ()
+    final = decided.status if scaling is None else decided.status.model_copy(update={"autoscaling": scaling.status})
+    requeue = deadlines.after_reconcile(rm.spec, status, final, gen, now)
     return ModelPlan(
-        status=decided.status if scaling is None else decided.status.model_copy(update={"autoscaling": scaling.status}),
+        status=final, requeue_after=requeue.after_s, polls=requeue.polls,
         events=(*events, *decision.events, *decided.events, *(Event(*e) for e in (scaling.events if scaling else ()))),
         applies=tuple(applies),
         creates=tuple(creates), deletions=tuple(deletions),
@@ -234,6 +370,11 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
             (pod, {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: LEAVING_COST}}}) for pod in moves.let_go),
         monitors=monitors, outcome=decision.outcome,
         gate_results=tuple(g for g in decision.gates if g not in status.gates))
+
+
+def _annotations_read(meta: dict[str, Any]) -> dict[str, str]:
+    annotations = meta.get("annotations") or {}
+    return {k: annotations[k] for k in MODEL_ANNOTATIONS_READ if k in annotations}
 
 
 def _autoscaling(rm: RankingModel, status: RankingModelStatus, observed: ModelObserved,

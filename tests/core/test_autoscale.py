@@ -12,7 +12,7 @@ from rankops import autoscale, modelplan
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.render import names
 from rankops.render.desired import resolve_shape
-from rankops.model_status import needs_clock
+from rankops.rollout.deadlines import after_reconcile
 
 from tests.core.test_render_is_the_plan import SMALL, _model
 
@@ -161,7 +161,7 @@ def stable_replicas(done: modelplan.ModelPlan) -> int:
 def test_the_plan_serves_the_decided_replicas_says_why_and_posts_an_event():
     first = plan_at(body(), 0, {"p1": 0}, stable_dep(1))
     assert first.status.to_wire()["autoscaling"]["reason"] == "NoReading" and stable_replicas(first) == 1
-    assert needs_clock(first.status, 1), "the load is read every --interval"
+    assert first.polls, "the load is read every --interval"
     second = plan_at(body(first.status), 10, {"p1": 250}, stable_dep(1))
     scaled = second.status.to_wire()["autoscaling"]
     assert scaled["desiredReplicas"] == 3 and scaled["observedQps"] == 25.0 and scaled["capacitySource"] == "spec"
@@ -233,7 +233,8 @@ def test_mode_external_applies_the_stable_without_replicas_and_reports_the_deplo
         "message": "HorizontalPodAutoscaler/scaled owns the stable Deployment's replicas (7 now): rankops applies it "
                    "without spec.replicas", "recommendations": []}
     assert done.status.to_wire()["replicas"] == 7
-    assert not needs_clock(done.status.model_copy(update={"phase": "Ready"}), 1), "nothing to read: no --interval visits"
+    ready = done.status.model_copy(update={"phase": "Ready", "observed_generation": 1})
+    assert not after_reconcile(rm.spec, ready, ready, 1, T0).polls, "nothing to read: no --interval visits"
 
 
 def test_turning_autoscaling_off_goes_back_to_the_spec_and_drops_the_status():

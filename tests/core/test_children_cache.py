@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from rankops.controller.cache import CachedKube, Children
-from rankops.controller.kicks import Kicks
+from rankops.controller.cache import CachedKube, WatchCache
+from rankops.controller.workqueue import WorkQueue
 from tests.fakecluster import FakeCluster
 
 
@@ -24,7 +24,7 @@ def requests(api: FakeCluster) -> list[tuple]:
 
 def test_reads_list_a_namespace_once_then_come_from_the_watch():
     api = FakeCluster(obj("a", 5))
-    kube = CachedKube(api, Children())
+    kube = CachedKube(api, WatchCache())
     assert kube.get("ConfigMap", "reco", "a")["metadata"]["resourceVersion"] == \
         api.stored("ConfigMap", "reco", "a")["metadata"]["resourceVersion"]
     assert kube.get("ConfigMap", "reco", "b") is None
@@ -35,7 +35,7 @@ def test_reads_list_a_namespace_once_then_come_from_the_watch():
 
 
 def test_an_older_event_or_listing_never_replaces_what_is_newer():
-    children = Children()
+    children = WatchCache()
     children.observe("ConfigMap", obj("a", 8, v="new"))
     children.observe("ConfigMap", obj("a", 6, v="old"))
     assert children.get("ConfigMap", "reco", "a")["data"] == {"v": "new"}
@@ -46,7 +46,7 @@ def test_an_older_event_or_listing_never_replaces_what_is_newer():
 
 def test_a_listing_drops_what_it_no_longer_has_and_relists_after_the_resync():
     now = [0.0]
-    children = Children(relist_s=600, clock=lambda: now[0])
+    children = WatchCache(relist_s=600, clock=lambda: now[0])
     api = FakeCluster(obj("missed", 3))
     children.observe("ConfigMap", api.get("ConfigMap", "reco", "missed"))
     api.delete("ConfigMap", "reco", "missed")
@@ -62,7 +62,7 @@ def test_a_listing_drops_what_it_no_longer_has_and_relists_after_the_resync():
 
 def test_own_writes_are_read_back_and_deletes_forgotten():
     api = FakeCluster(obj("a", 5))
-    kube = CachedKube(api, Children())
+    kube = CachedKube(api, WatchCache())
     written = kube.apply(obj("b", 0, v="1"))
     assert kube.get("ConfigMap", "reco", "b")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
     kube.delete("ConfigMap", "reco", "a")
@@ -77,7 +77,7 @@ def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
         started.set()
         release.wait(5)
 
-    kicks = Kicks(run, workers=2)
+    kicks = WorkQueue(run, workers=2)
     kicks.kick("m")
     assert started.wait(5)
     for _ in range(10):   # while it runs: one more run, not ten
@@ -92,7 +92,7 @@ def test_kicks_coalesce_a_burst_and_run_once_more_for_events_during_a_run():
 
 def test_a_delayed_kick_gathers_a_burst_into_one_run():
     runs = []
-    kicks = Kicks(runs.append, workers=2, delay_s=0.2)
+    kicks = WorkQueue(runs.append, workers=2, delay_s=0.2)
     for _ in range(20):
         kicks.kick("m")
     kicks.kick("n")
@@ -115,7 +115,7 @@ def test_an_urgent_kick_runs_before_the_queued_ones_and_a_queued_key_is_run_once
             started.set()
             release.wait(5)
 
-    kicks = Kicks(run, workers=1, delay_s=delay)
+    kicks = WorkQueue(run, workers=1, delay_s=delay)
     kicks.kick("busy")
     assert started.wait(5)
     for key in ("new-1", "new-2", "new-3"):
@@ -132,7 +132,7 @@ def test_an_urgent_kick_runs_before_the_queued_ones_and_a_queued_key_is_run_once
 
 
 def test_a_read_is_a_copy_without_managed_fields():
-    children = Children()
+    children = WatchCache()
     kept = obj("a", 5, v="1")
     kept["metadata"]["managedFields"] = [{"manager": "rankops", "fieldsV1": {"f:data": {}}}]
     children.observe("ConfigMap", kept)
@@ -146,7 +146,7 @@ def test_a_read_is_a_copy_without_managed_fields():
 
 
 def test_select_finds_a_model_s_children_through_relabels_deletions_and_listings():
-    children = Children()
+    children = WatchCache()
     children.observe("ConfigMap", obj("a", 1, model="m"))
     children.observe("ConfigMap", obj("b", 2, model="m"))
     children.observe("ConfigMap", obj("c", 3, model="other"))
@@ -177,7 +177,7 @@ def test_a_waiting_kick_keeps_nothing_of_the_handler_that_asked_and_runs_in_the_
     kept = contextvars.copy_context()
     kept.run(settings_var.set, "kopf's settings")
     seen = []
-    kicks = Kicks(lambda key: seen.append((key, settings_var.get(None), cause_var.get(None))),
+    kicks = WorkQueue(lambda key: seen.append((key, settings_var.get(None), cause_var.get(None))),
                   workers=1, start=False, context=lambda: kept)
 
     def handler(cause):

@@ -51,7 +51,7 @@ def test_latency_isolation_makes_every_container_guaranteed(warm):
     assert qos_class(pod) == "Guaranteed"
     triton = next(c for c in pod["containers"] if c["name"] == "triton")
     assert triton["resources"]["requests"] == triton["resources"]["limits"] == {
-        "cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1", "ephemeral-storage": "12288Mi"}
+        "cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1", "ephemeral-storage": "12Gi"}
     # whole CPUs for the init container too: it runs alone, and the CPU manager hands its cores on
     fetch = pod["initContainers"][0]["resources"]
     assert fetch["requests"] == fetch["limits"] and float(fetch["limits"]["cpu"]).is_integer()
@@ -114,3 +114,13 @@ def test_require_places_models_only_on_tuned_aligned_nodes(mode, pinned):
 def test_require_reaches_the_rendered_deployment():
     pod = _pod(_model(latencyIsolation=True), NodeRequirements.model_validate({"latencyTuning": "require"}))
     assert pod["nodeSelector"][LABEL_LATENCY_TUNED] == pod["nodeSelector"][LABEL_TOPOLOGY_ALIGNED] == "true"
+
+
+def test_summed_disk_sizes_are_spelled_as_the_api_server_stores_them():
+    """12288Mi is stored as 12Gi: spelled otherwise the Deployment is patched on every reconcile."""
+    from rankops.render.serving import _sum_quantities, canonical_binary
+
+    assert _sum_quantities("10Gi", "2Gi") == "12Gi"
+    assert _sum_quantities("10Gi", "256Mi") == "10496Mi"
+    assert _sum_quantities("1G", "256Mi") == "1209Mi"   # decimal bytes, rounded up to a whole Mi
+    assert canonical_binary(2 ** 40) == "1Ti" and canonical_binary(0) == "0"

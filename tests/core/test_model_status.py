@@ -297,21 +297,6 @@ def test_a_pools_status_is_its_typed_model_too():
         GpuNodePoolStatus.model_validate({**status, "readyNodes": 1})
 
 
-@pytest.mark.parametrize("status, generation, clock", [
-    ({"phase": "Ready", "observedGeneration": 2}, 2, False),                       # settled: events and resync only
-    ({"phase": ROLLED_BACK, "observedGeneration": 2, "rollout": rollout(ROLLED_BACK)}, 2, False),
-    ({"phase": "Ready", "observedGeneration": 2, "rollout": rollout(PROMOTED)}, 2, False),
-    ({"phase": "Ready", "observedGeneration": 1}, 2, True),                        # a generation not applied yet
-    ({"phase": "Pending", "observedGeneration": 2}, 2, True),                      # not Ready yet
-    ({"phase": "Degraded", "observedGeneration": 2}, 2, True),                     # a refused write to retry
-    ({}, 1, True),                                                                 # never reconciled
-    *[({"phase": p, "observedGeneration": 2, "rollout": rollout(p)}, 2, True)       # deadlines, the hold
-      for p in (CANARY_STARTING, WARMING, VERIFYING, CANARY, PROMOTING)],
-])
-def test_only_a_model_that_time_moves_on_is_rechecked_on_a_clock(status, generation, clock):
-    assert sd.needs_clock(wire.status(status), generation) is clock
-
-
 
 def can_wait(old, new):
     return sd.first_status_can_wait(wire.status(old), wire.status(new))

@@ -14,6 +14,7 @@ import pytest
 from rankops.api.rankingmodel import RankingModel
 from rankops import model_status as sd
 from rankops.controller import models
+from rankops.controller import plans as plans_module
 from rankops.render import planned
 from rankops.render.desired import resolve_shape
 
@@ -103,8 +104,8 @@ def test_a_reconcile_plans_once_and_a_restarted_operator_not_at_all(monkeypatch)
             "metadata": {"name": "ctr", "namespace": "reco", "uid": "u1", "generation": 1}, "spec": auto_spec()}
     memory = models.ModelMemory()
     calls = []
-    real = models.resolve_shape
-    monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = plans_module.resolve_shape
+    monkeypatch.setattr(plans_module, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
 
     status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
     assert calls == [1] and status["plan"]["inputsDigest"] == planned.inputs_digest(parsed(auto_spec()))
@@ -138,8 +139,8 @@ def test_with_a_planner_thread_a_reconcile_asks_for_its_plan_and_is_kicked_when_
             "spec": auto_spec(slo={"p99LatencyMs": 10, "targetQps": 3000})}
     memory = models.ModelMemory()
     threads, kicked = [], threading.Event()
-    real = models.resolve_shape
-    monkeypatch.setattr(models, "resolve_shape",
+    real = plans_module.resolve_shape
+    monkeypatch.setattr(plans_module, "resolve_shape",
                         lambda *a, **k: threads.append(threading.current_thread().name) or real(*a, **k))
     plans = Plans(done=lambda who: (kicked_who.append(who), kicked.set()))
     kicked_who: list = []
@@ -161,8 +162,8 @@ def test_a_plan_that_fails_is_said_and_not_made_again_for_the_same_inputs(monkey
             "spec": auto_spec(slo={"p99LatencyMs": 1, "targetQps": 2000})}   # below the profile's 2 ms
     memory = models.ModelMemory()
     calls = []
-    real = models.resolve_shape
-    monkeypatch.setattr(models, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = plans_module.resolve_shape
+    monkeypatch.setattr(plans_module, "resolve_shape", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
         status = models.reconcile(cluster, copy.deepcopy(body), now=T0, memory=memory).status.to_wire()
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")

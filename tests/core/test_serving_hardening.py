@@ -131,7 +131,7 @@ def test_the_model_volume_and_tmp_are_sized_requested_and_limited():
     assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "1Gi"}
     assert all(v["emptyDir"].get("sizeLimit") for v in pod["volumes"] if "emptyDir" in v), "no unbounded emptyDir"
     triton = _container(pod, "triton")["resources"]
-    assert triton["requests"]["ephemeral-storage"] == triton["limits"]["ephemeral-storage"] == "4096Mi"
+    assert triton["requests"]["ephemeral-storage"] == triton["limits"]["ephemeral-storage"] == "4Gi"
     fetch = _container(pod, "fetch-model")["resources"]
     assert fetch["requests"]["ephemeral-storage"] == fetch["limits"]["ephemeral-storage"] == "3328Mi"
     # The fetcher stops at the volume's size with its own line (tests/test_fetch_model.py).

@@ -137,8 +137,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         f"{DEFAULT_PRIORITY_CLASS}; empty: none). See docs/security.md for the platforms that "
                         "admit system-node-critical only in some namespaces")
     p.add_argument("--interval", type=float, default=float(os.environ.get("RANKOPS_INTERVAL", "10")),
-                   help="seconds after its last reconcile that a model with a rollout in flight or not Ready yet "
-                        "is re-checked (gate deadlines, canary hold)")
+                   help="seconds after its last reconcile that a model is re-checked while it depends on what "
+                        "only a reading of its pods shows, which no watch reports: not Ready yet (pods placed or "
+                        "not), a generation not applied, a canary's analysis or autoscaling (Triton counters). "
+                        "Rollout deadlines (gate timeouts, the canary hold's end) are reconciled when due, not "
+                        "polled")
     p.add_argument("--resync", type=float, default=float(os.environ.get("RANKOPS_RESYNC", "600")),
                    help="seconds between level-based re-checks of every model (after its last reconcile) and "
                         "pool; changes to a model, its "

@@ -24,6 +24,7 @@ import zlib
 from typing import Any, Callable, NamedTuple
 
 from rankops.controller.kube import Kube
+from rankops.modelplan import CHILD_STATUS_READ
 from rankops.render.names import LABEL_MODEL
 
 CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job", "PodDisruptionBudget")
@@ -46,9 +47,10 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
-# Kinds whose status no reconcile reads: the disruption controller's counts on a budget change
-# every time a pod comes or goes, and would wake the model for nothing.
-STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service", "ConfigMap"})
+# Kinds whose status no reconcile reads (derived from what modelplan declares it reads): the
+# disruption controller's counts on a budget change every time a pod comes or goes, and would
+# wake the model for nothing.
+STATUS_UNREAD = frozenset(CACHED_KINDS) - CHILD_STATUS_READ
 
 
 class _Entry(NamedTuple):
@@ -72,7 +74,7 @@ class _Entry(NamedTuple):
         return json.loads(zlib.decompress(self.blob))
 
 
-class Children:
+class WatchCache:
     """Watched objects by (kind, namespace, name): a model's children (CACHED_KINDS labelled
     rankops.io/model), RankingModels, or the PoolController's GpuNodePools and Nodes."""
 
@@ -185,10 +187,10 @@ class Children:
 
 
 class CachedKube:
-    """A Kube whose reads of rankops' children come from `Children`; writes go to the API and
+    """A Kube whose reads of rankops' children come from a `WatchCache`; writes go to the API and
     are remembered, so the next read sees them."""
 
-    def __init__(self, kube: Kube, children: Children):
+    def __init__(self, kube: Kube, children: WatchCache):
         self.kube = kube
         self.children = children
 
@@ -227,10 +229,10 @@ class CachedKube:
 
 class ClusterWatch:
     """A Kube whose reads of cluster-scoped kinds watched whole (the PoolController's GpuNodePools
-    and Nodes) come from `Children`: listed once, then kept by the watch (and each relist); label
+    and Nodes) come from a `WatchCache`: listed once, then kept by the watch (and each relist); label
     selection by equality, as a pool's nodeSelector is. Everything else goes to the API."""
 
-    def __init__(self, kube: Kube, watched: Children, kinds: tuple[str, ...]):
+    def __init__(self, kube: Kube, watched: WatchCache, kinds: tuple[str, ...]):
         self.kube, self.watched, self.kinds = kube, watched, kinds
 
     def __getattr__(self, name: str) -> Any:   # apply, merge_patch...: straight to the API

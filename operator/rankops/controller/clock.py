@@ -1,6 +1,7 @@
-"""When a RankingModel is reconciled with no event to say so: `interval` after its last reconcile
-while only time moves it on (a rollout in flight, not Ready yet, a refused write to retry), and
-`resync` after it otherwise (the level-based catch-all for anything a watch missed).
+"""When an object is reconciled with no event to say so: at the deadline its last reconcile's plan
+gave (`after_s`: a RankingModel's rollout.deadlines, a pool's next stale report), `interval` after
+its last reconcile while it polls what no watch reports (`needs_clock`: a model's pods' readings),
+and `resync` after it otherwise (the level-based catch-all for anything a watch missed).
 
 kopf's timers did this, but kopf puts a finalizer on every object that has a timer: one more write
 per new model, and a model that cannot be deleted while the operator is down. Each timer was also
@@ -35,8 +36,8 @@ class Clock:
             threading.Thread(target=self._loop, name="rankops-clock", daemon=True).start()
 
     def reconciled(self, key: Hashable, needs_clock: bool, after_s: float | None = None) -> None:
-        """`key` was reconciled just now; `needs_clock`: only time moves it on; `after_s`: it has a
-        deadline of its own sooner than that (a pool's next stale report)."""
+        """`key` was reconciled just now; `needs_clock`: it polls (again at `interval`); `after_s`: it has a
+        deadline of its own sooner than that (a model's requeue_after, a pool's next stale report)."""
         wait = self.interval_s if needs_clock else self.resync_s
         due = self._clock() + (min(wait, after_s) if after_s is not None else wait)
         with self._wake:

@@ -8,37 +8,30 @@ give the same writes, so running it twice is a no-op.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import secrets
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from rankops import autoscale, model_status, modelplan
-from rankops.api.errors import describe
 from rankops.api.phases import DegradedReason
-from rankops.api.planning import PlanStatus
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
 from rankops.controller import pod_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
-from rankops.render import names, planned, serving
-from rankops.render.desired import RenderError, ResolvedShape, resolve_shape, with_owner
+from rankops.render import names, serving
+from rankops.render.desired import RenderError, with_owner
 from rankops.render.policy import TenantPolicy
 from rankops.rollout import disruption
+from rankops.rollout import gate_reading
 from rankops.rollout import jobs as gate_jobs
 from rankops.rollout import warming
-from rankops.rollout.machine import (ACTIVE, CANARY, GATES, RETRY_ANNOTATION, Event, GateObservation, attempt_id,
-                                     passed_gates)
+from rankops.rollout.machine import GATES, Event, GateObservation, attempt_id, passed_gates
 from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable_summary
-from rankops.triton import image_fit
-from rankops.nodelabels import LABEL_POOL, LABEL_READY, label_value
 
 log = logging.getLogger("rankops.models")
 POLICY_REASON = modelplan.POLICY_REASON
@@ -53,38 +46,18 @@ class Result:
     outcome: str | None = None
     gate_results: list[GateResult] = field(default_factory=list)
     write: bool = True    # False: the status is left as stored (nothing decided yet)
-
-
-def _job_finished(job: dict) -> bool:
-    return any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-               for c in (job.get("status") or {}).get("conditions") or [])
+    requeue_after: float | None = None   # the plan's next deadline (seconds), when it has one
+    polls: bool = True                   # also again at --interval (modelplan.ModelPlan.polls)
 
 
 def _job_observation(kube: Kube, namespace: str, job: dict | None) -> GateObservation:
-    from rankops.gates.verdict import parse_verdict
-
-    if job is None:
-        return GateObservation()
-    conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
-    failed, complete = conds.get("Failed"), conds.get("Complete")
-    if not failed and not complete:
-        return GateObservation(job_exists=True)
-    gate = job["metadata"]["labels"].get(names.LABEL_GATE, "unknown")
+    """What a gate Job shows (rollout.gate_reading decides); its pods are listed only once it finished."""
+    if not gate_reading.finished(job):
+        return gate_reading.observation(job)
     # This Job's own pods (by uid), not those of an earlier Job that had the same name.
     pods = kube.list("Pod", namespace,
                      label_selector=f"batch.kubernetes.io/controller-uid={job['metadata'].get('uid')}")
-    message = None
-    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            terminated = (cs.get("state") or {}).get("terminated")
-            if cs.get("name") == "gate" and terminated and terminated.get("message"):
-                message = terminated["message"]
-                break
-        if message:
-            break
-    verdict = parse_verdict(message, gate=gate).to_dict() if message else None
-    return GateObservation(job_exists=True, finished=True, succeeded=bool(complete),
-                           failure_reason=(failed or {}).get("reason"), verdict=verdict)
+    return gate_reading.observation(job, pods)
 
 
 def _gate_observations(kube: Kube, rm_meta: dict, rollout: RolloutStatus,
@@ -95,14 +68,9 @@ def _gate_observations(kube: Kube, rm_meta: dict, rollout: RolloutStatus,
     attempt = attempt_id(rollout)
     seen: dict[str, GateObservation] = {}
     for gate in (g for g in GATES if g not in passed_gates(gates, rollout)):
-        job_name = names.gate_job_name(name, gate, version, attempt)
-        job = kube.get("Job", namespace, job_name)
+        job = kube.get("Job", namespace, names.gate_job_name(name, gate, version, attempt))
         if job is not None and not gate_jobs.is_gate_job_of(job, name, rm_meta.get("uid"), gate, version, attempt):
-            seen[gate] = GateObservation(
-                job_exists=True, finished=True, failure_reason="ForeignJob",
-                detail=f"Job {job_name} is not the {gate} gate of version {version} attempt {attempt} of this "
-                       f"RankingModel (its labels or owner say otherwise): its result was not read; delete "
-                       f"that Job, then retry the version (annotation {RETRY_ANNOTATION})")
+            seen[gate] = gate_reading.foreign(job["metadata"]["name"], gate, version, attempt)
         else:
             seen[gate] = _job_observation(kube, namespace, job)
     return seen
@@ -117,20 +85,20 @@ def _canary_pods(kube: Kube, namespace: str, model: str) -> list[tuple[dict, Pod
 
 
 def _pod_problems(kube: Kube, namespace: str, model: str, canary_pods: list[tuple[dict, PodObservation]],
-                  stable_dep: dict | None, now: dt.datetime) -> tuple[tuple[str, ...], str | None]:
+                  read_others: bool) -> tuple[tuple[str, ...], str | None]:
     """(the pods kept un-Ready because the model fails its warm requests (rollout.warming decides),
     the stable pods the scheduler cannot place and why): the canary's pods are already listed; the
-    others only while the stable has been un-Available a while (one request, not one per reconcile)."""
+    others only while modelplan.reads says so (the stable un-Available a while: one request, not one
+    per reconcile)."""
     pods = [pod for pod, _ in canary_pods]
     others = []
-    if warming.reads_all_pods(stable_dep, now):
+    if read_others:
         others = [p for p in kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
                   if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) != names.CANARY]
     stable = [p for p in others if (p["metadata"].get("labels") or {}).get(names.LABEL_TRACK) == names.STABLE]
     return warming.warm_failures(pods + others), unschedulable_summary(stable, "stable")
 
 
-SHAPES_KEPT = 4096
 MONITOR_REAPPLY_S = 600.0
 
 
@@ -139,10 +107,8 @@ class ModelMemory:
     one): nothing in it is needed for a correct reconcile, it saves requests and repeated lines.
 
     - `writes`: the children last applied and refused, per model (controller/writes.py).
-    - `shapes`: shapes resolved (planned, for batching: auto), by the digest of the plan's inputs
-      (render.planned), with the status.plan they report, or why no plan was made (the planner is
-      deterministic: the same inputs fail the same way): a reconcile whose inputs did not change
-      (most of them) does not plan again; after a restart, status.plan.inputsDigest says the same.
+    - `plans`: the plan pool (controller/plans.py), which keeps the shapes planned; by default one
+      that plans in the reconcile's own thread.
     - `monitors_applied`: ServiceMonitors applied, by (namespace, name): the digest of what was
       applied, when, and the model (name, uid) it is for. They are applied again when it changes,
       after MONITOR_REAPPLY_S, or when `monitors_gone` finds one deleted; not on every reconcile.
@@ -154,23 +120,16 @@ class ModelMemory:
     """
 
     def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic,
-                 metrics: pod_metrics.PodMetrics | None = None):
+                 metrics: pod_metrics.PodMetrics | None = None, plans: Plans | None = None):
         self.writes = writes_memory or writes.Writes()
         self.metrics = metrics or pod_metrics.PodMetrics()   # without a kick: read at once, bounded
+        self.plans = plans or Plans()
         self.clock = clock
-        self.shapes: OrderedDict[str, tuple[ResolvedShape, dict[str, Any] | None] | RenderError] = OrderedDict()
-        self.shapes_lock = threading.Lock()
         self.secrets_unchecked = False
         self.monitoring_notes: set[str] = set()
         self.monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
         self.api_keys: set[str] = set()          # uids whose restricted-API key Secret is known to exist
         self.network_policies: set[str] = set()  # uids whose NetworkPolicy this process applied
-
-    def keep(self, digest: str, kept: tuple[ResolvedShape, dict[str, Any] | None] | RenderError) -> None:
-        with self.shapes_lock:
-            self.shapes[digest] = kept
-            while len(self.shapes) > SHAPES_KEPT:
-                self.shapes.popitem(last=False)
 
     def monitors_gone(self, present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
         """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed
@@ -224,55 +183,6 @@ def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
         raise RenderError(f"planning.latencyProfileConfigMap: {exc}") from exc
 
 
-def _plan(memory: ModelMemory, spec: Any, profile: dict[int, float] | None,
-          digest: str) -> tuple[ResolvedShape, PlanStatus | None]:
-    started = time.monotonic()
-    try:
-        resolved = resolve_shape(spec, profile)
-    except RenderError as exc:
-        memory.keep(digest, exc)
-        raise
-    except Exception as exc:   # a planner bug: said as PlanFailed, not retried on every reconcile
-        memory.keep(digest, RenderError(f"the planner failed: {type(exc).__name__}: {exc}"))
-        raise
-    kept = (resolved, planned.plan_status(resolved, digest))
-    memory.keep(digest, kept)
-    # Said once per plan made (a reconcile that reuses one says nothing): how often and how long it plans.
-    log.info(f"planned inputs {digest[:12]} in {time.monotonic() - started:.2f} s: maxBatchSize "
-             f"{resolved.shape.max_batch_size}, {resolved.shape.instances_per_gpu} instance(s)/GPU, "
-             f"{resolved.replicas} replica(s)")
-    return kept
-
-
-def _resolve(memory: ModelMemory, rm: RankingModel, profile: dict[int, float] | None,
-             recorded: PlanStatus | None = None, plans: Plans | None = None,
-             who: Any = None) -> tuple[ResolvedShape, PlanStatus | None]:
-    """The shape to serve and the status.plan that says why; `recorded`: the status.plan now.
-    With `plans`, a plan still to make is made on its thread (PlanPending), and `who` reconciled
-    again once it is."""
-    digest = planned.inputs_digest(rm.spec, profile)
-    if digest is None:   # nothing to plan (or planning refuses: resolve_shape says why)
-        resolved = resolve_shape(rm.spec, profile)
-        return resolved, planned.plan_status(resolved)
-    with memory.shapes_lock:
-        kept = memory.shapes.get(digest)
-        if kept is not None:
-            memory.shapes.move_to_end(digest)
-    if isinstance(kept, RenderError):
-        raise RenderError(str(kept))
-    if kept is not None:
-        return kept
-    resolved = planned.from_status(rm.spec, recorded, digest)
-    if resolved is not None:
-        memory.keep(digest, (resolved, recorded))
-        return resolved, recorded
-    if plans is None:
-        return _plan(memory, rm.spec, profile, digest)
-    spec = rm.spec
-    plans.ask(digest, lambda: _plan(memory, spec, profile, digest), who)
-    raise PlanPending(digest)
-
-
 def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, *,
               service_monitors: bool = False, service_monitor_labels: dict[str, str] | None = None,
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
@@ -283,11 +193,14 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
     `metrics_networks`: the pod IPs whose Triton metrics the canary analysis reads (empty: all).
-    `plans`: make a plan this model lacks on the planner's thread; this reconcile then changes
-    nothing, and the model is reconciled again when the plan is made (None: plan here).
+    `plans`: the plan pool (None: the memory's); one with a planner thread makes a plan this model
+    lacks there, this reconcile then changes nothing, and the model is reconciled again once it is.
     `leaving_nodes`: nodes the model has pods on that look like they are leaving; `stable_nodes`:
     (node, pods) of its stable track (both from node_pods, the pod watch).
-    `memory`: what the ModelController remembers across reconciles (None: nothing, as a new process)."""
+    `memory`: what the ModelController remembers across reconciles (None: nothing, as a new process).
+
+    Read -> plan -> execute: the spec is admitted once (parsed and checked), `observe` reads what
+    modelplan says to read, plan() decides once, `execute` writes; the caller records the result."""
     memory = memory if memory is not None else ModelMemory()
     now = now or dt.datetime.now(dt.timezone.utc)
     events: list[Event] = []
@@ -296,14 +209,17 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         events.append(Event("Warning", "StatusFieldsUnknown", model_status.unknown_fields_message(unknown)))
     settings = modelplan.Settings(policy, tuple(pull_secrets),
                                   (service_monitor_labels or {}) if service_monitors else None)
-    rm, _ = modelplan.parse(body)
-    if rm is None or modelplan.refusal(rm, settings):   # nothing to read: the plan says why
-        return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events), status))
+    admission = modelplan.admit(body, settings)
+    if admission.refused:   # nothing to read: the plan says why
+        return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events), status,
+                                      admission))
+    rm = admission.rm
     try:
-        observed = observe(kube, rm, status, now, metrics_networks, plans, leaving_nodes, memory, stable_nodes)
+        observed = observe(kube, rm, status, now, metrics_networks, plans or memory.plans, leaving_nodes, memory,
+                           stable_nodes)
     except PlanPending:
         return Result(status, events, write=False)   # nothing changes until the plan is made; then this model is kicked
-    planned_now = modelplan.plan(body, observed, settings, tuple(events), status)
+    planned_now = modelplan.plan(body, observed, settings, tuple(events), status, admission)
     if planned_now.not_applied:
         return _result(planned_now)
     try:
@@ -318,53 +234,79 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
 
 
 def _result(done: modelplan.ModelPlan) -> Result:
-    return Result(done.status, list(done.events), done.outcome, list(done.gate_results))
+    return Result(done.status, list(done.events), done.outcome, list(done.gate_results),
+                  requeue_after=done.requeue_after, polls=done.polls)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a blocking read needs (one reconcile's)."""
+    kube: Kube
+    rm: RankingModel
+    status: RankingModelStatus
+    plans: Plans
+    memory: ModelMemory
+
+
+def _read_credentials(r: _Reading) -> dict[str, Any]:
+    return {"credentials_missing": _credentials_missing(r.kube, r.rm, r.memory)}
+
+
+def _read_pool(r: _Reading) -> dict[str, Any]:
+    return {"pool": _pool_view(r.kube, r.rm) if r.rm.spec.node_pool else None}
+
+
+def _read_shape(r: _Reading) -> dict[str, Any]:
+    meta = r.rm.metadata
+    try:
+        resolved, plan_status = r.plans.resolve(r.rm.spec, _read_profile(r.kube, r.rm), r.status.plan,
+                                                (meta["namespace"], meta["name"], meta.get("uid")))
+    except RenderError as exc:
+        return {"plan_failed": str(exc)}
+    return {"resolved": resolved, "plan_status": plan_status}
+
+
+# One reader per modelplan.BLOCKING_READS entry, by name (a test checks they match).
+BLOCKING_READERS = {"credentials": _read_credentials, "pool": _read_pool, "shape": _read_shape}
 
 
 def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.datetime,
             metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
             leaving_nodes: frozenset[str] = frozenset(), memory: ModelMemory | None = None,
             stable_nodes: tuple[tuple[str, int], ...] = ()) -> modelplan.ModelObserved:
-    """What the plan of `rm` needs from the cluster, read in the precedence list's order: what
-    blocks this generation stops the reading there (the plan says it). PlanPending: the shape is
-    being planned on the planner's thread."""
+    """What the plan of `rm` needs from the cluster: the blocking reads in modelplan.BLOCKING_READS'
+    order, stopping at the first that blocks (the plan says it); then what modelplan.reads says.
+    PlanPending: the shape is being planned on the planner's thread."""
     memory = memory if memory is not None else ModelMemory()
-    name, namespace = rm.metadata["name"], rm.metadata["namespace"]
-    missing = _credentials_missing(kube, rm, memory)
-    if missing:
-        return modelplan.ModelObserved(now=now, credentials_missing=missing)
-    pool = _pool_view(kube, rm) if rm.spec.node_pool else None
-    if pool is not None and (not pool.exists or pool.invalid):
-        return modelplan.ModelObserved(now=now, pool=pool)
-    try:
-        resolved, plan_status = _resolve(memory, rm, _read_profile(kube, rm), status.plan, plans,
-                                         (namespace, name, rm.metadata.get("uid")))
-    except RenderError as exc:
-        return modelplan.ModelObserved(now=now, pool=pool, plan_failed=str(exc))
-
+    reading = _Reading(kube, rm, status, plans or memory.plans, memory)
+    observed = modelplan.ModelObserved(now=now)
+    for read in modelplan.BLOCKING_READS:
+        observed = dataclasses.replace(observed, **BLOCKING_READERS[read.name](reading))
+        if read.blocks(observed, rm):
+            return observed
+    name, namespace, uid = rm.metadata["name"], rm.metadata["namespace"], rm.metadata.get("uid")
     stable_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.STABLE))
     canary_dep = kube.get("Deployment", namespace, names.deployment_name(name, names.CANARY))
+    wants = modelplan.reads(rm, status, now, stable_dep, canary_dep, observed.resolved.replicas, bool(leaving_nodes))
     rollout = status.rollout
-    active = rollout is not None and rollout.phase in ACTIVE
-    gates_seen = _gate_observations(kube, rm.metadata, rollout, status.gates) if active else {}
-    canary_pods = _canary_pods(kube, namespace, name) if canary_dep else []
+    gates_seen = _gate_observations(kube, rm.metadata, rollout, status.gates) if wants.gates else {}
+    canary_pods = _canary_pods(kube, namespace, name) if wants.canary_pods else []
     # The serving pods' Triton numbers (one read for both uses): while the canary serves, both
     # tracks' for the canary analysis; for spec.autoscaling, the load, at most every MIN_READING_S.
-    judging = active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled
-    scaling = autoscale.reading_due(rm.spec, status.autoscaling, now)
-    snapshot = pod_metrics.read(kube, memory.metrics, (namespace, name, rm.metadata.get("uid")), namespace, name,
+    snapshot = pod_metrics.read(kube, memory.metrics, (namespace, name, uid), namespace, name,
                                 {names.STABLE: stable_dep, names.CANARY: canary_dep}, metrics_networks) \
-        if judging or scaling else None
+        if wants.pod_metrics else None
     track_metrics, metrics_problems, metrics_unread = None, (), {}
-    if judging and snapshot is not None:
+    if wants.judging and snapshot is not None:
         track_metrics = snapshot.counters() if snapshot.readings["canary"] else None
         metrics_problems = snapshot.problems
         metrics_unread = {track: snapshot.not_read(track) for track in snapshot.unread if snapshot.not_read(track)}
-    load, load_problems = autoscale.load_reading(snapshot, status.autoscaling) if scaling and snapshot else (None, ())
-    warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, stable_dep, now)
+    load, load_problems = autoscale.load_reading(snapshot, status.autoscaling) \
+        if wants.scaling and snapshot else (None, ())
+    warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, wants.other_pods)
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
-        if rm.spec.autoscaling.external else None
-    jobs = tuple((job["metadata"]["name"], _job_finished(job)) for job in kube.list(
+        if wants.external_scaler else None
+    jobs = tuple((job["metadata"]["name"], gate_reading.finished(job)) for job in kube.list(
         "Job", namespace, labels={names.LABEL_MODEL: name, "app.kubernetes.io/name": names.GATE_APP}))
     # A Job under a gate's name that is not this model's (no labels) exists all the same: not created.
     foreign = tuple((names.gate_job_name(name, gate, rollout.version, attempt_id(rollout)), True)
@@ -372,33 +314,23 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
     tracks = [child for track in (names.CANARY, names.REFERENCE)
               for child in model_status.track_children(name, track)]
     present = frozenset(child for child in tracks if kube.get(child[0], namespace, child[1]) is not None)
-    # The stable pods only while some may be on a leaving node, or a surge has not ended yet.
-    wanted = (status.autoscaling.desired_replicas if status.autoscaling else None) or resolved.replicas   # autoscaled, or planned
-    surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > wanted
-    stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, pool) if leaving_nodes or surging else ()
-    return modelplan.ModelObserved(
-        now=now, resolved=resolved, plan_status=plan_status, pool=pool, stable_dep=stable_dep, canary_dep=canary_dep,
-        stable_pods=stable_pods, stable_nodes=stable_nodes,
+    stable_pods = _stable_pods(kube, namespace, name, leaving_nodes, observed.pool) if wants.stable_pods else ()
+    return dataclasses.replace(
+        observed, stable_dep=stable_dep, canary_dep=canary_dep, stable_pods=stable_pods, stable_nodes=stable_nodes,
         canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
-        metrics_problems=metrics_problems, metrics_unread=metrics_unread, warm_failing=warm_failing, unschedulable=unschedulable,
-        jobs=jobs + foreign, present=present, autoscale_reading=load, autoscale_problems=load_problems,
-        external_scaler=scaler)
+        metrics_problems=metrics_problems, metrics_unread=metrics_unread, warm_failing=warm_failing,
+        unschedulable=unschedulable, jobs=jobs + foreign, present=present, autoscale_reading=load,
+        autoscale_problems=load_problems, external_scaler=scaler)
 
 
 def external_scaler(kube: Kube, namespace: str, deployment: str) -> str | None:
-    """autoscaling mode external: the HorizontalPodAutoscaler (autoscaling/v2) targeting the stable
-    Deployment, as "HorizontalPodAutoscaler/<name>", or "ScaledObject/<name>" for the one KEDA made;
-    None when none does (or the operator may not list them). One list, for such models only."""
+    """autoscaling mode external: what autoscale.scaler_of finds among the namespace's
+    HorizontalPodAutoscalers (one list, for such models only); None when the operator may not list them."""
     try:
         found = kube.list("HorizontalPodAutoscaler", namespace)
     except (ApiMissing, ApiError):
         return None
-    for hpa in found:
-        target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-        if target.get("kind") == "Deployment" and target.get("name") == deployment:
-            keda = ((hpa.get("metadata") or {}).get("labels") or {}).get("scaledobject.keda.sh/name")
-            return f"ScaledObject/{keda}" if keda else f"HorizontalPodAutoscaler/{hpa['metadata']['name']}"
-    return None
+    return autoscale.scaler_of(found, deployment)
 
 
 def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozenset[str],
@@ -411,29 +343,13 @@ def _stable_pods(kube: Kube, namespace: str, model: str, leaving_nodes: frozense
 
 
 def _pool_view(kube: Kube, rm: RankingModel) -> modelplan.PoolView:
-    """The GpuNodePool the model names: whether it exists and is valid, its requirements, whether
-    it has a validated ready node, and whether one of those can run the model's image."""
-    from rankops.api.gpunodepool import GpuNodePool, GpuNodePoolStatus
-
-    pool_name = rm.spec.node_pool
-    pool = kube.get("GpuNodePool", None, pool_name)
-    if pool is None:
-        return modelplan.PoolView(exists=False)
-    try:
-        pool_spec = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool["spec"]}).spec
-    except ValidationError as exc:
-        return modelplan.PoolView(invalid="; ".join(describe(exc)))
-    requirements, move = pool_spec.requirements, pool_spec.failing_node_replicas == "move"
-    # As the PoolController reads it: a field it cannot read counts as unwritten (no ready node).
-    pool_status, _ = GpuNodePoolStatus.from_stored(pool.get("status") or {})
-    if pool_status.ready == 0:
-        failing = ", ".join(f"{f.check}: {f.count}" for f in pool_status.failing_by_check)
-        return modelplan.PoolView(requirements=requirements, move_from_failing=move, note=(
-            f"GpuNodePool {pool_name} has no validated ready node ({pool_status.nodes} matched"
-            + (f"; failing {failing}" if failing else "") + "); pods stay Pending until a node passes validation"))
-    ready_nodes = kube.list("Node", labels={LABEL_POOL: label_value(pool_name), LABEL_READY: "true"})
-    return modelplan.PoolView(requirements=requirements, move_from_failing=move,
-                              placement=image_fit.pool_driver_problem(rm.spec.triton_image, pool_name, ready_nodes))
+    """The GpuNodePool the model names, as modelplan.pool_view sees it; its validated ready nodes
+    are listed only when that asks for them."""
+    pool = kube.get("GpuNodePool", None, rm.spec.node_pool)
+    view = modelplan.pool_view(rm, pool)
+    if view.reads_ready_nodes:
+        view = modelplan.pool_view(rm, pool, kube.list("Node", labels=modelplan.ready_node_labels(rm.spec.node_pool)))
+    return view
 
 
 def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: ModelMemory | None = None) -> None:

@@ -1,7 +1,7 @@
 """The operator's runtime, as two objects: a ModelController and a PoolController, built once by
 `rankops run` (`build`) and handed to kopf's handlers in kopf's memo (controller/handlers.py
 holds only the decorators, each delegating to one method here). Each owns what it remembers per
-object; the ModelController also owns the watch caches, the work queue (controller/kicks.py),
+object; the ModelController also owns the watch caches, the work queue (controller/workqueue.py),
 the requeue clock (controller/clock.py) and the plan pool (controller/plans.py). Nothing here
 starts a thread or reads a setting until it is built and started (`start`), so importing it,
 or building one in a test against a fake API, costs nothing.
@@ -10,13 +10,14 @@ A RankingModel is reconciled from events: its own (listed at start-up, created, 
 annotation or status someone else wrote), and those of its children and of the pools and
 latency-profile ConfigMaps it names, mapped to it, so drift is repaired and Ready is seen as it
 happens. Reads of the model and its children come from those watches (controller/cache.py).
-The clock reconciles a model `--interval` after its last reconcile while only time moves it on
-(a rollout in flight, not Ready yet, a refused write to retry: gate deadlines and the canary
-hold), and every model `--resync` after its last. Pools run the same way on the PoolController:
-their own events, and those of the nodes they select and of the other pools, on its own queue and
-clock, with reads from its own watch cache; its finalizer (pools.POOL_FINALIZER) holds a deleted
-pool until its validators are stopped and its nodes' marks cleared. A settled object costs no
-request in between.
+The clock reconciles a model when its plan's next deadline is due (ModelPlan.requeue_after: the
+rollout's phase timeouts, the canary hold's end), `--interval` after its last reconcile while it
+polls what only its pods show (not Ready yet, a refused write to retry, Triton counters), and
+every model `--resync` after its last; a failing reconcile backs off per object (the queue).
+Pools run the same way on the PoolController: their own events, and those of the nodes they
+select and of the other pools, on its own queue and clock, with reads from its own watch cache;
+its finalizer (pools.POOL_FINALIZER) holds a deleted pool until its validators are stopped and
+its nodes' marks cleared. A settled object costs no request in between.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from rankops.controller import cache, models, pools
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
-from rankops.controller.kicks import Kicks
+from rankops.controller.workqueue import RETRY_CAP_S, WorkQueue
 from rankops.controller.kube import ApiError, namespace_terminating
 from rankops.controller.node_pods import NodePods
 from rankops.controller.patching import merge_patch
@@ -44,8 +45,8 @@ from rankops.controller.plans import Plans
 from rankops.controller.pod_metrics import PodMetrics
 from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
-from rankops import model_status
-from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
+from rankops import model_status, modelplan
+from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
 
@@ -55,7 +56,6 @@ log = logging.getLogger("rankops.handlers")
 # Event posted into a namespace that began to go in between is refused, and kopf says so at WARNING.
 NAMESPACE_ALIVE_S, NAMESPACE_GOING_S = 2.0, 30.0
 MONITOR_CHECK_S = 30.0
-MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
 
 
 def configure_kopf(settings: kopf.OperatorSettings, workers: int) -> None:
@@ -82,7 +82,7 @@ class _Reconciles:
         self.locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.status_written: dict[str, str | None] = {}   # uid -> resourceVersion of this process's last status write
         # Objects of its kind (a pool controller: and Nodes) as their watch and this process's writes show them.
-        self.watched = cache.Children(relist_s=settings.resync)
+        self.watched = cache.WatchCache(relist_s=settings.resync)
         self.kopf_context: contextvars.Context | None = None   # a kopf handler's context, as the first one ran
 
     def run(self, reconcile: Callable[[dict], Any], body: dict, logger: logging.Logger | logging.LoggerAdapter) -> None:
@@ -122,8 +122,9 @@ class _Reconciles:
                     result_word = "skipped"
                     logger.debug(f"not reconciled: its namespace is being deleted ({exc.status} {exc.reason})")
                     return
+                # The queue tries again after its backoff, and says so (failed); the delay is its.
                 raise kopf.TemporaryError(f"Kubernetes API said {exc.status} {exc.reason}: "
-                                          f"{(exc.body or '')[:300]}", delay=10) from exc
+                                          f"{(exc.body or '')[:300]}") from exc
             finally:
                 metrics.observe_reconcile(self.kind, result_word, time.monotonic() - started)
                 if result_word != "skipped":
@@ -135,6 +136,22 @@ class _Reconciles:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
             logger.info(f"{event.reason}: {event.message}")
         self._record(body, result, wire)
+
+    def failed(self, key, exc: Exception, retry_in: float) -> None:
+        """The queue's reconcile of `key` failed: a Warning Event on the object says the error and
+        when it is tried again (the queue backs off per object: controller/workqueue.py)."""
+        body = self.watched_body(key)
+        if body is None:
+            return
+        meta = body["metadata"]
+        if meta.get("namespace") and self.namespace_going(meta["namespace"]):
+            return
+        kopf.event(body, type="Warning", reason="ReconcileFailed",
+                   message=failure_message(exc, retry_in)[:1000])
+
+    def watched_body(self, key) -> dict | None:
+        """The object of a queue key, as its watch shows it (None: not seen)."""
+        return None
 
     def keep_kopf_context(self) -> None:
         """In each of kopf's handlers: the first one's context is kept, for the reconciles and
@@ -194,6 +211,12 @@ class _Reconciles:
         pass
 
 
+def failure_message(exc: Exception, retry_in: float) -> str:
+    """A ReconcileFailed Event's text: the error, and when the next try is."""
+    return f"reconcile failed: {exc}; tried again in {retry_in:.0f} s (backing off per object, up to " \
+           f"{RETRY_CAP_S:.0f} s between tries while it fails)"
+
+
 def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) -> list[str]:
     """A Warning's text for each promote/abort annotation whose value names no version: `yes`,
     `true`, `now` or `all` would otherwise do nothing, silently (the machine acts on VERSION or
@@ -209,21 +232,22 @@ def meaningless_manual_values(annotations: dict[str, str], versions: list[str]) 
 
 
 def model_inputs(obj: dict) -> str:
-    """Digest of what a model's reconcile reads of the model itself, bar its spec's content."""
+    """Digest of what a model's reconcile reads of the model itself, bar its spec's content: its
+    generation, its status, and the annotations modelplan declares it reads (the same list plan()
+    is given, so a new one cannot miss its wake-ups)."""
     annotations = obj["metadata"].get("annotations") or {}
     return essence_digest([obj["metadata"].get("generation"), obj.get("status"),
-                           {k: annotations.get(k) for k in MANUAL_ANNOTATIONS}])
+                           {k: annotations.get(k) for k in modelplan.MODEL_ANNOTATIONS_READ}])
 
 
 def all_ready(deployment: dict) -> bool:
-    """A Deployment whose pods are all Ready and up to date: what its model's Ready waits on. Its
-    reconcile goes before the models still to build (it is cheap: nothing to apply), so at N=1000
-    a model says Ready with its pods, not after the whole burst; the other child events wait their
-    turn, where a burst of them becomes one reconcile."""
-    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
-    wanted = spec.get("replicas", 1)
-    return status.get("observedGeneration", 0) >= (deployment["metadata"].get("generation") or 0) \
-        and status.get("readyReplicas", 0) >= wanted and status.get("updatedReplicas", 0) >= wanted
+    """A Deployment whose pods are all Ready and up to date (modelplan.deployment_view, the one
+    definition): what its model's Ready waits on. Its reconcile goes before the models still to
+    build (it is cheap: nothing to apply), so at N=1000 a model says Ready with its pods, not after
+    the whole burst; the other child events wait their turn, where a burst of them becomes one
+    reconcile."""
+    desired, _, settled_ready, _ = modelplan.deployment_view(deployment)
+    return settled_ready >= desired
 
 
 class ModelController(_Reconciles):
@@ -235,12 +259,14 @@ class ModelController(_Reconciles):
                  monotonic: Callable[[], float] = time.monotonic):
         super().__init__(settings, pause if pause is not None else PauseState())
         self.monotonic = monotonic
-        self.children = cache.Children(relist_s=settings.resync)
+        self.children = cache.WatchCache(relist_s=settings.resync)
         self.node_pods = NodePods()
         # Children applied and refused, shapes planned, monitors; the serving pods' metrics, read
         # on threads of their own (the model is kicked when they are in).
+        # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
         self.memory = models.ModelMemory(metrics=PodMetrics(kick=self._metrics_in,
-                                                            max_age_s=max(60.0, 2 * settings.interval)))
+                                                            max_age_s=max(60.0, 2 * settings.interval)),
+                                         plans=Plans(done=self._plan_made))
         self.reconciled_generation: dict[str, int | None] = {}   # uid -> the generation its last reconcile here saw
         self.first_status_waiting: set[str] = set()   # uids whose first status (Pending) was left to the next reconcile
         self.namespaces_seen: dict[str, tuple[float, bool]] = {}   # namespace -> (when, going)
@@ -248,16 +274,15 @@ class ModelController(_Reconciles):
         self.manual_seen: dict[str, tuple] = {}   # uid -> the promote/abort values last checked
         # A child's burst of events (its status moving pod by pod) within a quarter second is one
         # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
-        self.kicks = Kicks(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
-                           start=False, context=self.posting_context)
-        # Plans are made on a thread of their own; the model that asked is kicked when its plan is made.
-        self.plans = Plans(done=self.kicks.kick)
+        self.queue = WorkQueue(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
+                               start=False, context=self.posting_context, failed=self.failed)
+        self.plans = self.memory.plans
         # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
-        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
+        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
-        self.kicks.start()
+        self.queue.start()
         self.clock.start()
 
     # --- one reconcile
@@ -291,7 +316,8 @@ class ModelController(_Reconciles):
         old = model_status.known_status(stored)[0]
         if not waiting and model_status.first_status_can_wait(old, result.status):
             self.first_status_waiting.add(uid)
-            return models.Result(old, write=False)   # nothing written, nothing said
+            return models.Result(old, write=False, requeue_after=result.requeue_after,
+                                 polls=result.polls)   # nothing written, nothing said
         if waiting:
             self.first_status_waiting.discard(uid)
             ready = model_status.first_ready_event(old, result.status)
@@ -304,9 +330,9 @@ class ModelController(_Reconciles):
         first in this process, one of a new generation, one that changed status."""
         meta = body["metadata"]
         uid, generation = meta["uid"], meta.get("generation")
-        status = result.status if result is not None else None
-        self.clock.reconciled((meta["namespace"], meta["name"], uid),
-                              status is None or model_status.needs_clock(status, generation))
+        # When the plan says (its deadlines), at --interval while it polls pods, else at --resync.
+        self.clock.reconciled((meta["namespace"], meta["name"], uid), result is None or result.polls,
+                              result.requeue_after if result is not None else None)
         first, before = uid not in self.reconciled_generation, self.reconciled_generation.get(uid)
         self.reconciled_generation[uid] = generation
         if first or before != generation or status_patch:
@@ -338,8 +364,16 @@ class ModelController(_Reconciles):
                                 metrics_networks=tuple(settings.pod_metrics_networks), plans=self.plans,
                                 memory=self.memory)
 
+    def watched_body(self, key) -> dict | None:
+        namespace, name, uid = key
+        found = self.watched.get(self.kind, namespace, name)
+        return found if found is not None and found["metadata"].get("uid") == uid else None
+
     def _metrics_in(self, key) -> None:
-        self.kicks.kick(key)
+        self.queue.kick(key)
+
+    def _plan_made(self, key) -> None:
+        self.queue.kick(key)
 
     def kicked(self, key) -> None:
         """The queue's work: reconcile the model (namespace, name, uid)."""
@@ -355,7 +389,7 @@ class ModelController(_Reconciles):
         owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")
                       and o.get("kind") == "RankingModel" and o.get("name") == model), None)
         if owner and meta.get("namespace"):
-            self.kicks.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
+            self.queue.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
 
     def child_event(self, kind: str, event: dict) -> None:
         self.keep_kopf_context()
@@ -378,12 +412,12 @@ class ModelController(_Reconciles):
             self.child_event("ConfigMap", event)
         if event.get("type") is not None:
             for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
-                self.kicks.kick(key)
+                self.queue.kick(key)
 
     def input_event(self, kind: str, name: str, models_by_input) -> None:
         """An input the models name changed (a pool: its ready nodes decide where their pods go)."""
         for key in models_by_input.get((kind, name), ()):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
     def node_event(self, node: dict, deleted: bool) -> None:
         """Cordoned, failing validation or in a driver upgrade, or no longer: its models move their replicas."""
@@ -391,7 +425,7 @@ class ModelController(_Reconciles):
         for namespace, model in self.node_pods.node_event(node, deleted) or ():
             found = self.watched.get(self.kind, namespace, model)
             if found:
-                self.kicks.kick((namespace, model, found["metadata"]["uid"]), urgent=True)
+                self.queue.kick((namespace, model, found["metadata"]["uid"]), urgent=True)
 
     def model_event(self, event: dict) -> None:
         """A model is reconciled from its own events, as its children are: when kopf lists it (at
@@ -412,7 +446,7 @@ class ModelController(_Reconciles):
         seen, before = model_inputs(obj), self.inputs_seen.get(meta["uid"])
         self.inputs_seen[meta["uid"]] = seen
         if before != seen and meta.get("resourceVersion") != self.status_written.get(meta["uid"]):
-            self.kicks.kick((meta["namespace"], meta["name"], meta["uid"]))
+            self.queue.kick((meta["namespace"], meta["name"], meta["uid"]))
 
     def warn_meaningless_manual(self, obj: dict) -> None:
         """Posted once per new value, not on every event."""
@@ -464,7 +498,7 @@ class ModelController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed}
         for key in self.memory.monitors_gone(present):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
 
 class PoolController(_Reconciles):
@@ -489,13 +523,13 @@ class PoolController(_Reconciles):
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
         # Validators report node by node: a pool's burst of node events within a second is one
         # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
-        self.kicks = Kicks(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
-                           context=self.posting_context)
-        self.clock = Clock(self.kicks.kick, settings.interval, settings.resync, start=False)
+        self.queue = WorkQueue(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
+                               context=self.posting_context, failed=self.failed)
+        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
 
     def start(self) -> None:
-        self.kicks.start()
+        self.queue.start()
         self.clock.start()
 
     # --- one reconcile
@@ -514,6 +548,11 @@ class PoolController(_Reconciles):
 
     def _record(self, body: dict, result, wire: dict) -> None:
         metrics.record_pool(body["metadata"]["name"], wire)
+
+    def watched_body(self, key) -> dict | None:
+        name, uid = key
+        found = self.watched.get(self.kind, None, name)
+        return found if found is not None and found["metadata"].get("uid") == uid else None
 
     def reconcile_pool(self, body: dict) -> pools.Result:
         return pools.reconcile(self.reads(), body, self.settings, self.validators)
@@ -569,7 +608,7 @@ class PoolController(_Reconciles):
             # down gets the whole timeout too.
             held = self.monotonic() - first_try
             if exc.status != 403 and held < pools.RELEASE_TIMEOUT_S:
-                raise   # the queue tries again in 10 s
+                raise   # the queue tries again after its backoff
             # 403 (RBAC without node patch): retrying will not grant it. Or the API has refused for
             # too long: the pool goes, and says what is left behind.
             why = "refused" if exc.status == 403 else f"failing for {held:.0f} s"
@@ -618,7 +657,7 @@ class PoolController(_Reconciles):
             # A listing after a broken watch may show this process's last write over changes it missed.
             listing = event.get("type") is None
             if was != seen and (listing or meta.get("resourceVersion") != self.status_written.get(uid)):
-                self.kicks.kick((name, uid))
+                self.queue.kick((name, uid))
         if event.get("type") is None:   # kopf's listing: every pool is reconciled anyway
             return
         self.models.input_event("GpuNodePool", name, models_by_input)
@@ -626,7 +665,7 @@ class PoolController(_Reconciles):
             for other, entries in pool_selectors.items():
                 for other_uid, _selector in entries:
                     if other != name:
-                        self.kicks.kick((other, other_uid))
+                        self.queue.kick((other, other_uid))
 
     def node_event(self, event: dict, pool_selectors) -> None:
         """A node's labels, verdict or GPU capacity changed (or it came or went): reconcile the pools
@@ -647,7 +686,7 @@ class PoolController(_Reconciles):
         selectors = {pool: selector for pool, entries in pool_selectors.items() for _uid, selector in entries}
         uids = {pool: uid for pool, entries in pool_selectors.items() for uid, _selector in entries}
         for pool in sorted({*pools.pools_of_node(node, selectors), *(pools.pools_of_node(was, selectors) if was else ())}):
-            self.kicks.kick((pool, uids[pool]))
+            self.queue.kick((pool, uids[pool]))
 
     # --- forgetting
 
@@ -675,7 +714,7 @@ class PoolController(_Reconciles):
             return
         present = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in validators}
         for key in self.validators.gone(present):
-            self.kicks.kick(key)
+            self.queue.kick(key)
 
 
 def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:

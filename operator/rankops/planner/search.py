@@ -13,6 +13,7 @@ sustainable is what a measurement should find.
 from __future__ import annotations
 
 import math
+import threading
 from functools import lru_cache
 
 from rankops.planner.inputs import PlanError, PlanInputs
@@ -46,8 +47,11 @@ TABLE_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0)
 # Memo of simulations. Without preferred sizes, a run whose largest batch stayed below its
 # max_batch_size never felt that limit: the same run with any max_batch_size above its largest
 # batch is identical, so one simulation answers for all of them (most probes at light load).
+# Guarded by _MEMO_LOCK: the operator's plan pool and `rankops plan` callers may plan on several
+# threads (the simulation itself runs outside the lock; two threads may simulate the same key once each).
 _MEMO: dict[tuple, list[tuple[int, SimResult]]] = {}
 _MEMO_LIMIT = 50_000
+_MEMO_LOCK = threading.Lock()
 
 
 def _sim(inputs: PlanInputs, config: BatcherConfig, rate: float, requests: int = SEARCH_REQUESTS) -> SimResult:
@@ -56,22 +60,25 @@ def _sim(inputs: PlanInputs, config: BatcherConfig, rate: float, requests: int =
            config.max_queue_delay_us, config.instances, rate, requests, items)
     # a batch can only have been cut by max_batch_size if one more request would not have fitted
     slack = items[1] if items else 1
-    runs = _MEMO.get(key, [])
+    with _MEMO_LOCK:
+        runs = list(_MEMO.get(key, ()))
     for size, result in runs:
         if size == config.max_batch_size or (
                 not config.preferred_batch_sizes and result.largest_batch + slack <= min(size, config.max_batch_size)):
             return result
     result = simulate(inputs.profile, config, rate_qps=rate, requests=requests, seed=inputs.seed,
                       slowdown=inputs.shared_gpu_slowdown, overhead_ms=inputs.overhead_ms, items=items)
-    if len(_MEMO) > _MEMO_LIMIT:
-        _MEMO.clear()
-    _MEMO.setdefault(key, []).append((config.max_batch_size, result))
+    with _MEMO_LOCK:
+        if len(_MEMO) > _MEMO_LIMIT:
+            _MEMO.clear()
+        _MEMO.setdefault(key, []).append((config.max_batch_size, result))
     return result
 
 
 def clear_caches() -> None:
     """Forget memoised plans and simulations (benchmarks measure cold runs)."""
-    _MEMO.clear()
+    with _MEMO_LOCK:
+        _MEMO.clear()
     plan.cache_clear()
     evaluate.cache_clear()
 

@@ -66,9 +66,23 @@ def _bytes(quantity: str) -> int:
 
 
 def _sum_quantities(*quantities: str) -> str:
-    """Kubernetes quantities added, in Mi (the sizes a spec gives are binary or decimal bytes)."""
+    """Kubernetes quantities added, rounded up to a whole Mi (the sizes a spec gives are binary or
+    decimal bytes), in the API server's canonical spelling (12288Mi is stored as 12Gi): spelled
+    otherwise, the stored Deployment never matches what is applied, and each reconcile patches it."""
     from rankops.api import bounds
-    return f"{-(-sum(bounds.quantity(q) for q in quantities) // 2 ** 20)}Mi"
+    return canonical_binary(-(-sum(bounds.quantity(q) for q in quantities) // 2 ** 20) * 2 ** 20)
+
+
+def canonical_binary(size: int) -> str:
+    """A whole number of Ki as the API server writes a binary quantity: the largest suffix that
+    divides it (2048Mi -> 2Gi, 2304Mi stays)."""
+    if size == 0:
+        return "0"
+    suffixes, value = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), size // 1024
+    index = 0
+    while value % 1024 == 0 and index < len(suffixes) - 1:
+        value, index = value // 1024, index + 1
+    return f"{value}{suffixes[index]}"
 
 
 def fetcher_resources(volume_size: str) -> dict[str, Any]:

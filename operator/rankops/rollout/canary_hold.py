@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from rankops.api.rankingmodel import (CanaryCapacity, GateResult, NoVerdictPolicy, RankingModelSpec, RolloutStatus,
@@ -135,6 +136,29 @@ def _no_verdict_result(version: str, attempt: str, now: dt.datetime, step: int, 
                       summary=where + summary, metrics={"step": step, **window}, finished_at=iso(now))
 
 
+@dataclass
+class _Hold:
+    """What one reconcile of the Canary phase knows of its step (hold's named steps share it)."""
+    s: Step
+    paused: bool
+    number: int                # the step held, 1-based
+    steps: int
+    duration: int              # its hold, in seconds
+    where: str                 # " (step 2/3, 25%)", or "" for a single step
+    wanted: int                # the canary pods the step's weight needs
+    ready: int                 # those Ready on live nodes
+    traffic_on: bool           # status already says Canary: traffic reaches the canary
+    promote: str | None        # the promote annotation, when it names the target and has not acted
+    judged: canary_analysis.Judgement | None
+    since: dt.datetime | None = None     # when the step's weight started being served
+    held: float = 0.0
+    problem: str | None = None           # why no verdict can be given now
+
+    @property
+    def window(self) -> dict[str, Any]:
+        return {"windowStart": iso(self.since), "windowSeconds": int(self.held)}
+
+
 def hold(s: Step, paused: bool) -> None:
     """One reconcile of the Canary phase: the step's hold, judged on evidence.
 
@@ -145,148 +169,198 @@ def hold(s: Step, paused: bool) -> None:
     extended up to analysis.maxExtensionSeconds, then analysis.onNoVerdict decides. A failing
     verdict rolls back at once, paused or not; `paused` makes no other move.
     """
-    spec, rollout, observed, stable = s.spec, s.rollout, s.observed, s.stable
-    now, target, attempt, timeout = s.now, s.target, s.attempt, s.timeout
-    traffic_on, promote = s.recorded_in(CANARY), s.asked(PROMOTE_ANNOTATION)
-    analysis = spec.rollout.canary.analysis
-    plan = spec.rollout.canary.step_plan()
-    number, held_step = current_step(spec, rollout)
-    steps, last = len(plan), number == len(plan)
-    duration = held_step.duration_seconds
-    where = f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else ""
-    wanted = max(observed.canary_desired, canary_size(spec, s.stable_size, held_step.weight)[0])
-    ready = ready_count(observed.canary_pods, target)
-    # A hold starts once every pod of the step serves, and goes on while as many as then do: the
-    # stable scaling up (spec.autoscaling) asks for more canary pods, which is no lost canary.
-    started_with = rollout.step_pods if rollout.step_since else None
-    serving = traffic_on and ready >= (min(wanted, started_with) if started_with else wanted)
-    # (A record of an operator before steps has only canarySince.)
-    since = parse_time(rollout.step_since or (None if rollout.canary_down_since else rollout.canary_since))
-
-    # Whatever part of its weight the canary serves, its failures count: a failing canary is rolled
-    # back at once, paused or not, at full weight or not.
-    judged = _analyse(spec, rollout, observed, attempt) if traffic_on else None
-    if judged is not None and judged.outcome == canary_analysis.FAIL:
-        held = int((now - since).total_seconds()) if since else 0
-        s.record_gate(_canary_result(target, attempt, judged, now, number, steps,
-                                     {"windowStart": iso(since) if since else None, "windowSeconds": held}))
-        s.roll_back("canary", f"canary analysis failed for {target}{where}: {judged.summary}; stable {stable} untouched")
+    h = _start(s, paused)
+    if _failed(h):
         return
+    h.since = _serving_clock(h)
+    if h.since is None:
+        _wait_to_serve(h)
+        return
+    h.held = (s.now - h.since).total_seconds()
+    h.problem = _why_no_verdict(h)
+    if paused:
+        return
+    if h.promote:
+        _promote_by_annotation(h)
+    elif h.held >= h.duration:
+        _hold_over(h)
 
+
+def _start(s: Step, paused: bool) -> _Hold:
+    spec, rollout, observed = s.spec, s.rollout, s.observed
+    traffic_on = s.recorded_in(CANARY)
+    number, held_step = current_step(spec, rollout)
+    steps = len(spec.rollout.canary.step_plan())
+    wanted = max(observed.canary_desired, canary_size(spec, s.stable_size, held_step.weight)[0])
+    # Whatever part of its weight the canary serves, its failures count (judged whenever traffic is on).
+    judged = _analyse(spec, rollout, observed, s.attempt) if traffic_on else None
+    return _Hold(s, paused, number, steps, held_step.duration_seconds,
+                 f" (step {number}/{steps}, {held_step.weight}%)" if steps > 1 else "", wanted,
+                 ready_count(observed.canary_pods, s.target), traffic_on, s.asked(PROMOTE_ANNOTATION), judged)
+
+
+def _failed(h: _Hold) -> bool:
+    """A failing canary is rolled back at once, paused or not, at full weight or not."""
+    s, rollout = h.s, h.s.rollout
+    if h.judged is None or h.judged.outcome != canary_analysis.FAIL:
+        return False
+    since = _step_since(rollout)
+    held = int((s.now - since).total_seconds()) if since else 0
+    s.record_gate(_canary_result(s.target, s.attempt, h.judged, s.now, h.number, h.steps,
+                                 {"windowStart": iso(since) if since else None, "windowSeconds": held}))
+    s.roll_back("canary", f"canary analysis failed for {s.target}{h.where}: {h.judged.summary}; "
+                          f"stable {s.stable} untouched")
+    return True
+
+
+def _step_since(rollout: RolloutStatus) -> dt.datetime | None:
+    # (A record of an operator before steps has only canarySince.)
+    return parse_time(rollout.step_since or (None if rollout.canary_down_since else rollout.canary_since))
+
+
+def _serving_clock(h: _Hold) -> dt.datetime | None:
+    """When the step's weight started being served: its hold starts once every pod of the step
+    serves, and goes on while as many as then do (the stable scaling up, spec.autoscaling, asks
+    for more canary pods, which is no lost canary); it stops, and starts again later, when not."""
+    s, rollout, now = h.s, h.s.rollout, h.s.now
+    started_with = rollout.step_pods if rollout.step_since else None
+    serving = h.traffic_on and h.ready >= (min(h.wanted, started_with) if started_with else h.wanted)
+    since = _step_since(rollout)
     if serving and since is None:   # the step's weight is served from now: its hold starts (again)
         if rollout.canary_down_since:
-            s.say("Normal", "CanaryServing", f"canary {target} serves its weight{where} with "
-                                             f"{ready}/{wanted} pods: its {duration}s hold starts")
+            s.say("Normal", "CanaryServing", f"canary {s.target} serves its weight{h.where} with "
+                                             f"{h.ready}/{h.wanted} pods: its {h.duration}s hold starts")
         s.set(canary_down_since=None, hold_extended_since=None, canary_since=rollout.canary_since or iso(now),
-              step_since=iso(now), step_pods=ready)
-        since = now
-    elif since is not None and not serving:
+              step_since=iso(now), step_pods=h.ready)
+        return now
+    if since is not None and not serving:
         held = int((now - since).total_seconds())
         stuck = rollout.unschedulable
         s.set(step_since=None, step_pods=None, analysis_baseline=None, hold_extended_since=None,
               canary_down_since=iso(now),
-              message=(f"canary {target} stopped serving{where} after {held}s of its {duration}s hold "
-                       f"({ready}/{wanted} pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+              message=(f"canary {s.target} stopped serving{h.where} after {held}s of its {h.duration}s hold "
+                       f"({h.ready}/{h.wanted} pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
                        "): the hold and its analysis start again once every pod serves"))
         s.say("Warning", "CanaryNotServing", rollout.message)
-        since = None
+        return None
+    return since
 
-    if since is None:   # not serving at the step's weight (yet, or any more): it has timeoutSeconds to
-        waiting = parse_time(rollout.canary_down_since or rollout.phase_since) or now
-        if (now - waiting).total_seconds() > timeout and not paused:
-            stuck = rollout.unschedulable
-            s.roll_back("canary", f"canary {target} not serving{where} within {timeout}s ({ready}/{wanted} pods "
-                                  f"Ready on live nodes" + (f"; {stuck}" if stuck else "") +
-                                  f"); stable {stable} untouched")
-        elif rollout.unschedulable:
-            s.set(message=f"waiting for canary {target}{where} ({ready}/{wanted} pods Ready): "
-                          f"{rollout.unschedulable}" + _capacity_hint(spec))
-        return
 
-    held = (now - since).total_seconds()
-    window = {"windowStart": iso(since), "windowSeconds": int(held)}
-    # Why no verdict can be given now.
+def _wait_to_serve(h: _Hold) -> None:
+    """Not serving at the step's weight (yet, or any more): it has timeoutSeconds to."""
+    s, rollout = h.s, h.s.rollout
+    waiting = parse_time(rollout.canary_down_since or rollout.phase_since) or s.now
+    stuck = rollout.unschedulable
+    if (s.now - waiting).total_seconds() > s.timeout and not h.paused:
+        s.roll_back("canary", f"canary {s.target} not serving{h.where} within {s.timeout}s ({h.ready}/{h.wanted} "
+                              f"pods Ready on live nodes" + (f"; {stuck}" if stuck else "") +
+                              f"); stable {s.stable} untouched")
+    elif stuck:
+        s.set(message=f"waiting for canary {s.target}{h.where} ({h.ready}/{h.wanted} pods Ready): {stuck}"
+                      + _capacity_hint(s.spec))
+
+
+def _why_no_verdict(h: _Hold) -> str | None:
+    """Why no verdict can be given now; a blind analysis (metrics not read) is kept in the record
+    while it lasts: Degraded says it (CanaryNotJudged, with its Event, once)."""
+    analysis, observed = h.s.spec.rollout.canary.analysis, h.s.observed
     blind = ("metrics not read from " + "; ".join(observed.metrics_problems)) \
         if analysis.enabled and observed.metrics_problems else None
-    problem = None
-    if analysis.enabled and judged is None:
-        problem = blind or "no canary pod taking traffic has been read yet"
-    elif judged is not None and judged.outcome == canary_analysis.WAIT:
-        problem = judged.summary
-    # Kept in the record while it lasts: Degraded says it (CanaryNotJudged, with its Event, once).
-    s.set(analysis_problem=blind)
+    h.s.set(analysis_problem=blind)
+    if analysis.enabled and h.judged is None:
+        return blind or "no canary pod taking traffic has been read yet"
+    if h.judged is not None and h.judged.outcome == canary_analysis.WAIT:
+        return h.judged.summary
+    return None
 
-    def judged_entry() -> GateResult:
-        return _canary_result(target, attempt, judged, now, number, steps, window)
 
-    def advance(why: str, note: str) -> None:
-        s.set(awaiting_decision=None, hold_extended_since=None)
-        if last or promote:
-            if promote:
-                s.set(promoted=promote)
-            s.move(PROMOTING, f"{why}{note}; updating stable to {target}")
-            return
-        upcoming = plan[number]
-        # Serving the new weight starts its hold.
-        s.set(step=number + 1, canary_down_since=iso(now), step_since=None, step_pods=None)
-        if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
-            s.set(analysis_baseline={"attempt": attempt, "step": number + 1, "at": iso(now), **{
-                track: {pod: dict(c.values) for pod, c in pods.items()}
-                for track, pods in observed.track_metrics.items()}})
-        s.set(message=f"canary {target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
-                      f"(step {number + 1}/{steps}) after holding {held_step.weight}% {int(held)}s{note}")
-        s.say("Normal", "CanaryStepPassed", rollout.message)
+def _verdict(h: _Hold) -> bool:
+    return h.judged is not None and h.judged.outcome == canary_analysis.PASS
 
-    if paused:
-        return
-    verdict = judged is not None and judged.outcome == canary_analysis.PASS
-    if promote:
-        if verdict:
-            s.record_gate(judged_entry())
-        else:
-            s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "PromotedByAnnotation",
-                                             f"promoted by annotation {PROMOTE_ANNOTATION} without a verdict"
-                                             + (f" ({problem})" if problem else ""), window))
-        advance("promoted by annotation" if held < duration else f"canary held {int(held)}s{where}",
-                f"; canary analysis: {judged.summary}" if verdict else f"; no canary verdict ({problem})"
-                if problem else "")
-        return
-    if held < duration:
-        return
-    if not analysis.enabled:
-        s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "AnalysisDisabled",
-                                         f"held {int(held)}s with rollout.canary.analysis.enabled false: not judged",
-                                         window))
-        advance(f"canary held {int(held)}s{where}", "; canary analysis off (rollout.canary.analysis.enabled false)")
-        return
-    if verdict:
-        s.record_gate(judged_entry())
-        advance(f"canary held {int(held)}s{where}", f"; canary analysis: {judged.summary}")
-        return
-    # The hold is over but nothing judged the canary: extend it, then let the policy decide.
-    if held < duration + analysis.max_extension_seconds:
-        if not rollout.hold_extended_since:
-            s.set(hold_extended_since=iso(now),
-                  message=f"canary {target}{where} held {int(held)}s without a verdict ({problem}): hold "
-                          f"extended up to {analysis.max_extension_seconds}s (analysis.maxExtensionSeconds)")
-            s.say("Warning", "CanaryHoldExtended", rollout.message)
-        return
-    policy = analysis.on_no_verdict
-    summary = (f"no verdict after {int(held)}s serving ({duration}s hold + {analysis.max_extension_seconds}s "
-               f"extension): {problem}")
-    if policy is NoVerdictPolicy.promote:
-        s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "PromotedWithoutVerdict",
-                                         f"{summary}; moved on by analysis.onNoVerdict promote", window))
-        advance(f"canary held {int(held)}s{where}", f"; no canary verdict ({problem}), onNoVerdict promote")
-    elif policy is NoVerdictPolicy.hold:
-        if not rollout.awaiting_decision:
-            awaiting = (f"{summary}; onNoVerdict hold: annotate rankops.io/promote={target} "
-                        f"to move on, or rankops.io/abort={target} to roll back")
-            s.set(awaiting_decision=awaiting, message=f"canary {target}{where} awaits a decision: {awaiting}")
-            s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "AwaitingDecision", summary, window))
-            s.say("Warning", "CanaryAwaitingDecision", rollout.message)
+
+def _judged_entry(h: _Hold) -> GateResult:
+    s = h.s
+    return _canary_result(s.target, s.attempt, h.judged, s.now, h.number, h.steps, h.window)
+
+
+def _no_verdict(h: _Hold, reason: str, summary: str) -> GateResult:
+    s = h.s
+    return _no_verdict_result(s.target, s.attempt, s.now, h.number, h.steps, reason, summary, h.window)
+
+
+def _promote_by_annotation(h: _Hold) -> None:
+    s = h.s
+    if _verdict(h):
+        s.record_gate(_judged_entry(h))
     else:
-        s.record_gate(_no_verdict_result(target, attempt, now, number, steps, "NoVerdict", summary, window))
-        s.roll_back("canary", f"canary {target}{where}: {summary}; rolled back by analysis.onNoVerdict rollback; "
-                              f"stable {stable} untouched")
-    return
+        s.record_gate(_no_verdict(h, "PromotedByAnnotation", f"promoted by annotation {PROMOTE_ANNOTATION} "
+                                  "without a verdict" + (f" ({h.problem})" if h.problem else "")))
+    _advance(h, "promoted by annotation" if h.held < h.duration else f"canary held {int(h.held)}s{h.where}",
+             f"; canary analysis: {h.judged.summary}" if _verdict(h) else f"; no canary verdict ({h.problem})"
+             if h.problem else "")
+
+
+def _hold_over(h: _Hold) -> None:
+    """The step's hold is over: it moves on with analysis off or a passing verdict; without a
+    verdict the hold is extended, then analysis.onNoVerdict decides."""
+    s, analysis, held = h.s, h.s.spec.rollout.canary.analysis, int(h.held)
+    if not analysis.enabled:
+        s.record_gate(_no_verdict(h, "AnalysisDisabled",
+                                  f"held {held}s with rollout.canary.analysis.enabled false: not judged"))
+        _advance(h, f"canary held {held}s{h.where}", "; canary analysis off (rollout.canary.analysis.enabled false)")
+        return
+    if _verdict(h):
+        s.record_gate(_judged_entry(h))
+        _advance(h, f"canary held {held}s{h.where}", f"; canary analysis: {h.judged.summary}")
+        return
+    if h.held < h.duration + analysis.max_extension_seconds:
+        if not s.rollout.hold_extended_since:
+            s.set(hold_extended_since=iso(s.now),
+                  message=f"canary {s.target}{h.where} held {held}s without a verdict ({h.problem}): hold "
+                          f"extended up to {analysis.max_extension_seconds}s (analysis.maxExtensionSeconds)")
+            s.say("Warning", "CanaryHoldExtended", s.rollout.message)
+        return
+    _no_verdict_policy(h)
+
+
+def _no_verdict_policy(h: _Hold) -> None:
+    s, analysis, held = h.s, h.s.spec.rollout.canary.analysis, int(h.held)
+    summary = (f"no verdict after {held}s serving ({h.duration}s hold + {analysis.max_extension_seconds}s "
+               f"extension): {h.problem}")
+    policy = analysis.on_no_verdict
+    if policy is NoVerdictPolicy.promote:
+        s.record_gate(_no_verdict(h, "PromotedWithoutVerdict", f"{summary}; moved on by analysis.onNoVerdict promote"))
+        _advance(h, f"canary held {held}s{h.where}", f"; no canary verdict ({h.problem}), onNoVerdict promote")
+    elif policy is NoVerdictPolicy.hold:
+        if not s.rollout.awaiting_decision:
+            awaiting = (f"{summary}; onNoVerdict hold: annotate rankops.io/promote={s.target} "
+                        f"to move on, or rankops.io/abort={s.target} to roll back")
+            s.set(awaiting_decision=awaiting, message=f"canary {s.target}{h.where} awaits a decision: {awaiting}")
+            s.record_gate(_no_verdict(h, "AwaitingDecision", summary))
+            s.say("Warning", "CanaryAwaitingDecision", s.rollout.message)
+    else:
+        s.record_gate(_no_verdict(h, "NoVerdict", summary))
+        s.roll_back("canary", f"canary {s.target}{h.where}: {summary}; rolled back by analysis.onNoVerdict "
+                              f"rollback; stable {s.stable} untouched")
+
+
+def _advance(h: _Hold, why: str, note: str) -> None:
+    """The step is done: the next one, or Promoting after the last (or when promoted by hand)."""
+    s, observed = h.s, h.s.observed
+    s.set(awaiting_decision=None, hold_extended_since=None)
+    if h.number == h.steps or h.promote:
+        if h.promote:
+            s.set(promoted=h.promote)
+        s.move(PROMOTING, f"{why}{note}; updating stable to {s.target}")
+        return
+    upcoming = s.spec.rollout.canary.step_plan()[h.number]
+    held_weight = current_step(s.spec, s.rollout)[1].weight
+    # Serving the new weight starts its hold.
+    s.set(step=h.number + 1, canary_down_since=iso(s.now), step_since=None, step_pods=None)
+    if observed.track_metrics:   # the next weight takes effect now: its window starts at this reading
+        s.set(analysis_baseline={"attempt": s.attempt, "step": h.number + 1, "at": iso(s.now), **{
+            track: {pod: dict(c.values) for pod, c in pods.items()}
+            for track, pods in observed.track_metrics.items()}})
+    s.set(message=f"canary {s.target} takes {upcoming.weight}% for {upcoming.duration_seconds}s "
+                  f"(step {h.number + 1}/{h.steps}) after holding {held_weight}% {int(h.held)}s{note}")
+    s.say("Normal", "CanaryStepPassed", s.rollout.message)

@@ -1,9 +1,12 @@
-"""Reconciles asked for by watch events on children and inputs, coalesced per object.
+"""The work queue: reconciles asked for (kicks) by watch events, the clock and the plan pool,
+coalesced per object.
 
 A burst of events for one model (its Deployment's status moving pod by pod, four children
 applied at once) within `delay_s` becomes one reconcile, plus one more if events came while it ran: a reconcile
 reads the object as it is, so nothing in between is lost. They run on a pool of their own, not on
-kopf's workers that serve spec changes. A reconcile that fails is tried again after `retry_s`.
+kopf's workers that serve spec changes. A reconcile that fails is tried again with a per-object
+exponential backoff (Backoff: `retry_s`, doubling up to `retry_cap_s`, reset by a success), as
+controller-runtime's rate limiter does; `failed` is told each failure and when the next try is.
 Each runs in a copy of one context (`context()`: kopf's, which kopf.event() needs), never in the
 caller's: a kick asked in a kopf handler would keep that handler's event (its body, its patch)
 alive for as long as it waits, and at N=1000 ~3,000 waiting kicks held ~30 MB so.
@@ -24,19 +27,49 @@ log = logging.getLogger("rankops.kicks")
 
 
 URGENT, NORMAL = 0, 1
+RETRY_FIRST_S, RETRY_CAP_S = 2.0, 300.0
 
 
-class Kicks:
-    def __init__(self, run: Callable[[Hashable], None], workers: int = 8, retry_s: float = 10.0,
+class Backoff:
+    """Per object: how long until a failing reconcile is tried again. The first failure waits
+    `first_s`, each one after doubles it up to `cap_s`; a success starts it over."""
+
+    def __init__(self, first_s: float = RETRY_FIRST_S, cap_s: float = RETRY_CAP_S):
+        self.first_s, self.cap_s = first_s, cap_s
+        self._failures: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, key: Hashable) -> float:
+        """One more failure of `key`: the seconds until its next try."""
+        with self._lock:
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+        return min(self.cap_s, self.first_s * 2 ** min(failures - 1, 62))
+
+    def succeeded(self, key: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+    def failures(self, key: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(key, 0)
+
+
+class WorkQueue:
+    def __init__(self, run: Callable[[Hashable], None], workers: int = 8, retry_s: float = RETRY_FIRST_S,
                  delay_s: float = 0.0, paused: Callable[[], bool] = lambda: False, start: bool = True,
-                 context: Callable[[], contextvars.Context | None] = lambda: None):
+                 context: Callable[[], contextvars.Context | None] = lambda: None,
+                 retry_cap_s: float = RETRY_CAP_S,
+                 failed: Callable[[Hashable, Exception, float], None] = lambda key, exc, retry_in: None):
         """`delay_s`: how long a kick waits for more events of the same burst before it runs.
         `start`: start its threads now (False: at `start()`; kicks queue until then).
-        `context`: the context each reconcile runs in a copy of (None: the worker thread's own)."""
+        `context`: the context each reconcile runs in a copy of (None: the worker thread's own).
+        `retry_s`, `retry_cap_s`: a failing object's first retry, and the most it waits (Backoff).
+        `failed`: told (key, error, seconds to the next try) when a reconcile fails, in its context."""
         self._run = run
         self._context = context
         self._paused = paused
-        self._retry_s = retry_s
+        self.backoff = Backoff(retry_s, retry_cap_s)
+        self._failed = failed
         self._delay_s = delay_s
         self._due: list[tuple[float, int, int, Hashable]] = []   # a heap, by time
         self._ready: list[tuple[int, int, Hashable]] = []        # a heap, by priority
@@ -112,11 +145,18 @@ class Kicks:
             self._running.add(key)
         try:
             self._run(key)
-        except Exception as exc:  # noqa: BLE001 - logged, and tried again
-            log.warning(f"reconcile of {key} asked by a watch event failed ({exc}); again in {self._retry_s:.0f} s")
-            timer = threading.Timer(self._retry_s, self.kick, (key,))
+        except Exception as exc:  # noqa: BLE001 - logged, said, and tried again after a backoff
+            retry_in = self.backoff.failed(key)
+            log.warning(f"reconcile of {key} failed ({exc}); again in {retry_in:.0f} s")
+            timer = threading.Timer(retry_in, self.kick, (key,))
             timer.daemon = True
             timer.start()
+            try:
+                self._failed(key, exc, retry_in)
+            except Exception as said:  # noqa: BLE001 - saying it must not stop the retry
+                log.debug(f"could not say that {key} failed: {said}")
+        else:
+            self.backoff.succeeded(key)
         finally:
             with self._lock:
                 self._running.discard(key)
