@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 from rankops.api.phases import ModelPhase
 from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, RolloutStatus
-from rankops.rollout.machine import ACTIVE, CANARY, CANARY_STARTING, PROMOTING, VERIFYING, WARMING
+from rankops.rollout.machine import ACTIVE, CANARY, CANARY_STARTING, GATE_GRACE_S, PROMOTING, VERIFYING, WARMING
 from rankops.rollout.record import current_step, parse_time
 
-GATE_GRACE_S = 120   # a gate phase rolls back this long after its Job's own deadline (rollout.machine._gate)
 SLACK_S = 1.0        # past a deadline, so the check `age > timeout` holds when it is reconciled
 
 

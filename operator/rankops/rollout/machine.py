@@ -89,13 +89,16 @@ def _canary_starting(s: Step) -> None:
         s.set(message=f"waiting for canary {target} ({ready}/{desired} pods Ready): {stuck}"
                       + canary_hold._capacity_hint(s.spec))
 
+# A gate phase rolls back this long past its Job's own deadline (a Job that never started).
+GATE_GRACE_S = 120
+
 
 def _gate(s: Step) -> None:
     """Warming or Verifying: the phase's gate Job runs; its verdict moves the rollout on or back."""
     gate, target, timeout = GATE_OF_PHASE[s.phase], s.target, s.timeout
     seen = s.observed.gates.get(gate, GateObservation())
     if not seen.finished:
-        if s.phase_age() > timeout + 120:
+        if s.phase_age() > timeout + GATE_GRACE_S:
             # The Job should have hit its own deadline; this catches a Job that never started.
             s.roll_back(gate, f"{gate} gate for {target} did not report within {timeout}s")
         return
