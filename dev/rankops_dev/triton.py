@@ -394,15 +394,25 @@ class TritonServer:
             if self.process.poll() is not None:
                 raise TritonError(f"tritonserver exited with {self.process.returncode} before it was ready:\n"
                                   f"{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if self._answers("/v2/health/ready", self.http_url) and (
+                    not self._serves_metrics() or self._answers("/metrics", self.metrics_url)):
+                return
             time.sleep(0.2)
         self.stop()
         raise TritonError(f"tritonserver was not ready within {timeout_s:g}s:\n{self.log_tail()}")
+
+    @staticmethod
+    def _answers(path: str, address: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{address}{path}", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def _serves_metrics(self) -> bool:
+        # Triton opens its metrics port after HTTP reports ready: a caller that reads
+        # /metrics straight after start() would otherwise meet a refused connection.
+        return "--allow-metrics=false" not in self.arguments()
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
