@@ -107,7 +107,7 @@ class ModelObserved:
     resolved: ResolvedShape | None = None          # the shape to serve (the planner's, for batching: auto)
     plan_status: PlanStatus | None = None          # status.plan that says why
     plan_failed: str | None = None                 # why no shape could be made
-    credentials_missing: str | None = None
+    credentials_secret_exists: bool | None = None  # None: not needed (credentials_secret_needed), or not readable
     pool: PoolView | None = None
     stable_dep: dict | None = None
     canary_dep: dict | None = None
@@ -206,10 +206,26 @@ class BlockingRead:
     blocks: Callable[[ModelObserved, RankingModel], tuple[str, str] | None]
 
 
+# Artifacts the fetcher copies with the model's credentials; a path on the node needs none.
+FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")
+
+
+def credentials_secret_needed(rm: RankingModel) -> str | None:
+    """The credentials Secret whose existence gates this generation: the one spec.modelCredentialsSecret
+    names, when a version fetches with it."""
+    secret = rm.spec.model_credentials_secret
+    return secret if secret and any(v.model_uri.startswith(FETCHED_SCHEMES) for v in rm.spec.versions) else None
+
+
 def _credentials_block(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:
-    if observed.credentials_missing:
-        return DegradedReason.CREDENTIALS_SECRET_NOT_FOUND, observed.credentials_missing
-    return None
+    secret, namespace = credentials_secret_needed(rm), rm.metadata["namespace"]
+    if not secret or observed.credentials_secret_exists is not False:
+        return None
+    return DegradedReason.CREDENTIALS_SECRET_NOT_FOUND, (
+        f"Secret {secret} (spec.modelCredentialsSecret) does not exist in namespace {namespace}: create it "
+        f"(kubectl -n {namespace} create secret generic {secret} --from-literal=AWS_ACCESS_KEY_ID=... "
+        "--from-literal=AWS_SECRET_ACCESS_KEY=...) or fix spec.modelCredentialsSecret; the serving version "
+        "is left untouched")
 
 
 def _pool_block(observed: ModelObserved, rm: RankingModel) -> tuple[str, str] | None:

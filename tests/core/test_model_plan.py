@@ -56,7 +56,7 @@ def test_a_missing_secret_outranks_a_missing_pool_and_stops_the_reading_there():
     degraded = next(c for c in result.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "CredentialsSecretNotFound"
     observed = models.observe(cluster, modelplan.parse(body)[0], {}, T0)
-    assert observed.credentials_missing and observed.pool is None, "the pool is not read after that"
+    assert observed.credentials_secret_exists is False and observed.pool is None, "the pool is not read after that"
 
 
 def test_render_of_a_model_the_policy_refuses_fails_as_the_operator_refuses_it():

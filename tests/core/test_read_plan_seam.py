@@ -46,12 +46,12 @@ def test_the_blocking_reads_are_in_the_precedence_order_and_each_has_a_reader():
     assert [read.name for read in modelplan.BLOCKING_READS] == ["credentials", "pool", "shape"]
     assert set(models.BLOCKING_READERS) == {read.name for read in modelplan.BLOCKING_READS}
     rm = modelplan.parse(_body(nodePool="t4", modelCredentialsSecret="s"))[0]
-    everything = modelplan.ModelObserved(now=T0, credentials_missing="no secret",
+    everything = modelplan.ModelObserved(now=T0, credentials_secret_exists=False,
                                          pool=modelplan.PoolView(exists=False), plan_failed="no plan")
     reasons = [read.blocks(everything, rm)[0] for read in modelplan.BLOCKING_READS]
     assert reasons == sorted(reasons, key=DEGRADED_PRECEDENCE.index), "the list's order is the precedence's"
     assert modelplan.blocker(everything, rm)[0] == DegradedReason.CREDENTIALS_SECRET_NOT_FOUND
-    no_secret_problem = dataclasses.replace(everything, credentials_missing=None)
+    no_secret_problem = dataclasses.replace(everything, credentials_secret_exists=True)
     assert modelplan.blocker(no_secret_problem, rm)[0] == DegradedReason.NODE_POOL_NOT_FOUND
     assert modelplan.blocker(modelplan.ModelObserved(now=T0, plan_failed="x"), rm)[0] == DegradedReason.PLAN_FAILED
 

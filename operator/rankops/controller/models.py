@@ -21,6 +21,7 @@ from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
 from rankops.controller import pod_metrics, writes
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
+from rankops.controller.model_memory import MONITOR_REAPPLY_S, ModelMemory
 from rankops.controller.plans import PlanPending, Plans
 from rankops.controller.unchanged import applied_digest
 from rankops.render import names, serving
@@ -36,7 +37,6 @@ from rankops.rollout.readiness import PodObservation, observe_pod, unschedulable
 log = logging.getLogger("rankops.models")
 POLICY_REASON = modelplan.POLICY_REASON
 SPEC_NOT_APPLIED = model_status.SPEC_NOT_APPLIED
-FETCHED_SCHEMES = ("s3://", "gs://", "http://", "https://")  # artifacts the fetcher copies, with credentials
 
 
 @dataclass
@@ -99,71 +99,23 @@ def _pod_problems(kube: Kube, namespace: str, model: str, canary_pods: list[tupl
     return warming.warm_failures(pods + others), unschedulable_summary(stable, "stable")
 
 
-MONITOR_REAPPLY_S = 600.0
-
-
-class ModelMemory:
-    """What this process remembers across the reconciles of its models (the ModelController owns
-    one): nothing in it is needed for a correct reconcile, it saves requests and repeated lines.
-
-    - `writes`: the children last applied and refused, per model (controller/writes.py).
-    - `plans`: the plan pool (controller/plans.py), which keeps the shapes planned; by default one
-      that plans in the reconcile's own thread.
-    - `monitors_applied`: ServiceMonitors applied, by (namespace, name): the digest of what was
-      applied, when, and the model (name, uid) it is for. They are applied again when it changes,
-      after MONITOR_REAPPLY_S, or when `monitors_gone` finds one deleted; not on every reconcile.
-    - `monitoring_notes`: what _apply_monitoring has logged, so a missing CRD or right is one line
-      per process, not one per reconcile; a success clears it, so the same problem coming back is
-      logged again. `secrets_unchecked`: that Secrets may not be read was said.
-    - `metrics`: the serving pods' Triton metrics, read bounded and off the reconcile
-      (controller/pod_metrics.py).
-    """
-
-    def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic,
-                 metrics: pod_metrics.PodMetrics | None = None, plans: Plans | None = None):
-        self.writes = writes_memory or writes.Writes()
-        self.metrics = metrics or pod_metrics.PodMetrics()   # without a kick: read at once, bounded
-        self.plans = plans or Plans()
-        self.clock = clock
-        self.secrets_unchecked = False
-        self.monitoring_notes: set[str] = set()
-        self.monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
-        self.api_keys: set[str] = set()          # uids whose restricted-API key Secret is known to exist
-        self.network_policies: set[str] = set()  # uids whose NetworkPolicy this process applied
-
-    def monitors_gone(self, present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
-        """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed
-        (`present`: the rankops ServiceMonitors the API server lists); forgotten, so their next
-        reconcile applies it again. ServiceMonitors are not watched (their CRD is optional)."""
-        gone = [key for key in list(self.monitors_applied) if key not in present]
-        return [(key[0], *self.monitors_applied.pop(key)[2:]) for key in gone]
-
-    def note(self, key: str, level: int, message: str) -> None:
-        if key not in self.monitoring_notes:
-            self.monitoring_notes.add(key)
-            log.log(level, message)
-
-
-def _credentials_missing(kube: Kube, rm: RankingModel, memory: ModelMemory) -> str | None:
-    """Why the fetcher's credentials Secret cannot be used, when a version fetches with it."""
-    secret, namespace = rm.spec.model_credentials_secret, rm.metadata["namespace"]
-    if not secret or not any(v.model_uri.startswith(FETCHED_SCHEMES) for v in rm.spec.versions):
+def _credentials_secret_exists(kube: Kube, rm: RankingModel, memory: ModelMemory) -> bool | None:
+    """Whether the fetcher's credentials Secret exists, when modelplan says a version fetches with it;
+    None when it need not be read, or may not be (said once per process: it is how the cluster admin
+    set RBAC up)."""
+    secret, namespace = modelplan.credentials_secret_needed(rm), rm.metadata["namespace"]
+    if not secret:
         return None
     try:
-        if kube.exists("Secret", namespace, secret):
-            return None
+        return kube.exists("Secret", namespace, secret)
     except ApiError as exc:
         if exc.status != 403:
             raise
-        if not memory.secrets_unchecked:   # said once per process: it is how the cluster admin set RBAC up
+        if not memory.secrets_unchecked:
             memory.secrets_unchecked = True
             log.info("the operator may not get Secrets (chart RBAC): not checking that "
                      "spec.modelCredentialsSecret exists")
         return None
-    return (f"Secret {secret} (spec.modelCredentialsSecret) does not exist in namespace {namespace}: create it "
-            f"(kubectl -n {namespace} create secret generic {secret} --from-literal=AWS_ACCESS_KEY_ID=... "
-            "--from-literal=AWS_SECRET_ACCESS_KEY=...) or fix spec.modelCredentialsSecret; the serving version "
-            "is left untouched")
 
 
 def _read_profile(kube: Kube, rm: RankingModel) -> dict[int, float] | None:
@@ -249,7 +201,7 @@ class _Reading:
 
 
 def _read_credentials(r: _Reading) -> dict[str, Any]:
-    return {"credentials_missing": _credentials_missing(r.kube, r.rm, r.memory)}
+    return {"credentials_secret_exists": _credentials_secret_exists(r.kube, r.rm, r.memory)}
 
 
 def _read_pool(r: _Reading) -> dict[str, Any]:
