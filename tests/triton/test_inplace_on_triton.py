@@ -158,7 +158,10 @@ def test_v2_loaded_in_place_gated_and_promoted_with_no_failed_request(fleet):
     for pod in fleet["pods"].values():
         assert not pod.version_dir("1").exists() and not pod.version_dir("1").is_symlink()
         assert (pod.version_dir("2") / "model.onnx").is_file()
+        # v1 was a link out of the model's directory (the harness's artifact): unlinked, never followed
+        assert (pod.model_dir.parent.parent / "artifacts" / "v1" / "model.onnx").is_file()
     verdicts = fleet["executor"].gate_verdicts("2")
+    print("\n".join(f"  {g}: {v.outcome}: {v.summary}" for g, v in verdicts.items()))
     assert {g: v.outcome for g, v in verdicts.items()} == {"warmup": "pass", "equivalence": "pass"}, verdicts
     assert len({v.pod_uid for v in verdicts.values()}) == 1, "both gates judged the one gate pod"
     assert fleet["executor"].errors == {}
