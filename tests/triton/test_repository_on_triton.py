@@ -4,20 +4,17 @@ override whose version policy lists both, both answer, the unversioned request g
 v1 dropped the same way, v2 still answers; the index says each state."""
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 import pytest
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
 
 from rankops.api.rankingmodel import ModelFormat
 from rankops_dev import spec_models
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY
 from rankops.triton.client import Endpoint, InferenceFailed, ModelNotReady
-from rankops.triton.repository import Repository, RepositoryError, with_versions
+from rankops.triton.repository import Repository, RepositoryError, config_json, with_versions
 from rankops.triton.samples import Sample
 from test_conformance import _doc
 from triton_serving import serve
@@ -52,9 +49,7 @@ def test_two_versions_load_side_by_side_then_the_old_one_is_dropped(triton_insta
 
         # v2, other weights, fetched into the model's directory beside v1 (what the fetcher will do)
         spec_models.export(rm.spec, ModelFormat.onnx, server.repository / model / "2", seed=7)
-        config = json.loads(json_format.MessageToJson(
-            text_format.Parse((server.repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()),
-            preserving_proto_field_name=True))
+        config = config_json((server.repository / model / "config.pbtxt").read_text())
         started = time.monotonic()
         repo.load(model, with_versions(config, [1, 2]))
         print(f"load of v2 beside v1 answered in {(time.monotonic() - started) * 1000:.0f} ms")

@@ -47,6 +47,18 @@ class IndexEntry:
     reason: str = ""
 
 
+def config_json(pbtxt: str) -> dict[str, Any]:
+    """A config.pbtxt (Triton's model config in protobuf text) as the JSON a load's config override takes."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    try:
+        message = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        raise ValueError(f"config.pbtxt is not a Triton model config: {exc}") from None
+    return json.loads(json_format.MessageToJson(message, preserving_proto_field_name=True))
+
+
 def with_versions(config: Mapping[str, Any], versions: Iterable[int]) -> dict[str, Any]:
     """`config` (Triton's model config as JSON, e.g. the rendered config.pbtxt converted) with a
     version policy that holds exactly `versions`."""

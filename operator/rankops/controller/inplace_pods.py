@@ -1,0 +1,286 @@
+"""The in-place switch's shell (issue 41): carries out what rollout/inplace.py's `step` asks of
+running Triton pods, and reads their repository indexes back for the next step.
+
+- Load / Unload: a load through Triton's repository API (triton/repository.py) whose config
+  override is the pod's own config.pbtxt with a version policy listing exactly `keep`. A version
+  whose directory is missing on the pod's volume is staged first (`stage`).
+- RemoveFiles: the version's directory in the model's directory, and nothing outside it.
+- RunGate: the gates library (gates/warmup.py, gates/equivalence.py) with the gate Job's settings
+  and requests (rollout/jobs.py, render/gate_requests.py), against that one pod BY VERSION:
+  warmup on `model:new`, equivalence of `model:new` against `model:stable` on the same pod.
+
+Every action runs on a worker thread, at most one per pod and version (a pod's repository loads,
+whatever the version, one at a time: two loads with different policies would race), and every
+request to a pod is bounded (bounded_http's deadline): a pod that accepts and never answers costs
+a worker its deadline, never the loop. An action asked again while it is in flight is not sent
+twice; one that failed is tried again when the machine asks again (its error is kept for status).
+
+How a version's files reach the pod's volume is the pod's business in the end (a fetcher beside
+Triton, a later slice); here `stage(pod, version)` puts them there. `fetched_from` stages with the
+project's strict fetcher (fetcher/fetch.py) from any URI it reads, a local file:// directory
+included: the version lands as the fetcher lands it (a symlink to a hidden complete copy).
+
+`Switcher.round` is one read -> step -> execute; the controller will call it per reconcile.
+"""
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rankops.api.rankingmodel import RankingModel
+from rankops.fetcher import fetch as fetcher
+from rankops.gates.equivalence import Criteria, run_equivalence
+from rankops.gates.verdict import Verdict, error_verdict
+from rankops.gates.warmup import WarmupConfig, run_warmup
+from rankops.render import gate_requests
+from rankops.render.tritonconfig import triton_version
+from rankops.rollout import inplace
+from rankops.rollout.jobs import EQUIVALENCE_SAMPLES
+from rankops.rollout.machine import reference_version_of
+from rankops.triton.client import GATE_PRIORITY, Endpoint
+from rankops.triton.repository import INDEX_DEADLINE_S, Repository, RepositoryError, config_json, with_versions
+from rankops.triton.samples import Sample, generate_samples, parse_input_spec
+
+# Triton's latency window is 60 s; the gate Job waits 70 s for it to hold only warm requests.
+WARMUP_WINDOW_WAIT_S = 70.0
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """One serving pod: its Triton's HTTP (and metrics) address and its model's directory on the
+    repository volume (/models/<model> in the pod)."""
+    name: str
+    uid: str
+    host: str
+    http_port: int
+    model_dir: Path
+    metrics_port: int | None = None
+    headers: Mapping[str, str] | None = None      # the model's restricted-API key header
+    serving: bool = True                          # Ready, not deleted, on a live node (rollout/readiness)
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    def repository(self) -> Repository:
+        return Repository(self.host, self.http_port, self.headers)
+
+    def version_dir(self, version: str) -> Path:
+        return self.model_dir / str(triton_version(version))
+
+
+Stage = Callable[[PodTarget, str], None]
+GateRunner = Callable[[PodTarget, str, str, str], Verdict]   # (pod, gate, version, stable) -> verdict
+
+
+def fetched_from(uris: Mapping[str, str], limits: fetcher.Limits = fetcher.Limits()) -> Stage:
+    """A stage that fetches version -> URI with the strict fetcher into the pod's version directory."""
+    def stage(pod: PodTarget, version: str) -> None:
+        if version not in uris:
+            raise fetcher.FetchError(f"no URI for version {version}")
+        fetcher.fetch(uris[version], pod.version_dir(version), limits=limits)
+    return stage
+
+
+def remove_version_files(model_dir: Path, version: str) -> None:
+    """Remove `version`'s directory from `model_dir`: a plain directory, or the fetcher's symlink and
+    the hidden copy it points to. A link to anything outside `model_dir` is unlinked, never followed."""
+    target = model_dir / str(triton_version(version))
+    root = model_dir.resolve()
+    if target.parent.resolve() != root:
+        raise ValueError(f"{target} is not in the model's directory {model_dir}")
+    if target.is_symlink():
+        pointed = (target.parent / target.readlink()).resolve()
+        target.unlink()
+        if pointed.parent == root and pointed.name.startswith(f".{target.name}.") and pointed.is_dir():
+            shutil.rmtree(pointed)
+    elif target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    for leftover in model_dir.glob(f".{target.name}.*"):     # the fetcher's lock and stale copies
+        shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+
+
+def gate_samples(rm: RankingModel, gate: str, recorded: Sequence[Sample] | None = None) -> list[Sample]:
+    """The requests the gate's Job sends: `recorded` (its samples ConfigMap, read by the caller), or
+    generated from the input spec as the Job generates them (same count, batch sizes and seed)."""
+    if recorded is not None:
+        return list(recorded)
+    spec = rm.spec
+    count = gate_requests.warmup_sample_count(spec, spec.rollout.warmup.requests) if gate == "warmup" \
+        else EQUIVALENCE_SAMPLES
+    return generate_samples(parse_input_spec([t.to_wire() for t in spec.inputs]), count,
+                            gate_requests.batch_sizes(spec))
+
+
+@dataclass(frozen=True)
+class PodGates:
+    """The gates of rollout.warmup / rollout.equivalence run against one pod, by version."""
+    rm: RankingModel
+    window_wait_s: float = WARMUP_WINDOW_WAIT_S
+    recorded: Mapping[str, Sequence[Sample]] | None = None      # gate -> its samples ConfigMap's requests
+    timeout_s: float = 30.0                                     # per request, as the Job's default
+
+    def __call__(self, pod: PodTarget, gate: str, version: str, stable: str) -> Verdict:
+        model, spec = self.rm.metadata["name"], self.rm.spec
+        samples = gate_samples(self.rm, gate, (self.recorded or {}).get(gate))
+
+        def endpoint(v: str) -> Endpoint:
+            return Endpoint(pod.http_url, model, str(triton_version(v)), timeout_s=self.timeout_s,
+                            priority=GATE_PRIORITY)
+
+        if gate == "warmup":
+            w = spec.rollout.warmup
+            metrics = f"{pod.host}:{pod.metrics_port}" if pod.metrics_port else ""
+            return run_warmup(endpoint(version), samples, WarmupConfig(
+                requests=w.requests, concurrency=w.concurrency, max_p99_ms=w.max_p99_ms,
+                unique=spec.response_cache, metrics_url=metrics, window_wait_s=self.window_wait_s))
+        if gate == "equivalence":
+            e = spec.rollout.equivalence
+            if isinstance(e.reference, str) and reference_version_of(spec, stable) is None:
+                criteria = Criteria(abs_tolerance=e.abs_tolerance, rel_tolerance=e.rel_tolerance, top_k=e.top_k,
+                                    min_topk_overlap=e.min_top_k_overlap,
+                                    min_rank_correlation=e.min_rank_correlation)
+                return run_equivalence(samples, endpoint(version), criteria, reference=endpoint(stable),
+                                       output=e.output)
+            return error_verdict(gate, "ReferenceNotInPod", f"in place, {version} is compared with the stable "
+                                 f"{stable} loaded beside it; rollout.equivalence.reference "
+                                 f"{e.reference!r} is not loaded in {pod.name}")
+        return error_verdict(gate, "UnknownGate", f"no gate named {gate!r}")
+
+
+class Executor:
+    """Runs the machine's actions against the pods, on worker threads (see the module's docstring)."""
+
+    def __init__(self, model: str, pods: Mapping[str, PodTarget], stage: Stage, gates: GateRunner,
+                 load_deadline_s: float = 600.0, index_deadline_s: float = INDEX_DEADLINE_S, workers: int = 8):
+        self.model, self.pods, self.stage, self.gates = model, dict(pods), stage, gates
+        self.load_deadline_s, self.index_deadline_s = load_deadline_s, index_deadline_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace")
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[str, ...], Future] = {}
+        self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
+        self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
+        self.sent: list[tuple[str, ...]] = []                             # every action started, in order
+        # A load that ended after the last read began is not in that read's index: the machine asks
+        # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)).
+        self._written: dict[str, tuple[frozenset[int], float]] = {}
+        self._read_at = 0.0
+
+    # --- reads
+    def read(self) -> tuple[inplace.PodIndex, ...]:
+        """Every pod's repository index, read at once, each within the index deadline."""
+        self._read_at = time.monotonic()
+        futures = {name: self._pool.submit(self._index, pod) for name, pod in self.pods.items()}
+        return tuple(futures[name].result() for name in sorted(futures))
+
+    def _index(self, pod: PodTarget) -> inplace.PodIndex:
+        try:
+            entries = pod.repository().versions(self.model, self.index_deadline_s)
+        except RepositoryError as exc:
+            return inplace.PodIndex(pod.name, pod.uid, pod.serving, None, unread=str(exc))
+        versions = {v: inplace.VersionState(e.state, e.reason) for v, e in entries.items()}
+        return inplace.PodIndex(pod.name, pod.uid, pod.serving, versions)
+
+    def gate_verdicts(self, version: str) -> dict[str, inplace.GateVerdict]:
+        with self._lock:
+            return {gate: v for (gate, for_version), v in self.verdicts.items() if for_version == version}
+
+    # --- actions
+    def submit(self, actions: Sequence[Any], record: inplace.Record) -> list[tuple[str, ...]]:
+        """Start each action not already in flight; the keys of those started."""
+        started = []
+        for action in actions:
+            key, run = self._plan(action, record)
+            if key is None:
+                continue
+            with self._lock:
+                if key in self._in_flight:
+                    continue
+                self._in_flight[key] = future = self._pool.submit(self._guarded, key, run)
+                self.sent.append(key)
+            future.add_done_callback(lambda _f, key=key: self._done(key))
+            started.append(key)
+        return started
+
+    def in_flight(self) -> list[tuple[str, ...]]:
+        with self._lock:
+            return sorted(self._in_flight)
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) for the actions in flight; for tests and shutdown."""
+        with self._lock:
+            futures = list(self._in_flight.values())
+        wait(futures, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _plan(self, action: Any, record: inplace.Record) -> tuple[tuple[str, ...] | None, Callable[[], None]]:
+        if isinstance(action, (inplace.Load, inplace.Unload)):
+            pod, keep = self.pods[action.pod], frozenset(triton_version(v) for v in action.keep)
+            with self._lock:
+                written = self._written.get(pod.name)
+            if written is not None and written[0] == keep and written[1] >= self._read_at:
+                return None, lambda: None
+            return ("repository", pod.name), lambda: self._load(pod, action.keep)
+        if isinstance(action, inplace.RemoveFiles):
+            pod = self.pods[action.pod]
+            return ("files", pod.name, action.version), lambda: remove_version_files(pod.model_dir, action.version)
+        if isinstance(action, inplace.RunGate):
+            pod = self.pods[action.pod]
+            return (("gate", pod.name, action.version, action.gate),
+                    lambda: self._gate(pod, action.gate, action.version, record.from_version))
+        return None, lambda: None       # FallBack: the controller's (the pods strategy), not a pod's
+
+    def _load(self, pod: PodTarget, keep: tuple[str, ...]) -> None:
+        for version in keep:
+            if not pod.version_dir(version).exists():
+                self.stage(pod, version)
+        config = config_json((pod.model_dir / "config.pbtxt").read_text())
+        versions = frozenset(triton_version(v) for v in keep)
+        pod.repository().load(self.model, with_versions(config, versions), deadline_s=self.load_deadline_s)
+        with self._lock:
+            self._written[pod.name] = (versions, time.monotonic())
+
+    def _gate(self, pod: PodTarget, gate: str, version: str, stable: str) -> None:
+        verdict = self.gates(pod, gate, version, stable)
+        with self._lock:
+            self.verdicts[(gate, version)] = inplace.GateVerdict(verdict.outcome, verdict.summary, pod.uid)
+
+    def _guarded(self, key: tuple[str, ...], run: Callable[[], None]) -> None:
+        try:
+            run()
+        except Exception as exc:     # a worker's failure is an answer for status, not a dead thread
+            with self._lock:
+                self.errors[key] = f"{type(exc).__name__}: {exc}"
+        else:
+            with self._lock:
+                self.errors.pop(key, None)
+
+    def _done(self, key: tuple[str, ...]) -> None:
+        with self._lock:
+            self._in_flight.pop(key, None)
+
+
+@dataclass
+class Switcher:
+    """The loop the controller will run per reconcile: read the pods -> step -> execute."""
+    executor: Executor
+    policy: inplace.Policy
+    record: inplace.Record
+
+    def round(self, now: Any, stable_p99_ms: float | None, abort: str | None = None) -> inplace.Switch:
+        observed = inplace.Observed(now, self.executor.read(), self.executor.gate_verdicts(self.record.version),
+                                    stable_p99_ms, abort)
+        switch = inplace.step(self.record, observed, self.policy)
+        self.executor.submit(switch.actions, switch.record)
+        self.record = switch.record
+        return switch
