@@ -172,3 +172,52 @@ def test_from_status_reads_a_pipe_and_a_kubectl_list(tmp_path, fixtures, capsys)
         writer.join()
         os.close(read)
     assert "corrected for a slowdown of 2" in capsys.readouterr().out
+
+
+def _model_doc(name, qps, weights=512):
+    return f"""kind: RankingModel
+metadata: {{name: {name}}}
+spec:
+  slo: {{p99LatencyMs: 10, targetQps: {qps}}}
+  planning:
+    gpuMemoryMiB: 15360
+    latencyProfile: {{1: 2.0, 4: 2.3, 8: 3.0, 16: 4.6}}
+    memory: {{weightsMiB: {weights}, activationMiBPerItem: 8, runtimeReserveMiB: 1024}}
+"""
+
+
+def test_several_models_are_packed(tmp_path, capsys):
+    files = [_write(tmp_path, _model_doc(n, q), f"{n}.yaml") for n, q in (("coarse", 300), ("fine", 400), ("rerank", 200))]
+    assert main(["plan", *(a for f in files for a in ("-f", f)), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpus"] < data["gpusOnePerCard"]
+    assert sorted(m["name"] for s in data["servers"] for m in s["models"]) == ["coarse", "fine", "rerank"]
+    # one multi-document file is the same pack
+    both = _write(tmp_path, "---\n".join(_model_doc(n, q) for n, q in (("coarse", 300), ("fine", 400), ("rerank", 200))))
+    assert main(["plan", "-f", both, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == data
+
+
+def test_several_models_text_and_plot(tmp_path, capsys):
+    both = _write(tmp_path, _model_doc("coarse", 300) + "---\n" + _model_doc("fine", 400))
+    png = tmp_path / "pack.png"
+    assert main(["plan", "-f", both, "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "Server 1:" in text and "P99 shared" in text and "runtime reserve" in text and "one model per card" in text
+    assert png.stat().st_size > 1000
+
+
+def test_a_pack_that_cannot_hold_exits_one_naming_the_model(tmp_path, capsys):
+    both = _write(tmp_path, _model_doc("coarse", 300, weights=9000) + "---\n" + _model_doc("fine", 300, weights=8000))
+    assert main(["plan", "-f", both, "--max-cards", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "no pack: fine does not fit in 2 GPU(s)" in err and "MiB short" in err
+
+
+def test_several_models_refuse_one_model_flags_and_mixed_cards(tmp_path, capsys):
+    both = _write(tmp_path, _model_doc("coarse", 300) + "---\n" + _model_doc("fine", 400))
+    assert main(["plan", "-f", both, "--slowdown", "1.2"]) == 2
+    assert "for one model" in capsys.readouterr().err
+    other = _write(tmp_path, _model_doc("rerank", 200).replace("15360", "24576"), "a10.yaml")
+    assert main(["plan", "-f", both, "-f", other]) == 2
+    assert "give --gpu-memory-mib" in capsys.readouterr().err

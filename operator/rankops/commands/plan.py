@@ -1,5 +1,6 @@
 """`rankops plan -f rankingmodel.yaml [--profile CSV[:BATCH]] [--slowdown K | --from-status FILE]
-[--plot PNG] [-o text|json|yaml]`.
+[--plot PNG] [-o text|json|yaml]`; with several models (-f a.yaml -f b.yaml, or one file of several
+RankingModels) the pack of commands/plan_pack.py.
 
 --slowdown K plans with the profile's compute times x K; --from-status takes K = 1 / factor from a
 RankingModel's status.autoscaling.capacityCorrection (the correction the autoscaler applies: what
@@ -23,9 +24,10 @@ import yaml
 from pydantic import ValidationError
 
 from rankops.commands.output import add_output_flag, format_report
-from rankops.planner.inputs import PlanError, PlanInputs, inputs_from_spec
+from rankops.commands.plan_pack import add_pack_flags, run_pack, several_models
+from rankops.planner.inputs import PlanError, inputs_from_spec, slowed
 from rankops.planner.overload import OverloadError, with_queue_policy
-from rankops.planner.profile import LatencyProfile, ProfileError, load_profiles
+from rankops.planner.profile import ProfileError, load_profiles
 from rankops.planner.result import PlanResult
 from rankops.planner.search import evaluate, plan
 from rankops.planner.two_versions import SideBySide, VersionOnGpu, side_by_side
@@ -36,8 +38,10 @@ def add_commands(subparsers: Any) -> None:
         "plan", help="derive batching, instances and GPUs from a latency profile and the SLO",
         description="Plan Triton dynamic batching, instances per GPU and the GPU count for a "
                     "RankingModel from its latency profile, P99 budget and target QPS.")
-    p.add_argument("-f", "--file", help="RankingModel YAML (spec.slo, spec.planning, spec.batching); "
-                                        "default: the --from-status file")
+    p.add_argument("-f", "--file", action="append", default=[],
+                   help="RankingModel YAML (spec.slo, spec.planning, spec.batching); default: the --from-status "
+                        "file; repeatable, or one file of several RankingModels: the models packed on shared "
+                        "cards (GPUs packed vs one model per card)")
     p.add_argument("--profile", action="append", default=[], metavar="FILE[:BATCH]",
                    help="latency profile: YAML/JSON {batch: ms}, Model Analyzer metrics-model-inference.csv, "
                         "or perf_analyzer -f CSV with the -b it ran with (perf.csv:8); repeatable; "
@@ -49,12 +53,21 @@ def add_commands(subparsers: Any) -> None:
     corrected.add_argument("--from-status", metavar="FILE",
                            help="a RankingModel (YAML/JSON, e.g. kubectl get -o yaml, a pipe too) whose "
                                 "status.autoscaling.capacityCorrection.factor gives K = 1 / factor")
-    p.add_argument("--plot", metavar="PNG", help="write latency vs offered load for the top configs")
+    p.add_argument("--plot", metavar="PNG", help="write latency vs offered load for the top configs (several "
+                                                 "models: memory per card and P99 alone vs shared)")
+    add_pack_flags(p)
     add_output_flag(p, ("text", "json", "yaml"), "text")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        docs_by_file = [(Path(f), read_documents(Path(f), "-f")) for f in args.file]
+    except InputError as exc:
+        print(f"rankops plan: {exc}", file=sys.stderr)
+        return 2
+    if len(several_models(docs_by_file)) > 1:
+        return run_pack(args, docs_by_file, _load_spec)
     try:
         slowdown = getattr(args, "slowdown", None)
         from_status = getattr(args, "from_status", None)
@@ -66,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"slowdown {slowdown:g}: expected 0.1..10 (compute time observed / profiled)")
         if not (args.file or from_status):
             raise InputError("-f FILE is required (or --from-status FILE)")
-        spec, note = _load_spec(read_documents(Path(args.file), "-f") if args.file else status_docs,
-                                Path(args.file or from_status), args.profile)
+        spec, note = _load_spec(docs_by_file[0][1] if docs_by_file else status_docs,
+                                docs_by_file[0][0] if docs_by_file else Path(from_status), args.profile)
         inputs = inputs_from_spec(spec)
     except (InputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
@@ -107,12 +120,6 @@ def run(args: argparse.Namespace) -> int:
 
 class InputError(ValueError):
     pass
-
-
-def slowed(inputs: PlanInputs, slowdown: float) -> PlanInputs:
-    """`inputs` with every profiled compute time x `slowdown`."""
-    profile = LatencyProfile(tuple((b, ms * slowdown) for b, ms in inputs.profile.points))
-    return dataclasses.replace(inputs, profile=profile)
 
 
 def read_documents(path: Path, flag: str) -> list[Any]:

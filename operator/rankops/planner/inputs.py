@@ -2,6 +2,7 @@
 can pass plain namespaces)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,12 @@ def _explicit(spec: Any, name: str) -> Any:
     if fields_set is not None and name not in fields_set:
         return None
     return value
+
+
+def slowed(inputs: PlanInputs, slowdown: float) -> PlanInputs:
+    """`inputs` with every profiled compute time x `slowdown` (the overhead outside the GPU unchanged)."""
+    profile = LatencyProfile(tuple((b, ms * slowdown) for b, ms in inputs.profile.points))
+    return dataclasses.replace(inputs, profile=profile)
 
 
 def inputs_from_spec(spec: Any, *, profile: LatencyProfile | dict | str | None = None,

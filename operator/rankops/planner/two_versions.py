@@ -12,6 +12,7 @@ each version's figure, and says where it came from.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rankops.planner.memory import _n
@@ -80,17 +81,25 @@ def side_by_side(serving: VersionOnGpu, incoming: VersionOnGpu, gpu_mib: float |
         missing = ([f"the GPU memory of {', '.join(unknown)}"] if unknown else []) + \
                   (["the GPU's size"] if gpu_mib is None else [])
         return SideBySide(None, f"not known: {' and '.join(missing)}", tuple(problems))
-    terms = [f"{v.instances} x {_n(v.per_instance_mib)} MiB ({_label(v.name)})" for v in (serving, incoming)]
-    used = sum(v.instances * v.per_instance_mib for v in (serving, incoming)) + runtime_reserve_mib
+    fits, arithmetic = on_one_gpu((serving, incoming), gpu_mib, runtime_reserve_mib, margin)
+    if not fits:
+        problems.append(f"GPU memory: {arithmetic}")
+    return SideBySide(fits, arithmetic, tuple(problems))
+
+
+def on_one_gpu(holders: Sequence[VersionOnGpu], gpu_mib: float, runtime_reserve_mib: float = 0.0,
+               margin: float = DEFAULT_MARGIN) -> tuple[bool, str]:
+    """(fits, the sum for people) of every holder's instances in one tritonserver on one GPU: the
+    runtime reserve once, then the margin on the whole. Two versions of one model (side_by_side), or
+    several models sharing a server (planner/pack.py)."""
+    terms = [f"{v.instances} x {_n(v.per_instance_mib)} MiB ({_label(v.name)})" for v in holders]
+    used = sum(v.instances * v.per_instance_mib for v in holders) + runtime_reserve_mib
     with_margin = used * (1 + margin)
     fits = with_margin <= gpu_mib
     verdict = (f"fits ({_n(gpu_mib - with_margin)} MiB spare)" if fits else
                f"does not fit ({_n(with_margin - gpu_mib)} MiB short)")
-    arithmetic = (f"{' + '.join(terms)} + {_n(runtime_reserve_mib)} MiB runtime reserve = {_n(used)} MiB, "
+    return fits, (f"{' + '.join(terms)} + {_n(runtime_reserve_mib)} MiB runtime reserve = {_n(used)} MiB, "
                   f"+ {margin:.0%} margin = {_n(with_margin)} MiB of {_n(gpu_mib)} MiB per GPU: {verdict}")
-    if not fits:
-        problems.append(f"GPU memory: {arithmetic}")
-    return SideBySide(fits, arithmetic, tuple(problems))
 
 
 def _label(name: str) -> str:

@@ -1,0 +1,117 @@
+"""`rankops plan -f a.yaml -f b.yaml ...` (or one file of several RankingModels): the models packed on
+the fewest cards of one GPU kind (planner/pack.py), printed per server and card, GPUs packed vs one
+model per card. Exit codes as `rankops plan`: 0 a pack, 1 no pack, 2 unusable input."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rankops.commands.output import format_report
+from rankops.planner.inputs import PlanError, inputs_from_spec
+from rankops.planner.pack import Card, ModelToPack, Pack, PackError, pack
+from rankops.planner.profile import ProfileError
+
+
+class PackInputError(ValueError):
+    pass
+
+
+def add_pack_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("several models (packed on shared cards)")
+    g.add_argument("--gpu-memory-mib", type=float, metavar="MIB",
+                   help="memory of one card; default: the models' spec.planning.gpuMemoryMiB (they must agree)")
+    g.add_argument("--runtime-reserve-mib", type=float, metavar="MIB",
+                   help="CUDA context + tritonserver, paid once per card; default: the largest of the models' "
+                        "planning.memory.runtimeReserveMiB")
+    g.add_argument("--margin", type=float, default=None, metavar="FRACTION",
+                   help="kept free on top of the sum (default 0.1)")
+    g.add_argument("--switch-room", action="store_true",
+                   help="keep room on each card for one in-place version switch (the largest model's instances)")
+    g.add_argument("--max-cards", type=int, metavar="N", help="refuse a pack that needs more cards")
+
+
+def several_models(docs_by_file: list[tuple[Path, list[Any]]]) -> list[tuple[str, Path, dict]]:
+    """(name, file, document) of each model: a file's RankingModels, or its first document (a sketch)."""
+    out = []
+    for path, docs in docs_by_file:
+        models = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingModel"]
+        if not models and docs and isinstance(docs[0], dict):
+            models = [docs[0]]
+        for i, doc in enumerate(models):
+            name = (doc.get("metadata") or {}).get("name") or (path.stem if len(models) == 1 else f"{path.stem}-{i + 1}")
+            out.append((str(name), path, doc))
+    return out
+
+
+def run_pack(args: argparse.Namespace, docs_by_file: list[tuple[Path, list[Any]]], load_spec) -> int:
+    """`load_spec(docs, path, profiles)` -> (spec, note): the one-model command's reader."""
+    try:
+        if args.profile or args.slowdown is not None or args.from_status:
+            raise PackInputError("--profile, --slowdown and --from-status are for one model; give each model "
+                                 "its spec.planning.latencyProfile to pack several")
+        models, gpu_mib = [], set()
+        for name, path, doc in several_models(docs_by_file):
+            spec, note = load_spec([doc], path, [])
+            if note:
+                print(f"note: {name}: {note}", file=sys.stderr)
+            inputs = inputs_from_spec(spec)
+            if inputs.gpu_memory_mib is not None:
+                gpu_mib.add(inputs.gpu_memory_mib)
+            models.append(ModelToPack(name, inputs))
+        card = _card(args, gpu_mib)
+    except (PackInputError, ProfileError, PlanError) as exc:
+        print(f"rankops plan: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = pack(models, card)
+    except PackError as exc:
+        print(f"rankops plan: no pack: {exc}", file=sys.stderr)
+        return 1
+    if args.output != "text":
+        sys.stdout.write(format_report(result.to_json(), args.output))
+    else:
+        print(render_pack(result))
+    if args.plot:
+        try:
+            from rankops.planner.plot import write_pack_plot
+            print(f"plot: {write_pack_plot(result, args.plot)}", file=sys.stderr)
+        except (RuntimeError, OSError) as exc:
+            print(f"rankops plan: --plot: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+def _card(args: argparse.Namespace, gpu_mib: set[float]) -> Card:
+    memory = args.gpu_memory_mib
+    if memory is None:
+        if len(gpu_mib) != 1:
+            raise PackInputError("the models' spec.planning.gpuMemoryMiB " +
+                                 (f"differ ({', '.join(f'{m:g}' for m in sorted(gpu_mib))})" if gpu_mib else "are not set")
+                                 + ": one pack is one kind of card; give --gpu-memory-mib")
+        memory = gpu_mib.pop()
+    if memory <= 0 or (args.margin is not None and not 0 <= args.margin < 1) or \
+            (args.max_cards is not None and args.max_cards < 1):
+        raise PackInputError("--gpu-memory-mib must be > 0, --margin 0..1, --max-cards >= 1")
+    extra = {"margin": args.margin} if args.margin is not None else {}
+    return Card(memory, args.runtime_reserve_mib, switch_room=args.switch_room, max_cards=args.max_cards, **extra)
+
+
+def render_pack(result: Pack) -> str:
+    lines = [f"Pack: {result.gpus} card(s) of {result.card.memory_mib:g} MiB, {len(result.servers)} shared "
+             f"server(s); {result.gpus_one_per_card} with one model per card"]
+    for i, server in enumerate(result.servers, 1):
+        cards = server.card_numbers
+        lines += ["", f"Server {i}: card(s) {cards.start}..{cards.stop - 1} ({server.cards} replica(s) of one "
+                      "tritonserver, every card the same models)",
+                  f"  memory per card: {server.memory_arithmetic}",
+                  f"  {'model':<16} {'req/s/card':>10} {'busy':>5} {'compute x':>9} {'P99 alone':>9} "
+                  f"{'P99 shared':>10} {'budget':>7} {'alone GPUs':>10}"]
+        for m in server.models:
+            lines.append(f"  {m.name:<16} {m.per_card_qps:10.0f} {m.busy_fraction:5.0%} {m.compute_stretch:9.2f} "
+                         f"{m.p99_alone_ms:9.2f} {m.p99_shared_ms:10.2f} {m.p99_budget_ms:7g} {m.gpus_alone:10d}")
+        lines += [f"    {m.name}: {m.config}" for m in server.models]
+    lines += ["", f"GPUs: {result.gpus} packed vs {result.gpus_one_per_card} one model per card", "", "Why:"]
+    lines += [f"  - {line}" for line in result.explanation]
+    return "\n".join(lines)
