@@ -290,6 +290,9 @@ def main() -> None:
               f"reconciles, {scrape(at_ready, 'rankops_api_requests_total') / n:.1f} requests of the reconcilers "
               f"({_by_label(at_ready, 'rankops_api_requests_total', n)}); kopf's refused with 429: "
               f"{op.log_path.read_text(errors='replace').count('status=429')}")
+        spent = scrape(at_ready, "rankops_reconcile_duration_seconds_sum", 'kind="RankingModel"')
+        print(f"    a model's reconcile took {1000 * spent / max(model_reconciles, 1):.0f} ms on average (wall, "
+              f"{model_reconciles:.0f} reconciles: {spent:.0f} s of the workers' time)")
 
         # Steady state starts once reconciles stop: kopf's executor may still be working through
         # create handlers and ticks queued during the burst (no-ops by then, but requests).
