@@ -33,9 +33,11 @@ failure tolerance) — a spare card per model. A server of R cards holds when ev
 P99 at q / (R x (1 - headroom)) and at q / (R - failureTolerance) per card, all models at once:
 the same two rules, so a server keeps its spare card once, not once per model.
 
-Packing is first-fit decreasing by the binding resource: models sorted by the larger of their
+Packing is best-fit decreasing by the binding resource: models sorted by the larger of their
 memory share of a card and their GPU need (target / sustainable, fractional cards), each joins the
-first server it fits with fewer cards than its own plan takes alone, or opens its own server.
+server it adds the fewest cards to (the first such; fewer than its own plan takes alone), or opens
+its own server. First-fit put a model on the first server that took it, leaving a server that would
+have taken it for free to open cards later (5 stand-ins: 5 cards where 4 do).
 """
 from __future__ import annotations
 
@@ -193,13 +195,18 @@ def pack(models: list[ModelToPack], card: Card) -> Pack:
     order = sorted(alone, key=lambda a: (-max(a.memory_mib / usable, a.gpu_need), a.name))
     servers: list[tuple[list[_Alone], int]] = []
     for model in order:
-        refusals = []
+        refusals, best = [], None
         for i, (members, cards) in enumerate(servers):
             joined, why = _join(members, cards, model, card, reserve)
-            if joined is not None:
-                servers[i] = (members + [model], joined)
-                break
-            refusals.append(f"server {i + 1} ({', '.join(a.name for a in members)}): {why}")
+            if joined is None:
+                refusals.append(f"server {i + 1} ({', '.join(a.name for a in members)}): {why}")
+            elif best is None or joined - cards < best[1] - servers[best[0]][1]:
+                best = (i, joined)
+                if joined == cards:
+                    break   # it joins at no cost: no server can do better
+        if best is not None:
+            members, _ = servers[best[0]]
+            servers[best[0]] = (members + [model], best[1])
         else:
             used = sum(c for _, c in servers)
             if card.max_cards is not None and used + model.result.gpus > card.max_cards:
