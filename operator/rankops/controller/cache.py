@@ -17,12 +17,12 @@ its own copy, so no caller can change what the cache holds.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 import zlib
 from typing import Any, Callable, NamedTuple
 
+from rankops.controller import fastjson
 from rankops.controller.kube import Kube
 from rankops.modelplan import CHILD_STATUS_READ
 from rankops.render.names import LABEL_MODEL
@@ -63,15 +63,14 @@ class _Entry(NamedTuple):
     def of(cls, kind: str, obj: dict[str, Any], rv: int) -> _Entry:
         # managedFields are most of a child's bytes and no reconcile reads them.
         meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
-        encoded = json.dumps({**obj, "metadata": meta}, separators=(",", ":")).encode()
+        encoded = fastjson.dumps({**obj, "metadata": meta})
         read = {k: v for k, v in obj.items() if k != "metadata" and not (k == "status" and kind in STATUS_UNREAD)}
         read["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
-        content = hashlib.blake2b(json.dumps(read, sort_keys=True, separators=(",", ":")).encode(),
-                                  digest_size=8).digest()
+        content = hashlib.blake2b(fastjson.dumps(read, sort_keys=True), digest_size=8).digest()
         return cls(rv, dict(meta.get("labels") or {}), zlib.compress(encoded, 1), content)
 
     def object(self) -> dict[str, Any]:
-        return json.loads(zlib.decompress(self.blob))
+        return fastjson.loads(zlib.decompress(self.blob))
 
 
 class WatchCache:

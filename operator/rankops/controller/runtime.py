@@ -32,7 +32,7 @@ import kopf
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP
-from rankops.controller import cache, models, pools
+from rankops.controller import cache, fastjson, models, pools
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
@@ -62,6 +62,7 @@ def configure_kopf(settings: kopf.OperatorSettings, workers: int) -> None:
     """kopf's settings, at its start-up. Own prefixes for kopf's bookkeeping, set before any
     object is touched: changing them later would make kopf think every object is new and re-run
     its creation handlers."""
+    fastjson.speed_up_kopf_watches()
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     # No change handlers, so no diff base: kopf would deep-copy every watched body per event (controller/diffbase.py).
