@@ -348,8 +348,9 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     the control plane, one real node and an S3 server in a network namespace of their own, the
     chart installed with its operator running as the chart's pod from the operator image built
     here. A module names the images it needs in `REAL_IMAGES` (default: the operator's and the
-    Triton test image) and may ask for the kubelet's static CPU manager (`REAL_CPU_MANAGER_POLICY`). Building the images (cached by content), starting the node or the operator
-    failing FAILS the module; nothing skips."""
+    Triton test image), may ask for the kubelet's static CPU manager (`REAL_CPU_MANAGER_POLICY`)
+    and for more real nodes (`REAL_NODES`, default 1). Building the images (cached by content),
+    starting the nodes or the operator failing FAILS the module; nothing skips."""
     import tempfile
     from pathlib import Path
 
@@ -357,6 +358,7 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
                                           images_from_env)
 
     images = getattr(request.module, "REAL_IMAGES", SERVING_IMAGES)
+    real_nodes = getattr(request.module, "REAL_NODES", 1)
     work = Path(tempfile.mkdtemp(prefix="rankops-real-", dir="/tmp"))  # short paths: unix sockets
     cluster: Any = None
     problem = None
@@ -374,8 +376,11 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
                 raise RuntimeError(f"RANKOPS_E2E_IMAGES names no {', '.join(absent)}")
             cluster = ExistingCluster(os.environ["KUBECONFIG"], os.environ["RANKOPS_E2E_REAL_NODE"], refs, work,
                                       os.environ["RANKOPS_E2E_STORE_HOST"])
+            if len(cluster.node_names) < real_nodes:
+                raise RuntimeError(f"the module needs {real_nodes} real nodes, the cluster has {cluster.node_names} "
+                                   "(nodes labelled rankops.io/real-node=true)")
         else:
-            cluster = RealCluster(DEFAULT_IMAGES_DIR, work, images=images, build_images=True,
+            cluster = RealCluster(DEFAULT_IMAGES_DIR, work, images=images, build_images=True, real_nodes=real_nodes,
                                   cpu_manager_policy=getattr(request.module, "REAL_CPU_MANAGER_POLICY", "none"))
             cluster.start()
         cluster.install_operator(*getattr(request.module, "REAL_CHART_VALUES", ()))
@@ -410,12 +415,12 @@ def real_k8s(real: Any) -> Iterator[Clients]:
 
 @pytest.fixture
 def real_namespace_in(request: pytest.FixtureRequest, real: Any, real_k8s: Clients) -> Iterator[str]:
-    """A fresh namespace on the real-container cluster, its pods pinned to the real node."""
-    from rankops_dev.real_cluster import pinned_to
+    """A fresh namespace on the real-container cluster, its pods pinned to the real nodes."""
+    from rankops_dev.real_cluster import pinned_to_real_nodes
 
     with _fresh_namespace(request, real_k8s, "e2e", lambda name: {
             "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"},
-                         "annotations": pinned_to(real.node_name)}}) as name:
+                         "annotations": pinned_to_real_nodes()}}) as name:
         OPERATOR_LOG["real_namespace_in"] = name
         yield name
 

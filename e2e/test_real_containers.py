@@ -27,7 +27,7 @@ from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.render import names
 from rankops_dev import spec_models
-from rankops_dev.real_cluster import RealCluster, pinned_to, process_facts, wait_until
+from rankops_dev.real_cluster import RealCluster, pinned_to_real_nodes, process_facts, wait_until
 
 BUCKET = "models"
 OPERATOR_NAMESPACE = "rankops-system"
@@ -46,7 +46,7 @@ def k8s(real_k8s: Any) -> Any:
 def served(real: RealCluster, k8s: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One RankingModel served on the real node: its namespace, name and the time to Ready."""
     ns, name = "reco", "ranker"
-    k8s.core.create_namespace({"metadata": {"name": ns, "annotations": pinned_to(real.node_name)}})
+    k8s.core.create_namespace({"metadata": {"name": ns, "annotations": pinned_to_real_nodes()}})
     wait_until(lambda: _has_default_account(k8s, ns), 30, f"ServiceAccount default in {ns}")
     assert real.store is not None
     k8s.core.create_namespaced_secret(ns, real.store.secret_manifest("model-store", ns))

@@ -42,15 +42,16 @@ def _at(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def _warm_events(process_node, namespace: str, pod: str) -> list[dict]:
-    text = process_node.pod_logs(namespace, pod).get("warm", "")
+def _warm_events(logs_source, namespace: str, pod: str) -> list[dict]:
+    """The warm container's JSON lines; `logs_source.pod_logs` is a real cluster's (or a process node's)."""
+    text = logs_source.pod_logs(namespace, pod).get("warm", "")
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def check_warmed_before_ready(watch: PodWatch, process_node, namespace: str, pod: str, max_p99_ms: float) -> dict:
+def check_warmed_before_ready(watch: PodWatch, logs_source, namespace: str, pod: str, max_p99_ms: float) -> dict:
     """The pod's warm summary, after checking it was Ready only once its warm container replayed."""
     wait_for(lambda: any(ready for _, ready, _ in watch.states(pod)), 30, f"the watch to see {pod} Ready")
-    events = _warm_events(process_node, namespace, pod)
+    events = _warm_events(logs_source, namespace, pod)
     states = watch.states(pod)
     kinds = [e["event"] for e in events]
     assert kinds[:2] == ["start", "waiting"] and "coldPass" in kinds and "round" in kinds, (kinds, states[-8:])

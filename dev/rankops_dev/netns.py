@@ -32,14 +32,14 @@ def enter_command(name: str) -> list[str]:
     return ["nsenter", f"--net={netns_path(name)}"]
 
 
-def create_commands(name: str, address: str) -> list[list[str]]:
-    """Create the namespace, bring its loopback up and give the loopback `address` (/32): the
-    node's and API server's address. This kernel has no `dummy` link type, and an address on lo
-    is reached from the pod bridge through the namespace's own routing."""
+def create_commands(name: str, *addresses: str) -> list[list[str]]:
+    """Create the namespace, bring its loopback up and give the loopback each of `addresses` (/32):
+    the nodes' (the first is the API server's too). This kernel has no `dummy` link type, and an
+    address on lo is reached from the pod bridges through the namespace's own routing."""
     inside = enter_command(name)
     return [["ip", "netns", "add", name],
             [*inside, "ip", "link", "set", "lo", "up"],
-            [*inside, "ip", "addr", "add", f"{address}/32", "dev", "lo"],
+            *([*inside, "ip", "addr", "add", f"{address}/32", "dev", "lo"] for address in addresses),
             # Pod -> Service -> pod on the same bridge: the reply must cross iptables to be
             # un-NATed (per-namespace since Linux 5.3).
             [*inside, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"],
@@ -50,10 +50,10 @@ def delete_command(name: str) -> list[str]:
     return ["ip", "netns", "delete", name]
 
 
-def create(name: str, address: str) -> None:
+def create(name: str, *addresses: str) -> None:
     if netns_path(name).exists():
         subprocess.run(delete_command(name), capture_output=True)
-    for command in create_commands(name, address):
+    for command in create_commands(name, *addresses):
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")

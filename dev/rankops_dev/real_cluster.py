@@ -1,5 +1,8 @@
-"""A local cluster whose pods run in real containers: the control plane, one real node and an S3
-server, all inside one network namespace the dev cluster makes (real_node.py, netns.py).
+"""A local cluster whose pods run in real containers: the control plane, one real node (or more:
+`real_nodes=`) and an S3 server, all inside one network namespace the dev cluster makes
+(real_node.py, netns.py). Each node has its own containerd, kubelet, CNI bridge, pod range and
+address in the namespace; the first also runs the namespace's kube-proxy and DNS, which the others
+share; pods on different nodes reach each other through the namespace's routing between bridges.
 
 `RealCluster(images_dir, work).start()` starts them; the host reaches the API server and the S3
 server through forwarders on its own loopback (`kubeconfig`, `object_store`), and a pod's port
@@ -28,6 +31,7 @@ from .real_node_config import NodeLayout
 
 NODE_IP = "10.200.0.1"
 POD_SUBNET = "10.245.0.0/24"  # not kwok's 10.244.0.0/16: real pods only
+PODS_OF_ALL_NODES = "10.245.0.0/16"  # node i: 10.245.i.0/24, its address 10.200.0.(i+1)
 DEFAULT_IMAGES_DIR = Path(os.environ.get("RANKOPS_IMAGES_DIR", "/tmp/rankops-images"))
 # The images a serving model needs: the operator's (the operator, fetch-model, the warm
 # container, `rankops infer`) and the Triton test image (tritonserver with the CPU stand-ins).
@@ -74,26 +78,30 @@ def chart_values_for_local_images(refs: dict[str, str]) -> list[str]:
     return values
 
 
-REAL_NODE_TAINT = "rankops.io/real-node"  # a kind worker kept for the real-pod tests (e2e/kind)
+# The label (=true) of the nodes whose pods really run, and the taint of a kind worker kept for
+# the real-pod tests (e2e/kind/setup.sh puts both).
+REAL_NODE_TAINT = "rankops.io/real-node"
 
 
-def pinned_to(node_name: str) -> dict[str, str]:
+def pinned_to_real_nodes() -> dict[str, str]:
     """Namespace annotations (PodNodeSelector, PodTolerationRestriction) that send every pod of
-    the namespace to `node_name`, tolerating the real-node taint: on kind, GPU pods would otherwise
-    land on kwok's simulated nodes."""
+    the namespace to the real nodes, tolerating the real-node taint: on kind, and beside a dev
+    cluster's simulated nodes, GPU pods would otherwise land on kwok's nodes."""
     toleration = {"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
-    return {"scheduler.alpha.kubernetes.io/node-selector": f"kubernetes.io/hostname={node_name}",
+    return {"scheduler.alpha.kubernetes.io/node-selector": f"{REAL_NODE_TAINT}=true",
             "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps([toleration])}
 
 
 class ClusterOfRealPods:
     """What the real-pod tests use of a cluster whose pods run in real containers, by kubectl and
     helm: this machine's RealCluster, or a kind cluster's worker (ExistingCluster). Subclasses set
-    `kubeconfig`, `node_name`, `refs` (image name -> reference), `store`, `netns` (the namespace
-    test traffic is sent from, None: this machine reaches pod IPs) and `pull_policy`."""
+    `kubeconfig`, `node_name` (the operator's), `node_names` (every real node's), `refs` (image
+    name -> reference), `store`, `netns` (the namespace test traffic is sent from, None: this
+    machine reaches pod IPs) and `pull_policy`."""
 
     kubeconfig: str
     node_name: str
+    node_names: list[str]
     refs: dict[str, str]
     store: ObjectStore | None
     netns: str | None
@@ -181,6 +189,11 @@ class ExistingCluster(ClusterOfRealPods):
         self.kubeconfig, self.node_name, self.refs, self.netns = kubeconfig, node_name, refs, None
         self.store = ObjectStore(work / "object-store", host=store_host).start()
 
+    @property
+    def node_names(self) -> list[str]:
+        """The workers labelled as real nodes (setup.sh labels one: `node_name`)."""
+        return self.kubectl("get", "nodes", "-l", f"{REAL_NODE_TAINT}=true", "-o", "name").replace("node/", "").split()
+
 
 def images_from_env(text: str) -> dict[str, str]:
     """`operator=REF,gates=REF,triton=REF` ($RANKOPS_E2E_IMAGES) -> {"rankops-operator": REF, ...}."""
@@ -198,16 +211,21 @@ class RealCluster(ClusterOfRealPods):
                  gpus: int = 2, name: str | None = None, build_images: bool = False,
                  cpu_manager_policy: str = "none", host_scenario: str | None = None,
                  node_labels: dict[str, str] | None = None,
-                 kwok_nodes: Sequence[tuple[str, str]] = ()) -> None:
-        """`host_scenario`: the sample host (validator/sample_hosts.py) the real node's validator
-        pods check instead of this machine; `node_labels`: put on the real node once Ready;
-        `kwok_nodes`: (name, shape) simulated nodes beside it (nodes.SHAPES)."""
+                 kwok_nodes: Sequence[tuple[str, str]] = (), real_nodes: int = 1) -> None:
+        """`host_scenario`: the sample host (validator/sample_hosts.py) the real nodes' validator
+        pods check instead of this machine; `node_labels`: put on the real nodes once Ready;
+        `kwok_nodes`: (name, shape) simulated nodes beside them (nodes.SHAPES); `real_nodes`: how
+        many real nodes (each with `gpus`); `cpu_manager_policy` is the first node's (a second
+        kubelet's static policy would hand out the same cores again)."""
+        if not 1 <= real_nodes <= 8:
+            raise RealClusterError(f"real_nodes must be 1 to 8, got {real_nodes}")
         self.images_dir, self.work, self.wanted, self.gpus = Path(images_dir), Path(work), tuple(images), gpus
+        self.real_nodes = real_nodes
         self.build_images, self.cpu_manager_policy = build_images, cpu_manager_policy
         self.host_scenario, self.node_labels, self.kwok_nodes = host_scenario, dict(node_labels or {}), tuple(kwok_nodes)
         self.name = name or "rankops-" + secrets.token_hex(3)
         self.plane: LocalControlPlane | None = None
-        self.node: RealNode | None = None
+        self.nodes: list[RealNode] = []
         self.store: ObjectStore | None = None
         self.refs: dict[str, str] = {}
         self.netns: str | None = self.name
@@ -220,8 +238,26 @@ class RealCluster(ClusterOfRealPods):
         return str(self.plane.kubeconfig)
 
     @property
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-node-{index}" for index in range(self.real_nodes)]
+
+    @property
     def node_name(self) -> str:
-        return f"{self.name}-node-0"
+        """The first node's: the operator's, kube-proxy's and the DNS's."""
+        return self.node_names[0]
+
+    def node(self, name: str) -> RealNode:
+        return next(node for node in self.nodes if node.layout.node_name == name)
+
+    def _layout(self, index: int, sample_host: Path | None) -> NodeLayout:
+        """Node `index`'s own directories, address, pod range, bridge and (after the first) cgroup
+        root; a later node shares the first's kube-proxy and DNS."""
+        later = index > 0
+        return NodeLayout(self.work / (f"node-{index}" if later else "node"), self.node_names[index],
+                          f"10.200.0.{index + 1}", f"10.245.{index}.0/24", SERVICE_CIDR, bridge=f"rkbr{index}",
+                          cpu_manager_policy="none" if later else self.cpu_manager_policy, sample_host=sample_host,
+                          cgroup_root=f"/{self.node_names[index]}" if later else "/",
+                          cluster_pod_cidr=PODS_OF_ALL_NODES, services_node_ip=NODE_IP if later else None)
 
     @property
     def bin_dir(self) -> Path:
@@ -246,28 +282,27 @@ class RealCluster(ClusterOfRealPods):
         self.work.chmod(0o755)  # the pods' non-root users read the hostPath volumes under it
         ensure_binaries(build=True)
         bins = ensure_node_binaries()
-        sample_host = None
+        sample_hosts: list[Path | None] = [None] * self.real_nodes
         if self.host_scenario:
-            from rankops_dev import sample_hosts
+            from rankops_dev import sample_hosts as hosts
 
-            sample_host = sample_hosts.build(self.host_scenario, self.work / "hosts" / self.node_name)
+            sample_hosts = [hosts.build(self.host_scenario, self.work / "hosts" / name) for name in self.node_names]
         self.plane = LocalControlPlane(bins, work_dir=self.work / "cp", netns=self.name, advertise_address=NODE_IP)
-        self.node = RealNode(self.plane, NodeLayout(self.work / "node", self.node_name, NODE_IP, POD_SUBNET,
-                                                    SERVICE_CIDR, cpu_manager_policy=self.cpu_manager_policy,
-                                                    sample_host=sample_host),
-                             bins, gpus=self.gpus)
+        layouts = [self._layout(index, host) for index, host in enumerate(sample_hosts)]
+        self.nodes = [RealNode(self.plane, layout, bins, gpus=self.gpus) for layout in layouts]
         try:
-            ns.create(self.name, NODE_IP)
+            ns.create(self.name, *(layout.node_ip for layout in layouts))
             self.plane.start()
-            self.node.start([archives[image] for image in self.wanted])
-            if self.node_labels:
-                self.kubectl("label", "node", self.node_name, "--overwrite",
-                             *(f"{key}={value}" for key, value in sorted(self.node_labels.items())))
+            for node in self.nodes:
+                node.start([archives[image] for image in self.wanted])
+            labels = {**self.node_labels, REAL_NODE_TAINT: "true"}
+            self.kubectl("label", "node", *self.node_names, "--overwrite",
+                         *(f"{key}={value}" for key, value in sorted(labels.items())))
             if self.kwok_nodes:
                 from .cluster import add_nodes
 
                 add_nodes(self.plane.kubeconfig, self.kwok_nodes)
-            self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.node.images}
+            self.refs = {n.split(":")[0].rsplit("/", 1)[-1]: n for n in self.nodes[0].images}
             self.store = ObjectStore(self.work / "object-store", host=NODE_IP, netns=self.name).start()
         except BaseException:
             self.failed = True
@@ -276,7 +311,7 @@ class RealCluster(ClusterOfRealPods):
         return self
 
     def diagnostics(self, namespace: str | None = None) -> str:
-        if self.plane is None or self.node is None:
+        if self.plane is None or not self.nodes:
             return "(the cluster did not start)"
         return super().diagnostics(namespace)
 
@@ -301,8 +336,8 @@ class RealCluster(ClusterOfRealPods):
         self._forwarders.clear()
         if self.store:
             self.store.stop()
-        if self.node:
-            self.node.stop()
+        for node in reversed(self.nodes):  # the first, with the shared kube-proxy and DNS, last
+            node.stop()
         if self.plane:
             self.plane.failed = self.plane.failed or self.failed
             self.plane.stop()

@@ -4,7 +4,10 @@ control plane's release, all inside the network namespace the control plane runs
 `RealNode(plane, layout, bin_dir).start(images=[...])` writes the configuration files
 (real_node_config.py), starts containerd, imports the pause image and the given OCI archives into
 its `k8s.io` namespace, starts the kubelet and kube-proxy, waits for the node to be Ready and
-advertises `nvidia.com/gpu` on its status. `stop()` removes what it made even after a failure:
+advertises `nvidia.com/gpu` on its status. The namespace's first node also runs kube-proxy and the
+cluster's DNS, which a later node in the same namespace shares (NodeLayout.services_node_ip); a
+later node's kubelet keeps its cgroups under a root of its own (NodeLayout.cgroup_root). `kill()`
+is the node's machine dying. `stop()` removes what it made even after a failure:
 the pods' containers and network namespaces, the processes (the containerd shims too, which
 outlive containerd), dnsmasq (the cluster's DNS: cluster_dns.py), the mounts under the work directory and the kubelet's empty cgroups.
 """
@@ -73,6 +76,7 @@ class RealNode:
         self.processes: list[tuple[str, subprocess.Popen, Path]] = []
         self.images: list[str] = []
         self._cgroups_before: set[Path] = set()
+        self._dead_pods_netns: list[str] = []  # the pods' network namespaces kill() left
         self.dns: ServiceDNS | None = None
         self.mount_namespace: Path | None = None
 
@@ -87,9 +91,10 @@ class RealNode:
         started = time.monotonic()
         lay = self.layout
         for directory in (lay.containerd_root, lay.containerd_state, lay.cni_conf_dir, lay.kubelet_root,
-                          self.logs_dir):
+                          lay.pod_logs_dir, self.logs_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        self._cgroups_before = set(_kubepods_cgroups())
+        self._cgroups_before = set(_kubepods_cgroups(lay.cgroup_root))
+        make_cgroup_root(lay.cgroup_root)
         (lay.work_dir / "containerd.toml").write_text(cfg.containerd_config(lay))
         if lay.sample_host:
             runtime = Path(lay.runtime_binary)
@@ -120,15 +125,16 @@ class RealNode:
             self.images.append(name)
             self.say(f"imported {name} in {time.monotonic() - began:.1f}s")
 
-        if lay.cluster_dns:
+        if lay.cluster_dns and lay.runs_shared_services:
             from .cluster import api_client
 
             self.dns = ServiceDNS(lambda: api_client(self.plane.kubeconfig), lay.hosts_dir).start()
             self._spawn("dnsmasq", dnsmasq_command(lay.node_ip, lay.hosts_dir, lay.work_dir / "dnsmasq.pid"))
         self._spawn("kubelet", cfg.kubelet_command(self.bin_dir / "kubelet", lay,
                                                    lay.work_dir / "kubelet.yaml", kubeconfig))
-        self._spawn("kube-proxy", cfg.kube_proxy_command(self.bin_dir / "kube-proxy",
-                                                         lay.work_dir / "kube-proxy.yaml"))
+        if lay.runs_shared_services:
+            self._spawn("kube-proxy", cfg.kube_proxy_command(self.bin_dir / "kube-proxy",
+                                                             lay.work_dir / "kube-proxy.yaml"))
         self._wait(f"node {lay.node_name} Ready", deadline, self._node_ready)
         self._patch_gpus()
         self.say(f"node {lay.node_name} Ready with {self.gpus} nvidia.com/gpu in "
@@ -200,6 +206,22 @@ class RealNode:
                 raise RealNodeError(f"timed out waiting for {what}; {log_path}:\n{tail(log_path)}")
             time.sleep(0.5)
 
+    # -- kill and stop ------------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """The node's machine dies: its kubelet, every container and containerd are SIGKILLed and
+        nothing tells the API server (the node lifecycle controller finds out by the missed
+        heartbeats). `stop()` still removes what is left."""
+        by_name = {name: process for name, process, _ in self.processes}
+        # The kubelet first: it would start the containers again. The namespace's kube-proxy and
+        # DNS die with the first node.
+        for name in ("kubelet", "kube-proxy", "dnsmasq"):
+            _kill(by_name.get(name))
+        self._dead_pods_netns += self._remove_containers()
+        _kill(by_name.get("containerd"))
+        for pid in _shims_of(self.layout.containerd_socket):
+            _kill_pid(pid)
+
     # -- stop ---------------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -211,15 +233,14 @@ class RealNode:
         if self.dns:
             self.dns.stop()
         stopped = time.monotonic()
-        pod_netns = self._remove_containers() if by_name.get("containerd") else []
+        containerd = by_name.get("containerd")
+        alive = containerd is not None and containerd.poll() is None
+        pod_netns = [*self._dead_pods_netns, *(self._remove_containers() if alive else [])]
         removed = time.monotonic()
-        terminate(by_name.get("containerd"), 10)
+        terminate(containerd, 10)
         self.processes.clear()
         for pid in _shims_of(self.layout.containerd_socket):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_pid(pid)
         for path in pod_netns:
             subprocess.run(["umount", path], capture_output=True)
             Path(path).unlink(missing_ok=True)
@@ -228,7 +249,7 @@ class RealNode:
             subprocess.run(["umount", str(self.mount_namespace)], capture_output=True)
             self.mount_namespace.unlink(missing_ok=True)
             self.mount_namespace = None
-        _remove_cgroups(self._cgroups_before)
+        _remove_cgroups(self._cgroups_before, self.layout.cgroup_root)
         self.say(f"stopped in {time.monotonic() - began:.1f}s (kubelet, kube-proxy, dnsmasq "
                  f"{stopped - began:.1f}s; containers {removed - stopped:.1f}s)")
 
@@ -264,6 +285,19 @@ class RealNode:
             subprocess.run(["umount", "-l", point], capture_output=True)
 
 
+def _kill(process: subprocess.Popen | None) -> None:
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -286,34 +320,51 @@ def _shims_of(socket_path: Path) -> list[int]:
     return pids
 
 
-def _remove_cgroups(keep: set[Path], timeout: float = 10.0) -> bool:
-    """rmdir the kubepods cgroups not in `keep`, deepest first; a cgroup stays busy for a moment
-    after its last process is killed, so retry until `timeout`. True if any were there."""
+def _remove_cgroups(keep: set[Path], root: str = "/", timeout: float = 10.0) -> bool:
+    """rmdir the kubelet's cgroups under `root` not in `keep`, deepest first; a cgroup stays busy
+    for a moment after its last process is killed, so retry until `timeout`. True if any were there."""
     deadline = time.monotonic() + timeout
     existed = False
     while True:
-        left = sorted(set(_kubepods_cgroups()) - keep, key=lambda p: -len(p.parts))
+        left = sorted(set(_kubepods_cgroups(root)) - keep, key=lambda p: -len(p.parts))
         existed = existed or bool(left)
         for cgroup in left:
             try:
                 cgroup.rmdir()
             except OSError:
                 pass
-        if not (set(_kubepods_cgroups()) - keep) or time.monotonic() > deadline:
+        if not (set(_kubepods_cgroups(root)) - keep) or time.monotonic() > deadline:
             return existed
         time.sleep(0.2)
 
 
-def _kubepods_cgroups() -> list[Path]:
-    """Every cgroup directory at or under a `kubepods` one, in each v1 hierarchy (and unified)."""
+def _hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies (and unified) mounted under CGROUP_ROOT."""
+    return sorted(CGROUP_ROOT.iterdir()) if CGROUP_ROOT.is_dir() else []
+
+
+def _kubepods_cgroups(root: str = "/") -> list[Path]:
+    """Every cgroup directory a kubelet whose cgroup root is `root` makes, in each hierarchy: at or
+    under `kubepods` for the machine's root; the whole of a root of the node's own."""
     found: list[Path] = []
-    if not CGROUP_ROOT.is_dir():
-        return found
-    for hierarchy in CGROUP_ROOT.iterdir():
-        top = hierarchy / "kubepods"
+    for hierarchy in _hierarchies():
+        top = hierarchy / ("kubepods" if root == "/" else root.strip("/"))
         if top.is_dir():
             found += [Path(d) for d, _, _ in os.walk(top)]
     return found
+
+
+def make_cgroup_root(root: str) -> None:
+    """Make a kubelet's cgroup root in every hierarchy (the kubelet refuses one that does not
+    exist); a new cpuset has no CPUs or memory nodes until given its parent's."""
+    if root == "/":
+        return
+    for hierarchy in _hierarchies():
+        path = hierarchy / root.strip("/")
+        path.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (path / name).exists() and not (path / name).read_text().strip():
+                (path / name).write_text((hierarchy / name).read_text())
 
 
 def sweep(netns_name: str, work_dir: Path) -> list[str]:
@@ -346,11 +397,9 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
                 continue
             killed.append(int(proc.name))
             done.append(f"killed {proc.name} ({'in ' + netns_name if ours else 'a container'})")
-    for pid in set(_shims_of(work_dir / "node" / "containerd" / "containerd.sock")) - set(killed):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
+    sockets = work_dir.glob("node*/containerd/containerd.sock")  # every node's: node, node-1, ...
+    for pid in {pid for socket in sockets for pid in _shims_of(socket)} - set(killed):
+        _kill_pid(pid)
         killed.append(pid)
         done.append(f"killed shim {pid}")
     for _ in range(50):  # until they are gone (reaped), so namespaces and cgroups are free
@@ -382,6 +431,9 @@ def sweep(netns_name: str, work_dir: Path) -> list[str]:
         done.append(f"deleted netns {netns_name}")
     if _remove_cgroups(set()):
         done.append("removed the kubepods cgroups")
+    for root in sorted({p.name for h in _hierarchies() for p in h.glob(f"{netns_name}-node-*")}):
+        if _remove_cgroups(set(), f"/{root}"):
+            done.append(f"removed the cgroups under /{root}")
     if work_dir.exists():
         done.append(f"kept {work_dir} (logs: node/logs, cp/logs)")
     return done

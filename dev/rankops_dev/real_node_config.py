@@ -33,6 +33,24 @@ class NodeLayout:
     # A sample host tree (validator/sample_hosts.py) that the node's validator pods check instead
     # of this machine: containerd's runc is then sample_host_runc.py (the demo's passing node).
     sample_host: Path | None = None
+    # Where a second node's kubelet keeps its cgroups (its own kubepods under it), so the two
+    # kubelets never clean up, or hand out the cores of, each other's pods. "/": the machine's root.
+    cgroup_root: str = "/"
+    # The pods of every node of the namespace: kube-proxy does not masquerade traffic from them
+    # ("": this node's pod_subnet, the only node).
+    cluster_pod_cidr: str = ""
+    # The address of the node that runs the namespace's kube-proxy and DNS, None: this one (the
+    # first node). Both share the namespace's iptables, so one kube-proxy serves every node.
+    services_node_ip: str | None = None
+
+    @property
+    def runs_shared_services(self) -> bool:
+        """Whether kube-proxy and the cluster DNS run with this node (the namespace's first)."""
+        return self.services_node_ip is None
+
+    @property
+    def dns_ip(self) -> str:
+        return self.services_node_ip or self.node_ip
 
     @property
     def runtime_binary(self) -> str:
@@ -62,6 +80,12 @@ class NodeLayout:
     @property
     def kubelet_root(self) -> Path:
         return self.work_dir / "kubelet"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        """Not the machine's /var/log/pods: a kubelet removes the log directories of pods it does
+        not know there, another node's included."""
+        return self.work_dir / "pod-logs"
 
 
 def containerd_config(layout: NodeLayout) -> str:
@@ -139,12 +163,14 @@ def kubelet_config(layout: NodeLayout) -> str:
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
         "address": layout.node_ip,
-        "healthzBindAddress": "127.0.0.1",
+        "healthzBindAddress": layout.node_ip,  # not loopback's port 10248, which one kubelet holds
+        "podLogsDir": str(layout.pod_logs_dir),
         "resolvConf": "",  # pods get the cluster's DNS only; the host's resolvers are outside
-        "clusterDNS": [layout.node_ip] if layout.cluster_dns else [],
+        "clusterDNS": [layout.dns_ip] if layout.cluster_dns else [],
         "clusterDomain": "cluster.local",
         "enforceNodeAllocatable": [],
         "cgroupsPerQOS": True,
+        **({"cgroupRoot": layout.cgroup_root} if layout.cgroup_root != "/" else {}),
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         # A shared dev machine's disk is often fuller than the default thresholds.
@@ -171,7 +197,7 @@ def kube_proxy_config(layout: NodeLayout, kubeconfig: Path) -> str:
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "hostnameOverride": layout.node_name,
         "bindAddress": layout.node_ip,
-        "clusterCIDR": layout.pod_subnet,
+        "clusterCIDR": layout.cluster_pod_cidr or layout.pod_subnet,
         "healthzBindAddress": "127.0.0.1:10256",
         "metricsBindAddress": "127.0.0.1:10249",
         # nf_conntrack_max and the TCP timeouts are machine-wide; inside a network namespace they

@@ -59,6 +59,53 @@ def test_kubelet_config():
     assert conf["failCgroupV1"] is False
     assert conf["containerRuntimeEndpoint"] == "unix:///w/node/containerd/containerd.sock"
     assert conf["address"] == "10.200.0.1"
+    assert conf["healthzBindAddress"] == "10.200.0.1"   # loopback's port would be one kubelet's
+    assert conf["podLogsDir"] == "/w/node/pod-logs"     # another kubelet removes logs it does not know
+    assert "cgroupRoot" not in conf                     # the first node: the machine's root, as ever
+
+
+def test_a_second_node_has_its_own_of_everything_and_shares_the_first_s_proxy_and_dns():
+    import dataclasses
+
+    second = dataclasses.replace(LAYOUT, work_dir=Path("/w/node-1"), node_name="n1", node_ip="10.200.0.2",
+                                 pod_subnet="10.245.1.0/24", bridge="rkbr1", cgroup_root="/n1",
+                                 cluster_pod_cidr="10.245.0.0/16", services_node_ip="10.200.0.1")
+    assert LAYOUT.runs_shared_services and not second.runs_shared_services
+    kubelet = yaml.safe_load(cfg.kubelet_config(second))
+    assert kubelet["cgroupRoot"] == "/n1"             # its own kubepods: no kubelet cleans up the other's pods
+    assert kubelet["clusterDNS"] == ["10.200.0.1"]    # the first node's dnsmasq
+    assert (kubelet["address"], kubelet["healthzBindAddress"]) == ("10.200.0.2", "10.200.0.2")
+    assert kubelet["containerRuntimeEndpoint"] == "unix:///w/node-1/containerd/containerd.sock"
+    assert kubelet["podLogsDir"] == "/w/node-1/pod-logs"
+    containerd = tomllib.loads(cfg.containerd_config(second))
+    assert (containerd["root"], containerd["grpc"]["address"]) == ("/w/node-1/containerd/root",
+                                                                   "/w/node-1/containerd/containerd.sock")
+    [bridge, _] = json.loads(cfg.cni_conflist(second))["plugins"]
+    assert bridge["bridge"] == "rkbr1"
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.245.1.0/24", "gateway": "10.245.1.1"}]]
+    assert bridge["ipam"]["dataDir"].startswith("/w/node-1/")
+    assert "--root-dir=/w/node-1/kubelet" in cfg.kubelet_command(Path("/b/kubelet"), second, Path("/k"), Path("/kc"))
+    # The one kube-proxy (the first node's) does not masquerade the second node's pods.
+    first = dataclasses.replace(LAYOUT, cluster_pod_cidr="10.245.0.0/16")
+    assert yaml.safe_load(cfg.kube_proxy_config(first, Path("/kc")))["clusterCIDR"] == "10.245.0.0/16"
+
+
+def test_a_cluster_s_nodes_get_addresses_ranges_and_cgroup_roots_of_their_own(tmp_path):
+    from rankops_dev.real_cluster import RealCluster
+
+    cluster = RealCluster(tmp_path / "images", tmp_path / "work", name="rk", real_nodes=3,
+                          cpu_manager_policy="static")
+    layouts = [cluster._layout(index, None) for index in range(3)]
+    assert [lay.node_name for lay in layouts] == ["rk-node-0", "rk-node-1", "rk-node-2"]
+    for field in ("work_dir", "node_ip", "pod_subnet", "bridge", "containerd_socket", "kubelet_root",
+                  "pod_logs_dir"):
+        assert len({getattr(lay, field) for lay in layouts}) == 3, field
+    assert layouts[0].work_dir == tmp_path / "work" / "node"   # the one-node cluster's, as before
+    assert (layouts[0].node_ip, layouts[0].pod_subnet, layouts[0].cgroup_root) == ("10.200.0.1", "10.245.0.0/24", "/")
+    assert [lay.cgroup_root for lay in layouts[1:]] == ["/rk-node-1", "/rk-node-2"]
+    assert [lay.services_node_ip for lay in layouts] == [None, "10.200.0.1", "10.200.0.1"]
+    # A second static CPU manager would hand out the first's exclusive cores again.
+    assert [lay.cpu_manager_policy for lay in layouts] == ["static", "none", "none"]
 
 
 def test_the_static_cpu_manager_is_asked_for_with_a_reservation_it_rounds_up_to_a_core():
@@ -96,11 +143,12 @@ def test_gpu_patch_escapes_the_slash():
 
 
 def test_netns_commands_enter_with_nsenter_not_ip_netns_exec():
-    commands = ns.create_commands("rk", "10.200.0.1")
+    commands = ns.create_commands("rk", "10.200.0.1", "10.200.0.2")
     assert commands[0] == ["ip", "netns", "add", "rk"]
     for command in commands[1:]:  # `ip netns exec` remounts /sys and hides the cgroup mounts
         assert command[:2] == ["nsenter", "--net=/var/run/netns/rk"]
     assert ["nsenter", "--net=/var/run/netns/rk", "ip", "addr", "add", "10.200.0.1/32", "dev", "lo"] in commands
+    assert ["nsenter", "--net=/var/run/netns/rk", "ip", "addr", "add", "10.200.0.2/32", "dev", "lo"] in commands
     assert ns.delete_command("rk") == ["ip", "netns", "delete", "rk"]
 
 
@@ -203,3 +251,31 @@ def test_kubelet_points_pods_at_the_cluster_dns():
     conf = yaml.safe_load(cfg.kubelet_config(LAYOUT))
     assert conf["clusterDNS"] == ["10.200.0.1"] and conf["clusterDomain"] == "cluster.local"
     assert conf["resolvConf"] == ""  # the host's resolvers are outside the namespace
+
+
+def test_a_second_kubelet_s_cgroup_root_is_made_in_every_hierarchy_and_removed_whole(tmp_path, monkeypatch):
+    from rankops_dev import real_node
+
+    monkeypatch.setattr(real_node, "CGROUP_ROOT", tmp_path)
+    for hierarchy in ("cpuset", "memory", "unified"):
+        (tmp_path / hierarchy).mkdir()
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
+    (tmp_path / "memory" / "kubepods" / "burstable").mkdir(parents=True)   # the first node's
+
+    real_node.make_cgroup_root("/rk-node-1")
+    for hierarchy in ("cpuset", "memory", "unified"):
+        assert (tmp_path / hierarchy / "rk-node-1").is_dir(), hierarchy
+    (tmp_path / "cpuset" / "rk-node-1" / "cpuset.cpus").write_text("")   # as a new cpuset is: empty
+    (tmp_path / "cpuset" / "rk-node-1" / "cpuset.mems").write_text("")
+    real_node.make_cgroup_root("/rk-node-1")
+    assert (tmp_path / "cpuset" / "rk-node-1" / "cpuset.cpus").read_text() == "0-1\n"   # the parent's
+    (tmp_path / "cpuset" / "rk-node-1" / "cpuset.cpus").unlink()   # a real cgroup's files go with it
+    (tmp_path / "cpuset" / "rk-node-1" / "cpuset.mems").unlink()
+    (tmp_path / "memory" / "rk-node-1" / "kubepods" / "besteffort").mkdir(parents=True)
+
+    assert tmp_path / "memory" / "rk-node-1" / "kubepods" in real_node._kubepods_cgroups("/rk-node-1")
+    assert tmp_path / "memory" / "kubepods" not in real_node._kubepods_cgroups("/rk-node-1")
+    assert real_node._remove_cgroups(set(), "/rk-node-1", timeout=0)
+    assert not list(tmp_path.glob("*/rk-node-1"))                      # the second node's, whole
+    assert (tmp_path / "memory" / "kubepods" / "burstable").is_dir()   # the first node's left alone

@@ -397,13 +397,13 @@ def _model_store(demo: _Demo, api: Any, real: Any, namespace: str) -> None:
     import yaml
     from kubernetes import client
 
-    from rankops_dev.real_cluster import pinned_to
+    from rankops_dev.real_cluster import pinned_to_real_nodes
 
     spec = yaml.safe_load(DEMO_MODEL.read_text())["spec"]
     core = client.CoreV1Api(api)
     # PodNodeSelector: every pod of the namespace (Triton's, gate Jobs', the request Job's) goes to
     # the real node: all of them really run.
-    core.create_namespace({"metadata": {"name": namespace, "annotations": pinned_to(real.node_name)}})
+    core.create_namespace({"metadata": {"name": namespace, "annotations": pinned_to_real_nodes()}})
     for version in spec["versions"]:
         uri = version["modelUri"]
         prefix = uri.split("/", 3)[3]
