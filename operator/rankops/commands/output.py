@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from rankops.yamlio import dump, dump_all
@@ -31,3 +33,19 @@ def format_report(report: Any, output: str) -> str:
     if output == "yaml":
         return dump(report)
     return json.dumps(report, indent=2) + "\n"
+
+
+def print_report(args: Any, result: Any, text: Callable[[], str], write_plot: Callable[[Any, str], Any]) -> bool:
+    """Print `result` as -o asks (text: `text()`), and write --plot with `write_plot`; False when the
+    plot could not be written (said on stderr)."""
+    if args.output != "text":
+        sys.stdout.write(format_report(result.to_json(), args.output))
+    else:
+        print(text())
+    if args.plot:
+        try:
+            print(f"plot: {write_plot(result, args.plot)}", file=sys.stderr)
+        except (RuntimeError, OSError) as exc:
+            print(f"rankops plan: --plot: {exc}", file=sys.stderr)
+            return False
+    return True

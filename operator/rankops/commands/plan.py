@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rankops.commands.output import add_output_flag, format_report
+from rankops.commands.output import add_output_flag, print_report
 from rankops.commands.plan_pack import add_pack_flags, run_pack, several_models
 from rankops.planner.inputs import PlanError, inputs_from_spec, slowed
 from rankops.planner.overload import OverloadError, with_queue_policy
@@ -104,18 +104,12 @@ def run(args: argparse.Namespace) -> int:
     except OverloadError as exc:   # the operator refuses such a spec (PlanFailed): say it the same way
         print(f"rankops plan: no plan: {exc}", file=sys.stderr)
         return 1
-    if args.output != "text":
-        sys.stdout.write(format_report(result.to_json(), args.output))
-    else:
-        print(render_text(result) + render_in_place(spec, result, beside_serving(spec, result)))
-    if args.plot:
-        try:
-            from rankops.planner.plot import write_plot
-            print(f"plot: {write_plot(result, args.plot)}", file=sys.stderr)
-        except (RuntimeError, OSError) as exc:
-            print(f"rankops plan: --plot: {exc}", file=sys.stderr)
-            return 2
+    from rankops.planner.plot import write_plot
+    text = lambda: render_text(result) + render_in_place(spec, result, beside_serving(spec, result))  # noqa: E731
+    if not print_report(args, result, text, write_plot):
+        return 2
     return 1 if result.problems else 0
+
 
 
 class InputError(ValueError):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rankops.commands.output import format_report
+from rankops.commands.output import print_report
 from rankops.planner.inputs import PlanError, inputs_from_spec
 from rankops.planner.pack import Card, ModelToPack, Pack, PackError, pack
 from rankops.planner.profile import ProfileError
@@ -69,18 +69,8 @@ def run_pack(args: argparse.Namespace, docs_by_file: list[tuple[Path, list[Any]]
     except PackError as exc:
         print(f"rankops plan: no pack: {exc}", file=sys.stderr)
         return 1
-    if args.output != "text":
-        sys.stdout.write(format_report(result.to_json(), args.output))
-    else:
-        print(render_pack(result))
-    if args.plot:
-        try:
-            from rankops.planner.plot import write_pack_plot
-            print(f"plot: {write_pack_plot(result, args.plot)}", file=sys.stderr)
-        except (RuntimeError, OSError) as exc:
-            print(f"rankops plan: --plot: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    from rankops.planner.plot import write_pack_plot
+    return 0 if print_report(args, result, lambda: render_pack(result), write_pack_plot) else 2
 
 
 def _card(args: argparse.Namespace, gpu_mib: set[float]) -> Card:
