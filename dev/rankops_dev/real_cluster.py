@@ -29,9 +29,20 @@ from .objectstore import ObjectStore
 from .real_node import RealNode, archive_image_name
 from .real_node_config import NodeLayout
 
-NODE_IP = "10.200.0.1"
-POD_SUBNET = "10.245.0.0/24"  # not kwok's 10.244.0.0/16: real pods only
-PODS_OF_ALL_NODES = "10.245.0.0/16"  # node i: 10.245.i.0/24, its address 10.200.0.(i+1)
+PODS_OF_ALL_NODES = "10.245.0.0/16"  # not kwok's 10.244.0.0/16: real pods only
+
+
+def node_ip(index: int) -> str:
+    """Real node `index`'s address in the cluster's network namespace."""
+    return f"10.200.0.{index + 1}"
+
+
+def pod_subnet(index: int) -> str:
+    """Real node `index`'s pod range, inside PODS_OF_ALL_NODES."""
+    return f"10.245.{index}.0/24"
+
+
+NODE_IP, POD_SUBNET = node_ip(0), pod_subnet(0)   # the first node's: the API server's and S3's address too
 DEFAULT_IMAGES_DIR = Path(os.environ.get("RANKOPS_IMAGES_DIR", "/tmp/rankops-images"))
 # The images a serving model needs: the operator's (the operator, fetch-model, the warm
 # container, `rankops infer`) and the Triton test image (tritonserver with the CPU stand-ins).
@@ -254,7 +265,7 @@ class RealCluster(ClusterOfRealPods):
         root; a later node shares the first's kube-proxy and DNS."""
         later = index > 0
         return NodeLayout(self.work / (f"node-{index}" if later else "node"), self.node_names[index],
-                          f"10.200.0.{index + 1}", f"10.245.{index}.0/24", SERVICE_CIDR, bridge=f"rkbr{index}",
+                          node_ip(index), pod_subnet(index), SERVICE_CIDR, bridge=f"rkbr{index}",
                           cpu_manager_policy="none" if later else self.cpu_manager_policy, sample_host=sample_host,
                           cgroup_root=f"/{self.node_names[index]}" if later else "/",
                           cluster_pod_cidr=PODS_OF_ALL_NODES, services_node_ip=NODE_IP if later else None)

@@ -389,13 +389,13 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+        deadline, metrics = time.monotonic() + timeout_s, self._serves_metrics()
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise TritonError(f"tritonserver exited with {self.process.returncode} before it was ready:\n"
                                   f"{self.log_tail()}")
             if self._answers("/v2/health/ready", self.http_url) and (
-                    not self._serves_metrics() or self._answers("/metrics", self.metrics_url)):
+                    not metrics or self._answers("/metrics", self.metrics_url)):
                 return
             time.sleep(0.2)
         self.stop()
