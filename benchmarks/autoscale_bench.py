@@ -1,7 +1,7 @@
 """spec.autoscaling on real Triton (issue 26 item 6): a day-shaped load (5 -> 15 -> 25 -> 15 -> 5
-req/s for 80, 20, 40, 20 and 80 s at least; capacityPerReplicaQps 10, so 1 -> 2 -> 3 -> 2 -> 1
-replicas) on real containers (two real nodes; the CPU stand-in's device time makes a replica serve
-about 11 req/s: e2e/test_autoscale_real.py's docstring), the operator, the chart's pod, deciding
+req/s for 80, 20, 40, 20 and 80 s at least; capacityPerReplicaQps 8, so 1 -> 2 -> 3 -> 2 -> 1
+replicas, 3 the maximum) on real containers (two real nodes; the CPU stand-in's device time makes a
+replica serve about 11 req/s: e2e/test_autoscale_real.py's docstring), the operator, the chart's pod, deciding
 the replicas from each pod's Triton counters.
 
 Prints per phase: the seconds from the load step to the new replica count decided (the
