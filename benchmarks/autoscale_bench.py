@@ -1,7 +1,8 @@
 """spec.autoscaling on real Triton (issue 26 item 6): a day-shaped load (5 -> 15 -> 25 -> 15 -> 5
-req/s for 80, 20, 40, 20 and 80 s at least, scaled to what the CPU stand-ins serve: capacityPerReplicaQps 10, so 1 -> 2 -> 3 -> 2 -> 1
-replicas) on the local control plane's process node, the operator deciding the replicas from each
-pod's Triton counters.
+req/s for 80, 20, 40, 20 and 80 s at least; capacityPerReplicaQps 8, so 1 -> 2 -> 3 -> 2 -> 1
+replicas, 3 the maximum) on real containers (two real nodes; the CPU stand-in's device time makes a
+replica serve about 11 req/s: e2e/test_autoscale_real.py's docstring), the operator, the chart's pod, deciding
+the replicas from each pod's Triton counters.
 
 Prints per phase: the seconds from the load step to the new replica count decided (the
 Deployment's spec.replicas) and to that many Ready and warm (the warm container gates readiness),
@@ -27,8 +28,10 @@ need 1 -> 2 -> 3 -> 2 -> 1 replicas by it. Then the day twice, autoscaling.corre
 and true; per phase the replicas, the P99 against the budget, and status.autoscaling's capacity
 and capacityCorrection at the phase's end.
 
-The run is e2e/bench_autoscale.py::test_bench_day_shaped_load (a few minutes; starts a local
-control plane, the S3 server, a process node and the operator).
+The run is e2e/bench_autoscale.py::test_bench_day_shaped_load (a few minutes; starts the
+real-container cluster of e2e/conftest.py's `real`: the control plane, two real nodes, the S3
+server and the chart's operator pod). docs/autoscaling.md's figures were measured on the earlier
+process node (Triton as host processes, uncapped, no device time), before the move.
 """
 from __future__ import annotations
 

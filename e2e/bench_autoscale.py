@@ -1,12 +1,13 @@
 """benchmarks/autoscale_bench.py's run (issue 26 item 6): a day-shaped ramp on real Triton, each
 phase's numbers written to $RANKOPS_AUTOSCALE_BENCH. Not a test: `pytest e2e` does not collect
 this file (its name is not test_*.py); the benchmark names it explicitly, so the e2e fixtures
-(control plane, S3 server, process node, operator) serve it.
+serve it: conftest's `real` (two real nodes, the chart's operator pod at --interval 2, the S3
+server), as for e2e/test_autoscale_real.py, whose module settings and helpers these are.
 """
 from __future__ import annotations
 
-from e2e.test_autoscale_real import (SPEC, Replicas, p99, run_phases,  # noqa: F401 (the run's helpers)
-                                     serve)
+from e2e.test_autoscale_real import (  # noqa: F401 (the run's helpers; the real cluster's settings)
+    DEVICE_MS, DRIVERS, REAL_CHART_VALUES, REAL_NODES, SPEC, Replicas, p99, run_phases, serve)
 
 BENCH_ENV = "RANKOPS_AUTOSCALE_BENCH"   # a path: the benchmark's report is written there
 # a path: JSON {"spec": ..., "day": [[rate, s, replicas], ...], "device_ms": [a, b]} for
@@ -18,19 +19,19 @@ PLANNED_ENV = "RANKOPS_AUTOSCALE_BENCH_PLANNED"
 DAY = [(5, 80, 1), (15, 20, 2), (25, 40, 3), (15, 20, 2), (5, 80, 1)]
 
 
-def test_bench_day_shaped_load(k8s, real_namespace, operator, object_store, process_node, tmp_path):
+def test_bench_day_shaped_load(real, real_k8s, real_namespace_in, tmp_path):
     """benchmarks/autoscale_bench.py: a day-shaped ramp; each phase's numbers go to $RANKOPS_AUTOSCALE_BENCH."""
     import json
     import os
 
     out = os.environ.get(BENCH_ENV)
     assert out, f"run by benchmarks/autoscale_bench.py, which sets ${BENCH_ENV}"
-    ns = real_namespace
-    serve(k8s, ns, object_store, tmp_path)
+    k8s, ns = real_k8s, real_namespace_in
+    serve(k8s, ns, real.store, tmp_path, device_ms=DEVICE_MS, tritonImage=real.refs["rankops-triton-test"])
     replicas = Replicas(k8s, ns)
     replicas.start()
     try:
-        phases = run_phases(k8s, ns, DAY, replicas, settle_timeout=90)
+        phases = run_phases(k8s, ns, DAY, replicas, real.netns, settle_timeout=90, drivers=DRIVERS)
     finally:
         replicas.stop.set()
         replicas.join(5)
@@ -56,7 +57,7 @@ def test_bench_day_shaped_load(k8s, real_namespace, operator, object_store, proc
     assert all(p.reached is not None for p in phases), report
 
 
-def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, process_node, tmp_path):
+def test_bench_planned_capacity(real, real_k8s, real_namespace_in, tmp_path):
     """benchmarks/autoscale_bench.py --optimistic-profile: the capacity from the plan (no
     capacityPerReplicaQps), the stand-in's device time as given; per phase also the replicas'
     status.autoscaling.capacityCorrection at its end."""
@@ -69,17 +70,18 @@ def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, pro
     out, given = os.environ.get(BENCH_ENV), os.environ.get(PLANNED_ENV)
     assert out and given, f"run by benchmarks/autoscale_bench.py, which sets ${BENCH_ENV} and ${PLANNED_ENV}"
     run = json.loads(open(given).read())
-    ns = real_namespace
-    serve(k8s, ns, object_store, tmp_path, spec_doc=run["spec"], device_ms=tuple(run["device_ms"]))
+    k8s, ns = real_k8s, real_namespace_in
+    serve(k8s, ns, real.store, tmp_path, spec_doc=run["spec"], device_ms=tuple(run["device_ms"]),
+          tritonImage=real.refs["rankops-triton-test"])
     replicas = Replicas(k8s, ns)
     replicas.start()
     phases, corrections = [], []
     try:
         for rate, seconds, wanted in run["day"]:
-            phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, settle_timeout=30,
+            phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, real.netns, settle_timeout=30,
                                  drivers=run.get("drivers", 1))
             scaling = (models.get(k8s, ns, NAME).get("status") or {}).get("autoscaling") or {}
-            corrections.append({"server_p99_ms": _server_p99_ms(k8s, ns, NAME),
+            corrections.append({"server_p99_ms": _server_p99_ms(k8s, ns, NAME, real.netns),
                                 "capacity": scaling.get("capacityPerReplicaQps"),
                                 "source": scaling.get("capacitySource"),
                                 "correction": scaling.get("capacityCorrection")})
@@ -107,21 +109,34 @@ def test_bench_planned_capacity(k8s, real_namespace, operator, object_store, pro
         json.dump(report, f)
 
 
-def _server_p99_ms(k8s, ns: str, name: str) -> float | None:
+def _server_p99_ms(k8s, ns: str, name: str, netns: str) -> float | None:
     """The worst serving pod's P99 by Triton's own latency summary (its window: about the last
-    minute), ms: the server side of the latency, without the client's."""
+    minute), ms: the server side of the latency, without the client's. Read from inside the
+    cluster's network namespace `netns` (a thread that enters it: the pod IPs are only there)."""
     import re
+    import threading
     import urllib.request
 
+    from rankops_dev import netns as namespaces
     from rankops_dev import traffic
 
+    pages: list[str] = []
+
+    def read_inside(addresses: list[str]) -> None:
+        namespaces.enter_thread(netns)
+        for address in addresses:
+            try:
+                with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
+                    pages.append(resp.read().decode())
+            except OSError:
+                continue
+
+    reader = threading.Thread(target=read_inside, daemon=True,
+                              args=(traffic.serving_addresses(k8s.core, ns, name, any_address=True),))
+    reader.start()
+    reader.join(30)
     worst = None
-    for address in traffic.serving_addresses(k8s.core, ns, name):
-        try:
-            with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
-                text = resp.read().decode()
-        except OSError:
-            continue
+    for text in pages:
         for m in re.finditer(r'^nv_inference_request_summary_us\{[^}]*quantile="0\.99"[^}]*\} (\S+)$', text, re.M):
             value = float(m.group(1))
             if value == value:   # NaN: no request in the window

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from typing import Any
 
-from e2e.support import Cluster, wait_for
+from e2e.support import wait_for
 
 GROUP, VERSION, PLURAL = "rankops.io", "v1alpha1", "rankingmodels"
 OP_TIMEOUT = 60  # seconds a reconcile may take to show (the operator re-checks every 2 s)
@@ -78,12 +77,10 @@ def wait_ready(k8s: Any, namespace: str, name: str, timeout: float = OP_TIMEOUT)
                        f"RankingModel {namespace}/{name} Ready", timeout)
 
 
-def printer_columns(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
-    """`kubectl get rm NAME` as {column: value}: what a user sees."""
-    done = subprocess.run([cluster.tool("kubectl"), "get", "rm", name, "-n", namespace, "-o", "wide"],
-                          env=cluster.env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    header, row = done.stdout.splitlines()[:2]
+def printer_columns(cluster: Any, namespace: str, name: str) -> dict[str, str]:
+    """`kubectl get rm NAME` as {column: value}: what a user sees. `cluster`: the suite's (support.Cluster)
+    or a real-container one (rankops_dev.real_cluster): anything whose `kubectl(*args)` returns stdout."""
+    header, row = cluster.kubectl("get", "rm", name, "-n", namespace, "-o", "wide").splitlines()[:2]
     # Columns are separated by 3+ spaces; empty cells are "<none>".
     starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
     cells = [row[a:b].strip() for a, b in zip(starts, starts[1:] + [len(row) + 1])]

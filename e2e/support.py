@@ -4,6 +4,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class Cluster:
         if not found:
             raise FileNotFoundError(f"{name} not found in {self.bin_dir} or on PATH")
         return found
+
+    def kubectl(self, *args: str) -> str:
+        """kubectl's output on this cluster; a failure fails with its stderr (as real_cluster's kubectl)."""
+        done = subprocess.run([self.tool("kubectl"), *args], env=self.env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done.stdout
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.25) -> T:
