@@ -132,7 +132,7 @@ def _server_p99_ms(k8s, ns: str, name: str, netns: str) -> float | None:
                 continue
 
     reader = threading.Thread(target=read_inside, daemon=True,
-                              args=(traffic.serving_addresses(k8s.core, ns, name, any_address=True),))
+                              args=(traffic.serving_addresses(k8s.core, ns, name),))
     reader.start()
     reader.join(30)
     worst = None

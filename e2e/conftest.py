@@ -246,43 +246,6 @@ def chart_operator_kubeconfig(cluster: Cluster, work: Any) -> Any:
         pytest.fail(f"installing the chart for the operator failed: {exc}", pytrace=False)
 
 
-PROCESS_NODE = "process-0"
-
-
-@pytest.fixture(scope="session")
-def process_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A node whose pods really run, as local processes (rankops_dev/pod_runner.py), beside kwok's.
-
-    Tainted, so only the pods of `real_namespace` namespaces land there. Its container logs are
-    printed when a test fails.
-    """
-    if not cluster.local:
-        pytest.skip("pods run as local processes only on the local control plane; on kind they would "
-                    "need the real images")
-    from rankops_dev.process_nodes import ProcessNode
-
-    node = ProcessNode(cluster.kubeconfig, PROCESS_NODE, tmp_path_factory.mktemp("process-node"))
-    try:
-        node.start()
-    except Exception as exc:  # noqa: BLE001 - set-up failure is a failed run, with the reason
-        node.stop()
-        pytest.fail(f"the process node did not start: {exc}", pytrace=False)
-    OPERATOR_LOG["process_node"] = node
-    yield node
-    node.stop()
-
-
-@pytest.fixture
-def real_namespace(request: pytest.FixtureRequest, k8s: Clients, process_node: Any) -> Iterator[str]:
-    """A fresh namespace whose pods all run on the process node."""
-    from rankops_dev.process_nodes import pinned_namespace
-
-    with _fresh_namespace(request, k8s, "e2e-real",
-                          lambda name: pinned_namespace(name, {NAMESPACE_LABEL: "true"})) as name:
-        OPERATOR_LOG["real_namespace"] = name
-        yield name
-
-
 @pytest.fixture(scope="session")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real S3-compatible server process (rankops_dev/objectstore.py), on loopback."""
@@ -331,10 +294,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         if OPERATOR_LOG.get("real_namespace_in"):
             report.sections.append(("real-container cluster: the test's namespace",
                                     real.diagnostics(OPERATOR_LOG["real_namespace_in"])))
-    node = OPERATOR_LOG.get("process_node")
-    if report.failed and node is not None and "real_namespace" in getattr(item, "fixturenames", ()):
-        report.sections.append(("process node: container logs (tails)",
-                                node.all_logs(OPERATOR_LOG.get("real_namespace"))))
 
 
 # -- Real containers (issue 38) ------------------------------------------------------------------

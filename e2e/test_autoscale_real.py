@@ -169,7 +169,7 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
     done = []
     for rate, seconds, wanted in phases:
         phase = Phase(rate, started=time.time(), wanted=wanted)
-        addresses = _SharedAddresses(lambda: traffic.serving_addresses(k8s.core, ns, NAME, any_address=True))
+        addresses = _SharedAddresses(lambda: traffic.serving_addresses(k8s.core, ns, NAME))
         group = [traffic.Traffic(addresses, NAME, _request,
                                  rate=rate / drivers, max_seconds=seconds + settle_timeout + 30, timeout_s=10,
                                  seed=5 + i, netns=netns) for i in range(drivers)]

@@ -47,13 +47,12 @@ def _request(rng: np.random.Generator, bad: bool) -> Sample:
                                   "item_features": rng.standard_normal((candidates, 32)).astype(np.float32)})
 
 
-def production_traffic(k8s, namespace: str, model: str, bad_fraction: float, real=None) -> traffic.Traffic:
+def production_traffic(k8s, namespace: str, model: str, bad_fraction: float, real) -> traffic.Traffic:
     """Production-like requests, round robin over the Ready pods behind the serving Service, one
-    in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most).
-    `real`: a cluster of real containers, sent from its namespace (else the process nodes' pods)."""
-    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model, any_address=real is not None),
-                           model, lambda rng: _request(rng, rng.random() < bad_fraction),
-                           netns=real.netns if real is not None else None)
+    in `1 / bad_fraction` with a user id beyond a cut embedding (bounded: 15 minutes at most),
+    sent from inside the real cluster's network namespace."""
+    return traffic.Traffic(lambda: traffic.serving_addresses(k8s.core, namespace, model),
+                           model, lambda rng: _request(rng, rng.random() < bad_fraction), netns=real.netns)
 
 
 def serve_real_model(k8s, ns: str, object_store, tmp_path, body: dict, exports: dict[str, dict] | None = None,

@@ -142,7 +142,7 @@ def test_a_dead_node_s_replica_is_replaced_and_only_requests_to_it_fail(
     on_dead = [p for p in _serving(k8s, ns, name) if p.spec.node_name == dead_node]
     assert len(on_dead) == 1, [(p.metadata.name, p.spec.node_name) for p in _serving(k8s, ns, name)]
     dead_pod, dead_ip = on_dead[0].metadata.name, on_dead[0].status.pod_ip
-    load = traffic_driver.Traffic(lambda: traffic_driver.serving_addresses(k8s.core, ns, name, any_address=True),
+    load = traffic_driver.Traffic(lambda: traffic_driver.serving_addresses(k8s.core, ns, name),
                                   name, lambda rng: _request(rng, False), rate=20, timeout_s=2.0, max_seconds=300,
                                   netns=real.netns)
     load.start()

@@ -13,7 +13,7 @@ import pytest
 from e2e import models
 from rankops.api.rankingmodel import RankingModel
 from rankops.render import names
-from rankops_dev.pod_sandbox import expand
+from rankops_dev.container_env import expand
 from rankops_dev import spec_models, triton
 
 pytestmark = pytest.mark.usefixtures("gpu_nodes", "operator_logs_no_errors")

@@ -43,7 +43,7 @@ def _at(stamp: str) -> float:
 
 
 def _warm_events(logs_source, namespace: str, pod: str) -> list[dict]:
-    """The warm container's JSON lines; `logs_source.pod_logs` is a real cluster's (or a process node's)."""
+    """The warm container's JSON lines; `logs_source.pod_logs` is a real cluster's."""
     text = logs_source.pod_logs(namespace, pod).get("warm", "")
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 

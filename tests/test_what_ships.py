@@ -1,6 +1,6 @@
 """What ships: the product's wheel and images hold the product and nothing else.
 
-The dev harness (local cluster, process nodes, the real node, image builds, the S3 and Triton
+The dev harness (local cluster, the real nodes, image builds, the S3 and Triton
 fixtures, the validator's sample host trees, `rankops dev`) is the rankops-dev distribution under
 dev/; tests and benchmarks stay in the repository. Both wheels are built here from what the
 images' build stage copies, and their files listed; `rankops dev` finds the harness through the
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "dev"
 # Paths inside a wheel that are harness, fixtures or tests, whichever package they hide in.
 NOT_PRODUCT = ("rankops_dev/", "rankops/devcluster/", "rankops/commands/dev", "sample_hosts", "conftest",
-               "tests/", "e2e/", "benchmarks/", "build.sh", "kwok/", "sccadmit/", "pod_runner", "fakecluster",
+               "tests/", "e2e/", "benchmarks/", "build.sh", "kwok/", "sccadmit/", "real_cluster", "fakecluster",
                "nvidia-smi-")
 
 
@@ -84,7 +84,7 @@ def test_the_harness_wheel_holds_the_harness_and_registers_rankops_dev(tmp_path)
     source = tmp_path / "src"
     shutil.copytree(DEV, source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build"))
     files = build_wheel(source, tmp_path / "wheel")
-    for name in ("rankops_dev/pod_runner.py", "rankops_dev/kubeapi.py", "rankops_dev/sample_hosts.py",
+    for name in ("rankops_dev/real_cluster.py", "rankops_dev/kubeapi.py", "rankops_dev/sample_hosts.py",
                  "rankops_dev/commands/dev.py", "rankops_dev/build.sh", "rankops_dev/nvidia-smi-t4-535.xml", "rankops_dev/kwok/pod-ready.yaml",
                  "rankops_dev/sccadmit/main.go"):
         assert name in files, name

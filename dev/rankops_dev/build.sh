@@ -2,8 +2,7 @@
 # Builds the local control plane and the real node once per machine from the Go module proxy:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm and kube-score
 # (the manifest linter tests/test_manifest_lint.py runs), the kubelet and kube-proxy (the real node,
-# real_node.py); and installs the Debian packages the dev cluster runs: bubblewrap (the process
-# nodes' pods), containerd, runc, the CNI plugins, iptables, conntrack and dnsmasq (the real node),
+# real_node.py); and installs the Debian packages the dev cluster runs: containerd, runc, the CNI plugins, iptables, conntrack and dnsmasq (the real node),
 # buildah and debootstrap (`rankops dev images`: the images, built here without a registry).
 # Also sccadmit: OpenShift's SCC admission plugin (vendored in sccadmit/ beside this file) as a
 # command the OpenShift tests run on rendered pods.
@@ -113,7 +112,6 @@ build_sccadmit() {
 
 # command (or path) -> Debian package: what the dev cluster runs, installed when missing.
 DEBIAN_PARTS=(
-  "bwrap bubblewrap"
   "containerd containerd"
   "/usr/sbin/runc runc"
   "/usr/lib/cni/bridge containernetworking-plugins"

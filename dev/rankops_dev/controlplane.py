@@ -275,7 +275,7 @@ class LocalControlPlane:
             f"--service-account-key-file={sa_key}",
             f"--service-account-signing-key-file={sa_key}",
             "--allow-privileged=true",
-            # A namespace can pin its pods to the process nodes (scheduler.alpha.kubernetes.io/
+            # A namespace can pin its pods to the real nodes (scheduler.alpha.kubernetes.io/
             # node-selector and defaultTolerations annotations), keeping every other pod on kwok's.
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             "--enable-priority-and-fairness=false",  # one user, no need for fairness queues

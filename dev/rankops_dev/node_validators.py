@@ -68,7 +68,7 @@ class NodeVerdict:
 def plan_runs(pods: list[dict[str, Any]], scenarios: Mapping[str, str],
               default: str = HEALTHY, real_nodes: Collection[str] = ()) -> list[ValidatorRun]:
     """One run per live, scheduled validator pod, in node order. `scenarios` maps node names to
-    sample host scenarios; other nodes get `default`; `real_nodes` (process nodes, whose
+    sample host scenarios; other nodes get `default`; `real_nodes` (real nodes, whose
     validator pods really run) are left out. Naming a node that has no validator pod, or an
     unknown scenario, is a ValueError: the caller meant a node the pool does not cover."""
     unknown = sorted({default, *scenarios.values()} - set(sample_hosts.SCENARIOS))

@@ -114,7 +114,7 @@ class OperatorProcess:
         self.validator_service_account = validator_service_account
         self.interval = interval
         self.extra_args = extra_args
-        # Only the process nodes' pods answer (loopback); kwok's pod IPs are made up. A test may
+        # kwok's pod IPs are made up and nothing answers there: only loopback is read. A test may
         # restart the operator with another network to make every pod's metrics unreadable.
         self.pod_metrics_network = "127.0.0.0/8"
         self.process: subprocess.Popen[bytes] | None = None

@@ -1,13 +1,12 @@
 """A bounded traffic driver for the local cluster: ranking requests spread round robin over the
-Ready pods behind a model's serving Service, sent from this machine.
+Ready pods behind a model's serving Service.
 
-Only loopback pod IPs are sent to (the process nodes' pods; kwok's made-up 10.x addresses are
-skipped): nothing else answers here, and the workplace allows traffic to loopback alone. With
-`netns=` (a real node's cluster, real_cluster.py) the driver's thread enters that network
-namespace first and sends to the pod network's addresses there: that namespace has no route out. Every
-run is bounded in requests and seconds and may be paced at a rate; every request is counted,
-by pod: the e2e tests' production-like traffic and `rankops dev traffic` (the demo's canary
-needs traffic to be judged on).
+The pods run on real nodes (real_cluster.py), whose pod network exists only inside the cluster's
+network namespace: the driver's thread enters that namespace (`netns`) first and sends to the pod
+addresses there, a namespace with no route out (the workplace allows test traffic to loopback and
+to such namespaces alone). Every run is bounded in requests and seconds and may be paced at a
+rate; every request is counted, by pod: the e2e tests' production-like traffic and `rankops dev
+traffic` (the demo's canary needs traffic to be judged on).
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from rankops_dev.pod_sandbox import is_loopback
+from rankops_dev import netns as namespaces
 
 MAX_RATE = 500.0           # requests per second, at most
 MAX_SECONDS = 3600.0
@@ -30,26 +29,25 @@ class Answer(NamedTuple):
     ms: float
 
 
-def serving_addresses(k8s_core: Any, namespace: str, model: str, *, any_address: bool = False) -> list[str]:
-    """The loopback pod IPs (`any_address`: every pod IP, for a driver inside a real node's
-    namespace) behind the model's serving Service (Ready, taking traffic, not going)."""
+def serving_addresses(k8s_core: Any, namespace: str, model: str) -> list[str]:
+    """The pod IPs behind the model's serving Service (Ready, taking traffic, not going)."""
     from rankops.render import names
 
     pods = k8s_core.list_namespaced_pod(
         namespace, label_selector=f"{names.LABEL_MODEL}={model},{names.LABEL_TRAFFIC}=on").items
-    return sorted(p.status.pod_ip for p in pods if p.status.pod_ip and (any_address or is_loopback(p.status.pod_ip))
+    return sorted(p.status.pod_ip for p in pods if p.status.pod_ip
                   and p.metadata.deletion_timestamp is None
                   and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
 
 
 class Traffic(threading.Thread):
     """Requests from `make_sample(rng)` to `model` on the addresses `addresses()` lists (port
-    8000), round robin, until `stop` is set, `max_requests` were sent or `max_seconds` passed;
+    8000), sent from inside the network namespace `netns`, round robin, until `stop` is set, `max_requests` were sent or `max_seconds` passed;
     `rate`: requests per second (None: one after another, as fast as they are answered)."""
 
     def __init__(self, addresses: Callable[[], Sequence[str]], model: str, make_sample: Callable[[Any], Any], *,
                  rate: float | None = None, max_requests: int = 1_000_000, max_seconds: float = 900.0,
-                 timeout_s: float = 5.0, seed: int = 5, netns: str | None = None) -> None:
+                 netns: str, timeout_s: float = 5.0, seed: int = 5) -> None:
         super().__init__(daemon=True, name=f"traffic-{model}")
         if rate is not None and not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate must be in (0, {MAX_RATE:g}] requests/s, got {rate}")
@@ -63,7 +61,6 @@ class Traffic(threading.Thread):
         self.sent = self.failed = 0
         self.served: list[Answer] = []
         self.failures: list[tuple[str, float, str]] = []   # (address, time, error)
-        self.skipped: set[str] = set()                     # listed addresses that are not loopback
 
     def by_pod(self) -> Counter:
         return Counter(a.address for a in self.served)
@@ -73,12 +70,7 @@ class Traffic(threading.Thread):
 
         from rankops.triton.client import Endpoint, GateClientError
 
-        reachable = is_loopback
-        if self.netns:
-            from rankops_dev import netns
-
-            netns.enter_thread(self.netns)  # this thread only: its sockets are made inside
-            reachable = lambda address: True  # noqa: E731 - the namespace routes nowhere else
+        namespaces.enter_thread(self.netns)  # this thread only: its sockets are made inside
         rng = np.random.default_rng(self.seed)
         connections: dict[str, tuple[Any, Any]] = {}
         started = time.monotonic()
@@ -89,9 +81,7 @@ class Traffic(threading.Thread):
             while not self.stop.is_set() and self.sent < self.max_requests \
                     and time.monotonic() - started < self.max_seconds:
                 if time.monotonic() - listed_at >= REFRESH_S:
-                    found = list(self.addresses())
-                    self.skipped |= {a for a in found if not reachable(a)}
-                    listed, listed_at = [a for a in found if reachable(a)], time.monotonic()
+                    listed, listed_at = list(self.addresses()), time.monotonic()
                     for gone in set(connections) - set(listed):
                         connections.pop(gone)[0].close()
                 if not listed:

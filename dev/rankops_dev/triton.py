@@ -323,7 +323,7 @@ class TritonServer:
         """
         import secrets as random_keys
 
-        from rankops_dev.pod_sandbox import container_env
+        from rankops_dev.container_env import container_env
         install = install or ensure_installed()
         triton = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "triton")
         model = _model_name(triton["args"])
@@ -359,7 +359,7 @@ class TritonServer:
         return f"{self.host}:{self.ports['metrics']}"
 
     def arguments(self) -> list[str]:
-        from rankops_dev.pod_sandbox import expand
+        from rankops_dev.container_env import expand
 
         args = [expand(a, self.env) for a in self.container_args]
         return local_arguments(args, self.host, self.install, self.repository, self.ports)

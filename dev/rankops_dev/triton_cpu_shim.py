@@ -4,7 +4,7 @@
 A CPU-only Triton refuses `instance_group { kind: KIND_GPU }` ("no GPUs are available"), and the
 rendered pod mounts each model's config.pbtxt read-only from its ConfigMap. So this shim, first on
 PATH, builds a shadow repository in /tmp (the pod's writable emptyDir): per model, a copy of its
-config with KIND_GPU -> KIND_CPU (the one edit the process node's fixture makes too, said on
+config with KIND_GPU -> KIND_CPU (the one edit the real-Triton fixture makes too, said on
 stderr) and a symlink for every other entry (the version directories fetch-model wrote); then it
 execs the real server with `--model-repository` pointed there and every other argument as given.
 Test image only: the product images run NVIDIA's tritonserver unchanged.

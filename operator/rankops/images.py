@@ -3,7 +3,7 @@
 One source of truth: the API defaults (spec.fetcherImage, spec.rollout.gateJobs.image,
 spec.validator.image), the chart's values and images/README.md all name these, and
 tests/test_images.py fails when a default names an image no Dockerfile builds. Names stay
-`rankops-<kind>` so process nodes (rankops_dev/pod_sandbox.py) run them as this package.
+`rankops-<kind>`.
 """
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }
 '''
 
 
-def test_the_only_edit_is_the_one_the_process_nodes_fixture_makes():
+def test_the_only_edit_is_the_one_the_real_triton_fixture_makes():
     text, edits = triton_cpu_shim.cpu_config(CONFIG)
     assert edits == 1 and "KIND_GPU" not in text
     assert text == CONFIG.replace("KIND_GPU", "KIND_CPU")
-    fixture_text, fixture_edits = triton.cpu_config(CONFIG)  # the protobuf edit of the process node
+    fixture_text, fixture_edits = triton.cpu_config(CONFIG)  # the protobuf edit of the real-Triton fixture
     assert "KIND_CPU" in fixture_text and len(fixture_edits) == 1
 
 

@@ -15,16 +15,16 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
     p = dev_sub.add_parser(
         "traffic", help="send ranking requests to a model's serving pods on the local cluster (bounded)",
         description="Requests made from the RankingModel's tensors, round robin over the Ready pods behind its "
-                    "serving Service (stable and canary), paced at --rate for --seconds; only pods on loopback "
-                    "addresses (process nodes) are sent to, or with --netns every pod, from inside the real "
-                    "node's network namespace (rankops dev demo --keep prints it). Prints what each pod answered every 10 s.")
+                    "serving Service (stable and canary), paced at --rate for --seconds, sent from inside the local "
+                    "cluster's network namespace --netns (rankops dev demo --keep prints it). Prints what each pod "
+                    "answered every 10 s.")
     p.add_argument("-f", "--filename", required=True, help="the RankingModel manifest (name, namespace, inputs)")
     p.add_argument("--rate", type=float, default=20.0, help=f"requests per second (default 20, at most {MAX_RATE:g})")
     p.add_argument("--seconds", type=float, default=900.0,
                    help=f"how long to send (default 900, at most {MAX_SECONDS:g})")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
-    p.add_argument("--netns", metavar="NAME",
-                   help="send from inside this network namespace (a real node's cluster), to every Ready pod")
+    p.add_argument("--netns", metavar="NAME", required=True,
+                   help="the local cluster's network namespace (its pod network is reachable only there)")
     p.set_defaults(func=run_traffic)
 
 
@@ -46,7 +46,7 @@ def run_traffic(args: argparse.Namespace) -> int:
         if not args.kubeconfig:
             raise ValueError("no kubeconfig: set KUBECONFIG (rankops dev demo --keep prints it) or --kubeconfig")
         core = client.CoreV1Api(api_client(args.kubeconfig))
-        traffic = Traffic(lambda: serving_addresses(core, namespace, model, any_address=bool(args.netns)), model,
+        traffic = Traffic(lambda: serving_addresses(core, namespace, model), model,
                           lambda rng: samples[int(rng.integers(len(samples)))],
                           rate=args.rate, max_seconds=args.seconds, netns=args.netns)
     except (OSError, ValueError, KeyError, SamplesError, ConfigException) as exc:

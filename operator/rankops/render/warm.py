@@ -50,8 +50,7 @@ def warm_container(model: str, spec: RankingModelSpec, http_port: int, metrics_p
         "name": "warm",
         "image": image or spec.fetcher_image,
         "command": command,
-        # Triton listens on the pod's address (every interface on a real node; the pod IP on a
-        # process node, where each pod has its own loopback address).
+        # The pod's own address, which Triton listens on (every interface of the pod).
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [{"name": "warm", "containerPort": WARM_PORT}],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "warm"}, "periodSeconds": 2, "failureThreshold": 1},
