@@ -334,7 +334,10 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
             if absent:
                 raise RuntimeError(f"RANKOPS_E2E_IMAGES names no {', '.join(absent)}")
             cluster = ExistingCluster(os.environ["KUBECONFIG"], os.environ["RANKOPS_E2E_REAL_NODE"], refs, work,
-                                      os.environ["RANKOPS_E2E_STORE_HOST"])
+                                      os.environ["RANKOPS_E2E_STORE_HOST"],
+                                      engine=os.environ.get("RANKOPS_E2E_ENGINE", "docker"),
+                                      control_plane=os.environ.get("RANKOPS_E2E_CONTROL_PLANE",
+                                                                   "rankops-e2e-control-plane"))
             if len(cluster.node_names) < real_nodes:
                 raise RuntimeError(f"the module needs {real_nodes} real nodes, the cluster has {cluster.node_names} "
                                    "(nodes labelled rankops.io/real-node=true)")

@@ -1,7 +1,8 @@
 """The release workflow pushes what the defaults name: every image the chart, the API models and
 the CRDs hand out by default is a repository .github/workflows/release.yaml pushes, under the
 tag it pushes (the tag's version, checked against pyproject.toml and the chart's appVersion).
-The kind cluster config keeps the e2e fixtures' contract (one real node, as the local one). No
+The kind cluster config keeps the e2e fixtures' contract (as many real nodes as a module asks for, the
+first with the local real node's CPU manager). No
 network: the workflows are parsed, not run.
 """
 from __future__ import annotations
@@ -131,18 +132,25 @@ def test_the_kind_workflow_expects_the_release_its_nodes_run():
     assert flow["jobs"]["e2e-kind"]["env"]["RANKOPS_E2E_EXPECT_VERSION"] == release
 
 
-def test_the_kind_real_node_is_one_tainted_worker_with_the_local_real_nodes_cpu_manager():
-    """The contract with the e2e fixtures: one worker labelled and tainted rankops.io/real-node=true
-    (setup.sh finds it by the label), namespaces pinned to it by the admission plugins the local
-    control plane enables, and its kubelet's CPU manager as the local real node's static one."""
+def test_the_kind_real_nodes_are_tainted_workers_the_first_with_the_local_real_nodes_cpu_manager():
+    """The contract with the e2e fixtures: as many workers labelled and tainted
+    rankops.io/real-node=true as an e2e module's REAL_NODES asks for (setup.sh finds them by the
+    label), namespaces pinned to them by the admission plugins the local control plane enables,
+    and the first one's kubelet CPU manager as the local real node's static one."""
     from rankops_dev.real_node_config import NodeLayout, kubelet_config
 
+    asked = max([1, *(int(m.group(1)) for path in (ROOT / "e2e").glob("*.py")
+                      for m in re.finditer(r"^REAL_NODES = (\d+)", path.read_text(), re.M))])
     nodes = kind_cluster()["nodes"]
     workers = [n for n in nodes if n["role"] == "worker"]
     real = [n for n in workers if n.get("labels", {}).get("rankops.io/real-node") == "true"]
-    assert len(workers) == 2 and len(real) == 1, "a worker for the chart, one as the real node"
-    [join] = kind_patches(real[0], "JoinConfiguration")
-    assert join["nodeRegistration"]["taints"] == [{"key": "rankops.io/real-node", "value": "true", "effect": "NoSchedule"}]
+    assert asked == 2 and len(real) == asked and len(workers) == asked + 1, \
+        f"a worker for the chart, {asked} as real nodes: {workers}"
+    joins = [kind_patches(node, "JoinConfiguration") for node in real]
+    for [each] in joins:
+        assert each["nodeRegistration"]["taints"] == [{"key": "rankops.io/real-node", "value": "true",
+                                                        "effect": "NoSchedule"}]
+    [join] = joins[0]
     [control_plane] = [n for n in nodes if n["role"] == "control-plane"]
     [cluster_config] = kind_patches(control_plane, "ClusterConfiguration")
     plugins = cluster_config["apiServer"]["extraArgs"]["enable-admission-plugins"].split(",")

@@ -18,7 +18,8 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -189,21 +190,53 @@ class ClusterOfRealPods:
             self.store.stop()
 
 
+class EngineNode:
+    """A kind node: a container of the engine (docker or podman) named as the node."""
+
+    def __init__(self, engine: str, name: str) -> None:
+        self.engine, self.name = engine, name
+
+    def kill(self) -> None:
+        """The machine dies: its container killed, its kubelet and pods with it, nothing reported."""
+        done = subprocess.run([self.engine, "kill", self.name], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RealClusterError(f"{self.engine} kill {self.name}: {done.stderr.strip()}")
+
+
 class ExistingCluster(ClusterOfRealPods):
-    """A cluster someone else made (kind, in e2e-kind.yaml or e2e/kind/setup.sh) with one worker for
-    the real-pod tests: `node_name`, its images loaded (`refs`, from $RANKOPS_E2E_IMAGES), an S3
-    server started here on `store_host`, an address that worker's pods reach."""
+    """A cluster someone else made (kind, in e2e-kind.yaml or e2e/kind/setup.sh) with workers for
+    the real-pod tests: `node_name` (the operator's) and every node labelled as real, their images
+    loaded (`refs`, from $RANKOPS_E2E_IMAGES), an S3 server started here on `store_host`, an
+    address those workers' pods reach. Test traffic goes from this machine (setup.sh routes the
+    pod ranges through the nodes). `engine` runs the nodes (kind's containers), which a node's
+    death and an API server outage act on; `control_plane`: the control-plane node's container."""
 
     pull_policy = "IfNotPresent"
 
-    def __init__(self, kubeconfig: str, node_name: str, refs: dict[str, str], work: Path, store_host: str) -> None:
+    def __init__(self, kubeconfig: str, node_name: str, refs: dict[str, str], work: Path, store_host: str,
+                 engine: str = "docker", control_plane: str = "rankops-e2e-control-plane") -> None:
         self.kubeconfig, self.node_name, self.refs, self.netns = kubeconfig, node_name, refs, None
+        self.engine, self.control_plane = engine, control_plane
         self.store = ObjectStore(work / "object-store", host=store_host).start()
 
     @property
     def node_names(self) -> list[str]:
-        """The workers labelled as real nodes (setup.sh labels one: `node_name`)."""
-        return self.kubectl("get", "nodes", "-l", f"{REAL_NODE_TAINT}=true", "-o", "name").replace("node/", "").split()
+        """The workers labelled as real nodes, `node_name` first."""
+        found = self.kubectl("get", "nodes", "-l", f"{REAL_NODE_TAINT}=true", "-o", "name").replace("node/", "").split()
+        return sorted(found, key=lambda name: name != self.node_name)
+
+    def node(self, name: str) -> EngineNode:
+        return EngineNode(self.engine, name)
+
+    @contextmanager
+    def api_outage(self) -> Iterator[None]:
+        """The control-plane container paused (the cgroup freezer) while the block runs: its API
+        server, etcd and controllers hang, as behind a lost network, then go on."""
+        subprocess.run([self.engine, "pause", self.control_plane], check=True, capture_output=True, timeout=60)
+        try:
+            yield
+        finally:
+            subprocess.run([self.engine, "unpause", self.control_plane], check=True, capture_output=True, timeout=60)
 
 
 def images_from_env(text: str) -> dict[str, str]:
@@ -259,6 +292,13 @@ class RealCluster(ClusterOfRealPods):
 
     def node(self, name: str) -> RealNode:
         return next(node for node in self.nodes if node.layout.node_name == name)
+
+    @contextmanager
+    def api_outage(self) -> Iterator[None]:
+        """The API server stopped (SIGSTOP) while the block runs: it hangs, then goes on."""
+        assert self.plane is not None
+        with self.plane.outage("kube-apiserver"):
+            yield
 
     def _layout(self, index: int, sample_host: Path | None) -> NodeLayout:
         """Node `index`'s own directories, address, pod range, bridge and (after the first) cgroup

@@ -4,7 +4,8 @@ Ready pods behind a model's serving Service.
 The pods run on real nodes (real_cluster.py), whose pod network exists only inside the cluster's
 network namespace: the driver's thread enters that namespace (`netns`) first and sends to the pod
 addresses there, a namespace with no route out (the workplace allows test traffic to loopback and
-to such namespaces alone). Every run is bounded in requests and seconds and may be paced at a
+to such namespaces alone). On kind (`netns` None) the driver sends from this machine, which
+e2e/kind/setup.sh routes to the pod ranges through the nodes. Every run is bounded in requests and seconds and may be paced at a
 rate; every request is counted, by pod: the e2e tests' production-like traffic and `rankops dev
 traffic` (the demo's canary needs traffic to be judged on).
 """
@@ -42,12 +43,12 @@ def serving_addresses(k8s_core: Any, namespace: str, model: str) -> list[str]:
 
 class Traffic(threading.Thread):
     """Requests from `make_sample(rng)` to `model` on the addresses `addresses()` lists (port
-    8000), sent from inside the network namespace `netns`, round robin, until `stop` is set, `max_requests` were sent or `max_seconds` passed;
+    8000), sent from inside the network namespace `netns` (None: from here), round robin, until `stop` is set, `max_requests` were sent or `max_seconds` passed;
     `rate`: requests per second (None: one after another, as fast as they are answered)."""
 
     def __init__(self, addresses: Callable[[], Sequence[str]], model: str, make_sample: Callable[[Any], Any], *,
                  rate: float | None = None, max_requests: int = 1_000_000, max_seconds: float = 900.0,
-                 netns: str, timeout_s: float = 5.0, seed: int = 5) -> None:
+                 netns: str | None, timeout_s: float = 5.0, seed: int = 5) -> None:
         super().__init__(daemon=True, name=f"traffic-{model}")
         if rate is not None and not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate must be in (0, {MAX_RATE:g}] requests/s, got {rate}")
@@ -70,7 +71,8 @@ class Traffic(threading.Thread):
 
         from rankops.triton.client import Endpoint, GateClientError
 
-        namespaces.enter_thread(self.netns)  # this thread only: its sockets are made inside
+        if self.netns:   # None: this machine routes to the pods (kind, e2e/kind/setup.sh)
+            namespaces.enter_thread(self.netns)  # this thread only: its sockets are made inside
         rng = np.random.default_rng(self.seed)
         connections: dict[str, tuple[Any, Any]] = {}
         started = time.monotonic()

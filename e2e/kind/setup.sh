@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a kind cluster ready for `pytest e2e`: the rankops images built and loaded into the nodes,
-# one worker prepared as the real node the real-pod tests run on, kwok in the cluster with the
+# two workers prepared as the real nodes the real-pod tests run on, kwok in the cluster with the
 # rankops stages, the e2e set of simulated GPU nodes, and the operator chart installed.
 # Needs: kind, kubectl, helm, docker (or podman), network, and `rankops` installed (pip install -e . -e ./dev: `rankops dev nodes` is the dev harness).
 # Usage: e2e/kind/setup.sh, then: source ~/.kube/kind-rankops-e2e.env; pytest e2e
@@ -12,12 +12,14 @@ CLUSTER=${CLUSTER:-rankops-e2e}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 RELEASE_NAMESPACE=${RELEASE_NAMESPACE:-rankops-system}
 export KUBECONFIG=${KUBECONFIG:-$HOME/.kube/kind-$CLUSTER}
-# What the e2e fixtures read (RANKOPS_E2E_REAL_NODE, RANKOPS_E2E_IMAGES, RANKOPS_E2E_STORE_HOST),
-# as `export` lines.
+# What the e2e fixtures read (RANKOPS_E2E_REAL_NODE, RANKOPS_E2E_IMAGES, RANKOPS_E2E_STORE_HOST,
+# RANKOPS_E2E_ENGINE, RANKOPS_E2E_CONTROL_PLANE), as `export` lines.
 ENV_FILE=${ENV_FILE:-$KUBECONFIG.env}
-# The workers' roles (cluster.yaml): the chart's on <cluster>-worker; the real node is the one
-# labelled (and tainted) rankops.io/real-node=true.
+# The workers' roles (cluster.yaml): the chart's on <cluster>-worker; the real nodes are the ones
+# labelled (and tainted) rankops.io/real-node=true, <cluster>-worker2 (the operator's, with the
+# static CPU manager) first.
 SYSTEM_NODE=${SYSTEM_NODE:-$CLUSTER-worker}
+FIRST_REAL_NODE=${FIRST_REAL_NODE:-$CLUSTER-worker2}
 REAL_NODE_KEY=rankops.io/real-node
 REAL_NODE_GPUS=${REAL_NODE_GPUS:-2}
 if [[ -z ${ENGINE:-} ]]; then
@@ -53,13 +55,15 @@ build_image() {
 # through an archive (kind's podman provider has no image store of its own to read).
 load_image() {
   local ref=$1 archive
-  say "loading $ref into $SYSTEM_NODE and $REAL_NODE"
+  local nodes
+  nodes=$(IFS=,; echo "$SYSTEM_NODE,${REAL_NODES[*]}")
+  say "loading $ref into $nodes"
   if [[ $ENGINE == docker ]]; then
-    kind load docker-image --name "$CLUSTER" --nodes "$SYSTEM_NODE,$REAL_NODE" "$ref"
+    kind load docker-image --name "$CLUSTER" --nodes "$nodes" "$ref"
   else
     archive=$(mktemp "${TMPDIR:-/tmp}/rankops-image.XXXXXX")
     "$ENGINE" save --format docker-archive -o "$archive" "$ref"
-    kind load image-archive --name "$CLUSTER" --nodes "$SYSTEM_NODE,$REAL_NODE" "$archive"
+    kind load image-archive --name "$CLUSTER" --nodes "$nodes" "$archive"
     rm -f "$archive"
   fi
 }
@@ -70,10 +74,12 @@ if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 mkdir -p "$(dirname "$KUBECONFIG")"
 kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG"
-REAL_NODE=$(kubectl get nodes -l "$REAL_NODE_KEY=true" -o jsonpath='{.items[*].metadata.name}')
-if [[ -z $REAL_NODE || $REAL_NODE == *" "* ]] || ! kubectl get node "$SYSTEM_NODE" >/dev/null; then
-  say "want $SYSTEM_NODE and one node labelled $REAL_NODE_KEY=true, found real node(s) '${REAL_NODE}':" \
-      "this cluster predates e2e/kind/cluster.yaml; delete it (kind delete cluster --name $CLUSTER) and run again"
+read -r -a REAL_NODES <<< "$(kubectl get nodes -l "$REAL_NODE_KEY=true" -o jsonpath='{.items[*].metadata.name}')"
+if [[ ${#REAL_NODES[@]} -ne 2 || " ${REAL_NODES[*]} " != *" $FIRST_REAL_NODE "* ]] \
+    || ! kubectl get node "$SYSTEM_NODE" >/dev/null; then
+  say "want $SYSTEM_NODE and two nodes labelled $REAL_NODE_KEY=true ($FIRST_REAL_NODE one of them)," \
+      "found '${REAL_NODES[*]}': this cluster predates e2e/kind/cluster.yaml; delete it" \
+      "(kind delete cluster --name $CLUSTER) and run again"
   exit 1
 fi
 
@@ -92,12 +98,25 @@ done
 # gpu_capacity_patch): the kubelet keeps an extended resource patched into status.capacity
 # (kubernetes.io/docs/tasks/administer-cluster/extended-resource-node); allocatable is patched
 # too so that the scheduler need not wait for the kubelet's next status update to copy it.
-say "giving $REAL_NODE $REAL_NODE_GPUS nvidia.com/gpu"
 gpu_patch=$(printf '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"%s"},{"op":"add","path":"/status/allocatable/nvidia.com~1gpu","value":"%s"}]' \
   "$REAL_NODE_GPUS" "$REAL_NODE_GPUS")
-kubectl patch node "$REAL_NODE" --subresource=status --type=json -p "$gpu_patch"
-kubectl wait node "$REAL_NODE" --timeout 60s \
-  --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'="$REAL_NODE_GPUS"
+for node in "${REAL_NODES[@]}"; do
+  say "giving $node $REAL_NODE_GPUS nvidia.com/gpu"
+  kubectl patch node "$node" --subresource=status --type=json -p "$gpu_patch"
+  kubectl wait node "$node" --timeout 60s \
+    --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'="$REAL_NODE_GPUS"
+done
+
+# The tests send their traffic from this machine to the pods' IPs (on this machine's dev cluster
+# they send from inside its network namespace): a route to each real node's pod range through
+# the node's address on the kind network.
+SUDO=$([[ $(id -u) == 0 ]] && echo "" || echo sudo)
+for node in "${REAL_NODES[@]}"; do
+  pod_cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
+  node_ip=$(kubectl get node "$node" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+  say "routing $pod_cidr through $node ($node_ip)"
+  $SUDO ip route replace "$pod_cidr" via "$node_ip"
+done
 
 # The S3 server the real-pod tests start on this machine listens on the kind network's gateway:
 # the address of this machine that the nodes (and their pods, masqueraded) reach.
@@ -151,7 +170,9 @@ kubectl -n "$RELEASE_NAMESPACE" scale deployment -l app.kubernetes.io/instance=r
 images_env=operator=$operator_ref,gates=$gates_ref,validator=$validator_ref,triton=$triton_ref
 {
   echo "export KUBECONFIG=$KUBECONFIG"
-  echo "export RANKOPS_E2E_REAL_NODE=$REAL_NODE"
+  echo "export RANKOPS_E2E_REAL_NODE=$FIRST_REAL_NODE"
+  echo "export RANKOPS_E2E_ENGINE=$ENGINE"
+  echo "export RANKOPS_E2E_CONTROL_PLANE=$CLUSTER-control-plane"
   echo "export RANKOPS_E2E_IMAGES=$images_env"
   echo "export RANKOPS_E2E_STORE_HOST=$STORE_HOST"
 } > "$ENV_FILE"
