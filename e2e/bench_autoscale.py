@@ -7,7 +7,7 @@ server), as for e2e/test_autoscale_real.py, whose module settings and helpers th
 from __future__ import annotations
 
 from e2e.test_autoscale_real import (  # noqa: F401 (the run's helpers; the real cluster's settings)
-    DEVICE_MS, DRIVERS, REAL_CHART_VALUES, REAL_NODES, SPEC, Replicas, p99, run_phases, serve)
+    DEVICE_MS, DRIVERS, REAL_CHART_VALUES, REAL_NODES, SPEC, Replicas, p99, run_phases, serve, server_p99_ms)
 
 BENCH_ENV = "RANKOPS_AUTOSCALE_BENCH"   # a path: the benchmark's report is written there
 # a path: JSON {"spec": ..., "day": [[rate, s, replicas], ...], "device_ms": [a, b]} for
@@ -81,7 +81,7 @@ def test_bench_planned_capacity(real, real_k8s, real_namespace_in, tmp_path):
             phases += run_phases(k8s, ns, [(rate, seconds, wanted)], replicas, real.netns, settle_timeout=30,
                                  drivers=run.get("drivers", 1))
             scaling = (models.get(k8s, ns, NAME).get("status") or {}).get("autoscaling") or {}
-            corrections.append({"server_p99_ms": _server_p99_ms(k8s, ns, NAME, real.netns),
+            corrections.append({"server_p99_ms": server_p99_ms(k8s, ns, NAME, real.netns),
                                 "capacity": scaling.get("capacityPerReplicaQps"),
                                 "source": scaling.get("capacitySource"),
                                 "correction": scaling.get("capacityCorrection")})
@@ -107,39 +107,3 @@ def test_bench_planned_capacity(real, real_k8s, real_namespace_in, tmp_path):
               "budget_p99_ms": run["spec"]["slo"]["p99LatencyMs"]}
     with open(out, "w") as f:
         json.dump(report, f)
-
-
-def _server_p99_ms(k8s, ns: str, name: str, netns: str | None) -> float | None:
-    """The worst serving pod's P99 by Triton's own latency summary (its window: about the last
-    minute), ms: the server side of the latency, without the client's. Read from inside the
-    cluster's network namespace `netns` (a thread that enters it: the pod IPs are only there)."""
-    import re
-    import threading
-    import urllib.request
-
-    from rankops_dev import netns as namespaces
-    from rankops_dev import traffic
-
-    pages: list[str] = []
-
-    def read_inside(addresses: list[str]) -> None:
-        if netns:   # None: this machine routes to the pods (kind)
-            namespaces.enter_thread(netns)
-        for address in addresses:
-            try:
-                with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
-                    pages.append(resp.read().decode())
-            except OSError:
-                continue
-
-    reader = threading.Thread(target=read_inside, daemon=True,
-                              args=(traffic.serving_addresses(k8s.core, ns, name),))
-    reader.start()
-    reader.join(30)
-    worst = None
-    for text in pages:
-        for m in re.finditer(r'^nv_inference_request_summary_us\{[^}]*quantile="0\.99"[^}]*\} (\S+)$', text, re.M):
-            value = float(m.group(1))
-            if value == value:   # NaN: no request in the window
-                worst = max(worst or 0.0, value / 1000)
-    return worst

@@ -304,7 +304,7 @@ REAL_OPERATOR_NAMESPACE = "rankops-system"
 @pytest.fixture(scope="module")
 def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A cluster whose pods run in real containers, one per test module (rankops_dev/real_cluster.py):
-    the control plane, one real node and an S3 server in a network namespace of their own, the
+    the control plane, its real nodes and an S3 server in a network namespace of their own, the
     chart installed with its operator running as the chart's pod from the operator image built
     here. A module names the images it needs in `REAL_IMAGES` (default: the operator's and the
     Triton test image), may ask for the kubelet's static CPU manager (`REAL_CPU_MANAGER_POLICY`)
@@ -323,12 +323,12 @@ def real(request: pytest.FixtureRequest) -> Iterator[Any]:
     problem = None
     try:
         if os.environ.get("KUBECONFIG"):
-            # kind: the workflow (or e2e/kind/setup.sh) loaded the images on one worker and said where.
+            # kind: the workflow (or e2e/kind/setup.sh) loaded the images on the real workers and said where.
             missing = [v for v in ("RANKOPS_E2E_REAL_NODE", "RANKOPS_E2E_IMAGES", "RANKOPS_E2E_STORE_HOST")
                        if not os.environ.get(v)]
             if missing:
                 raise RuntimeError(f"{', '.join(missing)} not set: on a cluster of your own the real-pod tests need "
-                                   "a worker with the images loaded (e2e/kind/setup.sh sets them)")
+                                   "workers with the images loaded (e2e/kind/setup.sh sets them)")
             refs = images_from_env(os.environ["RANKOPS_E2E_IMAGES"])
             absent = [image for image in images if image not in refs]
             if absent:

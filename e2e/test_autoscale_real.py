@@ -25,8 +25,10 @@ operator.extraArgs; a reading at most every 5 s); the scale-down window is 20 s 
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ from e2e import models
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.triton.samples import Sample
 from rankops.render import names
+from rankops_dev import netns as namespaces
 from rankops_dev import spec_models, traffic
 
 REAL_NODES = 2
@@ -80,6 +83,7 @@ class Phase:
     sent: int = 0
     failed: int = 0
     failures: list[tuple[str, float, str]] = field(default_factory=list)
+    server_p99_ms: float | None = None    # Triton's own, at the phase's end (its window: the last minute)
 
 
 class Replicas(threading.Thread):
@@ -186,6 +190,7 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
                 if phase.reached is not None and time.time() - phase.started >= seconds:
                     break
                 time.sleep(0.5)
+            phase.server_p99_ms = server_p99_ms(k8s, ns, NAME, netns)
         finally:
             for driver in group:
                 driver.stop.set()
@@ -199,6 +204,36 @@ def run_phases(k8s, ns: str, phases: list[tuple[float, float, int]], replicas: R
         phase.failures = [f for driver in group for f in driver.failures]
         done.append(phase)
     return done
+
+
+def server_p99_ms(k8s, ns: str, name: str, netns: str | None) -> float | None:
+    """The worst serving pod's P99 by Triton's own latency summary (its window: about the last
+    minute), ms: the server side of the latency, without the client's. Read from inside the
+    cluster's network namespace `netns` (a thread that enters it: the pod IPs are only there;
+    None: from here, as on kind)."""
+    pages: list[str] = []
+
+    def read_inside(addresses: list[str]) -> None:
+        if netns:   # None: this machine routes to the pods (kind)
+            namespaces.enter_thread(netns)
+        for address in addresses:
+            try:
+                with urllib.request.urlopen(f"http://{address}:8002/metrics", timeout=5) as resp:
+                    pages.append(resp.read().decode())
+            except OSError:
+                continue
+
+    reader = threading.Thread(target=read_inside, daemon=True,
+                              args=(traffic.serving_addresses(k8s.core, ns, name),))
+    reader.start()
+    reader.join(30)
+    worst = None
+    for text in pages:
+        for m in re.finditer(r'^nv_inference_request_summary_us\{[^}]*quantile="0\.99"[^}]*\} (\S+)$', text, re.M):
+            value = float(m.group(1))
+            if value == value:   # NaN: no request in the window
+                worst = max(worst or 0.0, value / 1000)
+    return worst
 
 
 def p99(values: list[float]) -> float | None:
@@ -232,7 +267,8 @@ def test_replicas_follow_the_load_up_and_down_and_no_request_fails_as_they_go(
     report = [{"rate": p.rate, "reached_s": None if p.reached is None else round(p.reached - p.started, 1),
                "sent": p.sent, "failed": p.failed, "p99_ms": round(p99(p.ms) or 0, 1),
                "p99_after_ms": round(p99([ms for at, ms in p.answers if p.reached is not None and at >= p.reached])
-                                     or 0, 1)} for p in (low, high, down)]
+                                     or 0, 1),
+               "server_p99_ms": p.server_p99_ms} for p in (low, high, down)]
     pods = in_real_containers(real, replicas)
     print(f"\nphases: {report}\nstatus.autoscaling: { {k: v for k, v in scaling.items() if k != 'reading'} }"
           f"\nstable pods seen: { {p: n for p, (n, _) in replicas.pods.items()} }")

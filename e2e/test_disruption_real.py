@@ -70,10 +70,14 @@ def _drain(k8s, ns: str, node: str, timeout: float = 240) -> int:
 def _in_containers_on(real, pods: list) -> set[str]:
     """The nodes the pods ran on, after checking each is a real node's and its Triton a real
     runtime's container (containerd's ID, a pod IP of a real node's range)."""
+    import ipaddress
+
     for pod in pods:
         [triton] = [c for c in pod.status.container_statuses if c.name == "triton"]
         assert triton.container_id.startswith("containerd://"), (pod.metadata.name, triton.container_id)
-        assert pod.status.pod_ip.startswith("10.245."), (pod.metadata.name, pod.status.pod_ip)
+        node_range = real.pod_range(pod.spec.node_name)
+        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(node_range), \
+            (pod.metadata.name, pod.status.pod_ip, node_range)
     nodes = {p.spec.node_name for p in pods}
     assert nodes <= set(real.node_names), (nodes, real.node_names)
     return nodes

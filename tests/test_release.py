@@ -181,3 +181,12 @@ def test_the_mirroring_docs_point_every_image_value_at_the_mirror():
     for text in (install, (ROOT / "docs" / "release.md").read_text()):
         for value in image_values:
             assert f"--set {value}=$MIRROR/" in text, value
+
+
+@pytest.mark.parametrize("script", ["e2e/kind/setup.sh", ".ci/run", "dev/rankops_dev/build.sh"])
+def test_the_shell_scripts_parse(script):
+    """The kind set-up runs only where kind does (not on this project's machines): bash at least parses it."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -9,7 +9,7 @@ rankops imports nothing of it and finds `rankops dev` through the `rankops.comma
 - `kwok/`          the kwok Stages (node and pod lifecycles, simulated exit codes).
 - `cluster`        `local_cluster(...)`: all of the above in one context manager.
 - `real_cluster`   real nodes: a kubelet, containerd and runc per node, in a network namespace of its own.
-- `images`         the images, built here with buildah from Debian's packages.
+- `image_builds`   the images, built here with buildah from Debian's packages.
 - `sample_hosts`   the validator's sample RHEL 8 host trees and nvidia-smi XML.
 - `commands/`      the `rankops dev ...` command lines.
 """

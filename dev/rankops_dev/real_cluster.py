@@ -159,13 +159,17 @@ class ClusterOfRealPods:
             pods = self.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
             raise RealClusterError(f"the chart's operator did not become Available: {waited.stderr.strip()}\n{pods}")
 
+    def pod_range(self, node_name: str) -> str:
+        """The pod addresses a node hands out (its Node's spec.podCIDR, as kind's nodes say)."""
+        return json.loads(self.kubectl("get", "node", node_name, "-o", "json"))["spec"].get("podCIDR", "")
+
     def logs(self, namespace: str, pod: str, container: str, *, previous: bool = False, tail: int = 200) -> str:
         """A container's log through the API server (which asks the node's kubelet)."""
         return self.kubectl("-n", namespace, "logs", pod, "-c", container, f"--tail={tail}",
                             *(["--previous"] if previous else []), check=False)
 
     def pod_logs(self, namespace: str, pod: str) -> dict[str, str]:
-        """container name -> its log (the current run's), as ProcessNode.pod_logs gives them."""
+        """container name -> its log (the current run's), init containers included."""
         found = json.loads(self.kubectl("-n", namespace, "get", "pod", pod, "-o", "json", check=False) or "{}")
         spec = found.get("spec", {})
         return {c["name"]: self.logs(namespace, pod, c["name"], tail=-1)
@@ -190,17 +194,23 @@ class ClusterOfRealPods:
             self.store.stop()
 
 
+def run_engine(engine: str, *args: str) -> None:
+    done = subprocess.run([engine, *args], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RealClusterError(f"{engine} {' '.join(args)}: {done.stderr.strip()}")
+
+
 class EngineNode:
     """A kind node: a container of the engine (docker or podman) named as the node."""
 
-    def __init__(self, engine: str, name: str) -> None:
-        self.engine, self.name = engine, name
+    def __init__(self, cluster: "ExistingCluster", name: str) -> None:
+        self.cluster, self.name = cluster, name
 
     def kill(self) -> None:
-        """The machine dies: its container killed, its kubelet and pods with it, nothing reported."""
-        done = subprocess.run([self.engine, "kill", self.name], capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            raise RealClusterError(f"{self.engine} kill {self.name}: {done.stderr.strip()}")
+        """The machine dies: its container killed, its kubelet and pods with it, nothing reported.
+        The cluster starts it again when the module's tests are done (ExistingCluster.stop)."""
+        self.cluster.killed.add(self.name)
+        run_engine(self.cluster.engine, "kill", self.name)
 
 
 class ExistingCluster(ClusterOfRealPods):
@@ -217,6 +227,7 @@ class ExistingCluster(ClusterOfRealPods):
                  engine: str = "docker", control_plane: str = "rankops-e2e-control-plane") -> None:
         self.kubeconfig, self.node_name, self.refs, self.netns = kubeconfig, node_name, refs, None
         self.engine, self.control_plane = engine, control_plane
+        self.killed: set[str] = set()
         self.store = ObjectStore(work / "object-store", host=store_host).start()
 
     @property
@@ -226,17 +237,28 @@ class ExistingCluster(ClusterOfRealPods):
         return sorted(found, key=lambda name: name != self.node_name)
 
     def node(self, name: str) -> EngineNode:
-        return EngineNode(self.engine, name)
+        return EngineNode(self, name)
 
     @contextmanager
     def api_outage(self) -> Iterator[None]:
         """The control-plane container paused (the cgroup freezer) while the block runs: its API
         server, etcd and controllers hang, as behind a lost network, then go on."""
-        subprocess.run([self.engine, "pause", self.control_plane], check=True, capture_output=True, timeout=60)
+        run_engine(self.engine, "pause", self.control_plane)
         try:
             yield
         finally:
-            subprocess.run([self.engine, "unpause", self.control_plane], check=True, capture_output=True, timeout=60)
+            run_engine(self.engine, "unpause", self.control_plane)
+
+    def stop(self) -> None:
+        """The nodes a test killed start again (kind's node containers keep their state), so the
+        next module and the next run find every real node Ready; then the S3 server stops."""
+        try:
+            for name in sorted(self.killed):
+                run_engine(self.engine, "start", name)
+                self.kubectl("wait", "node", name, "--for=condition=Ready", "--timeout=180s")
+            self.killed.clear()
+        finally:
+            super().stop()
 
 
 def images_from_env(text: str) -> dict[str, str]:
@@ -292,6 +314,10 @@ class RealCluster(ClusterOfRealPods):
 
     def node(self, name: str) -> RealNode:
         return next(node for node in self.nodes if node.layout.node_name == name)
+
+    def pod_range(self, node_name: str) -> str:
+        """The node's own range (its CNI bridge's; the Node object names none here)."""
+        return pod_subnet(self.node_names.index(node_name))
 
     @contextmanager
     def api_outage(self) -> Iterator[None]:

@@ -74,11 +74,12 @@ if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 mkdir -p "$(dirname "$KUBECONFIG")"
 kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG"
-read -r -a REAL_NODES <<< "$(kubectl get nodes -l "$REAL_NODE_KEY=true" -o jsonpath='{.items[*].metadata.name}')"
-if [[ ${#REAL_NODES[@]} -ne 2 || " ${REAL_NODES[*]} " != *" $FIRST_REAL_NODE "* ]] \
+real_nodes=$(kubectl get nodes -l "$REAL_NODE_KEY=true" -o jsonpath='{.items[*].metadata.name}')
+read -r -a REAL_NODES <<< "$real_nodes"
+if [[ ${#REAL_NODES[@]} -ne 2 || " $real_nodes " != *" $FIRST_REAL_NODE "* ]] \
     || ! kubectl get node "$SYSTEM_NODE" >/dev/null; then
   say "want $SYSTEM_NODE and two nodes labelled $REAL_NODE_KEY=true ($FIRST_REAL_NODE one of them)," \
-      "found '${REAL_NODES[*]}': this cluster predates e2e/kind/cluster.yaml; delete it" \
+      "found '$real_nodes': this cluster predates e2e/kind/cluster.yaml; delete it" \
       "(kind delete cluster --name $CLUSTER) and run again"
   exit 1
 fi
@@ -109,11 +110,17 @@ done
 
 # The tests send their traffic from this machine to the pods' IPs (on this machine's dev cluster
 # they send from inside its network namespace): a route to each real node's pod range through
-# the node's address on the kind network.
+# the node's address on the kind network (rootful engines only: a rootless podman's node
+# addresses are not reachable from the host).
 SUDO=$([[ $(id -u) == 0 ]] && echo "" || echo sudo)
 for node in "${REAL_NODES[@]}"; do
   pod_cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
   node_ip=$(kubectl get node "$node" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+  if [[ ! $pod_cidr =~ ^[0-9.]+/[0-9]+$ || ! $node_ip =~ ^[0-9.]+$ ]]; then
+    say "$node: want one IPv4 pod range and one IPv4 InternalIP, got '$pod_cidr' and '$node_ip'" \
+        "(an IPv4 kind cluster, as e2e/kind/cluster.yaml makes)"
+    exit 1
+  fi
   say "routing $pod_cidr through $node ($node_ip)"
   $SUDO ip route replace "$pod_cidr" via "$node_ip"
 done

@@ -16,14 +16,15 @@ def add_commands(dev_sub: argparse._SubParsersAction) -> None:
         "traffic", help="send ranking requests to a model's serving pods on the local cluster (bounded)",
         description="Requests made from the RankingModel's tensors, round robin over the Ready pods behind its "
                     "serving Service (stable and canary), paced at --rate for --seconds, sent from inside the local "
-                    "cluster's network namespace --netns (rankops dev demo --keep prints it). Prints what each pod "
-                    "answered every 10 s.")
+                    "cluster's network namespace --netns (rankops dev demo --keep prints it), or without it from "
+                    "this machine (a cluster whose pod ranges it routes, as e2e/kind/setup.sh makes). Prints what "
+                    "each pod answered every 10 s.")
     p.add_argument("-f", "--filename", required=True, help="the RankingModel manifest (name, namespace, inputs)")
     p.add_argument("--rate", type=float, default=20.0, help=f"requests per second (default 20, at most {MAX_RATE:g})")
     p.add_argument("--seconds", type=float, default=900.0,
                    help=f"how long to send (default 900, at most {MAX_SECONDS:g})")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
-    p.add_argument("--netns", metavar="NAME", required=True,
+    p.add_argument("--netns", metavar="NAME",
                    help="the local cluster's network namespace (its pod network is reachable only there)")
     p.set_defaults(func=run_traffic)
 
