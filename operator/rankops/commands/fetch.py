@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     dest = Path(args.dest)
-    limits = Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, first_byte_s=args.first_byte_s,
-                    max_objects=args.max_objects, max_pages=args.max_listing_pages,
-                    max_listing_bytes=args.max_listing_bytes, max_bytes=args.max_bytes)
     try:
-        if (args.deadline_s <= 0 or args.stall_s <= 0 or (args.first_byte_s is not None and args.first_byte_s <= 0)
-                or args.max_objects < 1
-                or min(args.max_listing_pages or 1, args.max_listing_bytes or 1, args.max_bytes or 1) < 1):
-            raise FetchError(f"{args.uri}: --deadline-s, --stall-s and --first-byte-s must be above 0, --max-objects, "
-                             "--max-listing-pages, --max-listing-bytes and --max-bytes at least 1")
+        limits = limits_from(args, args.uri)
         dest = check_dest(args.dest, args.uri)
         fetch(args.uri, dest, args.expect, limits, progress, sha256=args.sha256)
     except FetchError as exc:
@@ -77,6 +71,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sha256", metavar="HEX",
                    help="the SHA-256 the file --expect names (or the artifact's one file) must have; a mismatch "
                         f"fails and leaves DEST as it was (RankingModel: {SHA256_FIELD})")
+    add_limit_flags(p)
+    p.set_defaults(func=cmd_fetch)
+    add_stage_command(sub)
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """The fetcher's bounds, as fetch-model and stage-versions take them."""
     p.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
                    help=f"give up after this many seconds in all (RankingModel: {DEADLINE_FIELD})")
     p.add_argument("--stall-s", type=float, default=DEFAULT_STALL_S,
@@ -95,4 +96,57 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-listing-bytes", type=int, default=None,
                    help=f"stop a listing after the store sent this many bytes of it (default: {BYTES_PER_OBJECT} "
                         f"per --max-objects, at least {MIN_LISTING_BYTES})")
-    p.set_defaults(func=cmd_fetch)
+
+
+def limits_from(args: argparse.Namespace, what: str) -> Limits:
+    """The fetcher's Limits from add_limit_flags' flags; a FetchError names the flag that is out of range."""
+    if (args.deadline_s <= 0 or args.stall_s <= 0 or (args.first_byte_s is not None and args.first_byte_s <= 0)
+            or args.max_objects < 1
+            or min(args.max_listing_pages or 1, args.max_listing_bytes or 1, args.max_bytes or 1) < 1):
+        raise FetchError(f"{what}: --deadline-s, --stall-s and --first-byte-s must be above 0, --max-objects, "
+                         "--max-listing-pages, --max-listing-bytes and --max-bytes at least 1")
+    return Limits(deadline_s=args.deadline_s, stall_s=args.stall_s, first_byte_s=args.first_byte_s,
+                  max_objects=args.max_objects, max_pages=args.max_listing_pages,
+                  max_listing_bytes=args.max_listing_bytes, max_bytes=args.max_bytes)
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    """Keep --model-dir holding the versions --versions-file lists (fetcher/stager.py), a round
+    every --interval seconds (or one with --once); SIGTERM ends it between rounds, or a fetch
+    where it is, with 143."""
+    from rankops.fetcher.stager import fetched_with, remove_version_dir, stage_round
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if args.interval <= 0:
+            raise FetchError(f"--interval must be above 0, got {args.interval}")
+        fetch = fetched_with(limits_from(args, str(args.versions_file)))
+    except FetchError as exc:
+        print(f"rankops stage-versions: {flat(str(exc))}", file=sys.stderr)
+        return 2
+    said: list[str] = []
+    try:
+        while True:
+            lines = stage_round(args.model, Path(args.model_dir), Path(args.versions_file), fetch, remove_version_dir)
+            if lines != said:   # a line repeated every round would bury the log
+                for line in lines:
+                    print(f"rankops stage-versions: {flat(line)}", flush=True)
+                said = lines
+            if args.once:
+                return 1 if any("failed" in line or "nothing changed" in line for line in lines) else 0
+            time.sleep(args.interval)
+    except (Interrupted, KeyboardInterrupt):
+        return 143
+
+
+def add_stage_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stage-versions",
+                       help="keep a model directory holding the versions a file lists (in-place switch, beside Triton)")
+    p.add_argument("--model", required=True, help="the model's name; the file must name it")
+    p.add_argument("--model-dir", required=True, help="the model's directory in the repository, e.g. /models/NAME")
+    p.add_argument("--versions-file", required=True,
+                   help="the JSON list of versions the directory must hold (mounted from the model's ConfigMap)")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (default 5)")
+    p.add_argument("--once", action="store_true", help="one round, then exit (0: nothing failed)")
+    add_limit_flags(p)
+    p.set_defaults(func=cmd_stage)

@@ -24,7 +24,6 @@ included: the version lands as the fetcher lands it (a symlink to a hidden compl
 """
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 from rankops.api.rankingmodel import RankingModel
 from rankops.fetcher import fetch as fetcher
+from rankops.fetcher.stager import remove_version_dir
 from rankops.gates.equivalence import Criteria, run_equivalence
 from rankops.gates.verdict import Verdict, error_verdict
 from rankops.gates.warmup import WarmupConfig, run_warmup
@@ -89,23 +89,8 @@ def fetched_from(uris: Mapping[str, str], limits: fetcher.Limits = fetcher.Limit
 
 
 def remove_version_files(model_dir: Path, version: str) -> None:
-    """Remove `version`'s directory from `model_dir`: a plain directory, or the fetcher's symlink and
-    the hidden copy it points to. A link to anything outside `model_dir` is unlinked, never followed."""
-    target = model_dir / str(triton_version(version))
-    root = model_dir.resolve()
-    if target.parent.resolve() != root:
-        raise ValueError(f"{target} is not in the model's directory {model_dir}")
-    if target.is_symlink():
-        pointed = (target.parent / target.readlink()).resolve()
-        target.unlink()
-        if pointed.parent == root and pointed.name.startswith(f".{target.name}.") and pointed.is_dir():
-            shutil.rmtree(pointed)
-    elif target.is_dir():
-        shutil.rmtree(target)
-    elif target.exists():
-        target.unlink()
-    for leftover in model_dir.glob(f".{target.name}.*"):     # the fetcher's lock and stale copies
-        shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+    """Remove `version`'s directory from `model_dir` (the stager's rule: fetcher/stager.py)."""
+    remove_version_dir(model_dir, triton_version(version))
 
 
 def gate_samples(rm: RankingModel, gate: str, recorded: Sequence[Sample] | None = None) -> list[Sample]:
