@@ -335,18 +335,16 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: Mod
 def ensure_api_key(kube: Kube, rm: RankingModel, memory: ModelMemory) -> None:
     """The model's restricted-API key Secret (render.serving.api_key_secret): created once, with a
     random key, owned by the model; never rewritten (pods running hold the key they started with).
-    Checked once per model and process (metadata only: its data is never read back)."""
+    Once per model and process, one create: a 409 says it is there already (its data is never read
+    back), and a new model costs one request, not a read and a create."""
     uid, namespace, model = rm.metadata.get("uid", ""), rm.metadata["namespace"], rm.metadata["name"]
     if uid in memory.api_keys:
         return
-    name = names.api_key_secret_name(model)
-    if not kube.exists("Secret", namespace, name):
-        secret = with_owner(serving.api_key_secret(model, namespace, secrets.token_hex(32)), rm)
-        try:
-            kube.create(secret)
-        except ApiError as exc:
-            if exc.status != 409:   # made meanwhile (another replica): it holds a key
-                raise
+    try:
+        kube.create(with_owner(serving.api_key_secret(model, namespace, secrets.token_hex(32)), rm))
+    except ApiError as exc:
+        if exc.status != 409:   # there already (this process's earlier life, another replica): it holds a key
+            raise
     memory.api_keys.add(uid)
 
 
