@@ -61,8 +61,10 @@ def test_warmup_is_judged_on_tritons_own_p99_and_reports_its_batching(example_se
     # Requests of different candidate counts were joined: several requests per execution.
     assert seen["requestsPerExecution"] > 1.2, seen
     assert seen["avgBatchSize"] > 100, "a batch item is a candidate"
-    # Triton's latency excludes the client's network and (de)serialisation.
-    assert seen["p99Ms"] <= verdict.metrics["p99Ms"]
+    # Triton's latency excludes the client's network and (de)serialisation. Its P99 is a summary's
+    # estimate (a rank error, over its own window), the client's an exact percentile of its 600
+    # answers: at a few ms each they were seen 4% apart the other way (4.73 against 4.54 ms in CI).
+    assert seen["p99Ms"] <= 1.1 * verdict.metrics["p99Ms"], (seen, verdict.metrics["p99Ms"])
     assert "Triton P99" in verdict.summary and "requests/execution" in verdict.summary
 
 
