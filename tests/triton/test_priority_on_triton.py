@@ -20,7 +20,9 @@ from timed_model import PRIORITY_LEVELS, server, write_repository
 
 A_MS, B_MS, MAX_BATCH = 10.0, 0.25, 4
 SERVICE_MS = A_MS + B_MS * MAX_BATCH          # one full batch
-RATE, SECONDS, FLOOD = 40.0, 2.0, 32          # live requests/s, per case; the flood's requests in flight
+# live requests/s, seconds per case (200 live requests: a P99 that is not just the slowest one); the
+# flood's requests in flight
+RATE, SECONDS, FLOOD = 40.0, 5.0, 32
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +85,9 @@ def test_live_p99_beside_a_gate_flood_stays_near_alone_at_priority_2_not_at_prio
     print(f"live P99 ms (service {SERVICE_MS:g} ms/batch, flood {FLOOD} in flight): "
           + ", ".join(f"{k} {v:.1f}" for k, v in p99.items()))
     # At priority 2 a live request waits at most for the batch executing (Triton does not preempt
-    # it; 1 to 1.5 batches measured): bounded, whatever the flood. Slack for a shared 2-core machine.
-    assert p99["low"] <= p99["alone"] + 3 * SERVICE_MS + 15, p99
+    # it; 1 to 1.5 batches measured): bounded, whatever the flood. Slack for a shared 2-core machine
+    # (CI once failed this at 80 live requests a case, 15 ms of slack).
+    assert p99["low"] <= p99["alone"] + 3 * SERVICE_MS + 30, p99
     # At priority 1 it queues behind the flood's requests, ~FLOOD/MAX_BATCH batches (measured: alone
     # 12-15 ms, priority 2 30-40 ms, priority 1 140-170 ms).
     assert p99["equal"] >= p99["low"] + 3 * SERVICE_MS and p99["equal"] >= 1.5 * p99["low"], p99
