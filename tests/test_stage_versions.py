@@ -28,8 +28,10 @@ def _write(path: Path, model: str, versions: list[Wanted]) -> None:
 
 
 def _round(model_dir: Path, versions_file: Path) -> list[str]:
-    return stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits()),
+    done = stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits()),
                        stager.remove_version_dir)
+    assert done.ok == (not any("failed" in line or "nothing changed" in line for line in done.lines))
+    return list(done.lines)
 
 
 def stager_limits():
@@ -114,6 +116,23 @@ def test_a_round_that_cannot_judge_changes_nothing(tmp_path):
     [line] = _round(model_dir, versions_file)
     assert line.startswith("version 2: fetching") and "failed" in line and "sha256" in line.lower(), line
     assert not (model_dir / "2").exists() and (model_dir / "1" / "model.onnx").read_bytes() == b"v1 weights"
+
+
+def test_a_removal_that_fails_is_said_and_tried_again(tmp_path):
+    model_dir, versions_file = tmp_path / "models" / "ranker", tmp_path / "versions.json"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "2").mkdir()
+    _write(versions_file, "ranker", [Wanted("2", 2, "s3://b/ranker/2")])
+
+    def busy(directory: Path, version: int) -> None:
+        raise OSError(16, "Device or resource busy")
+    done = stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits()), busy)
+    assert not done.ok and done.lines == ("version directory 1: removing it failed: [Errno 16] Device or resource busy",)
+    assert (model_dir / "1").is_dir()
+    done = stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits()),
+                       stager.remove_version_dir)
+    assert done.ok and done.lines == ("version directory 1: removed (no longer listed)",)
+    assert not (model_dir / "1").exists() and (model_dir / "2").is_dir()
 
 
 def test_the_command_runs_a_round_and_says_what_it_did(tmp_path):

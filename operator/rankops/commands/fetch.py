@@ -124,16 +124,16 @@ def cmd_stage(args: argparse.Namespace) -> int:
     except FetchError as exc:
         print(f"rankops stage-versions: {flat(str(exc))}", file=sys.stderr)
         return 2
-    said: list[str] = []
+    said: tuple[str, ...] = ()
     try:
         while True:
-            lines = stage_round(args.model, Path(args.model_dir), Path(args.versions_file), fetch, remove_version_dir)
-            if lines != said:   # a line repeated every round would bury the log
-                for line in lines:
+            done = stage_round(args.model, Path(args.model_dir), Path(args.versions_file), fetch, remove_version_dir)
+            if done.lines != said:   # a line repeated every round would bury the log
+                for line in done.lines:
                     print(f"rankops stage-versions: {flat(line)}", flush=True)
-                said = lines
+                said = done.lines
             if args.once:
-                return 1 if any("failed" in line or "nothing changed" in line for line in lines) else 0
+                return 0 if done.ok else 1
             time.sleep(args.interval)
     except (Interrupted, KeyboardInterrupt):
         return 143

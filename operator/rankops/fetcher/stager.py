@@ -114,22 +114,29 @@ def stage_plan(wanted: Iterable[Wanted], on_volume: Iterable[int]) -> StagePlan:
                      remove=tuple(sorted(present - listed)))
 
 
+@dataclass(frozen=True)
+class StageRound:
+    """What one round did, a line each, and whether anything failed (the file, a fetch, a removal)."""
+    lines: tuple[str, ...]
+    ok: bool
+
+
 Fetch = Callable[[Wanted, Path], None]        # (version, its directory) -> fetched, or raises
 Remove = Callable[[Path, int], None]          # (model directory, version directory) -> removed
 
 
-def stage_round(model: str, model_dir: Path, versions_file: Path, fetch: Fetch, remove: Remove) -> list[str]:
+def stage_round(model: str, model_dir: Path, versions_file: Path, fetch: Fetch, remove: Remove) -> StageRound:
     """One round: read the file and the directory, fetch at most one missing version, remove the
-    unlisted ones once nothing is left to fetch. Returns what it did or why it did nothing, a line
-    each; the fetcher's and the file's errors come back as lines, never as exceptions, so a bad
-    round leaves the volume as it was."""
+    unlisted ones once nothing is left to fetch. Says what it did or why it did nothing, a line
+    each; the file's, the fetcher's and a removal's errors come back as lines with ok False, never
+    as exceptions, so a bad round leaves the volume as it was and the next round tries again."""
     try:
         data = versions_file.read_bytes()[: MAX_FILE_BYTES + 1]
         wanted = parse_versions(data, model)
     except OSError as exc:
-        return [f"versions file {versions_file} unreadable ({exc.strerror or exc}): nothing changed"]
+        return StageRound((f"versions file {versions_file} unreadable ({exc.strerror or exc}): nothing changed",), False)
     except StageListError as exc:
-        return [f"{exc}: nothing changed"]
+        return StageRound((f"{exc}: nothing changed",), False)
     plan = stage_plan(wanted, version_dirs(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else ())
     if plan.fetch:
         version = plan.fetch[0]
@@ -137,13 +144,18 @@ def stage_round(model: str, model_dir: Path, versions_file: Path, fetch: Fetch, 
         try:
             fetch(version, target)
         except Exception as exc:  # noqa: BLE001 - the fetcher's errors are one line each; the next round retries
-            return [f"version {version.name}: fetching {version.uri} into {target} failed: {exc}"]
-        return [f"version {version.name}: fetched {version.uri} into {target}"]
-    done = []
+            return StageRound((f"version {version.name}: fetching {version.uri} into {target} failed: {exc}",), False)
+        return StageRound((f"version {version.name}: fetched {version.uri} into {target}",), True)
+    done, ok = [], True
     for directory in plan.remove:
-        remove(model_dir, directory)
-        done.append(f"version directory {directory}: removed (no longer listed)")
-    return done
+        try:
+            remove(model_dir, directory)
+        except (OSError, ValueError) as exc:   # a read-only or busy volume: said, tried again next round
+            done.append(f"version directory {directory}: removing it failed: {exc}")
+            ok = False
+        else:
+            done.append(f"version directory {directory}: removed (no longer listed)")
+    return StageRound(tuple(done), ok)
 
 
 def fetched_with(limits: Any) -> Fetch:
