@@ -12,6 +12,7 @@ from enum import StrEnum
 
 class RolloutPhase(StrEnum):
     """status.rollout.phase (rollout/machine.py): the active phases in their order, then the ends."""
+    IN_PLACE = "InPlace"               # rollout.strategy inPlace: status.rollout.inPlace says where the switch is
     CANARY_STARTING = "CanaryStarting"
     WARMING = "Warming"
     VERIFYING = "Verifying"
@@ -24,7 +25,7 @@ class RolloutPhase(StrEnum):
 
 
 # The phases of a rollout in flight (a canary is up, the machine moves it on).
-ACTIVE_PHASES = (RolloutPhase.CANARY_STARTING, RolloutPhase.WARMING, RolloutPhase.VERIFYING,
+ACTIVE_PHASES = (RolloutPhase.IN_PLACE, RolloutPhase.CANARY_STARTING, RolloutPhase.WARMING, RolloutPhase.VERIFYING,
                  RolloutPhase.CANARY, RolloutPhase.PROMOTING)
 
 
@@ -34,6 +35,7 @@ class ModelPhase(StrEnum):
     PENDING = "Pending"
     READY = "Ready"
     DEGRADED = "Degraded"
+    IN_PLACE = RolloutPhase.IN_PLACE.value
     CANARY_STARTING = RolloutPhase.CANARY_STARTING.value
     WARMING = RolloutPhase.WARMING.value
     VERIFYING = RolloutPhase.VERIFYING.value

@@ -326,6 +326,23 @@ class Canary(ApiModel):
         return list(self.steps) or [CanaryStep(weight=self.weight, duration_seconds=self.duration_seconds)]
 
 
+class RolloutStrategy(str, Enum):
+    pods = "pods"
+    in_place = "inPlace"
+
+
+class InPlace(ApiModel):
+    """rollout.strategy inPlace: a new version loaded beside the serving one in the running pods."""
+    max_stable_p99_ms: Annotated[float | None, Field(gt=0, le=3_600_000, description=(
+        "While a version loads or warms in a pod that serves, the serving version's server-side P99 (ms, "
+        "Triton's summary over its pods' last minute) is held within this; past it the switch stops, the new "
+        "version is unloaded and the rollout goes on with pods (said in status.rollout and an Event). "
+        "Default slo.p99LatencyMs; without an slo, 1000."))] = None
+    load_timeout_seconds: Annotated[int, Field(ge=30, le=86_400, description=(
+        "How long one pod may take to hold the new version READY (the artifact fetched beside Triton, "
+        "Triton's load and its model_warmup); past it the switch falls back to pods."))] = 600
+
+
 class GateResources(ApiModel):
     """What a gate Job's container asks for. The replay and the comparison are light; the
     equivalence gate holds the reference's and the canary's scores of every batch."""
@@ -368,6 +385,15 @@ class Rollout(ApiModel):
     gate_jobs: GateJobs = Field(default_factory=GateJobs, description=(
         "The Jobs that run the gates: image, deadline and pod annotations."))
     paused: Annotated[bool, Field(description="Freeze the rollout where it is: no phase changes, except that a canary failing its analysis is still rolled back (abort works too).")] = False
+    strategy: Annotated[RolloutStrategy, Field(description=(
+        "How a new version reaches the GPUs: `pods` (a canary Deployment on GPUs of its own, then the stable "
+        "pods restarted with it) or `inPlace` (loaded beside the serving version inside the running Triton "
+        "pods, gated on one pod, then switched pod by pod; no pod restarts and no extra GPU). inPlace is "
+        "used when both versions fit one GPU by the plan's memory arithmetic and one Triton model can hold "
+        "both (same format, precision and TensorRT); otherwise, and when a load interferes past "
+        "inPlace.maxStableP99Ms, the rollout uses pods and says why. See docs/in-place.md."))] = RolloutStrategy.pods
+    in_place: InPlace = Field(default_factory=InPlace, description=(
+        "strategy inPlace: the serving version's P99 bound while a version loads, and the load's deadline."))
 
 
 class WarmReplicas(ApiModel):
@@ -679,6 +705,14 @@ class RankingModelSpec(ApiModel):
                              f"({names}) or {{torchscriptUri: ...}}")
         if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
             raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
+        if self.rollout.strategy is RolloutStrategy.in_place:
+            for i, v in enumerate(self.versions):
+                scheme = v.model_uri.split("://", 1)[0].lower()
+                if scheme in ("pvc", "file"):
+                    raise ValueError(
+                        f"rollout.strategy inPlace: versions[{i}] ({v.name}) is {scheme}://, mounted into the pod "
+                        "template per version, so switching it means new pods; give it an s3:// or https:// "
+                        "artifact the pods fetch, or use rollout.strategy pods")
         return self
 
     @model_validator(mode="after")
@@ -741,6 +775,42 @@ class GateResult(ApiModel):
     finished_at: Annotated[str | None, Field(description="When the gate's Job finished (RFC 3339).")] = None
 
 
+class InPlacePhase(str, Enum):
+    """status.rollout.inPlace.phase (rollout/inplace.py)."""
+    loading = "Loading"
+    gating = "Gating"
+    promoting = "Promoting"
+    unloading = "Unloading"
+    switched = "Switched"
+    rolling_back = "RollingBack"
+    rolled_back = "RolledBack"
+    falling_back = "FallingBack"
+    fell_back = "FellBack"
+
+
+class InPlaceSwitchStatus(ApiModel):
+    """Where an in-place switch is (rollout/inplace.py's Record): what a restarted operator carries on from,
+    with each pod's repository index."""
+    version: Annotated[str, Field(description="The version being loaded in place.")]
+    from_version: Annotated[str, Field(description="The version the pods served when the switch began.")]
+    phase: Annotated[InPlacePhase, Field(description=(
+        "Loading (one pod loads it beside the serving version), Gating (the gates run against that pod), "
+        "Promoting (the other pods load it, one at a time), Unloading (the old version unloaded everywhere), "
+        "Switched; or RollingBack/RolledBack (a gate failed, or aborted), FallingBack/FellBack (the pods "
+        "strategy takes over: memory, interference, a load that failed or timed out)."))]
+    since: Annotated[str, Field(description="When the phase began (RFC 3339).")]
+    gate_pod: Annotated[str | None, Field(description="The pod the gates judge the version on.")] = None
+    gate_pod_uid: Annotated[str | None, Field(description="Its uid: a verdict on another pod is no evidence.")] = None
+    load_pod: Annotated[str | None, Field(description="The pod asked to load last.")] = None
+    load_since: Annotated[str | None, Field(description="When that load was asked (RFC 3339).")] = None
+    touched: Annotated[list[str], Field(max_length=1000, description=(
+        "Every pod asked to load the new version (a rollback unloads it from each).")) ] = []
+    message: Annotated[str | None, Field(description="What the switch is doing or why it stopped.")] = None
+    failed_gate: Annotated[str | None, Field(description="The gate that failed, if one did.")] = None
+    reason: Annotated[str | None, Field(description=(
+        "Why it rolled back or fell back to pods, with the numbers (the memory arithmetic, the P99).")) ] = None
+
+
 class RolloutStatus(ApiModel):
     # The record a rollout step works on (rollout.record.Step): changed field by field, each
     # assignment checked against its type. step() works on its own copy, never the status it read.
@@ -784,6 +854,11 @@ class RolloutStatus(ApiModel):
         "why), said by Degraded (CanaryNotJudged) and its Warning Event while it lasts."))] = None
     unschedulable: Annotated[str | None, Field(description=(
         "Canary pods the scheduler cannot place, with its reason (e.g. Insufficient nvidia.com/gpu)."))] = None
+    strategy: Annotated[RolloutStrategy | None, Field(description=(
+        "The strategy this rollout uses: inPlace, or pods (asked, or the fallback when inPlace could not be "
+        "used: inPlace.reason says why)."))] = None
+    in_place: Annotated[InPlaceSwitchStatus | None, Field(description=(
+        "rollout.strategy inPlace: the switch's record, kept when it fell back to pods."))] = None
     analysis_baseline: Annotated[dict[str, Any] | None, Field(
         description=("Canary analysis: each serving pod's Triton counters when the canary's traffic began (by "
                      "track and pod), the start of the window the canary is judged on; kept so a restarted "
