@@ -27,6 +27,7 @@ class ServingState:
     canary_weight: int = 0         # percent of traffic the canary gets while it takes traffic
     stable_lent: int = 0           # stable replicas whose GPUs the canary takes (canary.capacity: replace)
     stable_surge: int = 0          # stable replicas beyond the model's while some move off leaving nodes
+    staged_versions: tuple[str, ...] = ()   # rollout.strategy inPlace: versions beyond stable_version the stable pods hold
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rankops.api.rankingmodel import (GateResult, RankingModelSpec, RankingModelStatus, RolloutStatus,
+from rankops.api.rankingmodel import (GateResult, RankingModelSpec, RankingModelStatus, RolloutStatus, RolloutStrategy,
                                       TorchscriptReference)
 from rankops.render.desired import ServingState
-from rankops.rollout import canary_hold
+from rankops.rollout import canary_hold, inplace_phase
 from rankops.rollout.canary_hold import analysis_bounds, canary_size, lendable_replicas  # noqa: F401 (API)
 from rankops.rollout.readiness import PodObservation, ready_count
 from rankops.rollout.record import (  # noqa: F401 (the machine's API: re-exported)
@@ -151,6 +151,8 @@ def _guards(s: Step) -> None:
         s.move(back, f"status.rollout.phase said {phase}, but no passing {missing[0]} verdict of attempt "
                      f"{s.attempt} is recorded for {target}: running the {GATE_OF_PHASE[back]} gate",
                "GateVerdictMissing", warning=True)
+    if s.phase == inplace_phase.IN_PLACE:
+        return   # an abort goes through the switch: the new version is unloaded before the rollout ends
     abort = s.asked(ABORT_ANNOTATION)
     if abort:   # honoured in every active phase, paused or not
         s.set(aborted=abort)
@@ -167,6 +169,21 @@ def _guards(s: Step) -> None:
         # Its warm container saw the version fail its requests: no gate will pass it, no wait helps.
         s.roll_back("canary", f"canary {target} fails its warm-up requests: "
                               f"{'; '.join(s.observed.canary_warm_failing[:3])}; stable {s.stable} untouched")
+
+
+def _in_place_abort(s: Step) -> str | None:
+    """Why an in-place switch must stop now: spec.version moved (back to the stable, or on to another
+    version), or rankops.io/abort names its version."""
+    wanted = s.spec.version
+    if wanted == s.stable:
+        return f"{inplace_phase.CANCELED_BY}{wanted}"
+    if wanted != s.target:
+        return f"{inplace_phase.SUPERSEDED_BY}{wanted}"
+    abort = s.asked(ABORT_ANNOTATION)
+    if abort:
+        s.set(aborted=abort)
+        return f"aborted by annotation {ABORT_ANNOTATION}"
+    return None
 
 
 def _run_phases(s: Step) -> None:
@@ -190,6 +207,9 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
     now, target = observed.now, spec.version
     rollout, gates = status.rollout, list(status.gates)
     phase = rollout.phase if rollout else None
+    if rollout and phase == inplace_phase.IN_PLACE:
+        # A switch half done ends through its own rollback first, whatever spec.version says now.
+        return rollout.model_copy(deep=True), gates, None
     if target == stable:
         if rollout and phase in ACTIVE:
             record = rollout.model_copy(deep=True)
@@ -216,7 +236,15 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
     record = RolloutStatus(version=target, from_version=stable, phase=CANARY_STARTING,
                            attempt=new_attempt_id(target, started, rollout), started_at=started, phase_since=started,
                            message=f"starting canary of version {target} beside stable {stable}",
-                           **{**consumed, **({"retried": retry} if retry else {})})
+                           strategy=spec.rollout.strategy, **{**consumed, **({"retried": retry} if retry else {})})
+    if inplace_phase.wants_in_place(spec):
+        begun = inplace_phase.start(target, stable, now, observed.in_place_fit)
+        events.extend(begun.events)
+        record.in_place = begun.record
+        if begun.phase == inplace_phase.IN_PLACE:
+            record.phase, record.message = begun.phase, begun.message
+            return record, [], None
+        record.strategy, record.message = RolloutStrategy.pods, f"{begun.message}: {record.message}"
     events.append(Event("Normal", CANARY_STARTING, record.message))
     return record, [], None
 
@@ -233,13 +261,22 @@ def step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed)
 
     s = Step(spec, observed, stable, status.rollout, rollout, gates, events)
     _guards(s)
+    actions: tuple = ()
+    if s.phase == inplace_phase.IN_PLACE:
+        abort = _in_place_abort(s)
+        if abort or not spec.rollout.paused:
+            actions = inplace_phase.run(s, observed.in_place, abort)
     if s.phase in ACTIVE:
         _run_phases(s)
     phase, target = s.phase, s.target
     if phase == PROMOTED:
         return Decision(target, ServingState(target), s.rollout, s.gates, events=tuple(events), outcome=PROMOTED)
-    if phase == ROLLED_BACK:
-        return Decision(stable, ServingState(stable), s.rollout, s.gates, events=tuple(events), outcome=ROLLED_BACK)
+    if phase in (ROLLED_BACK, CANCELED, SUPERSEDED):
+        return Decision(stable, ServingState(stable), s.rollout, s.gates, events=tuple(events), outcome=phase)
+    if phase == inplace_phase.IN_PLACE:
+        # The stable pods hold the new version beside the serving one; nothing else is rendered for it.
+        return Decision(stable, ServingState(stable, staged_versions=(target,)), s.rollout, s.gates,
+                        events=tuple(events), in_place_actions=actions)
 
     # Active rollout: render the canary beside the stable (or in its lent replicas), at the weight
     # of the step it holds. Traffic follows the record: it reaches the canary only from the step

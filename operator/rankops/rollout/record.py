@@ -72,6 +72,12 @@ class Observed:
     metrics_unread: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # The stable replicas the model wants (spec.replicas, or the plan's), before any is lent to the canary.
     replicas: int | None = None
+    # rollout.strategy inPlace (rollout/inplace_phase.py): the two versions' memory arithmetic on one GPU
+    # (planner/two_versions.SideBySide; None: not worked out), read when a rollout starts; and during
+    # InPlace, the pods' repository indexes, the gate verdicts and the stable P99 (rollout/inplace.Observed;
+    # None: not read this time).
+    in_place_fit: Any = None
+    in_place: Any = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Decision:
     reference_version: str | None = None  # a versions[] reference served for the equivalence gate
     events: tuple[Event, ...] = ()
     outcome: str | None = None       # Promoted | RolledBack | Superseded | Canceled, when this step ended a rollout
+    in_place_actions: tuple[Any, ...] = ()   # InPlace: what the pods must see done (rollout/inplace.py's actions)
 
 
 def iso(t: dt.datetime) -> str:

@@ -1,0 +1,117 @@
+"""The rollout machine's InPlace phase (rollout.strategy inPlace, issue 41): the in-place switch
+(rollout/inplace.py) run inside the rollout record, its ends turned into the machine's.
+
+    start: inPlace asked -> InPlace, or at once CanaryStarting (pods) when the plan's memory
+           arithmetic or the versions' formats say the two cannot share a pod (status says why)
+    InPlace --Switched--> Promoted
+            --RolledBack--> RolledBack (a gate failed, or aborted), Canceled (spec.version back to
+                            the stable) or Superseded (spec.version changed again)
+            --FellBack--> CanaryStarting (the pods strategy, a new attempt: interference, a load
+                          that failed or ran out of time)
+
+The switch's record lives in status.rollout.inPlace; what it asks of the pods (loads, unloads,
+gates by version on one pod) comes back as `actions` for the shell. A spec.version change or an
+abort never drops a switch half done: the new version is unloaded from every pod first (the
+switch's RollingBack), and only then does the record end, so no pod is left holding a version
+nobody tracks. The gates' verdicts are recorded in status.gates under this attempt, as the Jobs'
+are, so the promotion stands on the same evidence as a canary's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankops.api.phases import RolloutPhase
+from rankops.api.rankingmodel import GateResult, InPlaceSwitchStatus, RankingModelSpec, RolloutStrategy
+from rankops.rollout import inplace
+from rankops.rollout.record import GATES, Event, Step, iso, new_attempt_id
+
+IN_PLACE = RolloutPhase.IN_PLACE
+# Without an SLO, the bound on the serving version's P99 while a version loads beside it.
+DEFAULT_MAX_STABLE_P99_MS = 1000.0
+
+
+@dataclass(frozen=True)
+class InPlaceStart:
+    phase: RolloutPhase                 # IN_PLACE, or CANARY_STARTING when it cannot be in place
+    record: InPlaceSwitchStatus
+    message: str
+    events: tuple[Event, ...]
+
+
+def wants_in_place(spec: RankingModelSpec) -> bool:
+    return spec.rollout.strategy is RolloutStrategy.in_place
+
+
+def policy(spec: RankingModelSpec, replicas: int) -> inplace.Policy:
+    from rankops.render.desired import failure_tolerance
+
+    bound = spec.rollout.in_place.max_stable_p99_ms or (spec.slo.p99_latency_ms if spec.slo else None) \
+        or DEFAULT_MAX_STABLE_P99_MS
+    return inplace.Policy(replicas=replicas, failure_tolerance=failure_tolerance(spec), max_stable_p99_ms=bound,
+                          load_timeout_s=spec.rollout.in_place.load_timeout_seconds, gates=GATES)
+
+
+def start(target: str, stable: str, now, fit) -> InPlaceStart:
+    """A new rollout with strategy inPlace: the switch's first record, or the pods strategy with why."""
+    switch = inplace.begin(target, stable, now, fit)
+    record = _status(switch.record)
+    if switch.record.phase == inplace.FELL_BACK:
+        return InPlaceStart(RolloutPhase.CANARY_STARTING, record, switch.record.message, switch.events)
+    return InPlaceStart(IN_PLACE, record, switch.record.message, switch.events)
+
+
+def run(s: Step, observed: inplace.Observed | None, abort: str | None) -> tuple:
+    """The InPlace phase's step: the switch moved on by what the shell read, its verdicts recorded,
+    and its end turned into the machine's. Returns the actions the pods must see carried out."""
+    record = inplace.Record.from_status(s.rollout.in_place.to_wire())
+    if observed is None:   # the shell read nothing (a new process's first reconcile): nothing moves
+        return ()
+    if abort:
+        observed = inplace.Observed(observed.now, observed.pods, observed.gates, observed.stable_p99_ms, abort)
+    switch = inplace.step(record, observed, policy(s.spec, s.stable_size))
+    _record_verdicts(s, switch.record, observed)
+    s.set(in_place=_status(switch.record), message=switch.record.message or s.rollout.message)
+    s.events.extend(switch.events)
+    end = switch.record.phase
+    if end == inplace.SWITCHED:
+        s.move(RolloutPhase.PROMOTED, f"version {s.target} promoted in place: every pod serves it, "
+                                      f"{record.from_version} unloaded")
+    elif end == inplace.ROLLED_BACK:
+        if abort and abort.startswith(SUPERSEDED_BY):
+            s.move(RolloutPhase.SUPERSEDED, f"in-place switch to {s.target} {abort}; {s.target} unloaded everywhere")
+        elif abort and abort.startswith(CANCELED_BY):
+            s.move(RolloutPhase.CANCELED, f"in-place switch to {s.target} canceled: {abort}; "
+                                          f"{s.target} unloaded everywhere")
+        else:
+            s.roll_back(switch.record.failed_gate or "manual",
+                        f"{switch.record.reason or 'rolled back'}; {s.target} unloaded everywhere, "
+                        f"stable {s.stable} serves on every pod")
+    elif end == inplace.FELL_BACK:
+        started = iso(s.now)
+        s.set(strategy=RolloutStrategy.pods, attempt=new_attempt_id(s.target, started, s.rollout),
+              started_at=started)
+        s.move(RolloutPhase.CANARY_STARTING, f"in place not possible: {switch.record.reason}; starting canary "
+                                             f"of version {s.target} beside stable {s.stable} (pods)")
+    return tuple(a for a in switch.actions if not isinstance(a, inplace.FallBack))
+
+
+# The abort reasons the machine gives a switch for a spec.version change (they end it differently).
+SUPERSEDED_BY, CANCELED_BY = "superseded by version ", "spec.version is back to the stable version "
+
+
+def _record_verdicts(s: Step, record: inplace.Record, observed: inplace.Observed) -> None:
+    """Each gate's verdict on the gate pod, in status.gates under this attempt (as a Job's is)."""
+    for gate, verdict in observed.gates.items():
+        if gate not in GATES or verdict.pod_uid != record.gate_pod_uid:
+            continue
+        known = next((g for g in s.gates if g.gate == gate), None)
+        if known and known.version == s.target and known.attempt == s.attempt and known.outcome == verdict.outcome \
+                and known.summary == verdict.summary:
+            continue
+        s.record_gate(GateResult(gate=gate, version=s.target, attempt=s.attempt, outcome=verdict.outcome,
+                                 reason="InPlace", summary=f"{verdict.summary} (on pod {record.gate_pod})",
+                                 finished_at=iso(s.now)))
+
+
+def _status(record: inplace.Record) -> InPlaceSwitchStatus:
+    return InPlaceSwitchStatus.model_validate(record.to_status())
