@@ -125,6 +125,7 @@ class ModelObserved:
     autoscale_reading: dict[str, Any] | None = None     # spec.autoscaling: {pod: counters} read now (None: not read)
     autoscale_problems: tuple[str, ...] = ()       # serving pods whose counters could not be read
     external_scaler: str | None = None             # autoscaling mode external: e.g. HorizontalPodAutoscaler/<name>
+    in_place: Any = None                           # InPlace: the pods' indexes, verdicts, stable P99 (rollout/inplace.Observed)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class ModelPlan:
     monitors: tuple[dict[str, Any], ...] = ()      # ServiceMonitors, applied where the CRD is served
     outcome: str | None = None                     # the rollout's end, when this reconcile ended it
     gate_results: tuple[GateResult, ...] = ()      # status.gates entries new in this reconcile
+    in_place_actions: tuple[Any, ...] = ()         # InPlace: loads, unloads and gates the pods must see (rollout/inplace.py)
     not_applied: str | None = None                 # the reason nothing was applied for this generation
     # When to reconcile again with no event (rollout.deadlines): seconds, or None for no deadline;
     # `polls`: also at --interval, for what only a reading of the pods shows.
@@ -283,10 +285,11 @@ class Reads:
     other_pods: bool = False       # the non-canary pods (the stable un-Available a while: warm failures)
     external_scaler: bool = False  # autoscaling mode external: the HPA or ScaledObject that targets it
     stable_pods: bool = False      # the stable pods (some may be on a leaving node, or a surge to end)
+    in_place: bool = False         # InPlace: the stable pods' repository indexes and P99 (rollout/inplace_phase)
 
     @property
     def pod_metrics(self) -> bool:
-        return self.judging or self.scaling
+        return self.judging or self.scaling or self.in_place
 
 
 def reads(rm: RankingModel, status: RankingModelStatus, now: dt.datetime, stable_dep: dict | None,
@@ -300,7 +303,9 @@ def reads(rm: RankingModel, status: RankingModelStatus, now: dt.datetime, stable
     active = rollout is not None and rollout.phase in ACTIVE
     wanted = (status.autoscaling.desired_replicas if status.autoscaling else None) or replicas   # autoscaled, or planned
     surging = bool(stable_dep) and (stable_dep.get("spec") or {}).get("replicas", 0) > wanted
-    return Reads(gates=active, canary_pods=bool(canary_dep),
+    from rankops.rollout.inplace_phase import IN_PLACE
+
+    return Reads(gates=active, canary_pods=bool(canary_dep), in_place=active and rollout.phase == IN_PLACE,
                  judging=active and rollout.phase == CANARY and rm.spec.rollout.canary.analysis.enabled,
                  scaling=autoscale.reading_due(rm.spec, status.autoscaling, now),
                  other_pods=warming.reads_all_pods(stable_dep, now),
@@ -348,8 +353,8 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         stable_updated_ready=s_settled, stable_desired=s_desired, stable_template_version=s_version,
         gates=observed.gates, annotations=_annotations_read(meta), track_metrics=observed.track_metrics,
         metrics_problems=observed.metrics_problems, metrics_unread=observed.metrics_unread,
-        replicas=resolved.replicas,
-        canary_warm_failing=_canary_warm_failing(observed)))
+        replicas=resolved.replicas, canary_warm_failing=_canary_warm_failing(observed),
+        in_place_fit=_in_place_fit(rm, status, resolved, s_version), in_place=observed.in_place))
     pool = observed.pool or PoolView()
     # Replicas on leaving nodes: a surge elsewhere first, then the old ones go (rollout/disruption).
     moves = plan_moves(resolved.replicas, observed.stable_pods)
@@ -385,7 +390,20 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         pod_patches=tuple(_canary_traffic(rm, decision, observed)) + tuple(
             (pod, {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: LEAVING_COST}}}) for pod in moves.let_go),
         monitors=monitors, outcome=decision.outcome,
-        gate_results=tuple(g for g in decision.gates if g not in status.gates))
+        gate_results=tuple(g for g in decision.gates if g not in status.gates),
+        in_place_actions=decision.in_place_actions)
+
+
+def _in_place_fit(rm: RankingModel, status: RankingModelStatus, resolved: ResolvedShape,
+                  serving: str | None) -> Any:
+    """rollout.strategy inPlace: spec.version beside the version serving, by the plan's memory
+    arithmetic (planner/two_versions); None when not asked, or no plan was made."""
+    from rankops.rollout.inplace_phase import versions_side_by_side, wants_in_place
+
+    stable = status.stable_version or serving
+    if not wants_in_place(rm.spec) or resolved.plan is None or stable in (None, rm.spec.version):
+        return None
+    return versions_side_by_side(rm.spec, resolved.plan, stable, rm.spec.version)
 
 
 def _annotations_read(meta: dict[str, Any]) -> dict[str, str]:
@@ -411,7 +429,9 @@ def deployment_view(dep: dict | None) -> tuple[int, int, int, str | None]:
     ready = st.get("readyReplicas", 0)
     current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
     settled = current and st.get("updatedReplicas", 0) >= desired and st.get("replicas", 0) == desired
-    version = spec.get("template", {}).get("metadata", {}).get("labels", {}).get(names.LABEL_VERSION)
+    # An in-place model's template names no version (a switch must not restart its pods): its own label does.
+    version = spec.get("template", {}).get("metadata", {}).get("labels", {}).get(names.LABEL_VERSION) \
+        or (dep["metadata"].get("labels") or {}).get(names.LABEL_VERSION)
     return desired, ready, (min(ready, desired) if settled else 0), version
 
 

@@ -30,7 +30,8 @@ from rankops.planner.overload import OverloadError, with_queue_policy
 from rankops.planner.profile import ProfileError, load_profiles
 from rankops.planner.result import PlanResult
 from rankops.planner.search import evaluate, plan
-from rankops.planner.two_versions import SideBySide, VersionOnGpu, side_by_side
+from rankops.planner.two_versions import SideBySide
+from rankops.rollout.inplace_phase import versions_side_by_side
 
 
 def add_commands(subparsers: Any) -> None:
@@ -247,25 +248,13 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
 
 def beside_serving(spec: Any, result: PlanResult) -> list[tuple[str, SideBySide]]:
     """Each other version of spec.versions loaded beside spec.version on one GPU, with this plan's
-    batch and instances (issue 41's arithmetic); empty for a planning sketch without versions."""
-    from rankops.render.tritonconfig import triton_version
-
+    batch and instances (issue 41's arithmetic, as the rollout machine decides on it); empty for a
+    planning sketch without versions."""
     versions = list(getattr(spec, "versions", None) or [])
-    serving = next((v for v in versions if v.name == getattr(spec, "version", None)), None)
-    if serving is None or len(versions) < 2:
+    serving = getattr(spec, "version", None)
+    if serving not in [v.name for v in versions] or len(versions) < 2:
         return []
-    memory = result.inputs.memory
-    per_instance = memory.per_instance_mib(result.max_batch_size) if memory is not None else None
-
-    def on_gpu(version: Any) -> VersionOnGpu:
-        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
-                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
-        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
-                            version.precision.value, per_instance, result.instances_per_gpu, engine)
-
-    reserve = memory.runtime_reserve_mib if memory is not None else 0.0
-    return [(v.name, side_by_side(on_gpu(serving), on_gpu(v), result.inputs.gpu_memory_mib, reserve))
-            for v in versions if v is not serving]
+    return [(v.name, versions_side_by_side(spec, result, serving, v.name)) for v in versions if v.name != serving]
 
 
 def render_in_place(spec: Any, result: PlanResult, pairs: list[tuple[str, SideBySide]]) -> str:

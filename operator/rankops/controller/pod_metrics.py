@@ -137,9 +137,13 @@ def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str,
         track, deployment = by_uid[deployment_uid]
         # The version its own ReplicaSet's template gave it (a rolling update leaves pods of the
         # previous template beside the new one), else the Deployment's.
+        # An in-place model's template names no version (a switch must not restart its pods): its
+        # Deployment's own label says what its pods serve.
         template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
         version = str(triton_version(labels.get(names.LABEL_VERSION)
-                                     or (template.get("labels") or {}).get(names.LABEL_VERSION, "")))
+                                     or (template.get("labels") or {}).get(names.LABEL_VERSION)
+                                     or ((deployment.get("metadata") or {}).get("labels") or {}).get(
+                                         names.LABEL_VERSION, "")))
         address = status.get("podIP")
         if readable(address, networks):
             targets.append(Target(TRACKS[track], meta["name"], address, version))

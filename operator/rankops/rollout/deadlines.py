@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rankops.api.phases import ModelPhase
 from rankops.api.rankingmodel import RankingModelSpec, RankingModelStatus, RolloutStatus
+from rankops.rollout.inplace_phase import IN_PLACE
 from rankops.rollout.machine import ACTIVE, CANARY, CANARY_STARTING, GATE_GRACE_S, PROMOTING, VERIFYING, WARMING
 from rankops.rollout.record import current_step, parse_time
 
@@ -40,14 +41,21 @@ def after_reconcile(spec: RankingModelSpec, before: RankingModelStatus, after: R
     if rollout is None or rollout.phase not in ACTIVE:   # (in a rollout, the phase is the rollout's)
         return Requeue(None, polls or after.phase not in (ModelPhase.READY, ModelPhase.ROLLED_BACK))
     was = before.rollout
-    if was is None or (was.version, was.attempt, was.phase) != (rollout.version, rollout.attempt, rollout.phase):
+    if was is None or _where(was) != _where(rollout):
         return Requeue(0.0, polls)
-    if spec.rollout.paused or rollout.phase == CANARY_STARTING:
-        return Requeue(None, True)   # the canary's pods: scheduled or not, no watch of ours says
+    if spec.rollout.paused or rollout.phase in (CANARY_STARTING, IN_PLACE):
+        # The canary's pods, scheduled or not; the pods' repository indexes and the in-place gates'
+        # verdicts: no watch of ours says.
+        return Requeue(None, True)
     deadline = _deadline(spec, rollout, now)
     if rollout.phase == CANARY and spec.rollout.canary.analysis.enabled:
         polls = True   # the canary's and the stable's Triton counters
     return Requeue(max(0.0, (deadline - now).total_seconds() + SLACK_S) if deadline else None, polls)
+
+
+def _where(rollout: RolloutStatus) -> tuple:
+    """What makes a rollout's next step act at once when it changes (an in-place switch's own phase too)."""
+    return (rollout.version, rollout.attempt, rollout.phase, rollout.in_place.phase if rollout.in_place else None)
 
 
 def _deadline(spec: RankingModelSpec, rollout: RolloutStatus, now: dt.datetime) -> dt.datetime | None:

@@ -19,9 +19,12 @@ are, so the promotion stands on the same evidence as a canary's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rankops.api.phases import RolloutPhase
 from rankops.api.rankingmodel import GateResult, InPlaceSwitchStatus, RankingModelSpec, RolloutStrategy
+from rankops.planner.two_versions import SideBySide, VersionOnGpu, side_by_side
+from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
 from rankops.rollout.record import GATES, Event, Step, iso, new_attempt_id
 
@@ -49,6 +52,27 @@ def policy(spec: RankingModelSpec, replicas: int) -> inplace.Policy:
         or DEFAULT_MAX_STABLE_P99_MS
     return inplace.Policy(replicas=replicas, failure_tolerance=failure_tolerance(spec), max_stable_p99_ms=bound,
                           load_timeout_s=spec.rollout.in_place.load_timeout_seconds, gates=GATES)
+
+
+def versions_side_by_side(spec: Any, result: Any, serving_name: str, incoming_name: str) -> SideBySide | None:
+    """spec.versions' `incoming_name` loaded beside `serving_name` on one GPU with the plan `result`
+    (planner.PlanResult: its batch, instances per GPU, memory figures and GPU); None when either
+    is not in spec.versions. spec.planning.memory is one figure per instance for every version."""
+    by_name = {v.name: v for v in getattr(spec, "versions", None) or []}
+    if serving_name not in by_name or incoming_name not in by_name:
+        return None
+    memory = result.inputs.memory
+    per_instance = memory.per_instance_mib(result.max_batch_size) if memory is not None else None
+
+    def on_gpu(version: Any) -> VersionOnGpu:
+        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
+                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
+        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
+                            version.precision.value, per_instance, result.instances_per_gpu, engine)
+
+    reserve = memory.runtime_reserve_mib if memory is not None else 0.0
+    return side_by_side(on_gpu(by_name[serving_name]), on_gpu(by_name[incoming_name]),
+                        result.inputs.gpu_memory_mib, reserve)
 
 
 def start(target: str, stable: str, now, fit) -> InPlaceStart:
