@@ -192,6 +192,50 @@ def test_a_load_past_its_deadline_falls_back():
     assert switch.actions == (Unload("ranker-a", "4", OLD_ONLY),)
 
 
+# Triton (2.51) loads nothing for a version whose directory is not on the volume yet: the load
+# answers 200 and the index does not list the version (tests/triton/test_inplace_staged_by_pod.py).
+@pytest.mark.parametrize("phase, load_pod", [(inplace.LOADING, "ranker-a"), (inplace.PROMOTING, "ranker-b")])
+def test_a_version_not_staged_yet_is_asked_again_and_waited_for_until_the_load_timeout(phase, load_pod):
+    rec = record(phase, **dict(GATED, touched=tuple(sorted({"ranker-a", load_pod}))), load_pod=load_pod,
+                 load_since=inplace.iso(T0))
+    pods = three(ranker_a="READY") if phase == inplace.PROMOTING else three()
+    waiting = step(rec, seen(*pods, t=590), POLICY)
+    assert waiting.record.phase == phase and waiting.record.load_since == inplace.iso(T0)
+    assert waiting.actions == (Load(load_pod, "4", BOTH),)                     # asked again: it may be there now
+    assert f"not in its index yet: waiting for its files on {load_pod}'s volume" in waiting.record.message
+    late = step(waiting.record, seen(*pods, t=601), POLICY)
+    assert late.record.reason == (f"4 not READY in {load_pod} after 601s (loadTimeout 600s; index: not in its "
+                                  "index: its files not on its volume)")
+    assert late.record.phase == (inplace.FALLING_BACK if phase == inplace.PROMOTING else inplace.FELL_BACK)
+
+
+def test_a_load_just_asked_says_nothing_of_files_and_a_load_under_way_is_not_asked_again():
+    first = step(started(), seen(*three()), POLICY)
+    assert first.record.message == "loading 4 beside 3 in ranker-a"
+    under_way = step(first.record, seen(*three(ranker_a="LOADING"), t=30), POLICY)
+    assert under_way.actions == () and under_way.record.message == "loading 4 beside 3 in ranker-a"
+
+
+@pytest.mark.parametrize("phase, load_pod", [(inplace.LOADING, "ranker-a"), (inplace.PROMOTING, "ranker-b")])
+def test_a_load_that_failed_with_its_files_there_still_falls_back_at_once(phase, load_pod):
+    error = "Internal: TritonModelException: onnxruntime stand-in: /models/ranker/4/model.onnx not found"
+    rec = record(phase, **GATED, load_pod=load_pod, load_since=inplace.iso(T0))
+    pods = three(ranker_a="READY") if phase == inplace.PROMOTING else three()
+    pods = [pod(p.name, new="UNAVAILABLE", reason=error) if p.name == load_pod else p for p in pods]
+    switch = step(rec, seen(*pods, t=5), POLICY)
+    assert switch.record.reason == f"4 failed to load in {load_pod}: {error}"
+    assert switch.record.phase in (inplace.FALLING_BACK, inplace.FELL_BACK)
+    assert not any(isinstance(a, Load) and a.version == "4" for a in switch.actions)
+
+
+def test_a_load_pod_whose_index_is_not_read_falls_back_at_the_load_timeout_saying_so():
+    rec = record(inplace.LOADING, **GATED, load_pod="ranker-a", load_since=inplace.iso(T0))
+    pods = [pod("ranker-a", read=False), pod("ranker-b"), pod("ranker-c")]
+    assert step(rec, seen(*pods, t=300), POLICY).record.phase == inplace.LOADING
+    late = step(rec, seen(*pods, t=601), POLICY)
+    assert late.record.reason == "4 not READY in ranker-a after 601s (loadTimeout 600s; index: not read: refused)"
+
+
 @pytest.mark.parametrize("phase, lost", [
     (inplace.LOADING, pod("ranker-a", uid="ranker-a-2")),       # restarted: a new uid, the old version only
     (inplace.GATING, pod("ranker-a", uid="ranker-a-2")),

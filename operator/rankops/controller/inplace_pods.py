@@ -2,9 +2,10 @@
 running Triton pods, and reads their repository indexes back for the next step.
 
 - Load / Unload: a load through Triton's repository API (triton/repository.py) whose config
-  override is the pod's own config.pbtxt with a version policy listing exactly `keep`. A version
-  whose directory is missing on the pod's volume is staged first (`stage`).
-- RemoveFiles: the version's directory in the model's directory, and nothing outside it.
+  override is the model's config.pbtxt (`config_text`, the rendered one; else the pod's file) with
+  a version policy listing exactly `keep`. Locally (`stage` given) a version whose directory is
+  missing is staged first.
+- RemoveFiles: locally, the version's directory in the model's directory, and nothing outside it.
 - RunGate: the gates library (gates/warmup.py, gates/equivalence.py) with the gate Job's settings
   and requests (rollout/jobs.py, render/gate_requests.py), against that one pod BY VERSION:
   warmup on `model:new`, equivalence of `model:new` against `model:stable` on the same pod.
@@ -15,10 +16,21 @@ request to a pod is bounded (bounded_http's deadline): a pod that accepts and ne
 a worker its deadline, never the loop. An action asked again while it is in flight is not sent
 twice; one that failed is tried again when the machine asks again (its error is kept for status).
 
-How a version's files reach the pod's volume is the pod's business in the end (a fetcher beside
-Triton, a later slice); here `stage(pod, version)` puts them there. `fetched_from` stages with the
-project's strict fetcher (fetcher/fetch.py) from any URI it reads, a local file:// directory
-included: the version lands as the fetcher lands it (a symlink to a hidden complete copy).
+Two modes, by who owns the pod's files:
+
+- In a cluster (`stage` None, `config_text` given) the operator reaches a pod only by HTTP: the
+  pod's stager (`rankops stage-versions`, fetcher/stager.py) fetches what the versions.json the
+  operator writes into the model's ConfigMap lists, and removes what it stops listing. The
+  Executor never touches files: RemoveFiles is a no-op (the list's job), and a Load sent before the
+  stager has fetched the version is no failure. Triton loads the listed versions it finds and
+  skips a missing directory without a word (200, the version absent from its index), or, finding
+  none, refuses with NOT_STAGED: the Executor notes that as waiting (`waiting`), not as an error,
+  and the machine, seeing the version absent, asks again each round until loadTimeout.
+- Locally (tests, `rankops dev`: `stage` given, each PodTarget's `model_dir` this process's view
+  of the pod's model directory) `stage(pod, version)` puts a missing version there and RemoveFiles
+  deletes it. `fetched_from` stages with the project's strict fetcher (fetcher/fetch.py) from any
+  URI it reads, a local file:// directory included: the version lands as the fetcher lands it (a
+  symlink to a hidden complete copy).
 
 `Switcher.round` is one read -> step -> execute; the controller will call it per reconcile.
 """
@@ -53,13 +65,13 @@ WARMUP_WINDOW_WAIT_S = 70.0
 
 @dataclass(frozen=True)
 class PodTarget:
-    """One serving pod: its Triton's HTTP (and metrics) address and its model's directory on the
-    repository volume (/models/<model> in the pod)."""
+    """One serving pod: its Triton's HTTP (and metrics) address and, locally only, its model's
+    directory on the repository volume (/models/<model> in the pod) as this process sees it."""
     name: str
     uid: str
     host: str
     http_port: int
-    model_dir: Path
+    model_dir: Path | None = None                 # None in a cluster: the pod's files are its stager's
     metrics_port: int | None = None
     headers: Mapping[str, str] | None = None      # the model's restricted-API key header
     serving: bool = True                          # Ready, not deleted, on a live node (rollout/readiness)
@@ -72,10 +84,14 @@ class PodTarget:
         return Repository(self.host, self.http_port, self.headers)
 
     def version_dir(self, version: str) -> Path:
+        if self.model_dir is None:
+            raise ValueError(f"{self.name}: no local view of its model directory")
         return self.model_dir / str(triton_version(version))
 
 
 Stage = Callable[[PodTarget, str], None]
+# Triton's (2.51) refusal of a load whose version policy lists no version directory on the volume.
+NOT_STAGED = "at least one version must be available under the version policy"
 GateRunner = Callable[[PodTarget, str, str, str], Verdict]   # (pod, gate, version, stable) -> verdict
 
 
@@ -142,20 +158,29 @@ class PodGates:
 
 
 class Executor:
-    """Runs the machine's actions against the pods, on worker threads (see the module's docstring)."""
+    """Runs the machine's actions against the pods, on worker threads (see the module's docstring).
 
-    def __init__(self, model: str, pods: Mapping[str, PodTarget], stage: Stage, gates: GateRunner,
-                 load_deadline_s: float = 600.0, index_deadline_s: float = INDEX_DEADLINE_S, workers: int = 8):
+    `stage` None: cluster mode, the pods stage and remove their own files. `config_text`: the
+    model's rendered config.pbtxt, the base of every load's override; None reads each pod's
+    `model_dir`/config.pbtxt (local mode)."""
+
+    def __init__(self, model: str, pods: Mapping[str, PodTarget], stage: Stage | None, gates: GateRunner,
+                 load_deadline_s: float = 600.0, index_deadline_s: float = INDEX_DEADLINE_S, workers: int = 8,
+                 config_text: str | None = None):
         self.model, self.pods, self.stage, self.gates = model, dict(pods), stage, gates
+        # Parsed once: a config Triton could not take fails here, not in every pod's load.
+        self.config = config_json(config_text) if config_text is not None else None
         self.load_deadline_s, self.index_deadline_s = load_deadline_s, index_deadline_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace")
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, ...], Future] = {}
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
         self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
+        self.waiting: dict[str, str] = {}       # pod -> why its last load loaded nothing (its files not there yet)
         self.sent: list[tuple[str, ...]] = []                             # every action started, in order
         # A load that ended after the last read began is not in that read's index: the machine asks
-        # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)).
+        # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)). One
+        # that ended before is sent again: a version whose files were missing then may be there now.
         self._written: dict[str, tuple[frozenset[int], float]] = {}
         self._read_at = 0.0
 
@@ -217,6 +242,8 @@ class Executor:
                 return None, lambda: None
             return ("repository", pod.name), lambda: self._load(pod, action.keep)
         if isinstance(action, inplace.RemoveFiles):
+            if self.stage is None:      # the pod's stager removes it once versions.json stops listing it
+                return None, lambda: None
             pod = self.pods[action.pod]
             return ("files", pod.name, action.version), lambda: remove_version_files(pod.model_dir, action.version)
         if isinstance(action, inplace.RunGate):
@@ -226,14 +253,31 @@ class Executor:
         return None, lambda: None       # FallBack: the controller's (the pods strategy), not a pod's
 
     def _load(self, pod: PodTarget, keep: tuple[str, ...]) -> None:
-        for version in keep:
-            if not pod.version_dir(version).exists():
-                self.stage(pod, version)
-        config = config_json((pod.model_dir / "config.pbtxt").read_text())
+        if self.stage is not None:
+            for version in keep:
+                if not pod.version_dir(version).exists():
+                    self.stage(pod, version)
         versions = frozenset(triton_version(v) for v in keep)
-        pod.repository().load(self.model, with_versions(config, versions), deadline_s=self.load_deadline_s)
+        try:
+            pod.repository().load(self.model, with_versions(self._config(pod), versions),
+                                  deadline_s=self.load_deadline_s)
+        except RepositoryError as exc:
+            if NOT_STAGED not in str(exc):
+                raise
+            # Nothing written: the machine asks again next round and this is sent again.
+            with self._lock:
+                self.waiting[pod.name] = f"none of {sorted(versions)} on {pod.name}'s volume yet ({exc})"
+            return
         with self._lock:
+            self.waiting.pop(pod.name, None)
             self._written[pod.name] = (versions, time.monotonic())
+
+    def _config(self, pod: PodTarget) -> dict[str, Any]:
+        if self.config is not None:
+            return self.config
+        if pod.model_dir is None:
+            raise ValueError(f"{pod.name}: no config_text given and no model directory to read config.pbtxt from")
+        return config_json((pod.model_dir / "config.pbtxt").read_text())
 
     def _gate(self, pod: PodTarget, gate: str, version: str, stable: str) -> None:
         verdict = self.gates(pod, gate, version, stable)

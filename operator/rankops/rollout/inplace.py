@@ -36,6 +36,12 @@ UNAVAILABLE, reason "unloaded"; a failed load as UNAVAILABLE with Triton's error
 endpoint takes the whole model down, so both Load and Unload are carried out as a load whose config
 override's version policy lists `keep`, the versions the pod holds afterwards.
 
+A version whose directory is not on the pod's volume yet (the pod stages it: fetcher/stager.py) is
+not in the index at all: Triton 2.51 loads the listed versions it finds, answers 200 and skips the
+missing one (or refuses the whole load when it finds none). So an absent version is waited for,
+its load asked again each round (a load under way is LOADING in the index), up to loadTimeout
+counted from the first ask; only an error in the index is a failed load.
+
 Invariants: at most one pod loads at a time; a load starts only while at least
 replicas - failureTolerance pods serve and the stable P99 was read (a load never starts blind);
 a pod that restarts comes back with what its Deployment says (the old version: the template moves
@@ -230,6 +236,12 @@ class _Step:
         self.move(FALLING_BACK, f"{why}; unloading {self.new} and rolling out with pods", "InPlaceFallingBack",
                   "Warning")
 
+    def not_staged(self, pod: PodIndex) -> str:
+        """A note for a pod asked before whose index still lacks the new version (its files)."""
+        if pod.versions is None or self.state(pod, self.new) is not None:
+            return ""
+        return f"; not in its index yet: waiting for its files on {pod.name}'s volume"
+
     def load(self, pod: PodIndex, version: str, keep: tuple[str, ...]) -> None:
         self.actions.append(Load(pod.name, version, keep))
         if version == self.new:
@@ -270,7 +282,9 @@ class _Step:
         return True
 
     def load_failed(self) -> bool:
-        """The pod asked last has not got it READY: Triton's error, or the load's deadline."""
+        """The pod asked last has not got it READY: Triton's error, or the load's deadline. A version
+        not in the index is no error: its files are not on the pod's volume yet (the module's
+        docstring), and the deadline covers their fetch too."""
         pod = self.pod(self.rec.load_pod)
         if pod is None or self.ready(pod, self.new):
             return False
@@ -280,7 +294,8 @@ class _Step:
             return True
         age = (self.obs.now - parse_time(self.rec.load_since)).total_seconds()
         if age > self.policy.load_timeout_s:
-            seen = f"{s.state}{': ' + s.reason if s.reason else ''}" if s else "not in its index"
+            seen = f"{s.state}{': ' + s.reason if s.reason else ''}" if s else \
+                f"not read: {pod.unread}" if pod.versions is None else "not in its index: its files not on its volume"
             self.fall_back(f"{self.new} not READY in {pod.name} after {age:.0f}s (loadTimeout "
                            f"{self.policy.load_timeout_s:g}s; index: {seen})")
             return True
@@ -303,7 +318,7 @@ def _loading(s: _Step) -> None:
         if not s.load_failed():
             if not s.holds(gate, s.new):
                 s.load(gate, s.new, (s.old, s.new))
-            s.set(message=f"loading {s.new} beside {s.old} in {gate.name}")
+            s.set(message=f"loading {s.new} beside {s.old} in {gate.name}{s.not_staged(gate)}")
         return
     blocked = s.may_start_load()
     if blocked:
@@ -359,7 +374,7 @@ def _load_next(s: _Step) -> bool:
         if not s.holds(pod, s.new):
             s.load(pod, s.new, (s.old, s.new))
         s.set(message=f"loading {s.new} in {pod.name} ({len(pods) - len(lacking) - len(waiting)}/{len(pods)} "
-                      "pods have it)")
+                      f"pods have it){s.not_staged(pod)}")
         return False
     blocked = s.may_start_load() if lacking else None
     if lacking and not blocked:
