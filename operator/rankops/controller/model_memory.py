@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from rankops.controller import pod_metrics, writes
 from rankops.controller.plans import Plans
@@ -28,6 +29,8 @@ class ModelMemory:
       logged again. `secrets_unchecked`: that Secrets may not be read was said.
     - `metrics`: the serving pods' Triton metrics, read bounded and off the reconcile
       (controller/pod_metrics.py).
+    - `in_place`, `in_place_keys`: an in-place switch's executor and key (controller/inplace_shell.py);
+      a restarted operator reads the pods' indexes again, and gates without a verdict run again.
     """
 
     def __init__(self, writes_memory: writes.Writes | None = None, clock=time.monotonic,
@@ -41,6 +44,10 @@ class ModelMemory:
         self.monitors_applied: dict[tuple[str, str], tuple[str, float, str, str]] = {}
         self.api_keys: set[str] = set()          # uids whose restricted-API key Secret is known to exist
         self.network_policies: set[str] = set()  # uids whose NetworkPolicy this process applied
+        # rollout.strategy inPlace (controller/inplace_shell.py): each switching model's executor (its
+        # requests in flight and the gates' verdicts), and the restricted-API keys read back for it.
+        self.in_place: dict[str, Any] = {}
+        self.in_place_keys: dict[str, str] = {}
 
     def monitors_gone(self, present: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
         """(namespace, model, uid) of the models whose applied ServiceMonitor is no longer listed

@@ -19,7 +19,8 @@ from typing import Any
 from rankops import autoscale, model_status, modelplan
 from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
-from rankops.controller import pod_metrics, writes
+from rankops.controller import inplace_shell, pod_metrics, writes
+from rankops.rollout import inplace_phase
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.model_memory import MONITOR_REAPPLY_S, ModelMemory
 from rankops.controller.plans import PlanPending, Plans
@@ -255,6 +256,8 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
         metrics_unread = {track: snapshot.not_read(track) for track in snapshot.unread if snapshot.not_read(track)}
     load, load_problems = autoscale.load_reading(snapshot, status.autoscaling) \
         if wants.scaling and snapshot else (None, ())
+    in_place = inplace_shell.observe(kube, memory, rm, status, stable_dep, snapshot, metrics_networks, now) \
+        if wants.in_place else None
     warm_failing, unschedulable = _pod_problems(kube, namespace, name, canary_pods, wants.other_pods)
     scaler = external_scaler(kube, namespace, names.deployment_name(name, names.STABLE)) \
         if wants.external_scaler else None
@@ -272,7 +275,7 @@ def observe(kube: Kube, rm: RankingModel, status: RankingModelStatus, now: dt.da
         canary_pods=tuple(canary_pods), gates=gates_seen, track_metrics=track_metrics,
         metrics_problems=metrics_problems, metrics_unread=metrics_unread, warm_failing=warm_failing,
         unschedulable=unschedulable, jobs=jobs + foreign, present=present, autoscale_reading=load,
-        autoscale_problems=load_problems, external_scaler=scaler)
+        autoscale_problems=load_problems, external_scaler=scaler, in_place=in_place)
 
 
 def external_scaler(kube: Kube, namespace: str, deployment: str) -> str | None:
@@ -320,6 +323,10 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: Mod
     # Once the children are accepted (a refused set leaves nothing behind); a pod that starts before
     # the key is there waits for it (CreateContainerConfigError, retried by the kubelet).
     ensure_api_key(kube, rm, memory)
+    if inplace_phase.wants_in_place(rm.spec):
+        inplace_shell.nudge_stagers(kube, rm, done.applies)
+    rollout = done.status.rollout
+    inplace_shell.execute(memory, rm, rollout.in_place if rollout else None, done.in_place_actions, done.applies)
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
     uid = rm.metadata.get("uid", "")

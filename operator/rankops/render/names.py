@@ -21,6 +21,10 @@ LABEL_ATTEMPT = "rankops.io/attempt"
 # are switched on in place (no restart) once their gates pass.
 LABEL_TRAFFIC = "rankops.io/traffic"
 ANNOTATION_CONFIG_HASH = "rankops.io/config-hash"
+# rollout.strategy inPlace: on each stable pod, the digest of the versions.json its stager should
+# see. A pod update makes the kubelet sync the pod, and its ConfigMap volume with it, at once rather
+# than at its next periodic sync (up to a minute).
+ANNOTATION_STAGED_VERSIONS = "rankops.io/staged-versions"
 FIELD_MANAGER = "rankops"
 
 
