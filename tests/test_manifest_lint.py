@@ -103,6 +103,15 @@ def latency_isolated_model() -> dict[str, Any]:
     return doc
 
 
+def in_place_model() -> dict[str, Any]:
+    """The ctr-ranker example with rollout.strategy inPlace (the stage-versions init container and
+    the stage sidecar)."""
+    doc = copy.deepcopy(yaml.safe_load((EXAMPLES / "rankingmodel-ctr-ranker.yaml").read_text()))
+    doc["metadata"]["name"] = "ctr-in-place"
+    doc["spec"].setdefault("rollout", {})["strategy"] = "inPlace"
+    return doc
+
+
 def rendered(extra: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
     docs = load_documents(str(p) for p in sorted(EXAMPLES.glob("*.yaml")))
     docs += [(f"{d['metadata']['name']}#1", d) for d in extra]
@@ -114,6 +123,7 @@ SOURCES: dict[str, Callable[[], list[dict[str, Any]]]] = {
        for name, sets in COMBINATIONS.items()},
     "render-examples": rendered,
     "render-latency-isolation": lambda: rendered((latency_isolated_model(),)),
+    "render-in-place": lambda: rendered((in_place_model(),)),
 }
 
 

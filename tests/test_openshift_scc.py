@@ -90,9 +90,10 @@ def chart(*sets: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def serving(platform_assigns_uids: bool) -> list[dict]:
+def serving(platform_assigns_uids: bool, **spec) -> list[dict]:
     """What the operator applies for the example model (an s3:// URI: a fetch-model init container)."""
     doc = yaml.safe_load((EXAMPLES / "rankingmodel-ctr-ranker.yaml").read_text())
+    doc["spec"].update(spec)
     policy = TenantPolicy.from_settings(platform_assigns_uids=platform_assigns_uids)
     return [o for o in render_documents([("example", doc)], policy=policy) if o["kind"] == "Deployment"]
 
@@ -124,6 +125,18 @@ def operator_arg(objs: list[dict], flag: str) -> str:
 
 def assigned_uids(verdict: dict) -> set:
     return {c.get("runAsUser") for c in verdict["containers"].values()}
+
+
+def test_in_place_pods_with_their_stage_sidecar_are_admitted_by_restricted_v2(sccadmit, tmp_path):
+    """rollout.strategy inPlace: the stage-versions init container and the stage sidecar too."""
+    [deployment] = serving(platform_assigns_uids=True, rollout={"strategy": "inPlace"})
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["stage-versions"] and "stage" in {
+        c["name"] for c in pod["containers"]}
+    v = admit(sccadmit, tmp_path, [deployment])[("Deployment", deployment["metadata"]["name"])]
+    assert v["admitted"] and v["scc"] == "restricted-v2", v
+    assert set(v["containers"]) == {c["name"] for c in pod["initContainers"] + pod["containers"]}
+    assert assigned_uids(v) == {UID_BLOCKS[MODEL_NS][0]}, "the stager writes the volume as Triton's user"
 
 
 def test_triton_pods_as_rendered_on_openshift_are_admitted_by_restricted_v2(sccadmit, tmp_path):

@@ -150,3 +150,27 @@ def test_the_command_runs_a_round_and_says_what_it_did(tmp_path):
     assert done.returncode == 1 and "`model` must be 'ranker'" in done.stdout, done.stdout + done.stderr
     done = subprocess.run([*command, "--interval", "0"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and "--interval must be above 0" in done.stderr
+
+
+def test_with_expect_a_version_lacking_the_file_is_not_staged(tmp_path):
+    # What the rendered pods pass (--expect model.onnx): a version missing Triton's file is a failed
+    # round, the volume as it was, as fetch-model --expect fails the init container.
+    model_dir, versions_file = tmp_path / "models" / "ranker", tmp_path / "versions.json"
+    model_dir.mkdir(parents=True)
+    uri1, sha1 = _artifact(tmp_path, "1", b"v1 weights")
+    _write(versions_file, "ranker", [Wanted("1", 1, uri1, sha1)])
+    done = stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits(), "model.plan"),
+                       stager.remove_version_dir)
+    assert not done.ok and "model.plan" in done.lines[0] and not (model_dir / "1").exists()
+    done = stage_round("ranker", model_dir, versions_file, stager.fetched_with(stager_limits(), "model.onnx"),
+                       stager.remove_version_dir)
+    assert done.ok and (model_dir / "1" / "model.onnx").read_bytes() == b"v1 weights"
+
+
+def test_the_command_refuses_a_bad_expect_before_any_round(tmp_path):
+    command = [sys.executable, "-m", "rankops", "stage-versions", "--model", "ranker", "--model-dir",
+               str(tmp_path / "m"), "--versions-file", str(tmp_path / "v.json"), "--once", "--expect", "../model.onnx"]
+    env = {"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "--expect '../model.onnx' must name a file inside" in done.stderr, done.stderr
+    assert not (tmp_path / "m").exists()

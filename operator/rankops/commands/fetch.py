@@ -16,7 +16,7 @@ from rankops.fetcher.fetch import (BYTES_PER_OBJECT, DEADLINE_FIELD, DEFAULT_DEA
                                    DEFAULT_MAX_OBJECTS, DEFAULT_STALL_S, FIRST_BYTE_FIELD, MIN_LISTING_BYTES,
                                    MIN_PAGES, OBJECTS_PER_PAGE, SHA256_FIELD, SIZE_FIELD, STALL_FIELD,
                                    DeadlineExceeded, FetchError, Interrupted, Limits, Progress, check_dest,
-                                   deadline_message, fetch, flat, where)
+                                   check_expect, deadline_message, fetch, flat, where)
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:
@@ -120,7 +120,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
     try:
         if args.interval <= 0:
             raise FetchError(f"--interval must be above 0, got {args.interval}")
-        fetch = fetched_with(limits_from(args, str(args.versions_file)))
+        check_expect(args.expect, str(args.versions_file))   # said once at start, not as every round's failure
+        fetch = fetched_with(limits_from(args, str(args.versions_file)), args.expect)
     except FetchError as exc:
         print(f"rankops stage-versions: {flat(str(exc))}", file=sys.stderr)
         return 2
@@ -148,5 +149,7 @@ def add_stage_command(sub: argparse._SubParsersAction) -> None:
                    help="the JSON list of versions the directory must hold (mounted from the model's ConfigMap)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (default 5)")
     p.add_argument("--once", action="store_true", help="one round, then exit (0: nothing failed)")
+    p.add_argument("--expect", help="file every version must hold once fetched, e.g. model.onnx (its sha256 "
+                                    "covers that file)")
     add_limit_flags(p)
     p.set_defaults(func=cmd_stage)

@@ -158,12 +158,13 @@ def stage_round(model: str, model_dir: Path, versions_file: Path, fetch: Fetch, 
     return StageRound(tuple(done), ok)
 
 
-def fetched_with(limits: Any) -> Fetch:
-    """The strict fetcher (fetcher/fetch.py) with `limits`, each version checked against its sha256."""
+def fetched_with(limits: Any, expect: str | None = None) -> Fetch:
+    """The strict fetcher (fetcher/fetch.py) with `limits`, each version checked against its sha256;
+    with `expect`, the file every version must hold (as fetch-model --expect; the digest covers it)."""
     from rankops.fetcher import fetch as fetcher
 
     def fetch(version: Wanted, target: Path) -> None:
-        fetcher.fetch(version.uri, target, limits=limits, sha256=version.sha256)
+        fetcher.fetch(version.uri, target, expect, limits=limits, sha256=version.sha256)
     return fetch
 
 

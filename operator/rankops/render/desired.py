@@ -5,13 +5,15 @@ traffic) lives in the RankingModel's status; `rankops render` uses the state of 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.api.rankingmodel import Batching, RankingModel, RankingModelSpec
+from rankops.api.rankingmodel import Batching, ModelVersion, RankingModel, RankingModelSpec, RolloutStrategy
+from rankops.fetcher import stager
 from rankops.render import names, serving
 from rankops.render.policy import PolicyError, TenantPolicy
-from rankops.render.tritonconfig import ServingShape, render_config_pbtxt
+from rankops.render.tritonconfig import ServingShape, render_config_pbtxt, triton_version, version_free_config
 
 
 class RenderError(ValueError):
@@ -27,7 +29,9 @@ class ServingState:
     canary_weight: int = 0         # percent of traffic the canary gets while it takes traffic
     stable_lent: int = 0           # stable replicas whose GPUs the canary takes (canary.capacity: replace)
     stable_surge: int = 0          # stable replicas beyond the model's while some move off leaving nodes
-    staged_versions: tuple[str, ...] = ()   # rollout.strategy inPlace: versions beyond stable_version the stable pods hold
+    # rollout.strategy inPlace only: versions beyond stable_version the stable pods hold on their
+    # volume (the one being switched to, or one being unloaded), in the order they are fetched.
+    staged_versions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,13 @@ def effective_weight(stable_ready: int, canary_ready: int) -> int:
 
 def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
                   shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0,
-                  policy: TenantPolicy = TenantPolicy(), min_available: int = 0) -> list[dict[str, Any]]:
+                  policy: TenantPolicy = TenantPolicy(), min_available: int = 0,
+                  staged: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """`policy`: what the cluster admin lets the spec mount and run (`rankops run --allow-*`).
     `min_available`: Ready pods the track's PodDisruptionBudget keeps through evictions; 0 (canary,
-    reference) never holds up a drain (a rollback or promotion deletes pods, which no budget stops)."""
+    reference) never holds up a drain (a rollback or promotion deletes pods, which no budget stops).
+    `staged`: None renders one version per pod template; a tuple makes the track switch versions in
+    place, its pods holding `staged` beside `version_name` (what only the ConfigMap says)."""
     spec, name, namespace = rm.spec, rm.metadata["name"], rm.metadata.get("namespace", "default")
     version = spec.version_named(version_name)
     if version is None:
@@ -129,21 +136,61 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
                           "to keep serving it")
     config_text = render_config_pbtxt(name, namespace, spec, version, shape)
     placement = serving.pool_placement(spec.node_pool, pool_requirements, spec.triton_image)
+    versions_json = in_place_config = None
+    if staged is not None:
+        versions_json = in_place_versions_json(name, spec, version, staged)
+        in_place_config = version_free_config(name, namespace, spec, version, shape)
     try:
         deployment = serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on,
-                                        placement, covered_by, policy)
+                                        placement, covered_by, policy, in_place_config)
     except PolicyError as exc:
         raise RenderError(f"spec.versions[{spec.versions.index(version)}].modelUri: {exc}") from exc
     return [
-        serving.config_map(name, namespace, track, version.name, config_text),
+        serving.config_map(name, namespace, track, version.name, config_text, versions_json),
         deployment,
         serving.track_service(name, namespace, track),
         serving.disruption_budget(name, namespace, track, min_available),
     ]
 
 
+def in_place_versions_json(model: str, spec: RankingModelSpec, stable: ModelVersion, staged: tuple[str, ...]) -> str:
+    """The stager's versions.json (fetcher/stager.py) for pods serving `stable` that also hold
+    `staged`: the serving version first, so a pod's init container fetches it before anything else.
+    A RenderError names what one Triton model cannot hold in place."""
+    held = [stable]
+    for name in staged:
+        if name in (v.name for v in held):
+            raise RenderError(f"staged version {name!r} is held already (the serving version, or staged twice)")
+        version = spec.version_named(name)
+        if version is None:
+            raise RenderError(f"staged version {name!r} is not in spec.versions any more; add it back to "
+                              "finish switching it in place")
+        if (version.format, version.precision) != (stable.format, stable.precision):
+            raise RenderError(f"staged version {name!r} is {version.format.value} {version.precision.value} and the "
+                              f"serving version {stable.name!r} {stable.format.value} {stable.precision.value}: "
+                              "one Triton model holds versions in place only with the same format and precision")
+        held.append(version)
+    for version in held:
+        scheme = version.model_uri.split("://", 1)[0].lower()
+        if scheme not in ("s3", "gs", "http", "https"):
+            # The API refuses these for inPlace (RankingModelSpec._cross_field); never mounted in place.
+            raise RenderError(f"spec.versions[{spec.versions.index(version)}].modelUri: rollout.strategy inPlace "
+                              f"fetches every version into the running pods, and {scheme}:// is mounted, not fetched")
+    dirs = [triton_version(v.name) for v in held]
+    if len(set(dirs)) != len(dirs):
+        raise RenderError(f"versions {[v.name for v in held]} held in place share a Triton version directory "
+                          f"({dirs}): give the versions distinct numeric names")
+    if len(held) > stager.MAX_VERSIONS:
+        raise RenderError(f"{len(held)} versions held in place ({[v.name for v in held]}); a pod holds at most "
+                          f"{stager.MAX_VERSIONS}")
+    wanted = [stager.Wanted(v.name, triton_version(v.name), v.model_uri, v.sha256) for v in held]
+    return json.dumps(stager.versions_document(model, wanted), sort_keys=True)
+
+
 def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedShape,
                     pool_requirements: Any = None, policy: TenantPolicy = TenantPolicy()) -> list[dict[str, Any]]:
+    """`state.staged_versions` counts only with rollout.strategy inPlace (the stable track, whose
+    pod template then stays the same whatever version it serves); the canary is always its own pods."""
     name, namespace = rm.metadata["name"], rm.metadata.get("namespace", "default")
     covering = state.canary_replicas if state.canary_version and state.canary_traffic else 0
     stable = resolved.replicas - state.stable_lent + state.stable_surge
@@ -151,8 +198,10 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
     # tolerance) are already part of what may go, and a surge while replicas move adds to it.
     keep = serving.stable_min_available(resolved.replicas, failure_tolerance(rm.spec),
                                         resolved.replicas - state.stable_lent)
+    in_place = rm.spec.rollout.strategy is RolloutStrategy.in_place
     objects = track_objects(rm, names.STABLE, state.stable_version, stable, True,
-                            resolved.shape, pool_requirements, covering, policy, min_available=keep)
+                            resolved.shape, pool_requirements, covering, policy, min_available=keep,
+                            staged=state.staged_versions if in_place else None)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
                                  False, resolved.shape, pool_requirements, policy=policy)

@@ -38,6 +38,17 @@ API_KEY_SECRET_KEY = "api-key"
 TMP_DIR = "/tmp"
 # What a rankops container (fetch-model, warm, gates) may write: its own /tmp, never its image.
 RANKOPS_TMP = "256Mi"
+# rollout.strategy inPlace: the stager reads the versions its pod must hold from the track's
+# ConfigMap mounted as a directory, never by subPath: the kubelet brings a directory mount's
+# changes into the running pod, a subPath mount never sees them.
+VERSIONS_KEY = "versions.json"
+VERSIONS_DIR = "/etc/rankops/versions"
+# The `stage` sidecar idles between rounds and runs the strict fetcher while a version comes
+# (streamed in 1 MiB chunks; a listing is held whole, bounded by --max-listing-bytes). No CPU
+# limit, so a fetch uses what is spare; with latencyIsolation (render.isolation) the request
+# becomes its limit and it stays off Triton's pinned cores.
+STAGE_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": RANKOPS_TMP},
+                   "limits": {"memory": "512Mi", "ephemeral-storage": RANKOPS_TMP}}
 
 
 def restricted_api_args() -> list[str]:
@@ -100,14 +111,16 @@ def config_hash(config_text: str) -> str:
     return hashlib.sha256(config_text.encode()).hexdigest()[:16]
 
 
-def config_map(model: str, namespace: str, track: str, version: str, config_text: str) -> dict[str, Any]:
+def config_map(model: str, namespace: str, track: str, version: str, config_text: str,
+               versions_json: str | None = None) -> dict[str, Any]:
+    """`versions_json`: what a track switching versions in place keeps on its pods' volume."""
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
             "name": names.config_map_name(model, track), "namespace": namespace,
             "labels": {**names.common_labels(model), names.LABEL_TRACK: track, names.LABEL_VERSION: version},
         },
-        "data": {"config.pbtxt": config_text},
+        "data": {"config.pbtxt": config_text, **({VERSIONS_KEY: versions_json} if versions_json is not None else {})},
     }
 
 
@@ -150,6 +163,46 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
     if credentials_secret:
         fetch["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
     return [{"name": "fetch-tmp", "emptyDir": {"sizeLimit": RANKOPS_TMP}}], [fetch], []
+
+
+def stage_command(model: str, version: ModelVersion, fetch_args: list[str], volume_size: str,
+                  once: bool) -> list[str]:
+    """`rankops stage-versions` over the model's directory and the ConfigMap's versions.json. It
+    names no version, so the pod template stays the same through an in-place switch; --expect is
+    the file of `version`'s format, which every version held in place shares."""
+    return ["rankops", "stage-versions", *(["--once"] if once else []),
+            "--model", model, "--model-dir", f"{MODEL_REPOSITORY}/{model}",
+            "--versions-file", f"{VERSIONS_DIR}/{VERSIONS_KEY}", "--expect", MODEL_FILENAMES[version.format],
+            # A version over the volume's size stops with its own line, before the kubelet evicts the pod.
+            "--max-bytes", str(_bytes(volume_size)), *fetch_args]
+
+
+def _staging(model: str, version: ModelVersion, fetcher_image: str, credentials_secret: str | None,
+             fetch_args: list[str], volume_size: str) -> tuple[list, list, list]:
+    """Volumes, init containers and sidecars that keep the model's directory holding the versions
+    the ConfigMap's versions.json lists (fetcher/stager.py), for a track that switches in place.
+    The init container runs one round: the list's first version, the serving one, is on the volume
+    before Triton starts, and a failed fetch fails it as fetch-model's does. The sidecar runs the
+    rounds after: a version the operator lists arrives without a restart."""
+    def container(name: str, once: bool, resources: dict[str, Any]) -> dict[str, Any]:
+        stage = {
+            "name": name,
+            "image": fetcher_image,
+            "command": stage_command(model, version, fetch_args, volume_size, once),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "volumeMounts": [{"name": "model-repository", "mountPath": MODEL_REPOSITORY},
+                             {"name": "config", "mountPath": VERSIONS_DIR, "readOnly": True},
+                             {"name": "fetch-tmp", "mountPath": TMP_DIR}],
+            "resources": resources,
+            "securityContext": read_only_root(_restricted_container()),
+        }
+        if credentials_secret:
+            stage["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
+        return stage
+
+    return ([{"name": "fetch-tmp", "emptyDir": {"sizeLimit": RANKOPS_TMP}}],
+            [container("stage-versions", True, fetcher_resources(volume_size))],
+            [container("stage", False, copy.deepcopy(STAGE_RESOURCES))])
 
 
 def _triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]:
@@ -262,16 +315,31 @@ def startup_seconds(version: ModelVersion) -> int:
 
 def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, version: ModelVersion,
                replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any],
-               covered_by: int = 0, policy: TenantPolicy = TenantPolicy()) -> dict[str, Any]:
+               covered_by: int = 0, policy: TenantPolicy = TenantPolicy(),
+               in_place_config: str | None = None) -> dict[str, Any]:
     """`covered_by`: serving pods of another track that stand in while this one rolls (a canary
     taking traffic during promotion), so the rollout frees a GPU before it needs one. `policy`:
-    what the cluster admin lets a tenant's spec mount (file:// directories)."""
+    what the cluster admin lets a tenant's spec mount (file:// directories).
+
+    `in_place_config`: the track switches versions in place (rollout.strategy inPlace), and this is
+    its version-free config (tritonconfig.version_free_config). The pod template then names no
+    version: the pods roll on that text's hash, stage their versions from the ConfigMap's
+    versions.json, and the version label is the Deployment's own (changing it restarts nothing)."""
+    in_place = in_place_config is not None
     labels = {**names.common_labels(model), names.LABEL_TRACK: track}
-    pod_labels = {**labels, names.LABEL_VERSION: version.name,
+    pod_labels = {**labels, **({} if in_place else {names.LABEL_VERSION: version.name}),
                   names.LABEL_TRAFFIC: "on" if traffic_on else "off"}
-    volumes, init_containers, artifact_mounts = _artifact_mount(
-        model, version, policy.fetcher(spec), spec.model_credentials_secret, policy, spec.fetch.args(),
-        spec.storage.model_volume_size)
+    deployment_labels = {**labels, names.LABEL_VERSION: version.name} if in_place else labels
+    sidecars: list[dict[str, Any]] = []
+    if in_place:
+        artifact_mounts: list[dict[str, Any]] = []
+        volumes, init_containers, sidecars = _staging(
+            model, version, policy.fetcher(spec), spec.model_credentials_secret, spec.fetch.args(),
+            spec.storage.model_volume_size)
+    else:
+        volumes, init_containers, artifact_mounts = _artifact_mount(
+            model, version, policy.fetcher(spec), spec.model_credentials_secret, policy, spec.fetch.args(),
+            spec.storage.model_volume_size)
     gpus = str(spec.gpus_per_replica)
     args = [
         f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",
@@ -303,6 +371,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         ],
         "readinessProbe": probe("/v2/health/ready", periodSeconds=5, failureThreshold=3),
         "livenessProbe": probe("/v2/health/live", periodSeconds=10, failureThreshold=6),
+        # In place too: every version held shares the serving one's format and precision, so its start.
         "startupProbe": probe("/v2/health/ready", periodSeconds=period,
                               failureThreshold=startup_seconds(version) // period),
         # requests == limits: Guaranteed QoS, so the kubelet's CPU and topology managers can pin
@@ -332,9 +401,10 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
         warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT,
                                             read_only_root(_restricted_container()), policy.fetcher(spec), RANKOPS_TMP)
         containers.append(warm)
+    containers += sidecars
     rendered = {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": names.deployment_name(model, track), "namespace": namespace, "labels": labels},
+        "metadata": {"name": names.deployment_name(model, track), "namespace": namespace, "labels": deployment_labels},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": names.track_selector(model, track)},
@@ -347,7 +417,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                 "metadata": {
                     "labels": pod_labels,
                     "annotations": {SAFE_TO_EVICT: "true", **spec.pod_annotations,
-                                    names.ANNOTATION_CONFIG_HASH: config_hash(config_text)},
+                                    names.ANNOTATION_CONFIG_HASH: config_hash(
+                                        in_place_config if in_place else config_text)},
                 },
                 "spec": {
                     **placement,

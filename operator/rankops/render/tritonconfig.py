@@ -81,11 +81,26 @@ def _tensor_view(tensor) -> dict:
 
 def render_config_pbtxt(name: str, namespace: str, spec: RankingModelSpec, version: ModelVersion,
                         shape: ServingShape) -> str:
+    """The config that serves `version`: its version_policy loads exactly that version."""
+    return _render(name, namespace, spec, version, shape, pin_version=True)
+
+
+def version_free_config(name: str, namespace: str, spec: RankingModelSpec, version: ModelVersion,
+                        shape: ServingShape) -> str:
+    """render_config_pbtxt less the lines naming the version (the header's, version_policy): the
+    same text for every version of `version`'s format and precision. A track that switches
+    versions in place rolls its pods on this text's hash: a batching change restarts them, a
+    version switch does not."""
+    return _render(name, namespace, spec, version, shape, pin_version=False)
+
+
+def _render(name: str, namespace: str, spec: RankingModelSpec, version: ModelVersion, shape: ServingShape,
+            pin_version: bool) -> str:
     warm_sizes = sorted({b for b in spec.model_warmup.batch_sizes if b <= shape.max_batch_size})
     return _template().render(
-        name=name, namespace=namespace, version=version.name,
+        name=name, namespace=namespace, version=version.name if pin_version else None,
         platform=PLATFORMS[version.format],
-        triton_version=triton_version(version.name),
+        triton_version=triton_version(version.name) if pin_version else None,
         max_batch_size=shape.max_batch_size,
         inputs=[_tensor_view(t) for t in spec.inputs],
         outputs=[_tensor_view(t) for t in spec.outputs],
