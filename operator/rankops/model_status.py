@@ -148,6 +148,7 @@ def decide(spec: RankingModelSpec, old: RankingModelStatus, decision: Decision, 
         phase = ModelPhase.READY if is_ready else ModelPhase.PENDING
     status = RankingModelStatus(
         observed_generation=gen, phase=phase, stable_version=decision.stable_version,
+        stable_pods_version=decision.stable_pods_version,
         canary_version=decision.serving.canary_version,
         canary_weight=weight(spec, decision, stable.ready, facts.canary_ready),
         replicas=want, ready_replicas=stable.ready, ready=f"{stable.ready}/{want}",

@@ -56,8 +56,9 @@ def _arg(command: list[str], flag: str) -> str:
 
 def test_the_stable_pod_template_is_the_same_whatever_version_it_serves_or_stages():
     rm = _model()
-    states = [ServingState("3"), ServingState("3", staged_versions=("4",)), ServingState("4"),
-              ServingState("4", staged_versions=("3",))]
+    # The pods were started for 3 (status.stablePodsVersion); 4 reached them in place.
+    states = [ServingState("3", started_for="3"), ServingState("3", staged_versions=("4",), started_for="3"),
+              ServingState("4", started_for="3"), ServingState("4", staged_versions=("3",), started_for="3")]
     rendered = [_stable(rm, state) for state in states]
     specs = {dump_all([deployment["spec"]]) for deployment, _ in rendered}
     assert len(specs) == 1, "a version switch must not change the pod template (it would restart every pod)"
@@ -69,6 +70,10 @@ def test_the_stable_pod_template_is_the_same_whatever_version_it_serves_or_stage
     assert dump_all([rendered[0][0]]) == dump_all([rendered[1][0]])
     # Only the ConfigMaps tell the states apart.
     assert len({dump_all([config_map]) for _, config_map in rendered}) == len(states)
+    # Started for another version (a rollout that fell back to pods promoted 4): the pods roll.
+    rolled, _ = _stable(rm, ServingState("4", started_for="4"))
+    assert rolled["spec"]["template"]["metadata"]["annotations"][names.ANNOTATION_STARTED_FOR] == "4"
+    assert dump_all([rolled["spec"]]) not in specs
 
 
 def test_versions_json_lists_the_serving_version_first_then_the_staged_ones():
@@ -155,7 +160,7 @@ def test_in_place_pods_are_guaranteed_with_latency_isolation():
     init = _container(deployment, "stage-versions")["resources"]
     assert init["requests"] == init["limits"] and float(init["limits"]["cpu"]).is_integer()
     # The template stays version-free with isolation too.
-    assert dump_all([deployment["spec"]]) == dump_all([_stable(rm, ServingState("4"))[0]["spec"]])
+    assert dump_all([deployment["spec"]]) == dump_all([_stable(rm, ServingState("4", started_for="3"))[0]["spec"]])
 
 
 def test_strategy_pods_renders_as_before_and_ignores_staged_versions():

@@ -115,9 +115,28 @@ def test_loaded_gated_switched_pod_by_pod_then_promoted_on_recorded_verdicts():
     d, s = drive(rm, s, 120, in_place=seen(120, done, gates=PASS))
     assert s["rollout"]["phase"] == "Promoted" and s["stableVersion"] == "2" and d.outcome == "Promoted"
     assert d.serving.stable_version == "2" and d.serving.staged_versions == ()
+    # the running pods serve 2 already: they were started for 1, and stay (no roll)
+    assert d.stable_pods_version == d.serving.started_for == "1"
+    s["stablePodsVersion"] = d.stable_pods_version
     # the next reconcile trusts it: both verdicts of the attempt stand behind the promotion
     d, s = drive(rm, s, 150)
     assert d.stable_version == "2" and d.rollout.phase == "Promoted" and not d.events
+    assert d.serving.started_for == "1"
+
+
+def test_a_promotion_by_pods_rolls_the_stable_pods_to_it():
+    from rankops.api.rankingmodel import RankingModelStatus, RolloutStatus
+    from rankops.render.desired import ServingState
+    from rankops.rollout.machine import Decision, _started_for
+
+    before = RankingModelStatus(stable_version="1", stable_pods_version="1")
+    by_pods = Decision("2", ServingState("2"), RolloutStatus(version="2", phase="Promoted", strategy="pods"), [],
+                       outcome="Promoted")
+    in_place = Decision("2", ServingState("2"), RolloutStatus(version="2", phase="Promoted", strategy="inPlace"), [],
+                        outcome="Promoted")
+    assert _started_for(before, by_pods) == "2" and _started_for(before, in_place) == "1"
+    # a model new to inPlace (nothing recorded): its pods were started for the stable version
+    assert _started_for(RankingModelStatus(stable_version="1"), Decision("1", ServingState("1"), None, [])) == "1"
 
 
 def test_a_failing_gate_rolls_back_after_the_version_is_unloaded_everywhere():

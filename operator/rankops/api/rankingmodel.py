@@ -872,6 +872,10 @@ class RankingModelStatus(ApiModel):
         "The active rollout's phase while one is in flight, RolledBack while spec.version stays rolled back, "
         "Degraded while a generation cannot be applied, else Ready or Pending."))] = None
     stable_version: Annotated[str | None, Field(description="The version serving traffic.")] = None
+    stable_pods_version: Annotated[str | None, Field(description=(
+        "rollout.strategy inPlace: the version the stable pods were last started for. An in-place switch "
+        "changes what the running pods serve and leaves it; any other change of stableVersion sets it, "
+        "and the stable pods roll."))] = None
     canary_version: Annotated[str | None, Field(description="The version in canary, if any.")] = None
     canary_weight: Annotated[int | None, Field(description="Percent of traffic the canary gets now.")] = None
     replicas: Annotated[int | None, Field(description="Pods of the stable version's Deployment.")] = None

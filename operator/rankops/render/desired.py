@@ -32,6 +32,9 @@ class ServingState:
     # rollout.strategy inPlace only: versions beyond stable_version the stable pods hold on their
     # volume (the one being switched to, or one being unloaded), in the order they are fetched.
     staged_versions: tuple[str, ...] = ()
+    # rollout.strategy inPlace only: the version the stable pods were last started for
+    # (status.stablePodsVersion; names.ANNOTATION_STARTED_FOR); None: stable_version.
+    started_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def effective_weight(stable_ready: int, canary_ready: int) -> int:
 def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int, traffic_on: bool,
                   shape: ServingShape, pool_requirements: Any = None, covered_by: int = 0,
                   policy: TenantPolicy = TenantPolicy(), min_available: int = 0,
-                  staged: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+                  staged: tuple[str, ...] | None = None, started_for: str | None = None) -> list[dict[str, Any]]:
     """`policy`: what the cluster admin lets the spec mount and run (`rankops run --allow-*`).
     `min_available`: Ready pods the track's PodDisruptionBudget keeps through evictions; 0 (canary,
     reference) never holds up a drain (a rollback or promotion deletes pods, which no budget stops).
@@ -142,7 +145,7 @@ def track_objects(rm: RankingModel, track: str, version_name: str, replicas: int
         in_place_config = version_free_config(name, namespace, spec, version, shape)
     try:
         deployment = serving.deployment(name, namespace, spec, track, version, replicas, config_text, traffic_on,
-                                        placement, covered_by, policy, in_place_config)
+                                        placement, covered_by, policy, in_place_config, started_for)
     except PolicyError as exc:
         raise RenderError(f"spec.versions[{spec.versions.index(version)}].modelUri: {exc}") from exc
     return [
@@ -201,7 +204,7 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
     in_place = rm.spec.rollout.strategy is RolloutStrategy.in_place
     objects = track_objects(rm, names.STABLE, state.stable_version, stable, True,
                             resolved.shape, pool_requirements, covering, policy, min_available=keep,
-                            staged=state.staged_versions if in_place else None)
+                            staged=state.staged_versions if in_place else None, started_for=state.started_for)
     if state.canary_version:
         objects += track_objects(rm, names.CANARY, state.canary_version, state.canary_replicas,
                                  False, resolved.shape, pool_requirements, policy=policy)

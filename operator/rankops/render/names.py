@@ -25,6 +25,10 @@ ANNOTATION_CONFIG_HASH = "rankops.io/config-hash"
 # see. A pod update makes the kubelet sync the pod, and its ConfigMap volume with it, at once rather
 # than at its next periodic sync (up to a minute).
 ANNOTATION_STAGED_VERSIONS = "rankops.io/staged-versions"
+# rollout.strategy inPlace: on the stable pod template, the version its pods were last started for.
+# An in-place switch changes what the running pods serve and leaves it; any other change of the
+# stable version (a rollout that fell back to pods, a strategy change) changes it, so the pods roll.
+ANNOTATION_STARTED_FOR = "rankops.io/started-for"
 FIELD_MANAGER = "rankops"
 
 

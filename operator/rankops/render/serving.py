@@ -316,7 +316,7 @@ def startup_seconds(version: ModelVersion) -> int:
 def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, version: ModelVersion,
                replicas: int, config_text: str, traffic_on: bool, placement: dict[str, Any],
                covered_by: int = 0, policy: TenantPolicy = TenantPolicy(),
-               in_place_config: str | None = None) -> dict[str, Any]:
+               in_place_config: str | None = None, started_for: str | None = None) -> dict[str, Any]:
     """`covered_by`: serving pods of another track that stand in while this one rolls (a canary
     taking traffic during promotion), so the rollout frees a GPU before it needs one. `policy`:
     what the cluster admin lets a tenant's spec mount (file:// directories).
@@ -418,7 +418,9 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                     "labels": pod_labels,
                     "annotations": {SAFE_TO_EVICT: "true", **spec.pod_annotations,
                                     names.ANNOTATION_CONFIG_HASH: config_hash(
-                                        in_place_config if in_place else config_text)},
+                                        in_place_config if in_place else config_text),
+                                    **({names.ANNOTATION_STARTED_FOR: started_for or version.name}
+                                       if in_place else {})},
                 },
                 "spec": {
                     **placement,

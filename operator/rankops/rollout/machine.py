@@ -21,6 +21,7 @@ rollout/record.py's `Step`; the Canary phase is rollout/canary_hold.py.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from rankops.api.rankingmodel import (GateResult, RankingModelSpec, RankingModelStatus, RolloutStatus, RolloutStrategy,
@@ -250,6 +251,27 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
 
 
 def step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> Decision:
+    decision = _step(spec, status, observed)
+    if not inplace_phase.wants_in_place(spec):
+        return decision
+    started_for = _started_for(status, decision)
+    return replace(decision, stable_pods_version=started_for,
+                   serving=replace(decision.serving, started_for=started_for))
+
+
+def _started_for(status: RankingModelStatus, decision: Decision) -> str:
+    """The version the stable pods were last started for: kept by an in-place promotion (the running
+    pods serve the new version already), moved by any other change of the stable version (the
+    pods roll: a rollout that fell back to pods promotes by new pods)."""
+    before = status.stable_pods_version or status.stable_version or decision.stable_version
+    if decision.stable_version == status.stable_version and status.stable_pods_version:
+        return before
+    promoted_in_place = decision.outcome == PROMOTED and decision.rollout is not None \
+        and decision.rollout.strategy == RolloutStrategy.in_place
+    return before if promoted_in_place else decision.stable_version
+
+
+def _step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> Decision:
     stable, rejected = trusted_stable(spec, status, observed)
     events: list[Event] = []
     if rejected:

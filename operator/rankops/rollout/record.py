@@ -98,6 +98,7 @@ class Decision:
     events: tuple[Event, ...] = ()
     outcome: str | None = None       # Promoted | RolledBack | Superseded | Canceled, when this step ended a rollout
     in_place_actions: tuple[Any, ...] = ()   # InPlace: what the pods must see done (rollout/inplace.py's actions)
+    stable_pods_version: str | None = None   # status.stablePodsVersion (rollout/machine.py `step`)
 
 
 def iso(t: dt.datetime) -> str:
