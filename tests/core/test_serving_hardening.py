@@ -99,6 +99,12 @@ def test_a_network_policy_is_rendered_only_when_asked_with_its_clients_on_the_in
     # No clients named: the model's own namespace.
     [default] = [o for o in _objects(_rm(networkPolicy={"enabled": True})) if o["kind"] == "NetworkPolicy"]
     assert default["spec"]["ingress"][1]["from"] == [{"podSelector": {}}]
+    # rollout.strategy inPlace: the operator loads and gates versions on the HTTP port, and only there.
+    in_place = _rm(networkPolicy={"enabled": True}, rollout={"strategy": "inPlace"})
+    [policy] = [o for o in _objects(in_place, TenantPolicy(operator_namespace="ops")) if o["kind"] == "NetworkPolicy"]
+    *_, operator_http = policy["spec"]["ingress"]
+    assert operator_http == {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}],
+                             "ports": [{"protocol": "TCP", "port": 8000}]}
 
 
 def test_a_network_policy_turned_off_is_deleted():

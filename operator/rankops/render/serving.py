@@ -494,7 +494,8 @@ def _peer(peer: Any) -> dict[str, Any]:
 def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_namespace: str) -> dict[str, Any]:
     """spec.networkPolicy: ingress to the model's Triton pods (all tracks) only from the model's own
     pods (gates; the warm container reaches its Triton through the pod's address), its clients on
-    the inference ports, and the operator (and metricsClients) on the metrics port. The kubelet's
+    the inference ports, and the operator (and metricsClients) on the metrics port; with
+    rollout.strategy inPlace, the operator on the HTTP port too. The kubelet's
     probes come from the node, which NetworkPolicies do not block."""
     wanted = spec.network_policy
     port = lambda number: {"protocol": "TCP", "port": number}  # noqa: E731
@@ -514,6 +515,10 @@ def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_
                  "ports": [*inference, port(METRICS_PORT)]},
                 {"from": clients, "ports": inference},
                 {"from": [operator, *(_peer(p) for p in wanted.metrics_clients)], "ports": [port(METRICS_PORT)]},
+                # rollout.strategy inPlace: the operator loads, unloads and gates versions through
+                # Triton's HTTP port (the repository API answers only the model's key).
+                *([{"from": [operator], "ports": [port(HTTP_PORT)]}]
+                  if spec.rollout.strategy.value == "inPlace" else []),
             ],
         },
     }
