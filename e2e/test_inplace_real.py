@@ -33,6 +33,7 @@ from rankops_dev import spec_models
 
 pytestmark = pytest.mark.usefixtures("real_operator_logs_no_errors")
 REAL_IMAGES = ("rankops-operator", "rankops-triton-test")
+REAL_NODES = 2   # 2 GPUs a node: three stable pods of one GPU each
 MODEL, REPLICAS = "ranker", 3
 # Three Tritons, their stagers, the operator (which runs the in-place gates) and the traffic share 2 cores.
 SMALL = {"resources": {"cpu": "250m", "memory": "1Gi"}, "warmReplicas": {"enabled": False}}
