@@ -37,12 +37,32 @@ def test_the_shadow_repository_links_versions_and_rewrites_only_configs(tmp_path
     assert (shadow / "ranker" / "2").is_symlink()
 
 
+def test_the_mirror_follows_versions_a_stager_adds_and_removes(tmp_path: Path):
+    repository, shadow = tmp_path / "models", tmp_path / "shadow"
+    (repository / "ranker" / "1").mkdir(parents=True)
+    (repository / "ranker" / "config.pbtxt").write_text(CONFIG)
+    triton_cpu_shim.shadow(repository, shadow)
+    # the stager's way: a hidden complete copy, then the version's link to it
+    (repository / "ranker" / ".2.v-abc").mkdir()
+    (repository / "ranker" / "2").symlink_to(".2.v-abc")
+    triton_cpu_shim.shadow(repository, shadow, quiet=True)
+    assert (shadow / "ranker" / "2").is_dir() and (shadow / "ranker" / "2").is_symlink()
+    (repository / "ranker" / "1").rmdir()
+    triton_cpu_shim.shadow(repository, shadow, quiet=True)
+    assert sorted(p.name for p in (shadow / "ranker").iterdir()) == [".2.v-abc", "2", "config.pbtxt"]
+    # a running server's config stays what it started with
+    (shadow / "ranker" / "config.pbtxt").write_text("as loaded")
+    triton_cpu_shim.shadow(repository, shadow, quiet=True)
+    assert (shadow / "ranker" / "config.pbtxt").read_text() == "as loaded"
+
+
 def test_the_server_is_started_on_the_shadow_with_every_other_argument_as_given(tmp_path, monkeypatch):
     (tmp_path / "models" / "m").mkdir(parents=True)
     monkeypatch.setattr(triton_cpu_shim, "SHADOW", tmp_path / "shadow")
     calls = []
     monkeypatch.setattr(triton_cpu_shim.os, "execv", lambda path, argv: calls.append((path, argv)))
+    monkeypatch.setattr(triton_cpu_shim.os, "fork", lambda: calls.append("forked the mirror") or 4242)
     triton_cpu_shim.main([f"--model-repository={tmp_path / 'models'}", "--model-control-mode=explicit",
                           "--load-model=m", "--http-port=8000"])
-    assert calls == [(triton_cpu_shim.REAL, [triton_cpu_shim.REAL, f"--model-repository={tmp_path / 'shadow'}",
+    assert calls == ["forked the mirror", (triton_cpu_shim.REAL, [triton_cpu_shim.REAL, f"--model-repository={tmp_path / 'shadow'}",
                                              "--model-control-mode=explicit", "--load-model=m", "--http-port=8000"])]

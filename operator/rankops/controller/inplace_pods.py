@@ -273,10 +273,13 @@ class Executor:
             self._written[pod.name] = (versions, time.monotonic())
 
     def _config(self, pod: PodTarget) -> dict[str, Any]:
+        """The base of a load's override: `config_text` when given, else the pod's config.pbtxt
+        (local mode), else the config the pod's Triton has the model loaded with (cluster mode: what
+        the pod was started with, so a load changes its version policy and nothing else)."""
         if self.config is not None:
             return self.config
         if pod.model_dir is None:
-            raise ValueError(f"{pod.name}: no config_text given and no model directory to read config.pbtxt from")
+            return pod.repository().model_config(self.model)
         return config_json((pod.model_dir / "config.pbtxt").read_text())
 
     def _gate(self, pod: PodTarget, gate: str, version: str, stable: str) -> None:

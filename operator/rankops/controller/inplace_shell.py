@@ -16,7 +16,8 @@ InPlace phase reads from the pods, and carrying out what it asks of them.
   the kubelet sync it at once instead of within its periodic sync (a minute).
 - Actions run on the model's Executor (controller/inplace_pods, cluster mode: the pods' stager
   fetches and removes files as the ConfigMap's versions.json lists them), kept in ModelMemory
-  while the switch lasts; the load's config is the stable ConfigMap's rendered config.pbtxt.
+  while the switch lasts; a load's config is the one the pod's Triton has the model loaded with
+  (what the pod started with), its version policy replaced.
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ from rankops.controller.kube import ApiError
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY, HTTP_PORT, METRICS_PORT
 from rankops.rollout import inplace
-from rankops.triton.repository import config_json
 
 
 def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus, stable_dep: dict | None,
@@ -56,9 +56,9 @@ def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus
     return inplace.Observed(now, executor.read(), verdicts, stable_p99_ms(snapshot))
 
 
-def execute(memory: Any, rm: RankingModel, record: Any, actions: Sequence[Any], applies: Sequence[dict]) -> None:
-    """Start what the switch asks (at most one request in flight per pod and version), with the
-    rendered config.pbtxt as the loads' base; a switch that ended lets its executor go."""
+def execute(memory: Any, rm: RankingModel, record: Any, actions: Sequence[Any]) -> None:
+    """Start what the switch asks (at most one request in flight per pod and version); a switch
+    that ended lets its executor go."""
     uid = rm.metadata.get("uid", "")
     if record is None or not actions:
         if record is None or record.phase in inplace.TERMINAL:
@@ -67,9 +67,6 @@ def execute(memory: Any, rm: RankingModel, record: Any, actions: Sequence[Any], 
                 done.close()
         return
     executor = executor_of(memory, uid, rm.metadata["name"])
-    config = _stable_config_map(rm, applies, "config.pbtxt")
-    if config is not None:
-        executor.config = config_json(config)
     executor.submit(actions, inplace.Record.from_status(record.to_wire()))
 
 

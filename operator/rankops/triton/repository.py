@@ -33,6 +33,9 @@ INDEX_DEADLINE_S = 2.0
 LOAD_DEADLINE_S = 1800.0
 UNLOAD_DEADLINE_S = 60.0
 MAX_ERROR_BYTES = 64 << 10
+# A rendered config is a few KiB; a model's labels or warm-up data live in files, not in it.
+MAX_CONFIG_BYTES = 256 << 10
+CONFIG_DEADLINE_S = 5.0
 
 
 class RepositoryError(Exception):
@@ -87,6 +90,32 @@ class Repository:
     def versions(self, model: str, deadline_s: float = INDEX_DEADLINE_S) -> dict[int, IndexEntry]:
         """The index entries of `model`, by Triton version."""
         return {e.version: e for e in self.index(deadline_s) if e.name == model}
+
+    def model_config(self, model: str, deadline_s: float = CONFIG_DEADLINE_S) -> dict[str, Any]:
+        """The config `model` is loaded with, as this Triton holds it (GET /v2/models/M/config), checked to be
+        a Triton model config of that name: the base of an in-place load's override, so a load changes the
+        version policy and nothing else the pod was started with."""
+        from google.protobuf import json_format
+        from tritonclient.grpc import model_config_pb2
+
+        try:
+            code, body = bounded_http.exchange(self.host, self.port, "GET", f"/v2/models/{_name(model)}/config", b"",
+                                               deadline_s=deadline_s, max_bytes=MAX_CONFIG_BYTES, headers=self.headers,
+                                               redirect_note="the model's config is asked of the pod itself",
+                                               error_bodies=True, http11=True)
+        except bounded_http.AnswerRefused as exc:
+            raise RepositoryError(str(exc)) from None
+        if code != 200:
+            raise RepositoryError(f"{self._where}: config of {model} refused: {_error(code, body)}")
+        try:
+            message = json_format.ParseDict(json.loads(body), model_config_pb2.ModelConfig())
+        except (ValueError, json_format.ParseError) as exc:
+            raise RepositoryError(f"{self._where}: config of {model} is not a Triton model config: "
+                                  f"{bounded_http.printable(str(exc))[:200]}") from None
+        if message.name != model:
+            raise RepositoryError(f"{self._where}: config of {model} names model "
+                                  f"{bounded_http.printable(message.name)[:100]}")
+        return json.loads(json_format.MessageToJson(message, preserving_proto_field_name=True))
 
     def load(self, model: str, config: Mapping[str, Any] | None = None,
              deadline_s: float = LOAD_DEADLINE_S) -> None:
