@@ -102,3 +102,31 @@ def test_names_and_versions_are_checked_before_anything_is_sent():
         Repository("127.0.0.1", 1).load("../etc")
     with pytest.raises(ValueError):
         with_versions({}, [])
+
+
+@pytest.mark.parametrize("behave, says", [
+    (silent, "no full answer in 5s"),
+    (send(b"HTTP/1.1 200 OK\r\nContent-Length: 900000000\r\n\r\n"), "body over 256 KiB"),
+    (send(http(b"<html>")), "is not a Triton model config"),
+    (send(http(b'{"name": "ranker", "max_batch_size": "many"}')), "is not a Triton model config"),
+    (send(http(b'{"name": "ranker", "backdoor": true}')), "is not a Triton model config"),
+    (send(http(b'{"name": "other", "max_batch_size": 8}')), "config of ranker names model 'other'"),
+    (send(http(b'{"error": "Request for unknown model"}', "HTTP/1.1 400 Bad Request\r\n")),
+     "config of ranker refused: Request for unknown model"),
+])
+def test_a_config_answer_is_triton_s_model_config_of_that_model_or_refused(behave, says):
+    message, took = asked(behave, lambda repo: repo.model_config("ranker"))
+    assert says in message and took < 8, message
+
+
+def test_a_config_answer_comes_back_as_the_json_a_load_override_takes():
+    body = json.dumps({"name": "ranker", "max_batch_size": 8, "input": [{"name": "x", "data_type": "TYPE_FP32",
+                                                                         "dims": ["4"]}],
+                       "instance_group": [{"kind": "KIND_GPU", "count": 1}]}).encode()
+    server = Endpoint(send(http(body)))
+    try:
+        config = Repository("127.0.0.1", server.port).model_config("ranker")
+    finally:
+        server.close()
+    assert config["name"] == "ranker" and config["input"][0]["dims"] == ["4"]
+    assert with_versions(config, [2, 1])["version_policy"] == {"specific": {"versions": [1, 2]}}

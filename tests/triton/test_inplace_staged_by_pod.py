@@ -1,5 +1,6 @@
 """Issue 41 in a cluster's shape, on one real tritonserver: the Executor in cluster mode (no view of
-the pod's files, the rendered config.pbtxt as the override's base), the pod's files its stager's.
+the pod's files; the override's base is the config the server has the model loaded with, read from
+it), the pod's files its stager's.
 
 Measured on tritonserver 2.51 (explicit model control, v1 READY, no directory 2): a load whose
 config override lists versions [1, 2] answers 200 with an empty body, loads nothing, and the
@@ -39,10 +40,9 @@ POLICY = inplace.Policy(replicas=1, failure_tolerance=0, max_stable_p99_ms=10_00
 
 @pytest.fixture(scope="module")
 def pod(triton_install, tmp_path_factory):
-    """One server serving v1; the operator's view of it: HTTP and the rendered config, no files."""
+    """One server serving v1; the operator's view of it: HTTP, no files."""
     work = tmp_path_factory.mktemp("pod")
     rm, server = triton.server_for_model(DOC, work, "1", install=triton_install)
-    _, _, config_map = triton.rendered_serving(DOC, "1")
     spec_models.export(rm.spec, ModelFormat.onnx, work / "store" / "2", fp16_weights=True)
     with server:
         key = server.secrets[names.api_key_secret_name(MODEL)][API_KEY_SECRET_KEY]
@@ -50,7 +50,6 @@ def pod(triton_install, tmp_path_factory):
                            headers={API_KEY_HEADER: key})
         executor = Executor(MODEL, {"pod-0": target}, stage=None,
                             gates=lambda p, gate, v, s: error_verdict(gate, "NotRun", "not this test's"),
-                            config_text=triton.cpu_config(config_map["data"]["config.pbtxt"])[0],
                             load_deadline_s=POLICY.load_timeout_s)
         try:
             yield {"rm": rm, "server": server, "executor": executor, "model_dir": server.repository / MODEL,
@@ -90,6 +89,11 @@ def _round(switcher: Switcher) -> inplace.Switch:
 
 def test_cluster_mode_touches_no_file_and_a_load_of_nothing_staged_is_waiting(pod):
     executor, record = pod["executor"], inplace.Record("2", "1", inplace.LOADING, "2026-12-05T08:00:00Z")
+    # The override's base: the config the server has the model loaded with (the CPU stand-in's KIND_CPU
+    # here, the rendered KIND_GPU on a GPU node), its version policy the one it started with.
+    loaded = executor.pods["pod-0"].repository().model_config(MODEL)
+    assert loaded["name"] == MODEL and {g["kind"] for g in loaded["instance_group"]} == {"KIND_CPU"}
+    assert loaded["version_policy"] == {"specific": {"versions": ["1"]}} or "version_policy" in loaded
     assert executor.submit([inplace.RemoveFiles("pod-0", "1")], record) == []
     assert (pod["model_dir"] / "1").exists()
     executor.submit([inplace.Load("pod-0", "2", ("2",))], record)       # no listed version on the volume
