@@ -122,6 +122,8 @@ def test_versions_switch_inside_the_running_pods_under_traffic(real, real_k8s, r
         wait_for(lambda: all(states.get(2) == "READY" and states.get(1) != "READY"
                              for states in _indexes(real, k8s, ns).values()), 60, "v2 everywhere, v1 unloaded")
         assert _identity(k8s, ns) == before, "a pod restarted during the switch"
+        assert models.printer_columns(real, ns, MODEL)["IN-PLACE"] == "2 on 3/3 pods, 1 on 0/3", \
+            real.kubectl("get", "rm", MODEL, "-n", ns, "-o", "wide")
         assert traffic.failed == 0, traffic.failures[:5]
         switched_at = traffic.sent
 

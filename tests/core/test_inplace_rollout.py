@@ -102,6 +102,7 @@ def test_loaded_gated_switched_pod_by_pod_then_promoted_on_recorded_verdicts():
     d, s = drive(rm, s, 30, in_place=seen(30, pods(a={"v2": "READY"})))
     assert d.in_place_actions == (RunGate("warmup", "ctr-stable-a", "2"),)
     d, s = drive(rm, s, 60, in_place=seen(60, pods(a={"v2": "READY"}), gates=PASS))
+    assert s["rollout"]["inPlace"]["servedBy"] == "2 on 1/4 pods, 1 on 4/4"   # kubectl get rm: In-Place
     # both verdicts are recorded under this attempt, as a gate Job's would be
     assert {(g["gate"], g["outcome"], g["attempt"]) for g in s["gates"]} == \
         {("warmup", "pass", s["rollout"]["attempt"]), ("equivalence", "pass", s["rollout"]["attempt"])}

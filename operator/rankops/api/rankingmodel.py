@@ -809,6 +809,9 @@ class InPlaceSwitchStatus(ApiModel):
     failed_gate: Annotated[str | None, Field(description="The gate that failed, if one did.")] = None
     reason: Annotated[str | None, Field(description=(
         "Why it rolled back or fell back to pods, with the numbers (the memory arithmetic, the P99).")) ] = None
+    served_by: Annotated[str | None, Field(max_length=1024, description=(
+        "Which version the pods hold READY, as their repository indexes said at the last step, e.g. "
+        "'2 on 1/3 pods, 1 on 3/3' (kubectl get rm: In-Place)."))] = None
 
 
 class RolloutStatus(ApiModel):
@@ -903,6 +906,7 @@ class RankingModel(ApiModel):
             {"name": "Weight", "type": "integer", "jsonPath": ".status.canaryWeight"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+            {"name": "In-Place", "type": "string", "jsonPath": ".status.rollout.inPlace.servedBy"},
             {"name": "Autoscaled", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas"},
             {"name": "QPS", "type": "number", "jsonPath": ".status.autoscaling.observedQps", "priority": 1},
             {"name": "Scaling", "type": "string", "jsonPath": ".status.autoscaling.reason", "priority": 1},

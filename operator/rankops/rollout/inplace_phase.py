@@ -87,14 +87,17 @@ def start(target: str, stable: str, now, fit) -> InPlaceStart:
 def run(s: Step, observed: inplace.Observed | None, abort: str | None) -> tuple:
     """The InPlace phase's step: the switch moved on by what the shell read, its verdicts recorded,
     and its end turned into the machine's. Returns the actions the pods must see carried out."""
-    record = inplace.Record.from_status(s.rollout.in_place.to_wire())
+    kept = s.rollout.in_place.to_wire()
+    kept.pop("servedBy", None)   # what the pods said last: the status's, not the switch's record
+    record = inplace.Record.from_status(kept)
     if observed is None:   # the shell read nothing (a new process's first reconcile): nothing moves
         return ()
     if abort:
         observed = inplace.Observed(observed.now, observed.pods, observed.gates, observed.stable_p99_ms, abort)
     switch = inplace.step(record, observed, policy(s.spec, s.stable_size))
     _record_verdicts(s, switch.record, observed)
-    s.set(in_place=_status(switch.record), message=switch.record.message or s.rollout.message)
+    s.set(in_place=_status(switch.record, served_by(observed, record.version, record.from_version)),
+          message=switch.record.message or s.rollout.message)
     s.events.extend(switch.events)
     end = switch.record.phase
     if end == inplace.SWITCHED:
@@ -137,5 +140,15 @@ def _record_verdicts(s: Step, record: inplace.Record, observed: inplace.Observed
                                  finished_at=iso(s.now)))
 
 
-def _status(record: inplace.Record) -> InPlaceSwitchStatus:
-    return InPlaceSwitchStatus.model_validate(record.to_status())
+def served_by(observed: inplace.Observed, new: str, old: str) -> str:
+    """'2 on 1/3 pods, 1 on 3/3': how many of the pods read hold each version READY."""
+    read = [p for p in observed.pods if p.versions is not None]
+    count = lambda v: sum(p.versions.get(triton_version(v), inplace.VersionState("")).state == inplace.READY  # noqa: E731
+                          for p in read)
+    unread = len(observed.pods) - len(read)
+    return f"{new} on {count(new)}/{len(read)} pods, {old} on {count(old)}/{len(read)}" + \
+        (f" ({unread} not read)" if unread else "")
+
+
+def _status(record: inplace.Record, served: str | None = None) -> InPlaceSwitchStatus:
+    return InPlaceSwitchStatus.model_validate({**record.to_status(), **({"servedBy": served} if served else {})})
