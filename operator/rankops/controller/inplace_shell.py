@@ -49,7 +49,10 @@ def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus
     executor = executor_of(memory, uid, model)
     executor.pods = {t.pod: PodTarget(t.pod, uids.get(t.pod, ""), t.address, HTTP_PORT, None, METRICS_PORT,
                                       headers) for t in targets if t.track == "stable"}
-    executor.gates = PodGates(rm)
+    # No wait for Triton's latency window: in place the new version takes its pod's share of the
+    # production traffic from READY on, so the window never holds the gate's requests alone (70 s
+    # lost each gate); the warm run is judged on its own client P99, and the verdict says so.
+    executor.gates = PodGates(rm, window_wait_s=0.0)
     executor.load_deadline_s = float(rm.spec.rollout.in_place.load_timeout_seconds)
     switch = status.rollout.in_place if status.rollout else None
     verdicts = executor.gate_verdicts(switch.version) if switch else {}
