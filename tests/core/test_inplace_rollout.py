@@ -125,19 +125,29 @@ def test_loaded_gated_switched_pod_by_pod_then_promoted_on_recorded_verdicts():
     assert d.serving.started_for == "1"
 
 
-def test_a_promotion_by_pods_rolls_the_stable_pods_to_it():
+def test_a_promotion_by_pods_rolls_the_stable_pods_to_it_and_back_if_it_fails():
     from rankops.api.rankingmodel import RankingModelStatus, RolloutStatus
     from rankops.render.desired import ServingState
     from rankops.rollout.machine import Decision, _started_for
 
     before = RankingModelStatus(stable_version="1", stable_pods_version="1")
+    promoting = Decision("1", ServingState("2", canary_version="2"),
+                         RolloutStatus(version="2", phase="Promoting", strategy="pods"), [])
+    assert _started_for(before, promoting) == ("1", "2")          # the template moves: the pods roll
     by_pods = Decision("2", ServingState("2"), RolloutStatus(version="2", phase="Promoted", strategy="pods"), [],
                        outcome="Promoted")
+    assert _started_for(before, by_pods) == ("2", "2")
+    failed = Decision("1", ServingState("1"), RolloutStatus(version="2", phase="RolledBack", strategy="pods"), [],
+                      outcome="RolledBack")
+    assert _started_for(before, failed) == ("1", "1")              # back: the pods roll to 1 again
     in_place = Decision("2", ServingState("2"), RolloutStatus(version="2", phase="Promoted", strategy="inPlace"), [],
                         outcome="Promoted")
-    assert _started_for(before, by_pods) == "2" and _started_for(before, in_place) == "1"
+    assert _started_for(before, in_place) == ("1", "1")            # the running pods serve 2: no roll
+    after = RankingModelStatus(stable_version="2", stable_pods_version="1")
+    assert _started_for(after, Decision("2", ServingState("2"), None, [])) == ("1", "1")
     # a model new to inPlace (nothing recorded): its pods were started for the stable version
-    assert _started_for(RankingModelStatus(stable_version="1"), Decision("1", ServingState("1"), None, [])) == "1"
+    assert _started_for(RankingModelStatus(stable_version="1"), Decision("1", ServingState("1"), None, [])) == \
+        ("1", "1")
 
 
 def test_a_failing_gate_rolls_back_after_the_version_is_unloaded_everywhere():
@@ -210,3 +220,45 @@ def test_paused_holds_the_switch_where_it_is():
     _, s = drive(rm, {"stableVersion": "1"})
     d, s2 = drive(rm, s, 1, in_place=seen(1, pods()))
     assert d.in_place_actions == () and s2["rollout"]["inPlace"] == s["rollout"]["inPlace"]
+
+
+def test_a_verdict_is_recorded_once_when_it_comes():
+    rm = model()
+    s = gating(rm)
+    _, s = drive(rm, s, 60, in_place=seen(60, pods(a={"v2": "READY"}), gates={"warmup": PASS["warmup"]}))
+    first = {g["gate"]: g["finishedAt"] for g in s["gates"]}
+    d, s = drive(rm, s, 90, in_place=seen(90, pods(a={"v2": "READY"}), gates={"warmup": PASS["warmup"]}))
+    assert {g["gate"]: g["finishedAt"] for g in s["gates"]} == first and d.gates == wire.status(s).gates
+
+
+def test_promoting_without_recorded_verdicts_goes_back_to_the_gates():
+    rm = model()
+    _, s = drive(rm, {"stableVersion": "1"})
+    s["rollout"]["inPlace"].update(phase="Promoting", gatePod="ctr-stable-a", gatePodUid="ctr-stable-a-uid")
+    d, s = drive(rm, s, 5, in_place=seen(5, pods(a={"v2": "READY"})))
+    assert s["rollout"]["inPlace"]["phase"] == "Gating" and "GateVerdictMissing" in [e.reason for e in d.events]
+    assert d.in_place_actions == (RunGate("warmup", "ctr-stable-a", "2"),)
+
+
+def test_an_abort_or_a_new_version_while_falling_back_ends_the_rollout_not_a_canary():
+    for rm, annotations, ends in ((model("2"), {ABORT_ANNOTATION: "2"}, "RolledBack"),
+                                  (model("3"), {}, "Superseded"), (model("1"), {}, "Canceled")):
+        _, s = drive(model("2"), {"stableVersion": "1"})
+        _, s = drive(model("2"), s, 1, in_place=seen(1, pods()))
+        _, s = drive(model("2"), s, 20, in_place=seen(20, pods(a={"v2": "LOADING"}), p99=1500.0))
+        assert s["rollout"]["inPlace"]["phase"] == "FallingBack"
+        d, s = drive(rm, s, 40, in_place=seen(40, pods(a={"v2": "UNAVAILABLE"})), annotations=annotations)
+        assert s["rollout"]["phase"] == ends and d.serving.canary_version is None, (ends, s["rollout"])
+
+
+def test_a_reference_other_than_the_serving_version_uses_pods_saying_why():
+    d, s = drive(model("2", equivalence={"reference": "3"}), {"stableVersion": "1"})
+    assert s["rollout"]["strategy"] == "pods" and "rollout.equivalence.reference is 3" in s["rollout"]["message"]
+
+
+def test_paused_still_falls_back_when_the_load_interferes():
+    rm = model("2")
+    _, s = drive(rm, {"stableVersion": "1"})
+    _, s = drive(rm, s, 1, in_place=seen(1, pods()))
+    d, s = drive(model("2", paused=True), s, 20, in_place=seen(20, pods(a={"v2": "LOADING"}), p99=1500.0))
+    assert s["rollout"]["inPlace"]["phase"] == "FallingBack" and d.in_place_actions

@@ -236,8 +236,19 @@ def test_a_load_pod_whose_index_is_not_read_falls_back_at_the_load_timeout_sayin
     assert late.record.reason == "4 not READY in ranker-a after 601s (loadTimeout 600s; index: not read: refused)"
 
 
+def test_a_gate_pod_lost_while_it_loads_falls_back_instead_of_trying_another():
+    # restarted (a new uid, the old version only) or gone: the load may be what killed it (host
+    # memory is not in the arithmetic), and would kill the next pod too
+    for lost in (pod("ranker-a", uid="ranker-a-2"), None):
+        pods = ([lost] if lost else []) + [pod("ranker-b"), pod("ranker-c")]
+        rec = record(inplace.LOADING, **GATED, load_pod="ranker-a", load_since=inplace.iso(T0))
+        switch = step(rec, seen(*pods), POLICY)
+        assert switch.record.phase in (inplace.FALLING_BACK, inplace.FELL_BACK), switch.record
+        assert "while loading 4" in switch.record.reason
+        assert not [a for a in switch.actions if isinstance(a, Load)]
+
+
 @pytest.mark.parametrize("phase, lost", [
-    (inplace.LOADING, pod("ranker-a", uid="ranker-a-2")),       # restarted: a new uid, the old version only
     (inplace.GATING, pod("ranker-a", uid="ranker-a-2")),
     (inplace.GATING, None),                                      # its node died: the pod is gone
 ])

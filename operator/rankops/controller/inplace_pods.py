@@ -172,6 +172,8 @@ class Executor:
         self.config = config_json(config_text) if config_text is not None else None
         self.load_deadline_s, self.index_deadline_s = load_deadline_s, index_deadline_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace")
+        # Reads on threads of their own: loads (up to their deadline) and gates never hold a read up.
+        self._reads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace-read")
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, ...], Future] = {}
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
@@ -188,7 +190,7 @@ class Executor:
     def read(self) -> tuple[inplace.PodIndex, ...]:
         """Every pod's repository index, read at once, each within the index deadline."""
         self._read_at = time.monotonic()
-        futures = {name: self._pool.submit(self._index, pod) for name, pod in self.pods.items()}
+        futures = {name: self._reads.submit(self._index, pod) for name, pod in self.pods.items()}
         return tuple(futures[name].result() for name in sorted(futures))
 
     def _index(self, pod: PodTarget) -> inplace.PodIndex:
@@ -196,6 +198,9 @@ class Executor:
             entries = pod.repository().versions(self.model, self.index_deadline_s)
         except RepositoryError as exc:
             return inplace.PodIndex(pod.name, pod.uid, pod.serving, None, unread=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
+            return inplace.PodIndex(pod.name, pod.uid, pod.serving, None,
+                                    unread=f"{pod.name}: index not read ({type(exc).__name__})")
         versions = {v: inplace.VersionState(e.state, e.reason) for v, e in entries.items()}
         return inplace.PodIndex(pod.name, pod.uid, pod.serving, versions)
 
@@ -232,8 +237,11 @@ class Executor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     def _plan(self, action: Any, record: inplace.Record) -> tuple[tuple[str, ...] | None, Callable[[], None]]:
+        if getattr(action, "pod", None) is not None and action.pod not in self.pods:
+            return None, lambda: None   # a pod no longer read (gone since): the machine asks again as it sees fit
         if isinstance(action, (inplace.Load, inplace.Unload)):
             pod, keep = self.pods[action.pod], frozenset(triton_version(v) for v in action.keep)
             with self._lock:

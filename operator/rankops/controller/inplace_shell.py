@@ -42,34 +42,40 @@ def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus
     meta = rm.metadata
     namespace, model, uid = meta["namespace"], meta["name"], meta.get("uid", "")
     pods = kube.list("Pod", namespace, labels={names.LABEL_MODEL: model})
+    # Every pod of the stable track, Ready or not: one that is not Ready may still hold a version
+    # (a rollback waits for it; a promotion is not done without it).
     targets, _, _ = pod_metrics.serving_targets(pods, {names.STABLE: stable_dep},
-                                                memory.metrics.replica_set_owner(kube, namespace), networks)
-    uids = {p["metadata"]["name"]: p["metadata"].get("uid", "") for p in pods}
+                                                memory.metrics.replica_set_owner(kube, namespace), networks,
+                                                ready_only=False)
+    by_name = {p["metadata"]["name"]: p for p in pods}
     headers = _key_header(kube, memory, rm)
-    executor = executor_of(memory, uid, model)
-    executor.pods = {t.pod: PodTarget(t.pod, uids.get(t.pod, ""), t.address, HTTP_PORT, None, METRICS_PORT,
-                                      headers) for t in targets if t.track == "stable"}
+    switch = status.rollout.in_place if status.rollout else None
+    executor = executor_of(memory, uid, model, status.rollout.attempt if status.rollout else None)
+    executor.pods = {t.pod: PodTarget(t.pod, by_name[t.pod]["metadata"].get("uid", ""), t.address, HTTP_PORT, None,
+                                      METRICS_PORT, headers, serving=pod_metrics.is_ready(by_name[t.pod]))
+                     for t in targets if t.track == "stable" and t.pod in by_name}
     # No wait for Triton's latency window: in place the new version takes its pod's share of the
     # production traffic from READY on, so the window never holds the gate's requests alone (70 s
     # lost each gate); the warm run is judged on its own client P99, and the verdict says so.
     executor.gates = PodGates(rm, window_wait_s=0.0)
     executor.load_deadline_s = float(rm.spec.rollout.in_place.load_timeout_seconds)
-    switch = status.rollout.in_place if status.rollout else None
     verdicts = executor.gate_verdicts(switch.version) if switch else {}
-    return inplace.Observed(now, executor.read(), verdicts, stable_p99_ms(snapshot))
+    indexes = executor.read()
+    if any(("401" in i.unread or "403" in i.unread or "restricted" in i.unread.lower()) for i in indexes):
+        memory.in_place_keys.pop(uid, None)   # the key Secret was made again: read it next time
+    return inplace.Observed(now, indexes, verdicts, stable_p99_ms(snapshot))
 
 
-def execute(memory: Any, rm: RankingModel, record: Any, actions: Sequence[Any]) -> None:
+def execute(memory: Any, rm: RankingModel, record: Any, actions: Sequence[Any], attempt: str | None) -> None:
     """Start what the switch asks (at most one request in flight per pod and version); a switch
     that ended lets its executor go."""
     uid = rm.metadata.get("uid", "")
-    if record is None or not actions:
-        if record is None or record.phase in inplace.TERMINAL:
-            done = memory.in_place.pop(uid, None)
-            if done is not None:
-                done.close()
+    if record is None or record.phase in inplace.TERMINAL:
+        forget(memory, uid)   # ended: what is left of its actions (files) is the stagers'
         return
-    executor = executor_of(memory, uid, rm.metadata["name"])
+    if not actions:
+        return
+    executor = executor_of(memory, uid, rm.metadata["name"], attempt)
     executor.submit(actions, inplace.Record.from_status(record.to_wire()))
 
 
@@ -94,11 +100,23 @@ def nudge_stagers(kube: Any, rm: RankingModel, applies: Sequence[dict]) -> None:
                 raise
 
 
-def executor_of(memory: Any, uid: str, model: str) -> Executor:
-    executor = memory.in_place.get(uid)
-    if executor is None:
-        executor = memory.in_place[uid] = Executor(model, {}, None, gates=lambda *_: None)
+def executor_of(memory: Any, uid: str, model: str, attempt: str | None) -> Executor:
+    """The model's executor for this rollout attempt: another attempt's (its verdicts, its requests in
+    flight) is let go, so no verdict outlives the attempt it was given in."""
+    held = memory.in_place.get(uid)
+    if held is not None and held[0] == attempt:
+        return held[1]
+    forget(memory, uid)
+    executor = Executor(model, {}, None, gates=lambda *_: None)
+    memory.in_place[uid] = (attempt, executor)
     return executor
+
+
+def forget(memory: Any, uid: str) -> None:
+    """Let the model's executor go (a switch ended, another attempt began, the model was deleted)."""
+    held = memory.in_place.pop(uid, None)
+    if held is not None:
+        held[1].close()
 
 
 def stable_p99_ms(snapshot: pod_metrics.Snapshot | None) -> float | None:

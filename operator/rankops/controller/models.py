@@ -326,7 +326,8 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: Mod
     if inplace_phase.wants_in_place(rm.spec):
         inplace_shell.nudge_stagers(kube, rm, done.applies)
     rollout = done.status.rollout
-    inplace_shell.execute(memory, rm, rollout.in_place if rollout else None, done.in_place_actions)
+    inplace_shell.execute(memory, rm, rollout.in_place if rollout else None, done.in_place_actions,
+                          rollout.attempt if rollout else None)
     for kind, child in done.deletions:
         kube.delete(kind, namespace, child)
     uid = rm.metadata.get("uid", "")

@@ -103,13 +103,19 @@ def _controller(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((o for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") == kind), None)
 
 
+def is_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str, Any] | None],
-                    replica_set_owner: Callable[[str, str], str | None], networks: Sequence[str]
-                    ) -> tuple[list[Target], list[tuple[str, str]], list[str]]:
+                    replica_set_owner: Callable[[str, str], str | None], networks: Sequence[str],
+                    ready_only: bool = True) -> tuple[list[Target], list[tuple[str, str]], list[str]]:
     """(the pods to read, (track, "pod (ip): why") of the model's serving pods that may not be read,
     the pods that carry the model's labels but are not its Deployments' own). `deployments`: track
     -> the model's Deployment; `replica_set_owner(name, uid)`: the uid of the Deployment that
-    controls that ReplicaSet (None: none, or not that ReplicaSet)."""
+    controls that ReplicaSet (None: none, or not that ReplicaSet). `ready_only` False: its pods that
+    are not Ready (or not taking traffic) too, as long as they are not going (the in-place switch)."""
     by_uid = {(d.get("metadata") or {}).get("uid"): (track, d) for track, d in deployments.items() if d}
     targets: list[Target] = []
     refused: list[tuple[str, str]] = []
@@ -117,8 +123,8 @@ def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str,
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         labels = meta.get("labels") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if not (labels.get(names.LABEL_TRACK) in TRACKS and ready and labels.get(names.LABEL_TRAFFIC) == "on"
+        serving = is_ready(pod) and labels.get(names.LABEL_TRAFFIC) == "on"
+        if not (labels.get(names.LABEL_TRACK) in TRACKS and (serving or not ready_only)
                 and not meta.get("deletionTimestamp")):
             continue
         owner = _controller(meta, "ReplicaSet")

@@ -32,7 +32,7 @@ import kopf
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP
-from rankops.controller import cache, fastjson, models, pools
+from rankops.controller import cache, fastjson, inplace_shell, models, pools
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
@@ -481,6 +481,8 @@ class ModelController(_Reconciles):
         self.memory.writes.forget(uid)
         self.clock.forget((meta["namespace"], meta["name"], uid))
         self.memory.metrics.forget((meta["namespace"], meta["name"], uid))
+        inplace_shell.forget(self.memory, uid)
+        self.memory.in_place_keys.pop(uid, None)
         for memory in (self.inputs_seen, self.status_written, self.reconciled_generation):
             memory.pop(uid, None)
         self.first_status_waiting.discard(uid)

@@ -138,7 +138,8 @@ class Record:
                  "loadPod": "load_pod", "loadSince": "load_since", "failedGate": "failed_gate"}
         values = {names.get(k, k): v for k, v in data.items()}
         values["touched"] = tuple(values.get("touched") or ())
-        return cls(**values)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in values.items() if k in known})   # what status says beside it (servedBy)
 
 
 # Actions: what must hold now. Load and Unload are both a load with a config override whose version
@@ -286,6 +287,11 @@ class _Step:
         not in the index is no error: its files are not on the pod's volume yet (the module's
         docstring), and the deadline covers their fetch too."""
         pod = self.pod(self.rec.load_pod)
+        if pod is None and self.rec.load_pod:
+            # A load that kills its pod (host memory, which the arithmetic does not count) would kill
+            # the next one too: no second pod is tried.
+            self.fall_back(f"{self.rec.load_pod} went away while loading {self.new}")
+            return True
         if pod is None or self.ready(pod, self.new):
             return False
         s = self.state(pod, self.new)
@@ -306,6 +312,9 @@ def _loading(s: _Step) -> None:
     gate = s.pod(s.rec.gate_pod)
     if s.rec.gate_pod and (gate is None or gate.uid != s.rec.gate_pod_uid or not gate.serving):
         how = "gone" if gate is None else "restarted" if gate.uid != s.rec.gate_pod_uid else "not serving"
+        if s.rec.load_pod == s.rec.gate_pod and how != "not serving":
+            # Lost while it loaded: the load may be what killed it, and would kill the next pod too.
+            return s.fall_back(f"gate pod {s.rec.gate_pod} {how} while loading {s.new}")
         s.events.append(Event("Warning", "InPlaceGatePodLost",
                               f"gate pod {s.rec.gate_pod} {how} while loading {s.new}: choosing another"))
         s.set(gate_pod=None, gate_pod_uid=None, load_pod=None, load_since=None)
@@ -363,7 +372,7 @@ def _load_next(s: _Step) -> bool:
     pods = sorted(s.obs.pods, key=lambda p: p.name)
     waiting = [p for p in pods if not p.serving or p.versions is None]
     lacking = [p for p in pods if p.serving and p.versions is not None and not s.ready(p, s.new)]
-    if not waiting and not lacking and pods:
+    if not waiting and not lacking and len(pods) >= s.policy.replicas:
         s.set(load_pod=None, load_since=None)
         return True
     if s.load_failed():
@@ -382,7 +391,8 @@ def _load_next(s: _Step) -> bool:
         s.load(lacking[0], s.new, keep)
         s.set(message=f"loading {s.new} in {lacking[0].name}")
     else:
-        why = blocked or "waiting for " + ", ".join(f"{p.name} ({p.unread or 'not serving'})" for p in waiting)
+        why = blocked or ("waiting for " + ", ".join(f"{p.name} ({p.unread or 'not serving'})" for p in waiting)
+                          if waiting else f"waiting for {s.policy.replicas} pods (a replica being replaced)")
         s.set(message=f"{s.new} in {len(pods) - len(lacking) - len(waiting)}/{len(pods)} pods; {why}")
     return False
 

@@ -18,7 +18,7 @@ are, so the promotion stands on the same evidence as a canary's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rankops.api.phases import RolloutPhase
@@ -26,7 +26,7 @@ from rankops.api.rankingmodel import GateResult, InPlaceSwitchStatus, RankingMod
 from rankops.planner.two_versions import SideBySide, VersionOnGpu, side_by_side
 from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
-from rankops.rollout.record import GATES, Event, Step, iso, new_attempt_id
+from rankops.rollout.record import GATES, Event, Step, iso, new_attempt_id, passed_gates
 
 IN_PLACE = RolloutPhase.IN_PLACE
 # Without an SLO, the bound on the serving version's P99 while a version loads beside it.
@@ -75,8 +75,15 @@ def versions_side_by_side(spec: Any, result: Any, serving_name: str, incoming_na
                         result.inputs.gpu_memory_mib, reserve)
 
 
-def start(target: str, stable: str, now, fit) -> InPlaceStart:
+def start(spec: RankingModelSpec, target: str, stable: str, now, fit) -> InPlaceStart:
     """A new rollout with strategy inPlace: the switch's first record, or the pods strategy with why."""
+    reference = spec.rollout.equivalence.reference
+    if not (isinstance(reference, str) and reference in ("stable", stable)):
+        # In place, equivalence compares the new version with the serving one loaded beside it.
+        what = reference if isinstance(reference, str) else "a TorchScript file"
+        fit = SideBySide(fit.fits if fit else None, fit.arithmetic if fit else "not worked out",
+                         (*(fit.problems if fit else ()), f"rollout.equivalence.reference is {what}, which "
+                          "no serving pod holds: in place, equivalence compares with the serving version"))
     switch = inplace.begin(target, stable, now, fit)
     record = _status(switch.record)
     if switch.record.phase == inplace.FELL_BACK:
@@ -84,17 +91,26 @@ def start(target: str, stable: str, now, fit) -> InPlaceStart:
     return InPlaceStart(IN_PLACE, record, switch.record.message, switch.events)
 
 
-def run(s: Step, observed: inplace.Observed | None, abort: str | None) -> tuple:
+def run(s: Step, observed: inplace.Observed | None, abort: str | None, paused: bool = False) -> tuple:
     """The InPlace phase's step: the switch moved on by what the shell read, its verdicts recorded,
-    and its end turned into the machine's. Returns the actions the pods must see carried out."""
-    kept = s.rollout.in_place.to_wire()
-    kept.pop("servedBy", None)   # what the pods said last: the status's, not the switch's record
-    record = inplace.Record.from_status(kept)
+    and its end turned into the machine's. Returns the actions the pods must see carried out.
+    `paused` (rollout.paused): only what makes the switch safer moves (a rollback or fallback and
+    its unloads: the new version serves its pod's share meanwhile); forward moves wait."""
+    record = inplace.Record.from_status(s.rollout.in_place.to_wire())
     if observed is None:   # the shell read nothing (a new process's first reconcile): nothing moves
         return ()
+    if record.phase in (inplace.PROMOTING, inplace.UNLOADING) and not set(GATES) <= passed_gates(s.gates, s.rollout):
+        # A phase counts only with the verdicts it stands on (status may have been written by hand).
+        record = replace(record, phase=inplace.GATING, since=iso(s.now),
+                         message=f"status said {record.phase}, but no passing verdicts of attempt {s.attempt} "
+                                 f"are recorded for {s.target}: gating it again")
+        s.say("Warning", "GateVerdictMissing", record.message)
     if abort:
         observed = inplace.Observed(observed.now, observed.pods, observed.gates, observed.stable_p99_ms, abort)
     switch = inplace.step(record, observed, policy(s.spec, s.stable_size))
+    if paused and not abort and record.phase not in inplace.CLEANING \
+            and switch.record.phase not in (*inplace.CLEANING, *inplace.CLEANING.values()):
+        return ()   # paused: a forward move waits
     _record_verdicts(s, switch.record, observed)
     s.set(in_place=_status(switch.record, served_by(observed, record.version, record.from_version)),
           message=switch.record.message or s.rollout.message)
@@ -103,16 +119,16 @@ def run(s: Step, observed: inplace.Observed | None, abort: str | None) -> tuple:
     if end == inplace.SWITCHED:
         s.move(RolloutPhase.PROMOTED, f"version {s.target} promoted in place: every pod serves it, "
                                       f"{record.from_version} unloaded")
-    elif end == inplace.ROLLED_BACK:
-        if abort and abort.startswith(SUPERSEDED_BY):
-            s.move(RolloutPhase.SUPERSEDED, f"in-place switch to {s.target} {abort}; {s.target} unloaded everywhere")
-        elif abort and abort.startswith(CANCELED_BY):
-            s.move(RolloutPhase.CANCELED, f"in-place switch to {s.target} canceled: {abort}; "
-                                          f"{s.target} unloaded everywhere")
-        else:
-            s.roll_back(switch.record.failed_gate or "manual",
-                        f"{switch.record.reason or 'rolled back'}; {s.target} unloaded everywhere, "
-                        f"stable {s.stable} serves on every pod")
+    elif end in (inplace.ROLLED_BACK, inplace.FELL_BACK) and abort and abort.startswith(SUPERSEDED_BY):
+        s.move(RolloutPhase.SUPERSEDED, f"in-place switch to {s.target} {abort}; {s.target} unloaded everywhere")
+    elif end in (inplace.ROLLED_BACK, inplace.FELL_BACK) and abort and abort.startswith(CANCELED_BY):
+        s.move(RolloutPhase.CANCELED, f"in-place switch to {s.target} canceled: {abort}; "
+                                      f"{s.target} unloaded everywhere")
+    elif end == inplace.ROLLED_BACK or (end == inplace.FELL_BACK and abort):
+        s.roll_back(switch.record.failed_gate or "manual",
+                    f"{switch.record.reason or 'rolled back'}" + (f"; {abort}" if abort and end == inplace.FELL_BACK
+                                                                   else "")
+                    + f"; {s.target} unloaded everywhere, stable {s.stable} serves on every pod")
     elif end == inplace.FELL_BACK:
         started = iso(s.now)
         s.set(strategy=RolloutStrategy.pods, attempt=new_attempt_id(s.target, started, s.rollout),
@@ -131,13 +147,13 @@ def _record_verdicts(s: Step, record: inplace.Record, observed: inplace.Observed
     for gate, verdict in observed.gates.items():
         if gate not in GATES or verdict.pod_uid != record.gate_pod_uid:
             continue
+        summary = f"{verdict.summary} (on pod {record.gate_pod})"
         known = next((g for g in s.gates if g.gate == gate), None)
         if known and known.version == s.target and known.attempt == s.attempt and known.outcome == verdict.outcome \
-                and known.summary == verdict.summary:
-            continue
+                and known.summary == summary:
+            continue   # recorded when it came: its finishedAt stays
         s.record_gate(GateResult(gate=gate, version=s.target, attempt=s.attempt, outcome=verdict.outcome,
-                                 reason="InPlace", summary=f"{verdict.summary} (on pod {record.gate_pod})",
-                                 finished_at=iso(s.now)))
+                                 reason="InPlace", summary=summary, finished_at=iso(s.now)))
 
 
 def served_by(observed: inplace.Observed, new: str, old: str) -> str:

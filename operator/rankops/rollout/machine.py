@@ -239,7 +239,7 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
                            message=f"starting canary of version {target} beside stable {stable}",
                            strategy=spec.rollout.strategy, **{**consumed, **({"retried": retry} if retry else {})})
     if inplace_phase.wants_in_place(spec):
-        begun = inplace_phase.start(target, stable, now, observed.in_place_fit)
+        begun = inplace_phase.start(spec, target, stable, now, observed.in_place_fit)
         events.extend(begun.events)
         record.in_place = begun.record
         if begun.phase == inplace_phase.IN_PLACE:
@@ -254,21 +254,22 @@ def step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed)
     decision = _step(spec, status, observed)
     if not inplace_phase.wants_in_place(spec):
         return decision
-    started_for = _started_for(status, decision)
-    return replace(decision, stable_pods_version=started_for,
-                   serving=replace(decision.serving, started_for=started_for))
+    kept, rendered = _started_for(status, decision)
+    return replace(decision, stable_pods_version=kept, serving=replace(decision.serving, started_for=rendered))
 
 
-def _started_for(status: RankingModelStatus, decision: Decision) -> str:
-    """The version the stable pods were last started for: kept by an in-place promotion (the running
-    pods serve the new version already), moved by any other change of the stable version (the
-    pods roll: a rollout that fell back to pods promotes by new pods)."""
-    before = status.stable_pods_version or status.stable_version or decision.stable_version
-    if decision.stable_version == status.stable_version and status.stable_pods_version:
-        return before
-    promoted_in_place = decision.outcome == PROMOTED and decision.rollout is not None \
-        and decision.rollout.strategy == RolloutStrategy.in_place
-    return before if promoted_in_place else decision.stable_version
+def _started_for(status: RankingModelStatus, decision: Decision) -> tuple[str, str]:
+    """(status.stablePodsVersion, the stable template's rankops.io/started-for): the version the
+    stable pods were last started for. An in-place promotion keeps it (the running pods serve the
+    new version already); a promotion by pods moves it, and the template moves with the Promoting
+    phase, so the stable pods roll to the new version then (and back, if the promotion rolls back)."""
+    kept = status.stable_pods_version or status.stable_version or decision.stable_version
+    rollout = decision.rollout
+    by_pods = rollout is not None and rollout.strategy != RolloutStrategy.in_place
+    if decision.outcome == PROMOTED and by_pods:
+        kept = decision.stable_version
+    rendered = decision.serving.stable_version if by_pods and rollout.phase == PROMOTING else kept
+    return kept, rendered
 
 
 def _step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> Decision:
@@ -285,9 +286,7 @@ def _step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed
     _guards(s)
     actions: tuple = ()
     if s.phase == inplace_phase.IN_PLACE:
-        abort = _in_place_abort(s)
-        if abort or not spec.rollout.paused:
-            actions = inplace_phase.run(s, observed.in_place, abort)
+        actions = inplace_phase.run(s, observed.in_place, _in_place_abort(s), paused=spec.rollout.paused)
     if s.phase in ACTIVE:
         _run_phases(s)
     phase, target = s.phase, s.target
@@ -309,7 +308,9 @@ def _step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed
     serving = ServingState(
         stable_version=target if phase == PROMOTING else stable,
         canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas,
-        canary_weight=weight, stable_lent=lent)
+        canary_weight=weight, stable_lent=lent,
+        # inPlace model promoted by pods: its pods not rolled yet keep the old version's files
+        staged_versions=(stable,) if phase == PROMOTING and inplace_phase.wants_in_place(spec) else ())
     jobs = (GATE_OF_PHASE[phase],) if phase in GATE_OF_PHASE else ()
     reference = reference_version_of(spec, stable) if phase in (WARMING, VERIFYING) else None
     outcome = SUPERSEDED if any(e.reason == "RolloutSuperseded" for e in events) else None

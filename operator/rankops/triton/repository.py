@@ -109,7 +109,7 @@ class Repository:
             raise RepositoryError(f"{self._where}: config of {model} refused: {_error(code, body)}")
         try:
             message = json_format.ParseDict(json.loads(body), model_config_pb2.ModelConfig())
-        except (ValueError, json_format.ParseError) as exc:
+        except (ValueError, RecursionError, TypeError, AttributeError, json_format.ParseError) as exc:
             raise RepositoryError(f"{self._where}: config of {model} is not a Triton model config: "
                                   f"{bounded_http.printable(str(exc))[:200]}") from None
         if message.name != model:
@@ -150,7 +150,7 @@ def parse_index(body: bytes, where: str = "index") -> list[IndexEntry]:
     """Triton's index answer, strictly."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):   # RecursionError: 60 KiB of "[" nests past the parser's stack
         raise RepositoryError(f"{where}: index is not JSON") from None
     if not isinstance(data, list):
         raise RepositoryError(f"{where}: index is not a list")
@@ -166,7 +166,7 @@ def parse_index(body: bytes, where: str = "index") -> list[IndexEntry]:
             raise RepositoryError(f"{where}: index entry without a model name")
         if version is None:       # a model Triton knows of but never loaded: no version to speak of
             continue
-        if not isinstance(version, str) or not version.isdigit() or len(version) > 19:
+        if not isinstance(version, str) or not (version.isascii() and version.isdigit()) or len(version) > 19:
             raise RepositoryError(f"{where}: model {bounded_http.printable(name)}: version "
                                   f"{bounded_http.printable(str(version))} is not a Triton version")
         if state not in STATES:
