@@ -300,3 +300,11 @@ def test_status_round_trip_keeps_every_field():
     data = rec.to_status()
     assert data["gatePod"] == "ranker-a" and data["touched"] == ["ranker-a"] and data["failedGate"] == "warmup"
     assert Record.from_status(data) == rec
+
+
+def test_no_p99_reading_waits_then_falls_back_at_the_load_timeout():
+    waiting = step(started(), seen(*three(), p99=None, t=30), POLICY)
+    assert waiting.actions == () and "the stable P99 is not read" in waiting.record.message
+    late = step(started(), seen(*three(), p99=None, t=601), POLICY)
+    assert late.record.phase in (inplace.FALLING_BACK, inplace.FELL_BACK)
+    assert "no P99 of 3 read for 601s" in late.record.reason

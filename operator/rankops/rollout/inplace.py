@@ -331,6 +331,11 @@ def _loading(s: _Step) -> None:
         return
     blocked = s.may_start_load()
     if blocked:
+        waited = (s.obs.now - parse_time(s.rec.since)).total_seconds()
+        if s.obs.stable_p99_ms is None and waited > s.policy.load_timeout_s:
+            # No traffic (or no reading) for that long: the interference bound cannot be judged.
+            return s.fall_back(f"no P99 of {s.old} read for {waited:.0f}s (loadTimeout "
+                               f"{s.policy.load_timeout_s:g}s): the interference bound cannot be judged")
         s.set(message=f"waiting to load {s.new}: {blocked}")
         return
     if gate is None:
