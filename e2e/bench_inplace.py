@@ -13,12 +13,13 @@ import time
 from e2e import models
 from e2e.support import wait_for
 from e2e.test_inplace_real import (  # noqa: F401 (the real cluster's settings)
-    MODEL, PLANNING, REAL_IMAGES, REAL_NODES, REPLICAS, SMALL, _stable_pods)
+    MODEL, PLANNING, REAL_NODES, REPLICAS, SMALL)
 from e2e.test_canary_real import GATE_JOBS, SPEC, production_traffic
 from rankops.api.rankingmodel import ModelFormat, RankingModelSpec
 from rankops.render import names
 from rankops_dev import spec_models
 
+REAL_IMAGES = ("rankops-operator", "rankops-triton-test", "rankops-gates")   # the pods strategy's gate Jobs
 BENCH_ENV = "RANKOPS_INPLACE_BENCH"   # a path: the benchmark's report is written there
 TIMEOUT = 600
 
