@@ -42,6 +42,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from e2e_run import run_e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -55,16 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.optimistic_profile:
         return optimistic_profile()
-    with tempfile.TemporaryDirectory() as work:
-        out = Path(work) / "report.json"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "e2e/bench_autoscale.py::test_bench_day_shaped_load"],
-                              cwd=ROOT, env={**os.environ, "RANKOPS_AUTOSCALE_BENCH": str(out)},
-                              capture_output=True, text=True, timeout=1200)
-        if not out.exists():
-            print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")
-            return 1
-        report = json.loads(out.read_text())
+    report, code = run_e2e("e2e/bench_autoscale.py::test_bench_day_shaped_load", "RANKOPS_AUTOSCALE_BENCH", 1200)
+    if report is None:
+        return code
     budget = report["budget_p99_ms"]
     print(f"{'phase':>5} {'req/s':>6} {'replicas':>8} {'decided s':>9} {'ready+warm s':>12} {'sent':>6} "
           f"{'failed':>6} {'P99 ms':>7} {'in step':>7} {'after':>7}  budget {budget:g} ms")
@@ -80,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({paid / static:.0%}; goal <= 60%)"
           + (f"; a follower without lag would pay {ideal:g} ({ideal / static:.0%})" if ideal else ""))
     print(f"failed requests: {sum(p['failed'] for p in report['phases'])} (goal 0)")
-    return 0 if done.returncode == 0 else done.returncode
+    return code
 
 
 # --- --optimistic-profile -------------------------------------------------------------------

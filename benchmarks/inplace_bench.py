@@ -20,27 +20,15 @@ and the strategies with each other, not with a production card.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from e2e_run import run_e2e
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as work:
-        out = Path(work) / "report.json"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "e2e/bench_inplace.py::test_bench_in_place_against_pods"],
-                              cwd=ROOT, env={**os.environ, "RANKOPS_INPLACE_BENCH": str(out)},
-                              capture_output=True, text=True, timeout=2400)
-        if not out.exists():
-            print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")
-            return 1
-        report = json.loads(out.read_text())
+    report, code = run_e2e("e2e/bench_inplace.py::test_bench_in_place_against_pods", "RANKOPS_INPLACE_BENCH", 2400)
+    if report is None:
+        return code
     budget = report["budget_p99_ms"]
     for key, title in (("pods", "rollout.strategy: pods"), ("in_place", "rollout.strategy: inPlace")):
         r = report[key]
@@ -56,7 +44,7 @@ def main() -> int:
     print(f"in place / pods: {in_place['seconds'] / pods['seconds']:.0%} of the time, "
           f"{in_place['gpu_seconds'] / pods['gpu_seconds']:.0%} of the GPU-seconds, "
           f"{in_place['gpus_max']} vs {pods['gpus_max']} GPUs at most")
-    return 0 if done.returncode == 0 else done.returncode
+    return code
 
 
 def _ms(value) -> str:
