@@ -1,0 +1,99 @@
+"""Which models a named shared server holds (issue 42): admission, in arrival order, never evicting.
+
+`planner/pack.py` chooses the servers for a set of models. A server that users name
+(several RankingModels pointing at one tritonserver) is packed the other way round: its members
+arrive one at a time, and each is admitted when the server still holds with it, on the pack's two
+checks: every card's memory (each member's instances + the runtime reserve once + the margin, +
+room for one in-place switch when asked) and every member's P99 beside the others' load
+(pack._fails: the device's time shared across the members' batches, each model at its per-card
+rate under both of its headroom and failureTolerance rules). The server grows by whole cards, up to
+`card.max_cards`; a member that would need more waits, with the arithmetic, and names itself.
+
+Never evicting: members already admitted are placed first (in arrival order), then the rest in
+arrival order. A newcomer cannot push out a member that serves; one removed frees room for the
+first waiting member that fits, not for a reshuffle. An admitted member whose own needs grew past
+what is left (its spec changed) is reported with its arithmetic in `over`; it keeps its place, and
+the caller keeps what serves (its change waits), as with any bad edit.
+
+A member the planner cannot read (no spec.planning.memory, no SLO, no plan alone) is `refused`,
+with the reason: it is its spec's problem, and it never blocks the others.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from rankops.planner.pack import (Card, ModelToPack, PackError, Server, _Alone, _fails, _memory, _plan_alone,
+                                  _server)
+from rankops.planner.search import VERIFY_REQUESTS
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: tuple[str, ...]               # in placement order: members already admitted first
+    cards: int                              # cards (replicas of one card each) the admitted members need
+    waiting: tuple[tuple[str, str], ...]    # (member, why it waits: the arithmetic that does not hold)
+    refused: tuple[tuple[str, str], ...]    # (member, why the planner cannot place it at all)
+    over: tuple[tuple[str, str], ...]       # (admitted member, why its current needs no longer fit)
+    server: Server | None                   # the admitted members as pack reports a server
+
+    def why(self, member: str) -> str | None:
+        """Why `member` is not (fully) served, or None when it is admitted and fits."""
+        return dict(self.waiting + self.refused + self.over).get(member)
+
+
+def admit(members: Sequence[ModelToPack], card: Card, already_admitted: Collection[str] = ()) -> Admission:
+    """`members` in arrival order (creationTimestamp, then name); `already_admitted`: those the server
+    holds now. Pure: the same members and the same `already_admitted` give the same Admission."""
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise PackError(f"member names must differ: {', '.join(sorted(names))}")
+    placed: list[_Alone] = []
+    cards = 0
+    waiting, refused, over = [], [], []
+    first = [m for m in members if m.name in already_admitted]
+    rest = [m for m in members if m.name not in already_admitted]
+    for member in first + rest:
+        try:
+            alone = _plan_alone(member, card)
+        except PackError as exc:
+            refused.append((member.name, str(exc)))
+            continue
+        joined, why = _placement(placed, cards, alone, card)
+        if joined is not None:
+            placed.append(alone)
+            cards = joined
+        elif member.name in already_admitted:
+            over.append((member.name, why))
+        else:
+            waiting.append((member.name, why))
+    server = _server(placed, cards, 1, card, _reserve(card, placed)) if placed else None
+    return Admission(tuple(a.name for a in placed), cards, tuple(waiting), tuple(refused), tuple(over), server)
+
+
+def _reserve(card: Card, group: Sequence[_Alone]) -> float:
+    if card.runtime_reserve_mib is not None:
+        return card.runtime_reserve_mib
+    return max(a.inputs.memory.runtime_reserve_mib for a in group)
+
+
+def _placement(placed: list[_Alone], cards: int, model: _Alone, card: Card) -> tuple[int | None, str]:
+    """(cards the server needs with `model` added, "") or (None, why not), the server growing by whole
+    cards up to card.max_cards (without a cap: up to what `model` would take on a server of its own)."""
+    group = placed + [model]
+    fits, arithmetic = _memory(card, _reserve(card, group), group)
+    beside = f" beside {', '.join(a.name for a in placed)}" if placed else ""
+    if not fits:
+        return None, f"{model.name} does not fit on one {card.name}{beside}: {arithmetic}"
+    most = card.max_cards if card.max_cards is not None else cards + model.result.gpus
+    least = max(cards, model.result.gpus if not placed else 1)
+    why = ""
+    for n in range(least, most + 1):
+        # short simulations while searching, confirmed by long ones (as pack._join does)
+        why = _fails(group, n) or _fails(group, n, VERIFY_REQUESTS)
+        if not why:
+            return n, ""
+    if least > most:
+        return None, (f"{model.name} takes {model.result.gpus} {card.name}(s) by itself, over the server's "
+                      f"{card.max_cards}")
+    return None, f"{model.name} does not hold{beside} on {most} {card.name}(s): {why}"
