@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -56,6 +57,28 @@ def restricted_api_args() -> list[str]:
     from the container's environment, so the key is in no object but its Secret)."""
     apis, key = ",".join(RESTRICTED_APIS), f"{API_KEY_HEADER}=$({API_KEY_ENV})"
     return [f"--http-restricted-api={apis}:{key}", f"--grpc-restricted-protocol={apis}:{key}"]
+
+
+def triton_arguments(load_models: Sequence[str], exit_timeout_seconds: int, response_cache: bool) -> list[str]:
+    """tritonserver's arguments: explicit model control, `load_models` loaded at start (a shared server
+    (render/shared_server.py) starts with none and loads its members through the repository API)."""
+    args = [
+        f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit",
+        *(f"--load-model={m}" for m in load_models),
+        # The config is the rendered one, complete: never let Triton fill in or alter it.
+        "--disable-auto-complete-config", "--exit-on-error=true",
+        f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}",
+        # Latency summaries (off by default) give nv_inference_request_summary_us{quantile="0.99"},
+        # the P99 the chart's RankopsP99OverSlo alert holds against the SLO (Triton leaves that
+        # summary out for models with the response cache on).
+        "--metrics-config=summary_latencies=true",
+        # On SIGTERM Triton stops taking requests and finishes those in flight, up to this long.
+        f"--exit-timeout-secs={exit_timeout_seconds}",
+        *restricted_api_args(),
+    ]
+    if response_cache:
+        args.append("--cache-config=local,size=268435456")
+    return args
 
 
 def api_key_env(model: str) -> dict[str, Any]:
@@ -341,21 +364,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             model, version, policy.fetcher(spec), spec.model_credentials_secret, policy, spec.fetch.args(),
             spec.storage.model_volume_size)
     gpus = str(spec.gpus_per_replica)
-    args = [
-        f"--model-repository={MODEL_REPOSITORY}", "--model-control-mode=explicit", f"--load-model={model}",
-        # The config is the rendered one, complete: never let Triton fill in or alter it.
-        "--disable-auto-complete-config", "--exit-on-error=true",
-        f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}",
-        # Latency summaries (off by default) give nv_inference_request_summary_us{quantile="0.99"},
-        # the P99 the chart's RankopsP99OverSlo alert holds against the SLO (Triton leaves that
-        # summary out for models with the response cache on).
-        "--metrics-config=summary_latencies=true",
-        # On SIGTERM Triton stops taking requests and finishes those in flight, up to this long.
-        f"--exit-timeout-secs={spec.disruption.exit_timeout_seconds}",
-        *restricted_api_args(),
-    ]
-    if spec.response_cache:
-        args.append("--cache-config=local,size=268435456")
+    args = triton_arguments([model], spec.disruption.exit_timeout_seconds, spec.response_cache)
     disk = _sum_quantities(spec.storage.model_volume_size, spec.storage.tmp_size)
     probe = lambda path, **kw: {"httpGet": {"path": path, "port": "http"}, **kw}  # noqa: E731
     period = 10

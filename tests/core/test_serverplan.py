@@ -1,0 +1,65 @@
+"""Issue 42: a shared server's pod actions and member states, from the pod's repository index (pure)."""
+import copy
+
+from rankops import serverplan
+from rankops.api.rankingmodel import RankingModel
+from rankops.render.shared_server import member_config, server_arguments
+from rankops.render.desired import resolve_shape
+from rankops.triton.repository import IndexEntry
+
+E = IndexEntry
+
+
+def test_a_converged_pod_asks_for_nothing_twice():
+    index = [E("coarse", 1, "READY"), E("fine", 2, "READY")]
+    assert serverplan.pod_actions({"coarse": 1, "fine": 2}, index).nothing
+
+
+def test_absent_members_load_and_strangers_unload():
+    index = [E("coarse", 1, "READY"), E("gone", 3, "READY"), E("old", 1, "UNAVAILABLE", "unloaded")]
+    actions = serverplan.pod_actions({"coarse": 1, "fine": 1, "old": 1}, index)
+    assert actions.load == ("fine", "old") and actions.unload == ("gone",)
+
+
+def test_a_new_version_is_a_reload_and_a_loading_member_is_left_alone():
+    index = [E("fine", 1, "READY"), E("coarse", 4, "LOADING")]
+    actions = serverplan.pod_actions({"fine": 2, "coarse": 4}, index)
+    assert actions.load == ("fine",) and not actions.unload
+    assert serverplan.member_state("coarse", 4, index).state == serverplan.LOADING
+
+
+def test_failed_members_say_why_and_wait_for_a_retry():
+    index = [E("fine", 1, "UNAVAILABLE", "failed to load 'fine' version 1: Invalid argument: onnx bad")]
+    state = serverplan.member_state("fine", 1, index)
+    assert state.state == serverplan.FAILED and "onnx bad" in state.reason
+    assert serverplan.pod_actions({"fine": 1}, index).nothing
+    assert serverplan.pod_actions({"fine": 1}, index, retry_failed=True).load == ("fine",)
+    refused = {"coarse": "load failed: at least one version must be available"}
+    assert serverplan.member_state("coarse", 1, [], refused["coarse"]).state == serverplan.FAILED
+    assert serverplan.pod_actions({"coarse": 1}, [], refused).nothing
+    assert serverplan.member_state("coarse", 1, []).state == serverplan.ABSENT
+
+
+def _spec(exit_timeout=None, cache=False):
+    doc = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel", "metadata": {"name": "m", "namespace": "n"},
+           "spec": {"version": "1", "versions": [{"name": "1", "modelUri": "s3://b/m/1", "format": "onnx"}],
+                    "inputs": [{"name": "x", "dataType": "FP32", "dims": [4]}],
+                    "outputs": [{"name": "y", "dataType": "FP32", "dims": [1]}],
+                    "batching": {"maxBatchSize": 8}, "responseCache": cache}}
+    if exit_timeout is not None:
+        doc["spec"]["disruption"] = {"exitTimeoutSeconds": exit_timeout}
+    return RankingModel.model_validate(copy.deepcopy(doc))
+
+
+def test_the_server_starts_with_no_model_and_the_members_union_of_flags():
+    args = server_arguments([_spec(10).spec, _spec(40, cache=True).spec])
+    assert "--model-control-mode=explicit" in args
+    assert not any(a.startswith("--load-model") for a in args)
+    assert "--exit-timeout-secs=40" in args and any(a.startswith("--cache-config") for a in args)
+    assert not any(a.startswith("--cache-config") for a in server_arguments([_spec(10).spec]))
+
+
+def test_a_member_is_loaded_with_the_config_it_would_serve_alone():
+    rm = _spec()
+    version, text = member_config("m", "n", rm.spec, "1", resolve_shape(rm.spec).shape)
+    assert version == 1 and 'name: "m"' in text and "max_batch_size: 8" in text
