@@ -221,3 +221,23 @@ def test_several_models_refuse_one_model_flags_and_mixed_cards(tmp_path, capsys)
     other = _write(tmp_path, _model_doc("rerank", 200).replace("15360", "24576"), "a10.yaml")
     assert main(["plan", "-f", both, "-f", other]) == 2
     assert "give --gpu-memory-mib" in capsys.readouterr().err
+
+
+def test_one_server_admits_in_the_order_given_and_says_who_waits(tmp_path, capsys):
+    docs = [_model_doc("coarse", 300, weights=7000), _model_doc("fine", 300, weights=7000), _model_doc("rerank", 200)]
+    files = [_write(tmp_path, d, f"m{i}.yaml") for i, d in enumerate(docs)]
+    assert main(["plan", "--one-server", *(a for f in files for a in ("-f", f))]) == 1
+    text = capsys.readouterr().out
+    assert "2 member(s) admitted" in text and "coarse, rerank" in text and "P99 burst" in text
+    assert "waits: fine: fine does not fit on one GPU beside coarse:" in text and "MiB short" in text
+    assert main(["plan", "--one-server", "-o", "json", "-f", files[0], "-f", files[2]]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["admitted"] == ["coarse", "rerank"] and not data["waiting"]
+    assert {m["name"] for m in data["server"]["models"]} == {"coarse", "rerank"}
+
+
+def test_burst_proof_is_a_flag_of_the_pack(tmp_path, capsys):
+    both = _write(tmp_path, _model_doc("coarse", 300) + "---\n" + _model_doc("fine", 400))
+    assert main(["plan", "-f", both, "-o", "json", "--burst-proof"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(m["p99BurstMs"] <= m["p99BudgetMs"] for s in data["servers"] for m in s["models"])

@@ -114,3 +114,17 @@ def test_the_pack_is_deterministic():
     first = pack(list(reversed(LIGHT)), Card(T4)).to_json()
     clear_caches()
     assert pack(LIGHT, Card(T4)).to_json() == first
+
+
+def test_a_burst_is_bounded_by_the_others_instances_and_can_be_required_to_hold():
+    result = pack(LIGHT, Card(T4))
+    for m in result.servers[0].models:
+        others = sum(1 for o in result.servers[0].models if o.name != m.name)   # one instance each
+        assert m.burst_stretch == pytest.approx(1 + 0.75 * others)
+        assert m.p99_shared_ms <= m.p99_burst_ms
+    tight = [model("left", 300, p99=6.0), model("right", 300, p99=6.0)]
+    relaxed, proof = pack(tight, Card(T4)), pack(tight, Card(T4, burst_proof=True))
+    assert len(relaxed.servers) == 1                   # sharing holds on average, not through a burst
+    assert max(m.p99_burst_ms for m in relaxed.servers[0].models) > 6.0
+    assert len(proof.servers) == 2 and proof.gpus > relaxed.gpus
+    assert all(m.p99_burst_ms <= m.p99_budget_ms for s in proof.servers for m in s.models)

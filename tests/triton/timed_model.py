@@ -63,7 +63,7 @@ backend: "python"
 max_batch_size: {max_batch}
 input [{{ name: "x" data_type: TYPE_FP32 dims: [ 4 ] }}]
 output [{{ name: "y" data_type: TYPE_FP32 dims: [ 1 ] }}]
-instance_group [{{ count: {instances} kind: KIND_CPU }}]
+instance_group [{{ count: {instances} kind: KIND_CPU{rate_limiter} }}]
 {batching}
 parameters [
   {{ key: "a_ms" value: {{ string_value: "{a_ms}" }} }},
@@ -90,23 +90,32 @@ def batching_block(preferred: tuple[int, ...] = (), delay_us: int = 0, extra: st
 def write_repository(root: Path, name: str = "timed", *, a_ms: float = 2.0, b_ms: float = 0.25,
                      max_batch: int = 32, instances: int = 1, slowdown: float = 0.0, fail: bool = False,
                      preferred: tuple[int, ...] = (), delay_us: int = 0, dynamic: bool = True,
-                     batching_extra: str = "") -> Path:
-    """A model repository holding the timed model `name`; returns the repository."""
+                     batching_extra: str = "", device: str | None = None,
+                     rate_limiter: tuple[int, int] | None = None) -> Path:
+    """A model repository holding the timed model `name`; returns the repository.
+
+    `device`: models given the same name share one emulated device (their executions slow each
+    other as the instances of one model do); default: a device of its own. `rate_limiter`:
+    (priority, units of the resource `device` an execution takes), for a server started with
+    --rate-limit=execution_count and --rate-limit-resource=device:N (Triton's rate limiter)."""
     model = root / "models" / name
     (model / "1").mkdir(parents=True, exist_ok=True)
-    busy = root / f"busy-{name}"
+    busy = root / f"busy-{device or name}"
     busy.mkdir(parents=True, exist_ok=True)
+    limiter = "" if rate_limiter is None else (
+        f' rate_limiter {{ resources [ {{ name: "device" count: {rate_limiter[1]} }} ] priority: {rate_limiter[0]} }}')
     (model / "1" / "model.py").write_text(MODEL_PY)
     (model / "config.pbtxt").write_text(CONFIG.format(
-        name=name, max_batch=max_batch, instances=instances, a_ms=a_ms, b_ms=b_ms, slowdown=slowdown,
+        name=name, max_batch=max_batch, instances=instances, rate_limiter=limiter, a_ms=a_ms, b_ms=b_ms, slowdown=slowdown,
         fail=json.dumps(fail), busy_dir=busy,
         batching=batching_block(preferred, delay_us, batching_extra) if dynamic else ""))
     return root / "models"
 
 
-def server(install: triton.TritonInstall, root: Path, names: list[str]) -> triton.TritonServer:
+def server(install: triton.TritonInstall, root: Path, names: list[str],
+           extra_args: tuple[str, ...] = ()) -> triton.TritonServer:
     """A (not started) tritonserver over `root`/models loading `names`, as the operator runs it."""
     args = ["--model-control-mode=explicit", *(f"--load-model={n}" for n in names),
-            "--metrics-config=summary_latencies=true", "--log-verbose=0"]
+            "--metrics-config=summary_latencies=true", "--log-verbose=0", *extra_args]
     return triton.TritonServer(install=install, container_args=args, repository=root / "models",
                                log_path=root / "tritonserver.log")

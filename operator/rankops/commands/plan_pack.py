@@ -30,6 +30,11 @@ def add_pack_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--switch-room", action="store_true",
                    help="keep room on each card for one in-place version switch (the largest model's instances)")
     g.add_argument("--max-cards", type=int, metavar="N", help="refuse a pack that needs more cards")
+    g.add_argument("--burst-proof", action="store_true",
+                   help="each model's P99 must also hold while the others burst (all their instances busy)")
+    g.add_argument("--one-server", action="store_true",
+                   help="the models are members of one shared server, arriving in the order given: print which "
+                        "are admitted and why each other waits (exit 1 when one waits or is refused)")
 
 
 def several_models(docs_by_file: list[tuple[Path, list[Any]]]) -> list[tuple[str, Path, dict]]:
@@ -64,6 +69,8 @@ def run_pack(args: argparse.Namespace, docs_by_file: list[tuple[Path, list[Any]]
     except (PackInputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
+    if args.one_server:
+        return _run_one_server(args, models, card)
     try:
         result = pack(models, card)
     except PackError as exc:
@@ -85,7 +92,36 @@ def _card(args: argparse.Namespace, gpu_mib: set[float]) -> Card:
             (args.max_cards is not None and args.max_cards < 1):
         raise PackInputError("--gpu-memory-mib must be > 0, --margin 0..1, --max-cards >= 1")
     extra = {"margin": args.margin} if args.margin is not None else {}
-    return Card(memory, args.runtime_reserve_mib, switch_room=args.switch_room, max_cards=args.max_cards, **extra)
+    return Card(memory, args.runtime_reserve_mib, switch_room=args.switch_room, max_cards=args.max_cards,
+                burst_proof=args.burst_proof, **extra)
+
+
+def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: Card) -> int:
+    from rankops.planner.shared_server import admit
+
+    if args.plot:
+        print("rankops plan: --plot draws a pack; --one-server prints the admission only", file=sys.stderr)
+        return 2
+    try:
+        admission = admit(models, card)
+    except PackError as exc:
+        print(f"rankops plan: {exc}", file=sys.stderr)
+        return 2
+    print_report(args, admission, lambda: render_admission(admission), lambda *_: None)
+    return 0 if not admission.waiting and not admission.refused else 1
+
+
+def render_admission(admission) -> str:
+    lines = [f"One shared server: {len(admission.admitted)} member(s) admitted on {admission.cards} card(s)"
+             + (f": {', '.join(admission.admitted)}" if admission.admitted else "")]
+    if admission.server:
+        lines += [f"  memory per card: {admission.server.memory_arithmetic}",
+                  f"  {'model':<16} {'req/s/card':>10} {'P99 shared':>10} {'P99 burst':>9} {'budget':>7}"]
+        lines += [f"  {m.name:<16} {m.per_card_qps:10.0f} {m.p99_shared_ms:10.2f} {m.p99_burst_ms:9.2f} "
+                  f"{m.p99_budget_ms:7g}" for m in admission.server.models]
+    lines += [f"waits: {name}: {why}" for name, why in admission.waiting]
+    lines += [f"refused: {name}: {why}" for name, why in admission.refused]
+    return "\n".join(lines)
 
 
 def render_pack(result: Pack) -> str:
@@ -97,10 +133,11 @@ def render_pack(result: Pack) -> str:
                       "tritonserver, every card the same models)",
                   f"  memory per card: {server.memory_arithmetic}",
                   f"  {'model':<16} {'req/s/card':>10} {'busy':>5} {'compute x':>9} {'P99 alone':>9} "
-                  f"{'P99 shared':>10} {'budget':>7} {'alone GPUs':>10}"]
+                  f"{'P99 shared':>10} {'P99 burst':>9} {'budget':>7} {'alone GPUs':>10}"]
         for m in server.models:
             lines.append(f"  {m.name:<16} {m.per_card_qps:10.0f} {m.busy_fraction:5.0%} {m.compute_stretch:9.2f} "
-                         f"{m.p99_alone_ms:9.2f} {m.p99_shared_ms:10.2f} {m.p99_budget_ms:7g} {m.gpus_alone:10d}")
+                         f"{m.p99_alone_ms:9.2f} {m.p99_shared_ms:10.2f} {m.p99_burst_ms:9.2f} {m.p99_budget_ms:7g} "
+                         f"{m.gpus_alone:10d}")
         lines += [f"    {m.name}: {m.config}" for m in server.models]
     lines += ["", f"GPUs: {result.gpus} packed vs {result.gpus_one_per_card} one model per card", "", "Why:"]
     lines += [f"  - {line}" for line in result.explanation]

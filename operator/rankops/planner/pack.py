@@ -75,6 +75,8 @@ class Card:
     switch_room: bool = False                  # room for one in-place version switch per server
     max_cards: int | None = None               # None: as many as the pack needs
     name: str = "GPU"
+    # every model's P99 must also hold while all the others burst (run all their instances at once)
+    burst_proof: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class PackedModel:
     p99_budget_ms: float
     p99_alone_ms: float          # its own plan's prediction, on gpus_alone cards
     p99_shared_ms: float         # on the shared card at target, slowed by the others
+    # at target with every other model saturating its instances (a burst): compute x burst_stretch
+    p99_burst_ms: float = 0.0
+    burst_stretch: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -131,19 +136,24 @@ class Pack:
                      "runtimeReserveMiB": self.runtime_reserve_mib, "margin": self.card.margin,
                      "switchRoom": self.card.switch_room, "maxCards": self.card.max_cards},
             "gpus": self.gpus, "gpusOnePerCard": self.gpus_one_per_card, "gpuNeed": round(self.gpu_need, 3),
-            "servers": [{
-                "cards": list(s.card_numbers), "memoryMiB": s.memory_mib, "memory": s.memory_arithmetic,
-                "models": [{
-                    "name": m.name, "config": m.config, "targetQps": m.target_qps,
-                    "perCardQps": round(m.per_card_qps, 1), "memoryMiB": m.memory_mib,
-                    "gpuNeed": round(m.gpu_need, 3), "gpusAlone": m.gpus_alone,
-                    "busyFraction": round(m.busy_fraction, 3), "computeStretch": round(m.compute_stretch, 3),
-                    "p99BudgetMs": m.p99_budget_ms, "p99AloneMs": round(m.p99_alone_ms, 3),
-                    "p99SharedMs": round(m.p99_shared_ms, 3),
-                } for m in s.models],
-            } for s in self.servers],
+            "servers": [server_json(s) for s in self.servers],
             "explanation": list(self.explanation),
         }
+
+
+def server_json(s: Server) -> dict:
+    return {
+        "cards": list(s.card_numbers), "memoryMiB": s.memory_mib, "memory": s.memory_arithmetic,
+        "models": [{
+            "name": m.name, "config": m.config, "targetQps": m.target_qps,
+            "perCardQps": round(m.per_card_qps, 1), "memoryMiB": m.memory_mib,
+            "gpuNeed": round(m.gpu_need, 3), "gpusAlone": m.gpus_alone,
+            "busyFraction": round(m.busy_fraction, 3), "computeStretch": round(m.compute_stretch, 3),
+            "p99BudgetMs": m.p99_budget_ms, "p99AloneMs": round(m.p99_alone_ms, 3),
+            "p99SharedMs": round(m.p99_shared_ms, 3), "p99BurstMs": round(m.p99_burst_ms, 3),
+            "burstStretch": round(m.burst_stretch, 3),
+        } for m in s.models],
+    }
 
 
 @dataclass(frozen=True)
@@ -259,7 +269,8 @@ def _join(members: list[_Alone], cards: int, model: _Alone, card: Card,
     why = ""
     for n in range(max(cards, model.result.gpus), cards + model.result.gpus):
         # short simulations while searching, confirmed by long ones (as search.verified_qps does)
-        why = _fails(group, n) or _fails(group, n, VERIFY_REQUESTS)
+        why = _fails(group, n, burst_proof=card.burst_proof) or \
+            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
         if not why:
             return n, ""
     return None, f"time: on {cards + model.result.gpus - 1} card(s), {why}"
@@ -276,8 +287,9 @@ def _sharing(group: list[_Alone], rates: dict[str, float], requests: int) -> dic
     return {a.name: (busy[a.name], stretch[a.name]) for a in group}
 
 
-def _fails(group: list[_Alone], cards: int, requests: int = SEARCH_REQUESTS) -> str:
-    """Why the group does not hold on `cards` cards (every model at its card_rate), or ""."""
+def _fails(group: list[_Alone], cards: int, requests: int = SEARCH_REQUESTS, burst_proof: bool = False) -> str:
+    """Why the group does not hold on `cards` cards (every model at its card_rate), or "";
+    `burst_proof`: each model's P99 also holds with the others saturated (burst_stretch)."""
     rates = {a.name: a.card_rate(cards) for a in group}
     if any(math.isinf(r) for r in rates.values()):
         return f"{cards} card(s) leave none after failureTolerance"
@@ -294,6 +306,14 @@ def _fails(group: list[_Alone], cards: int, requests: int = SEARCH_REQUESTS) -> 
             others = ", ".join(f"{n} {b:.0%} busy" for n, (b, _) in sharing.items() if n != a.name)
             return (f"{a.name}'s P99 at {rate:.0f} req/s per card beside {others} (compute x {stretch:.2f}) "
                     f"is {p99:.2f} ms at {LOAD_MARGIN:.0%} more load, over its {a.inputs.p99_budget_ms:g} ms budget")
+        if burst_proof and len(group) > 1:
+            burst = burst_stretch(a, group)
+            stretched = slowed(a.inputs, burst)
+            if rate > _bound(stretched, a.result.config) or not meets_budget(stretched, a.result.config, rate, requests):
+                p99 = _sim(stretched, a.result.config, rate * (1 + LOAD_MARGIN), requests).p99_ms
+                return (f"{a.name}'s P99 at {rate:.0f} req/s per card while the others burst (compute x "
+                        f"{burst:.2f}) is {p99:.2f} ms at {LOAD_MARGIN:.0%} more load, over its "
+                        f"{a.inputs.p99_budget_ms:g} ms budget")
     return ""
 
 
@@ -304,16 +324,28 @@ def _server(members: list[_Alone], cards: int, first: int, card: Card, reserve: 
     for a in members:
         busy, stretch = sharing[a.name]
         shared = _sim(slowed(a.inputs, stretch), a.result.config, at_target[a.name], REPORT_REQUESTS)
+        burst = burst_stretch(a, members)
+        burst_p99 = _sim(slowed(a.inputs, burst), a.result.config, at_target[a.name], REPORT_REQUESTS).p99_ms
         packed.append(PackedModel(
             name=a.name, config=a.result.config.describe(), target_qps=a.inputs.target_qps,
             per_card_qps=at_target[a.name], memory_mib=a.memory_mib, gpu_need=a.gpu_need,
             gpus_alone=a.result.gpus, busy_fraction=busy, compute_stretch=stretch,
             p99_budget_ms=a.inputs.p99_budget_ms, p99_alone_ms=a.result.predicted_p99_ms,
-            p99_shared_ms=shared.p99_ms))
+            p99_shared_ms=shared.p99_ms, p99_burst_ms=burst_p99, burst_stretch=burst))
     _, arithmetic = _memory(card, reserve, members)
     used = sum(a.memory_mib for a in members) + reserve + \
         (max(a.memory_mib for a in members) if card.switch_room else 0.0)
     return Server(tuple(packed), cards, first, used, arithmetic)
+
+
+def burst_stretch(model: _Alone, members: list[_Alone]) -> float:
+    """`model`'s compute stretch when every other member runs all its instances at once (a burst of
+    theirs): 1 + s x their instances. What bounds one member's burst is its instance count, not
+    Triton's rate limiter: measured (benchmarks/shared_server_bench.py), the rate limiter's one
+    execution at a time made the others' P99 worse under a burst, not better (no preemption: a
+    small batch waits out the bursting model's whole batch)."""
+    others = sum(a.result.instances_per_gpu for a in members if a.name != model.name)
+    return 1 + model.inputs.shared_gpu_slowdown * others
 
 
 def _explain(result: Pack) -> list[str]:

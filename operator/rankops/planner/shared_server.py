@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from rankops.planner.pack import (Card, ModelToPack, PackError, Server, _Alone, _fails, _memory, _plan_alone,
-                                  _server)
+                                  _server, server_json)
 from rankops.planner.search import VERIFY_REQUESTS
 
 
@@ -36,6 +36,13 @@ class Admission:
     refused: tuple[tuple[str, str], ...]    # (member, why the planner cannot place it at all)
     over: tuple[tuple[str, str], ...]       # (admitted member, why its current needs no longer fit)
     server: Server | None                   # the admitted members as pack reports a server
+
+    def to_json(self) -> dict:
+        return {"admitted": list(self.admitted), "cards": self.cards,
+                "waiting": [{"name": n, "why": w} for n, w in self.waiting],
+                "refused": [{"name": n, "why": w} for n, w in self.refused],
+                "over": [{"name": n, "why": w} for n, w in self.over],
+                "server": server_json(self.server) if self.server else None}
 
     def why(self, member: str) -> str | None:
         """Why `member` is not (fully) served, or None when it is admitted and fits."""
@@ -90,7 +97,8 @@ def _placement(placed: list[_Alone], cards: int, model: _Alone, card: Card) -> t
     why = ""
     for n in range(least, most + 1):
         # short simulations while searching, confirmed by long ones (as pack._join does)
-        why = _fails(group, n) or _fails(group, n, VERIFY_REQUESTS)
+        why = _fails(group, n, burst_proof=card.burst_proof) or \
+            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
         if not why:
             return n, ""
     if least > most:
