@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "rankops.commands.gate",        # gate warmup | equivalence
     "rankops.commands.warm",        # warm (the container beside Triton)
     "rankops.commands.infer",       # infer (one request, the scores)
+    "rankops.commands.route",       # route (a shared Triton's per-model ports)
     "rankops.commands.validate_node",  # validate-node
     "rankops.commands.docs",        # docs reference
 ]

@@ -53,7 +53,7 @@ def _spec(exit_timeout=None, cache=False):
 
 def test_the_server_starts_with_no_model_and_the_members_union_of_flags():
     args = server_arguments([_spec(10).spec, _spec(40, cache=True).spec])
-    assert "--model-control-mode=explicit" in args
+    assert "--model-control-mode=explicit" in args and "--strict-readiness=false" in args
     assert not any(a.startswith("--load-model") for a in args)
     assert "--exit-timeout-secs=40" in args and any(a.startswith("--cache-config") for a in args)
     assert not any(a.startswith("--cache-config") for a in server_arguments([_spec(10).spec]))

@@ -167,3 +167,114 @@ def test_a_member_whose_artifact_is_corrupt_or_missing_fails_alone(shared):
     state = serverplan.member_state("missing", 1, repo.index(), load_error=error)
     assert state.state == serverplan.FAILED and "missing" in state.reason
     assert all(answers(shared, n) for n in THREE)
+    # the server stays ready with two members failed (not strict readiness): the pods keep serving the three
+    with urllib.request.urlopen(f"http://{shared['server'].http_url}/v2/health/ready", timeout=5) as resp:
+        assert resp.status == 200
+
+
+# --- the per-model doors: `rankops route` in front of the shared server ---------------------------
+
+import asyncio  # noqa: E402
+import http.client  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from rankops.triton import route  # noqa: E402
+from rankops.triton.client import Endpoint  # noqa: E402
+from rankops_dev.ports import free_port  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def doors(shared):
+    """The router over the shared server, its routes from a file it reads every 0.2 s."""
+    routes_file = shared["work"] / "routes.json"
+    ports = {name: free_port() for name in THREE}
+    routes_file.write_text(json.dumps({str(ports["coarse"]): "coarse"}))
+    loop, stop = asyncio.new_event_loop(), None
+    started = threading.Event()
+
+    def serve():
+        nonlocal stop
+        asyncio.set_event_loop(loop)
+        stop = asyncio.Event()
+        started.set()
+        loop.run_until_complete(route.run((shared["server"].host, shared["server"].ports["http"]), routes_file, {},
+                                          host="127.0.0.1", reload_s=0.2, stop=stop))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    started.wait(10)
+    _wait_listening(ports["coarse"])
+    yield {"file": routes_file, "ports": ports}
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(10)
+
+
+def _wait_listening(port: int, up: bool = True, timeout_s: float = 10.0) -> None:
+    import socket
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            if up:
+                return
+        except OSError:
+            if not up:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"port {port} {'never opened' if up else 'never closed'}")
+
+
+def _ask(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def _infer_through(port: int, rm: RankingModel, name: str) -> dict:
+    connection = Endpoint(f"127.0.0.1:{port}", name).connect()
+    try:
+        from rankops.triton.samples import Sample
+        inputs = spec_models.request_arrays(rm.spec, candidates=5)
+        return connection.infer(connection.build_request(Sample(line=1, inputs=inputs), connection.model_info()))
+    finally:
+        connection.close()
+
+
+def test_a_members_port_passes_only_its_own_requests(shared, doors):
+    port, key = doors["ports"]["coarse"], shared["repo"].headers
+    outputs = _infer_through(port, shared["models"]["coarse"], "coarse")
+    assert list(outputs["scores"].shape) == [5, 1]
+    for _ in range(20):     # one kept-alive connection, many requests
+        assert _ask(port, "GET", "/v2/models/coarse/ready")[0] == 200
+    assert _ask(port, "GET", "/v2/health/ready")[0] == 200
+    # another member, the repository API (even with the key), and encoded or dotted names stay out
+    refused = ["/v2/models/fine/ready", "/v2/models/fine/config", "/v2/models/coarse/../fine/ready",
+               "/v2/models/coars%65/ready", "/v2/models//fine", "/v2/systemsharedmemory/status", "/v2/trace/setting"]
+    for path in refused:
+        assert _ask(port, "GET", path)[0] == 404, path
+    assert _ask(port, "POST", "/v2/repository/index", b"{}", key)[0] == 404
+    assert _ask(port, "POST", "/v2/repository/models/fine/unload", b"{}", key)[0] == 404
+    with pytest.raises(Exception):
+        _infer_through(port, shared["models"]["fine"], "fine")
+    assert answers(shared, "fine")          # untouched, on the server itself
+
+
+def test_ports_open_and_close_with_the_routes_file_without_a_restart(shared, doors):
+    pid, ports = shared["server"].process.pid, doors["ports"]
+    doors["file"].write_text(json.dumps({str(ports[n]): n for n in THREE}))
+    for name in ("fine", "rerank"):
+        _wait_listening(ports[name])
+        assert _infer_through(ports[name], shared["models"][name], name)
+    doors["file"].write_text("{not json")               # a bad file keeps the ports as they were
+    time.sleep(0.6)
+    assert _ask(ports["fine"], "GET", "/v2/models/fine/ready")[0] == 200
+    doors["file"].write_text(json.dumps({str(ports["coarse"]): "coarse"}))
+    _wait_listening(ports["fine"], up=False)
+    _wait_listening(ports["rerank"], up=False)
+    assert _ask(ports["coarse"], "GET", "/v2/models/coarse/ready")[0] == 200
+    assert shared["server"].process.pid == pid
