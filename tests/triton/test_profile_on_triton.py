@@ -122,3 +122,17 @@ def test_a_model_that_fails_requests_is_said_with_the_servers_error(timed_server
 def test_batch_sizes_beyond_the_models_max_are_refused(timed_server, capsys):
     code, _, err = _profile(capsys, "--url", timed_server.http_url, "--model", "solo", "--batch-sizes", "4,64")
     assert code == 1 and "[64]" in err and "1..8" in err
+
+
+def test_gpu_memory_is_said_not_measured_on_a_server_without_a_gpu(timed_server, capsys):
+    code, out, err = _profile(capsys, "--url", timed_server.http_url, "--model", "solo", "--batch-sizes", "1,8",
+                              "--requests", "3", "--metrics-url", timed_server.metrics_url, "--emit", "planning",
+                              "-o", "json")
+    assert code == 0, err
+    assert "memory" not in json.loads(out)["planning"]
+    assert (f"GPU memory: not measured: Triton at {timed_server.metrics_url} exports no nv_gpu_memory_used_bytes"
+            in err)
+    # the default metrics address (port 8002 of --url's host) is not this server's: said, with the flag
+    code, _, err = _profile(capsys, "--url", timed_server.http_url, "--model", "solo", "--batch-sizes", "1",
+                            "--requests", "3", "--no-shared")
+    assert code == 0 and "GPU memory: not measured:" in err and "--metrics-url" in err

@@ -33,6 +33,12 @@ def add_commands(subparsers: Any) -> None:
                    help="size for variable (-1) dims of generated inputs (default 1)")
     p.add_argument("--no-shared", action="store_true",
                    help="skip measuring the slowdown of two instances sharing a device")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip reading Triton's nv_gpu_memory_used_bytes (loaded, and after max-batch requests)")
+    p.add_argument("--metrics-url", metavar="HOST:PORT", help="Triton's metrics endpoint (default: --url's host, port 8002)")
+    p.add_argument("--reload", action="store_true",
+                   help="unload and load the model first, to measure its weights (the restricted repository API's "
+                        "key from $RANKOPS_TRITON_API_KEY); only on a replica that serves nothing else")
     p.add_argument("--emit", choices=("configmap", "planning"), default="configmap",
                    help="configmap (default): the profile ConfigMap; planning: the spec.planning fields")
     p.add_argument("--name", help="ConfigMap name (default <model>-latency-profile)")
@@ -61,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         measured = measure(args.url, model, version, batch_sizes=sizes, requests=args.requests,
                            warmup=args.warmup, samples_path=args.samples, fill_dim=args.fill_dim,
-                           shared=not args.no_shared, say=say)
+                           shared=not args.no_shared, memory=not args.no_memory, metrics_url=args.metrics_url,
+                           reload=args.reload, api_headers=_api_headers(), say=say)
     except MeasureError as exc:
         print(f"rankops profile: {exc}", file=sys.stderr)
         return 1
@@ -77,3 +84,12 @@ def run(args: argparse.Namespace) -> int:
               + (f"; spec.planning.sharedGpuSlowdown: {measured.slowdown:g}" if measured.slowdown is not None else ""),
               file=sys.stderr)
     return 0
+
+
+def _api_headers() -> dict[str, str] | None:
+    import os
+
+    from rankops.render.serving import API_KEY_ENV, API_KEY_HEADER
+
+    key = os.environ.get(API_KEY_ENV)
+    return {API_KEY_HEADER: key} if key else None

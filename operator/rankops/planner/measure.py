@@ -98,6 +98,44 @@ class BatchTiming:
     client_median_ms: float    # request round trip at the client, for comparison
 
 
+@dataclass(frozen=True)
+class GpuMemory:
+    """Triton's nv_gpu_memory_used_bytes on the GPU that moved most, in MiB: with the model unloaded
+    (None without --reload), loaded, and after the profile's requests up to max_batch_size."""
+    gpu: str
+    unloaded_mib: float | None
+    loaded_mib: float
+    at_max_batch_mib: float
+
+    def planning(self, instances: int, max_batch_size: int) -> dict[str, float]:
+        """spec.planning.memory from the readings. Weights: what the load added, per instance (each
+        loads its own copy; embeddings held on the GPU are in it). Activations: what max-batch requests
+        added, per item, as one instance's (requests sent one at a time run on one instance). The runtime
+        reserve is the unloaded reading only when the model was the server's only one (the caller says)."""
+        out = {"activationMiBPerItem": round(max(0.0, self.at_max_batch_mib - self.loaded_mib) / max_batch_size, 3)}
+        if self.unloaded_mib is not None:
+            out["weightsMiB"] = round(max(0.0, self.loaded_mib - self.unloaded_mib) / instances, 1)
+        return out
+
+    def describe(self, instances: int, max_batch_size: int) -> str:
+        figures = ", ".join(f"{k} {v:g}" for k, v in self.planning(instances, max_batch_size).items())
+        unloaded = f"unloaded {self.unloaded_mib:.0f} MiB, " if self.unloaded_mib is not None else ""
+        return (f"{self.gpu}: {unloaded}loaded {self.loaded_mib:.0f} MiB, after batch {max_batch_size} "
+                f"{self.at_max_batch_mib:.0f} MiB -> {figures}"
+                + ("" if self.unloaded_mib is not None else " (weights: measure with --reload)"))
+
+
+def gpu_memory(unloaded: dict[str, float] | None, loaded: dict[str, float], at_max: dict[str, float]) -> GpuMemory:
+    """The readings (bytes by gpu_uuid) of the GPU whose use moved most between the first and the last."""
+    first = unloaded if unloaded is not None else loaded
+    common = sorted(set(first) & set(loaded) & set(at_max))
+    if not common:
+        raise MeasureError("the GPUs in Triton's nv_gpu_memory_used_bytes changed between readings")
+    gpu = max(common, key=lambda g: (at_max[g] - first[g], g))
+    mib = lambda b: b / (1 << 20)  # noqa: E731
+    return GpuMemory(gpu, mib(unloaded[gpu]) if unloaded is not None else None, mib(loaded[gpu]), mib(at_max[gpu]))
+
+
 @dataclass
 class Measurement:
     url: str
@@ -109,6 +147,8 @@ class Measurement:
     slowdown: float | None = None
     slowdown_detail: str = ""
     notes: list[str] = field(default_factory=list)
+    gpu_memory: GpuMemory | None = None
+    gpu_memory_detail: str = "not measured (--no-memory)"
 
     def profile(self) -> dict[int, float]:
         return {t.batch_size: round(t.median_ms, 3) for t in self.timings}
@@ -118,6 +158,8 @@ class Measurement:
         out: dict[str, Any] = {"latencyProfile": self.profile()}
         if self.slowdown is not None:
             out["sharedGpuSlowdown"] = self.slowdown
+        if self.gpu_memory is not None:
+            out["memory"] = self.gpu_memory.planning(self.instances, self.max_batch_size)
         return out
 
     def config_map(self, name: str, namespace: str | None, key: str) -> dict[str, Any]:
@@ -151,6 +193,7 @@ class Measurement:
             lines.append(f"  {t.batch_size:6d}  {t.median_ms:9.3f}  {t.p90_ms:7.3f}  {t.mean_ms:7.3f}  "
                          f"{t.client_median_ms:9.3f}  {t.executions:4d}")
         lines.append(f"  shared device: {self.slowdown_detail}")
+        lines.append(f"  GPU memory: {self.gpu_memory_detail}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -289,8 +332,12 @@ def request_builder(config: dict[str, Any], samples_path: str | None, fill_dim: 
 
 def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] | None = None,
             requests: int = 20, warmup: int = 3, samples_path: str | None = None, fill_dim: int = 1,
-            shared: bool = True, timeout_s: float = 30.0,
+            shared: bool = True, timeout_s: float = 30.0, memory: bool = True, metrics_url: str | None = None,
+            reload: bool = False, api_headers: dict[str, str] | None = None,
             say: Callable[[str], None] = lambda _: None) -> Measurement:
+    """`memory`: read Triton's nv_gpu_memory_used_bytes from `metrics_url` (default: the same host, port
+    8002) loaded and after the max-batch requests; `reload`: also unload and load the model first (its
+    weights), through the repository API (`api_headers`: the restricted API's key header)."""
     from rankops.triton.client import Endpoint, GateClientError, InferenceFailed, normalize_url
     from rankops.triton.samples import Sample
 
@@ -301,6 +348,8 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
     if requests < 3:
         raise MeasureError(f"--requests {requests}: at least 3 per batch size (the profile is their median)")
     config = _check_model(url, model, version, timeout_s)
+    readings, memory_detail = _first_gpu_readings(url, model, version, timeout_s, memory, metrics_url, reload,
+                                                  api_headers)
     max_batch = int(config.get("max_batch_size") or 0)
     if max_batch < 1:
         raise MeasureError(f"model {model} has max_batch_size 0 (no batch dimension): a profile is compute "
@@ -389,7 +438,14 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
         connection.close()
 
     measurement = Measurement(url=url, model=model, version=version, max_batch_size=max_batch,
-                              instances=instances, timings=timings, notes=notes)
+                              instances=instances, timings=timings, notes=notes, gpu_memory_detail=memory_detail)
+    if readings is not None:
+        from rankops.triton.metrics import MetricsUnavailable, read_gpu_memory
+        try:
+            measurement.gpu_memory = gpu_memory(readings[0], readings[1], read_gpu_memory(readings[2], timeout_s))
+            measurement.gpu_memory_detail = measurement.gpu_memory.describe(instances, max_batch)
+        except (MetricsUnavailable, MeasureError) as exc:
+            measurement.gpu_memory_detail = f"not measured: {exc}"
     if not shared:
         measurement.slowdown_detail = "not measured (--no-shared)"
     elif shared_size is None:
@@ -400,6 +456,37 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
                         lambda: connect(), prepared, send, lambda: _snapshot(url, model, version, timeout_s))
         say(f"profile: shared device: {measurement.slowdown_detail}")
     return measurement
+
+
+def _first_gpu_readings(url: str, model: str, version: str, timeout_s: float, memory: bool, metrics_url: str | None,
+                        reload: bool, api_headers: dict[str, str] | None):
+    """((unloaded or None, loaded, metrics_url), "") or (None, why GPU memory is not measured)."""
+    from rankops.triton.metrics import MetricsUnavailable, read_gpu_memory
+    from rankops.triton.repository import Repository, RepositoryError
+
+    if not memory:
+        return None, "not measured (--no-memory)"
+    metrics_url = metrics_url or f"{url.rsplit(':', 1)[0]}:8002"
+    try:
+        first = read_gpu_memory(metrics_url, timeout_s)
+    except MetricsUnavailable as exc:
+        return None, f"not measured: {exc} (--metrics-url HOST:PORT of Triton's metrics port, or --no-memory)"
+    if not first:
+        return None, (f"not measured: Triton at {metrics_url} exports no nv_gpu_memory_used_bytes (a server "
+                      "without a GPU, or started with --allow-gpu-metrics=false)")
+    if not reload:
+        return (None, first, metrics_url), ""
+    host, port = url.rsplit(":", 1)
+    repository = Repository(host, int(port), api_headers)
+    try:
+        repository.unload(model)
+        unloaded = read_gpu_memory(metrics_url, timeout_s)
+        repository.load(model)
+    except (RepositoryError, MetricsUnavailable) as exc:
+        raise MeasureError(f"--reload: {exc}; give the restricted API's key in RANKOPS_TRITON_API_KEY, or drop "
+                           "--reload") from None
+    _check_model(url, model, version, timeout_s)
+    return (unloaded, read_gpu_memory(metrics_url, timeout_s), metrics_url), ""
 
 
 def _measure_shared(measurement: Measurement, b: int, solo_ms: float, requests: int, connect, prepared, send,

@@ -219,6 +219,38 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
     return ModelCounters(values, quantiles, seen, note)
 
 
+GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
+MAX_GPUS = 64
+MAX_GPU_BYTES = float(2 ** 50)       # 1 PiB: no card holds more
+
+
+def gpu_memory_used(text: str) -> dict[str, float]:
+    """Triton's nv_gpu_memory_used_bytes by gpu_uuid: {} when the page has none (a server without a
+    GPU, or started with --allow-gpu-metrics=false). Strict as `parse`: a series Triton could not
+    have written rejects the reading."""
+    used: dict[str, float] = {}
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.startswith(GPU_MEMORY_USED) or line[len(GPU_MEMORY_USED):len(GPU_MEMORY_USED) + 1] not in ("{", " "):
+            continue
+        where = f"line {number} ({GPU_MEMORY_USED})"
+        labels, after = ({}, len(GPU_MEMORY_USED))
+        if line[after] == "{":
+            labels, after = _labels(line.rstrip("\r"), after + 1, where)
+        rest = line[after:].split()
+        if not 1 <= len(rest) <= 2:
+            raise MetricsRejected(f"{where}: expected a value after the labels")
+        gpu = labels.get("gpu_uuid", "")
+        value = _value(rest[0], where, GPU_MEMORY_USED)
+        if not gpu or gpu in used:
+            raise MetricsRejected(f"{where}: {'no' if not gpu else 'a repeated'} gpu_uuid label")
+        if not 0.0 <= value <= MAX_GPU_BYTES:
+            raise MetricsRejected(f"{where}: {rest[0][:40]} bytes is not a GPU's memory")
+        used[gpu] = value
+        if len(used) > MAX_GPUS:
+            raise MetricsRejected(f"{where}: more than {MAX_GPUS} GPUs")
+    return used
+
+
 def implausible(moved: Mapping[str, float], seconds: float | None) -> str | None:
     """Why counter differences over `seconds` cannot be a Triton pod's (None: they can). Without
     the window's length only the queue time per request is checked."""
@@ -260,6 +292,12 @@ def scrape(url: str, model: str, version: str = "", timeout_s: float = READ_DEAD
     """`url`: HOST:PORT of Triton's metrics endpoint; `timeout_s` bounds the whole read."""
     host, port = _split(url)
     return parse(fetch(host, port, timeout_s, max_bytes), model, version)
+
+
+def read_gpu_memory(url: str, timeout_s: float = READ_DEADLINE_S) -> dict[str, float]:
+    """`url`: HOST:PORT of Triton's metrics endpoint; nv_gpu_memory_used_bytes by gpu_uuid."""
+    host, port = _split(url)
+    return gpu_memory_used(fetch(host, port, timeout_s))
 
 
 def run_report(before: ModelCounters, after: ModelCounters) -> dict[str, float | None]:
