@@ -6,13 +6,14 @@ unloads that bring the pod there. Running it again on the converged index asks f
 
 A member's state in a pod:
 - Serving: its wanted version is READY (an older version may still be there during a reload).
-- Loading: its wanted version is LOADING.
+- Loading: its wanted version is LOADING (or UNLOADING: a transition, not loaded again meanwhile).
 - Failed: Triton tried and refused it (UNAVAILABLE with a reason other than "unloaded"): its
   artifact missing or corrupt, its config refused, the device out of memory. The other members are
   untouched: Triton loads and fails models one by one. A failed member is not loaded again on every
   round (`retry_failed`): its spec or artifact changes, or the caller's backoff says when.
 - Absent: the pod has never loaded it, or it was unloaded (Failed instead when its last load was refused).
-Every model the pod holds that is not a member is unloaded: a member removed, or a model nobody named.
+Every model the pod holds that is not a member is unloaded: a member removed, or a model nobody named;
+a member serving its version beside another READY one is loaded again, which drops the other.
 """
 from __future__ import annotations
 
@@ -47,13 +48,13 @@ def member_state(model: str, version: int, index: Iterable[IndexEntry], load_err
     no version for a model whose version directory is missing (the artifact never came), so the
     refusal is the only word of that failure."""
     entry = next((e for e in index if e.name == model and e.version == version), None)
-    if entry is None:
-        return MemberState(model, FAILED, load_error) if load_error else MemberState(model, ABSENT)
-    if entry.state == "READY":
+    if entry is not None and entry.state == "READY":
         return MemberState(model, SERVING)
-    if entry.state == "LOADING":
-        return MemberState(model, LOADING)
-    if entry.state == "UNAVAILABLE" and entry.reason and entry.reason != UNLOADED:
+    if entry is not None and entry.state in ("LOADING", "UNLOADING"):     # in transition: not loaded again
+        return MemberState(model, LOADING, entry.state.lower())
+    if load_error:
+        return MemberState(model, FAILED, load_error)
+    if entry is not None and entry.reason and entry.reason != UNLOADED:
         return MemberState(model, FAILED, entry.reason)
     return MemberState(model, ABSENT)
 
@@ -66,7 +67,9 @@ def pod_actions(members: Mapping[str, int], index: Iterable[IndexEntry], load_er
     load = []
     for model, version in sorted(members.items()):
         state = member_state(model, version, entries, errors.get(model, "")).state
-        if state == ABSENT or (state == FAILED and retry_failed):
+        stale = any(e.name == model and e.version != version and e.state == "READY" for e in entries)
+        if state == ABSENT or (state == FAILED and retry_failed) or (state == SERVING and stale):
+            # a load's version policy names the one version: Triton drops the others as it loads
             load.append(model)
     held = {e.name for e in entries if e.state in ("READY", "LOADING")}
     return PodActions(tuple(load), tuple(sorted(held - set(members))))

@@ -28,6 +28,19 @@ def test_a_new_version_is_a_reload_and_a_loading_member_is_left_alone():
     assert serverplan.member_state("coarse", 4, index).state == serverplan.LOADING
 
 
+def test_a_refused_load_outranks_a_stale_index_entry_and_transitions_wait():
+    index = [E("fine", 1, "UNAVAILABLE", "unloaded"), E("coarse", 2, "UNLOADING")]
+    assert serverplan.member_state("fine", 1, index, "load failed: no file").state == serverplan.FAILED
+    assert serverplan.pod_actions({"fine": 1, "coarse": 2}, index, {"fine": "load failed: no file"}).nothing
+    assert serverplan.member_state("coarse", 2, index).state == serverplan.LOADING
+
+
+def test_a_member_beside_an_old_version_is_loaded_again_to_drop_it():
+    index = [E("fine", 1, "READY"), E("fine", 2, "READY")]
+    assert serverplan.pod_actions({"fine": 2}, index).load == ("fine",)
+    assert serverplan.pod_actions({"fine": 2}, [E("fine", 1, "UNAVAILABLE", "unloaded"), E("fine", 2, "READY")]).nothing
+
+
 def test_failed_members_say_why_and_wait_for_a_retry():
     index = [E("fine", 1, "UNAVAILABLE", "failed to load 'fine' version 1: Invalid argument: onnx bad")]
     state = serverplan.member_state("fine", 1, index)
@@ -54,6 +67,7 @@ def _spec(exit_timeout=None, cache=False):
 def test_the_server_starts_with_no_model_and_the_members_union_of_flags():
     args = server_arguments([_spec(10).spec, _spec(40, cache=True).spec])
     assert "--model-control-mode=explicit" in args and "--strict-readiness=false" in args
+    assert "--allow-grpc=false" in args
     assert not any(a.startswith("--load-model") for a in args)
     assert "--exit-timeout-secs=40" in args and any(a.startswith("--cache-config") for a in args)
     assert not any(a.startswith("--cache-config") for a in server_arguments([_spec(10).spec]))

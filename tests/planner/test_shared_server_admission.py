@@ -75,6 +75,9 @@ def test_an_admitted_member_that_grew_is_reported_over_and_keeps_its_place():
     assert "fine" not in admission.admitted and admission.admitted == ("coarse", "rerank")
     (name, why), = admission.over
     assert name == "fine" and "does not fit" in why
+    # while fine's grown needs are not placed, a newcomer waits: fine's room is still taken
+    late = admit([LIGHT[0], grown, LIGHT[2], model("late", 50)], Card(T4), already_admitted={"coarse", "fine", "rerank"})
+    assert late.admitted == ("coarse", "rerank") and "late waits: fine already serve(s) here" in late.why("late")
 
 
 def test_switch_room_and_a_member_bigger_than_the_cap():

@@ -108,7 +108,7 @@ def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: C
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
     print_report(args, admission, lambda: render_admission(admission), lambda *_: None)
-    return 0 if not admission.waiting and not admission.refused else 1
+    return 0 if not admission.waiting and not admission.refused and not admission.over else 1
 
 
 def render_admission(admission) -> str:
@@ -121,6 +121,7 @@ def render_admission(admission) -> str:
                   f"{m.p99_budget_ms:7g}" for m in admission.server.models]
     lines += [f"waits: {name}: {why}" for name, why in admission.waiting]
     lines += [f"refused: {name}: {why}" for name, why in admission.refused]
+    lines += [f"over: {name}: {why}" for name, why in admission.over]
     return "\n".join(lines)
 
 

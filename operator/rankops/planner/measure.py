@@ -100,32 +100,36 @@ class BatchTiming:
 
 @dataclass(frozen=True)
 class GpuMemory:
-    """Triton's nv_gpu_memory_used_bytes on the GPU that moved most, in MiB: with the model unloaded
-    (None without --reload), loaded, and after the profile's requests up to max_batch_size."""
+    """Triton's nv_gpu_memory_used_bytes on the GPU that moved most, in MiB, each reading settled
+    (settled_gpu_memory): with the model unloaded (None without --reload), loaded, and after the
+    profile's requests up to `largest_batch`."""
     gpu: str
     unloaded_mib: float | None
     loaded_mib: float
     at_max_batch_mib: float
+    largest_batch: int                 # the largest batch the profile sent
 
-    def planning(self, instances: int, max_batch_size: int) -> dict[str, float]:
+    def planning(self, instances: int) -> dict[str, float]:
         """spec.planning.memory from the readings. Weights: what the load added, per instance (each
         loads its own copy; embeddings held on the GPU are in it). Activations: what max-batch requests
         added, per item, as one instance's (requests sent one at a time run on one instance). The runtime
-        reserve is the unloaded reading only when the model was the server's only one (the caller says)."""
-        out = {"activationMiBPerItem": round(max(0.0, self.at_max_batch_mib - self.loaded_mib) / max_batch_size, 3)}
+        reserve is the unloaded reading only when the model was the server's only one (the caller says).
+        CUDA's allocator may keep memory after an unload: the weights are then a floor."""
+        out = {"activationMiBPerItem": round(max(0.0, self.at_max_batch_mib - self.loaded_mib) / self.largest_batch, 3)}
         if self.unloaded_mib is not None:
             out["weightsMiB"] = round(max(0.0, self.loaded_mib - self.unloaded_mib) / instances, 1)
         return out
 
-    def describe(self, instances: int, max_batch_size: int) -> str:
-        figures = ", ".join(f"{k} {v:g}" for k, v in self.planning(instances, max_batch_size).items())
+    def describe(self, instances: int) -> str:
+        figures = ", ".join(f"{k} {v:g}" for k, v in self.planning(instances).items())
         unloaded = f"unloaded {self.unloaded_mib:.0f} MiB, " if self.unloaded_mib is not None else ""
-        return (f"{self.gpu}: {unloaded}loaded {self.loaded_mib:.0f} MiB, after batch {max_batch_size} "
+        return (f"{self.gpu}: {unloaded}loaded {self.loaded_mib:.0f} MiB, after batch {self.largest_batch} "
                 f"{self.at_max_batch_mib:.0f} MiB -> {figures}"
                 + ("" if self.unloaded_mib is not None else " (weights: measure with --reload)"))
 
 
-def gpu_memory(unloaded: dict[str, float] | None, loaded: dict[str, float], at_max: dict[str, float]) -> GpuMemory:
+def gpu_memory(unloaded: dict[str, float] | None, loaded: dict[str, float], at_max: dict[str, float],
+               largest_batch: int) -> GpuMemory:
     """The readings (bytes by gpu_uuid) of the GPU whose use moved most between the first and the last."""
     first = unloaded if unloaded is not None else loaded
     common = sorted(set(first) & set(loaded) & set(at_max))
@@ -133,7 +137,8 @@ def gpu_memory(unloaded: dict[str, float] | None, loaded: dict[str, float], at_m
         raise MeasureError("the GPUs in Triton's nv_gpu_memory_used_bytes changed between readings")
     gpu = max(common, key=lambda g: (at_max[g] - first[g], g))
     mib = lambda b: b / (1 << 20)  # noqa: E731
-    return GpuMemory(gpu, mib(unloaded[gpu]) if unloaded is not None else None, mib(loaded[gpu]), mib(at_max[gpu]))
+    return GpuMemory(gpu, mib(unloaded[gpu]) if unloaded is not None else None, mib(loaded[gpu]), mib(at_max[gpu]),
+                     largest_batch)
 
 
 @dataclass
@@ -159,7 +164,7 @@ class Measurement:
         if self.slowdown is not None:
             out["sharedGpuSlowdown"] = self.slowdown
         if self.gpu_memory is not None:
-            out["memory"] = self.gpu_memory.planning(self.instances, self.max_batch_size)
+            out["memory"] = self.gpu_memory.planning(self.instances)
         return out
 
     def config_map(self, name: str, namespace: str | None, key: str) -> dict[str, Any]:
@@ -442,8 +447,9 @@ def measure(url: str, model: str, version: str = "", *, batch_sizes: list[int] |
     if readings is not None:
         from rankops.triton.metrics import MetricsUnavailable, read_gpu_memory
         try:
-            measurement.gpu_memory = gpu_memory(readings[0], readings[1], read_gpu_memory(readings[2], timeout_s))
-            measurement.gpu_memory_detail = measurement.gpu_memory.describe(instances, max_batch)
+            at_max = settled_gpu_memory(lambda: read_gpu_memory(readings[2], timeout_s))
+            measurement.gpu_memory = gpu_memory(readings[0], readings[1], at_max, largest_batch=max(sizes))
+            measurement.gpu_memory_detail = measurement.gpu_memory.describe(instances)
         except (MetricsUnavailable, MeasureError) as exc:
             measurement.gpu_memory_detail = f"not measured: {exc}"
     if not shared:
@@ -480,13 +486,44 @@ def _first_gpu_readings(url: str, model: str, version: str, timeout_s: float, me
     repository = Repository(host, int(port), api_headers)
     try:
         repository.unload(model)
-        unloaded = read_gpu_memory(metrics_url, timeout_s)
-        repository.load(model)
+        try:
+            _until(lambda: not any(e.name == model for e in repository.index() if e.state != "UNAVAILABLE"),
+                   timeout_s, f"model {model} to unload")
+            unloaded = settled_gpu_memory(lambda: read_gpu_memory(metrics_url, timeout_s))
+        finally:
+            repository.load(model)       # the replica gets its model back whatever was read
+        _check_model(url, model, version, timeout_s)
+        return (unloaded, settled_gpu_memory(lambda: read_gpu_memory(metrics_url, timeout_s)), metrics_url), ""
     except (RepositoryError, MetricsUnavailable) as exc:
         raise MeasureError(f"--reload: {exc}; give the restricted API's key in RANKOPS_TRITON_API_KEY, or drop "
                            "--reload") from None
-    _check_model(url, model, version, timeout_s)
-    return (unloaded, read_gpu_memory(metrics_url, timeout_s), metrics_url), ""
+
+
+# Triton refreshes its GPU metrics every --metrics-interval-ms (2000 by default): a reading straight
+# after a load or an unload may still be the one before.
+METRICS_INTERVAL_S = 2.0
+SETTLE_READINGS = 5
+
+
+def settled_gpu_memory(read: Callable[[], dict[str, float]], interval_s: float = METRICS_INTERVAL_S,
+                       sleep: Callable[[float], None] = time.sleep) -> dict[str, float]:
+    """A reading that two metrics intervals apart has not moved (at most SETTLE_READINGS tries: the last)."""
+    last = read()
+    for _ in range(SETTLE_READINGS):
+        sleep(interval_s)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def _until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise MeasureError(f"--reload: waited {timeout_s:g}s for {what}")
+        time.sleep(0.1)
 
 
 def _measure_shared(measurement: Measurement, b: int, solo_ms: float, requests: int, connect, prepared, send,

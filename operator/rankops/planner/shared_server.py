@@ -13,7 +13,8 @@ Never evicting: members already admitted are placed first (in arrival order), th
 arrival order. A newcomer cannot push out a member that serves; one removed frees room for the
 first waiting member that fits, not for a reshuffle. An admitted member whose own needs grew past
 what is left (its spec changed) is reported with its arithmetic in `over`; it keeps its place, and
-the caller keeps what serves (its change waits), as with any bad edit.
+the caller keeps what serves (its change waits), as with any bad edit. While an admitted member
+cannot be counted (over, or refused), no newcomer is admitted: its room is still taken on the cards.
 
 A member the planner cannot read (no spec.planning.memory, no SLO, no plan alone) is `refused`,
 with the reason: it is its spec's problem, and it never blocks the others.
@@ -61,6 +62,13 @@ def admit(members: Sequence[ModelToPack], card: Card, already_admitted: Collecti
     first = [m for m in members if m.name in already_admitted]
     rest = [m for m in members if m.name not in already_admitted]
     for member in first + rest:
+        unplaced = [n for n, _ in over + refused if n in already_admitted]
+        if member.name not in already_admitted and unplaced:
+            # an admitted member this round could not count still holds its room on the cards:
+            # a newcomer placed without it could overfill them
+            waiting.append((member.name, f"{member.name} waits: {', '.join(unplaced)} already serve(s) here with "
+                                         "needs this plan cannot count now (see their own reason)"))
+            continue
         try:
             alone = _plan_alone(member, card)
         except PackError as exc:

@@ -29,7 +29,10 @@ def server_arguments(members: Sequence[RankingModelSpec]) -> list[str]:
             # asked to load is not READY: one member whose load failed would take every member's pods
             # out of their Services (measured: tests/triton/test_shared_server_on_triton.py). The pod is
             # ready when the server is; a member's own readiness is /v2/models/<m>/ready.
-            "--strict-readiness=false"]
+            "--strict-readiness=false",
+            # A gRPC request names its model inside a protobuf message: no per-member port can route it
+            # (triton/route.py), so a shared server serves HTTP only.
+            "--allow-grpc=false"]
 
 
 def member_config(name: str, namespace: str, spec: RankingModelSpec, version_name: str,

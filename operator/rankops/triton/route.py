@@ -14,9 +14,13 @@ sent, before any decoding: one with `%`, `\\`, an empty, `.` or `..` segment is 
 encoded or dotted name cannot reach another model.
 
 HTTP/1.1 with keep-alive, one upstream connection per client connection (answers stay in order).
-Bounded: a request's head (MAX_HEAD_BYTES) and body (`max_body_bytes`, by its Content-Length;
-chunked request bodies are refused with 411), and an idle connection is closed after
-`idle_timeout_s`. gRPC is not routed (a model's name is inside its protobuf messages): a shared
+Strict and bounded: a request head is parsed as Triton would read it or refused (400: one space
+between method, target and version, no tab, bare LF or NUL, a Content-Length of digits only), at
+most MAX_HEAD_BYTES and MAX_HEADERS; a body is streamed to Triton, never held, at most
+`max_body_bytes` by its Content-Length (chunked request bodies: 411); a refused request's body is
+never read (the connection ends); at most `max_connections` at once (503); every read and write
+waits at most `idle_timeout_s`. Triton unreachable: 502. A member named `stats` cannot have a
+port: GET /v2/models/stats is Triton's statistics of every model. gRPC is not routed (a model's name is inside its protobuf messages): a shared
 server's members are served over HTTP. The ports come from a JSON file ({"8100": "coarse", ...},
 a ConfigMap mounted as a directory), read again every `reload_s`: adding or removing a member opens
 or closes its port without restarting the pod.
@@ -33,16 +37,25 @@ from pathlib import Path
 log = logging.getLogger("rankops.route")
 
 MAX_HEAD_BYTES = 32 << 10
+MAX_HEADERS = 100
 DEFAULT_MAX_BODY_BYTES = 256 << 20
+DEFAULT_MAX_CONNECTIONS = 512
 SERVER_PATHS = frozenset({"/v2", "/v2/health/live", "/v2/health/ready"})
+# Segments Triton routes itself under /v2/models/: GET /v2/models/stats answers every model's statistics.
+RESERVED_MODEL_NAMES = frozenset({"stats"})
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+_PORT = re.compile(r"^[0-9]{4,5}$")
+_METHOD = re.compile(r"^[A-Z]{1,16}$")
+_TARGET = re.compile(r"^/[\x21-\x7e]*$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_LENGTH = re.compile(r"^[0-9]{1,12}$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"}
 
 
 def allowed(path: str, model: str) -> bool:
     """May a request for `path` (the request target, query included) pass on `model`'s port?"""
     path = path.split("?", 1)[0]
-    if not path.startswith("/") or "%" in path or "\\" in path:
+    if not path.startswith("/") or "%" in path or "\\" in path or model in RESERVED_MODEL_NAMES:
         return False
     segments = path.split("/")[1:]
     if any(s in ("", ".", "..") for s in segments):
@@ -70,12 +83,19 @@ def parse_routes(text: str) -> dict[int, str]:
 def checked_routes(data: Mapping[object, object]) -> dict[int, str]:
     routes = {}
     for port, model in data.items():
-        if not (isinstance(port, str) and port.isdigit() and 1024 <= int(port) <= 65535):
+        if not (isinstance(port, str) and _PORT.match(port) and 1024 <= int(port) <= 65535):
             raise RouteError(f"route port {port!r} is not a port in 1024..65535")
         if not (isinstance(model, str) and _MODEL_NAME.match(model)):
             raise RouteError(f"route {port}: {model!r} is not a model name")
+        if model in RESERVED_MODEL_NAMES:
+            raise RouteError(f"route {port}: {model!r} is a path Triton keeps for itself (/v2/models/{model} "
+                             "answers every model's statistics); rename the model")
         routes[int(port)] = model
     return routes
+
+
+class BadRequest(ValueError):
+    """The client's request is not one this router passes on: answered 400, the connection closed."""
 
 
 def _response(code: int, reason: str, message: str, close: bool) -> bytes:
@@ -84,60 +104,91 @@ def _response(code: int, reason: str, message: str, close: bool) -> bytes:
             f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n").encode() + body
 
 
-async def _read_head(reader: asyncio.StreamReader, limit: int) -> bytes | None:
-    """The head up to its blank line, or None at a clean end of stream before one started."""
+async def _read_line_or_head(reader: asyncio.StreamReader, separator: bytes, what: str) -> bytes | None:
+    """Up to `separator`, or None at a clean end of stream before anything came. Over the reader's
+    limit (MAX_HEAD_BYTES): ValueError."""
     try:
-        return await reader.readuntil(b"\r\n\r\n")
+        return await reader.readuntil(separator)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             return None
         raise
     except asyncio.LimitOverrunError:
-        raise ValueError(f"head over {limit} bytes") from None
+        raise ValueError(f"{what} over {MAX_HEAD_BYTES} bytes") from None
 
 
-def _headers(head: bytes) -> tuple[str, list[tuple[str, str]]]:
-    lines = head.decode("latin-1").split("\r\n")
+def parse_request_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
+    """(method, target, version, header fields), strictly: what is passed on must mean the same to
+    Triton's parser as to this one (no tab or bare LF as a separator, no odd length), or it is refused."""
+    if b"\0" in head:
+        raise BadRequest("NUL in the request head")
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _METHOD.match(parts[0]) or not _TARGET.match(parts[1]) or \
+            parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise BadRequest(f"not an HTTP/1.x request line: {lines[0][:80]!r}")
+    return parts[0], parts[1], parts[2], _fields(lines[1:], BadRequest)
+
+
+def _fields(lines: list[str], error: type[Exception]) -> list[tuple[str, str]]:
+    if len(lines) > MAX_HEADERS:
+        raise error(f"more than {MAX_HEADERS} header lines")
     fields = []
-    for line in lines[1:]:
-        if not line:
-            continue
+    for line in lines:
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise ValueError(f"bad header line {line[:80]!r}")
-        fields.append((name, value.strip()))
-    return lines[0], fields
+        if not sep or not _TOKEN.match(name) or "\n" in line or "\r" in line:
+            raise error(f"bad header line {line[:80]!r}")
+        fields.append((name, value.strip(" \t")))
+    return fields
 
 
-def _get(fields: list[tuple[str, str]], name: str) -> str | None:
+def _get(fields: list[tuple[str, str]], name: str, error: type[Exception] = BadRequest) -> str | None:
     found = [v for k, v in fields if k.lower() == name]
     if len(found) > 1:
-        raise ValueError(f"{name} given twice")
+        raise error(f"{name} given twice")
     return found[0] if found else None
+
+
+def _length(fields: list[tuple[str, str]], error: type[Exception] = BadRequest) -> int:
+    length = _get(fields, "content-length", error)
+    if length is None:
+        return 0
+    if not _LENGTH.match(length):
+        raise error(f"Content-Length {length[:20]!r} is not a length")
+    return int(length)
+
+
+class UpstreamError(ConnectionError):
+    """Triton did not answer, or not in a way this router relays: 502 when nothing was relayed yet."""
 
 
 class Router:
     """Listens on each route's port; forwards what `allowed` lets through to Triton at upstream."""
 
     def __init__(self, upstream: tuple[str, int], host: str = "0.0.0.0",
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, idle_timeout_s: float = 60.0) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, idle_timeout_s: float = 60.0,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.upstream, self.host = upstream, host
         self.max_body_bytes, self.idle_timeout_s = max_body_bytes, idle_timeout_s
+        self.max_connections = max_connections
         self.servers: dict[int, tuple[str, asyncio.AbstractServer]] = {}
+        self.clients: dict[int, set[asyncio.Task]] = {}
 
     async def apply(self, routes: Mapping[int, str]) -> None:
-        """Open, close or re-point ports so that exactly `routes` are served."""
+        """Open, close or re-point ports so that exactly `routes` are served; a port closed or
+        re-pointed ends its open connections too (they would go on reaching the old model)."""
         for port, (model, server) in list(self.servers.items()):
             if routes.get(port) != model:
                 server.close()
-                await server.wait_closed()
+                for task in self.clients.pop(port, set()):
+                    task.cancel()
                 del self.servers[port]
                 log.info("route %d (%s) closed", port, model)
         for port, model in routes.items():
             if port not in self.servers:
                 try:
-                    server = await asyncio.start_server(lambda r, w, m=model: self._client(r, w, m), self.host,
-                                                        port, limit=MAX_HEAD_BYTES)
+                    server = await asyncio.start_server(
+                        lambda r, w, m=model, p=port: self._client(r, w, m, p), self.host, port, limit=MAX_HEAD_BYTES)
                 except OSError as exc:      # tried again on the next round
                     log.error("route %d (%s) cannot listen: %s", port, model, exc)
                     continue
@@ -147,122 +198,160 @@ class Router:
     async def close(self) -> None:
         await self.apply({})
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, model: str) -> None:
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, model: str, port: int) -> None:
+        task = asyncio.current_task()
+        tasks = self.clients.setdefault(port, set())
+        if sum(len(t) for t in self.clients.values()) >= self.max_connections:
+            try:    # its head read first: closing on unread bytes would reset the connection, not answer it
+                await asyncio.wait_for(_read_line_or_head(reader, b"\r\n\r\n", "request head"), 1.0)
+                writer.write(_response(503, "Service Unavailable", "too many connections", True))
+                await asyncio.wait_for(writer.drain(), 1.0)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+                pass
+            writer.close()
+            return
+        tasks.add(task)
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        relaying = False
         try:
             while True:
-                head = await asyncio.wait_for(_read_head(reader, MAX_HEAD_BYTES), self.idle_timeout_s)
+                head = await asyncio.wait_for(_read_line_or_head(reader, b"\r\n\r\n", "request head"),
+                                              self.idle_timeout_s)
                 if head is None:
                     return
-                request_line, fields = _headers(head)
-                method, _, rest = request_line.partition(" ")
-                target, _, version = rest.partition(" ")
+                method, target, version, fields = parse_request_head(head)
                 close = (_get(fields, "connection") or "").lower() == "close" or version == "HTTP/1.0"
+                chunked = _get(fields, "transfer-encoding") is not None
+                length = _length(fields)
                 if not allowed(target, model):
-                    # a client that awaits 100-continue may never send the body: end the connection
-                    close = close or (_get(fields, "expect") or "").lower() == "100-continue"
-                    writer.write(_response(404, "Not Found", f"this port serves model {model} only", close))
-                    await writer.drain()
+                    # a body is never read for a refused request: the connection ends after the answer
+                    close = close or chunked or length > 0 or _get(fields, "expect") is not None
+                    await self._send(writer, _response(404, "Not Found", f"this port serves model {model} only", close))
                     if close:
                         return
-                    await self._discard_body(reader, fields)
                     continue
-                if _get(fields, "transfer-encoding") is not None:
-                    writer.write(_response(411, "Length Required", "send the body with a Content-Length", True))
-                    await writer.drain()
+                if chunked:
+                    await self._send(writer, _response(411, "Length Required", "send the body with a Content-Length",
+                                                       True))
                     return
-                length = int(_get(fields, "content-length") or "0")
-                if length < 0 or length > self.max_body_bytes:
-                    writer.write(_response(413, "Payload Too Large",
-                                           f"a body of at most {self.max_body_bytes} bytes", True))
-                    await writer.drain()
+                if length > self.max_body_bytes:
+                    await self._send(writer, _response(413, "Payload Too Large",
+                                                       f"a body of at most {self.max_body_bytes} bytes", True))
                     return
                 if (_get(fields, "expect") or "").lower() == "100-continue":
-                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    await writer.drain()
-                body = await asyncio.wait_for(reader.readexactly(length), self.idle_timeout_s)
+                    await self._send(writer, b"HTTP/1.1 100 Continue\r\n\r\n")
+                if upstream is not None and upstream[0].at_eof():     # Triton closed the idle connection
+                    upstream[1].close()
+                    upstream = None
                 if upstream is None:
-                    upstream = await asyncio.open_connection(*self.upstream, limit=MAX_HEAD_BYTES)
+                    try:
+                        upstream = await asyncio.wait_for(
+                            asyncio.open_connection(*self.upstream, limit=MAX_HEAD_BYTES), self.idle_timeout_s)
+                    except (OSError, asyncio.TimeoutError) as exc:
+                        raise UpstreamError(f"Triton at {self.upstream[0]}:{self.upstream[1]}: {exc}") from None
                 kept = [(k, v) for k, v in fields if k.lower() not in _HOP_BY_HOP]
                 upstream[1].write((f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept)
-                                   + "\r\n").encode("latin-1") + body)
-                await upstream[1].drain()
+                                   + "\r\n").encode("latin-1"))
+                await self._copy(reader, upstream[1], length)        # streamed: never held whole
+                relaying = True
                 upstream_closes = await self._relay_response(upstream[0], writer, method)
+                relaying = False
                 if upstream_closes:
                     upstream[1].close()
                     upstream = None
                 if close or upstream_closes:
                     return
+        except BadRequest as exc:
+            if not relaying:
+                writer.write(_response(400, "Bad Request", str(exc)[:200], True))
+        except UpstreamError as exc:
+            log.warning("route %s: %s", model, exc)
+            if not relaying:
+                writer.write(_response(502, "Bad Gateway", "the model server did not answer", True))
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             log.debug("route %s: connection ended: %s", model, exc)
-            if isinstance(exc, ValueError) and not writer.is_closing():
-                writer.write(_response(400, "Bad Request", str(exc)[:200], True))
+        except asyncio.CancelledError:      # its port closed or re-pointed (apply): the connection ends
+            pass
         finally:
+            tasks.discard(task)
             if upstream is not None:
                 upstream[1].close()
             writer.close()
 
-    async def _discard_body(self, reader: asyncio.StreamReader, fields: list[tuple[str, str]]) -> None:
-        length = int(_get(fields, "content-length") or "0")
-        if _get(fields, "transfer-encoding") is not None or not 0 <= length <= self.max_body_bytes:
-            raise ValueError("a refused request's body cannot be skipped")
-        await asyncio.wait_for(reader.readexactly(length), self.idle_timeout_s)
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
 
     async def _relay_response(self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter,
                               method: str) -> bool:
         """Relays one answer; True when the upstream connection ends with it."""
-        while True:
-            head = await asyncio.wait_for(_read_head(upstream, MAX_HEAD_BYTES), self.idle_timeout_s)
-            if head is None:
-                raise ConnectionError("Triton closed the connection")
-            status_line, fields = _headers(head)
-            writer.write(head)
-            code = int(status_line.split(" ", 2)[1])
-            if code >= 200 or code == 101:
-                break      # 1xx interim answers are relayed and the final one awaited
-        closes = (_get(fields, "connection") or "").lower() == "close"
-        if method == "HEAD" or code in (204, 304):
-            await writer.drain()
-            return closes
-        length = _get(fields, "content-length")
-        if length is not None:
-            await self._copy(upstream, writer, int(length))
-        elif (_get(fields, "transfer-encoding") or "").lower() == "chunked":
+        try:
             while True:
-                size_line = await asyncio.wait_for(upstream.readuntil(b"\r\n"), self.idle_timeout_s)
-                writer.write(size_line)
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while (line := await asyncio.wait_for(upstream.readuntil(b"\r\n"), self.idle_timeout_s)) != b"\r\n":
-                        writer.write(line)
-                    writer.write(b"\r\n")
-                    break
-                await self._copy(upstream, writer, size + 2)
-        else:
-            while chunk := await asyncio.wait_for(upstream.read(1 << 16), self.idle_timeout_s):
-                writer.write(chunk)
-                await writer.drain()
-            closes = True
-        await writer.drain()
-        return closes
+                head = await asyncio.wait_for(_read_line_or_head(upstream, b"\r\n\r\n", "Triton's answer head"),
+                                              self.idle_timeout_s)
+                if head is None:
+                    raise UpstreamError("Triton closed the connection before answering")
+                lines = head[:-4].decode("latin-1").split("\r\n")
+                fields = _fields(lines[1:], UpstreamError)
+                status = lines[0].split(" ", 2)
+                if len(status) < 2 or not status[1].isdigit() or len(status[1]) != 3:
+                    raise UpstreamError(f"not an HTTP status line: {lines[0][:80]!r}")
+                code = int(status[1])
+                writer.write(head)
+                if code >= 200 or code == 101:
+                    break      # 1xx interim answers are relayed and the final one awaited
+            closes = (_get(fields, "connection", UpstreamError) or "").lower() == "close"
+            if method == "HEAD" or code in (204, 304):
+                await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+                return closes
+            length = _get(fields, "content-length", UpstreamError)
+            if length is not None:
+                await self._copy(upstream, writer, _length(fields, UpstreamError))
+            elif (_get(fields, "transfer-encoding", UpstreamError) or "").lower() == "chunked":
+                while True:
+                    size_line = await asyncio.wait_for(_read_line_or_head(upstream, b"\r\n", "a chunk size"),
+                                                       self.idle_timeout_s)
+                    if size_line is None:
+                        raise UpstreamError("Triton's chunked answer ended early")
+                    writer.write(size_line)
+                    size = int(size_line.split(b";", 1)[0].strip(), 16)
+                    if size == 0:
+                        while (line := await asyncio.wait_for(
+                                _read_line_or_head(upstream, b"\r\n", "a trailer"), self.idle_timeout_s)) != b"\r\n":
+                            if line is None:
+                                raise UpstreamError("Triton's chunked answer ended early")
+                            writer.write(line)
+                        writer.write(b"\r\n")
+                        break
+                    await self._copy(upstream, writer, size + 2)
+            else:
+                while chunk := await asyncio.wait_for(upstream.read(1 << 16), self.idle_timeout_s):
+                    writer.write(chunk)
+                    await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+                closes = True
+            await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+            return closes
+        except ValueError as exc:      # an unparsable chunk size or a line over the limit
+            raise UpstreamError(f"Triton's answer: {exc}") from None
 
     async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int) -> None:
         left = length
         while left:
             chunk = await asyncio.wait_for(reader.read(min(left, 1 << 16)), self.idle_timeout_s)
             if not chunk:
-                raise ConnectionError("Triton's answer ended early")
+                raise asyncio.IncompleteReadError(b"", left)
             writer.write(chunk)
             left -= len(chunk)
             if writer.transport.get_write_buffer_size() > (1 << 20):
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+        await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
 
 
 async def run(upstream: tuple[str, int], routes_file: Path | None, static: Mapping[int, str],
               host: str = "0.0.0.0", reload_s: float = 2.0, stop: asyncio.Event | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
     """Serve `static` routes and those of `routes_file` (read again every `reload_s`) until `stop`.
-    A file that does not parse keeps the ports as they were (said once per change of its text)."""
+    A file that cannot be read or does not parse keeps the ports as they were (said once per change)."""
     router = Router(upstream, host, max_body_bytes)
     stop = stop or asyncio.Event()
     last_text, current = None, dict(static)
@@ -270,12 +359,14 @@ async def run(upstream: tuple[str, int], routes_file: Path | None, static: Mappi
         while True:
             if routes_file is not None:
                 try:
-                    text = routes_file.read_text()
-                except OSError:
-                    text = "{}"
+                    text = routes_file.read_bytes().decode("utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    text = f"unreadable: {exc}"
                 if text != last_text:
                     last_text = text
                     try:
+                        if text.startswith("unreadable: "):
+                            raise RouteError(text)
                         current = {**parse_routes(text), **static}
                     except RouteError as exc:
                         log.error("%s: %s; the routes stay as they were", routes_file, exc)
