@@ -196,7 +196,9 @@ class Router:
                 log.info("route %d -> model %s", port, model)
 
     async def close(self) -> None:
+        ending = [t for tasks in self.clients.values() for t in tasks]
         await self.apply({})
+        await asyncio.gather(*ending, return_exceptions=True)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, model: str, port: int) -> None:
         task = asyncio.current_task()
