@@ -398,10 +398,10 @@ def _in_place_fit(rm: RankingModel, status: RankingModelStatus, resolved: Resolv
                   serving: str | None) -> Any:
     """rollout.strategy inPlace: spec.version beside the version serving, by the plan's memory
     arithmetic (planner/two_versions); None when not asked, or no plan was made."""
-    from rankops.rollout.inplace_phase import versions_side_by_side, wants_in_place
+    from rankops.rollout.inplace_phase import versions_side_by_side
 
     stable = status.stable_version or serving
-    if not wants_in_place(rm.spec) or resolved.plan is None or stable in (None, rm.spec.version):
+    if not rm.spec.rollout.switches_in_place or resolved.plan is None or stable in (None, rm.spec.version):
         return None
     return versions_side_by_side(rm.spec, resolved.plan, stable, rm.spec.version)
 

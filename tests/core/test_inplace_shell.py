@@ -41,3 +41,23 @@ def test_one_executor_per_attempt_let_go_when_the_switch_ends():
     assert second is not first and second.gate_verdicts("2") == {} and first._pool._shutdown
     inplace_shell.execute(memory, RM, _record("Switched"), (inplace.RemoveFiles("ctr-stable-a", "1"),), "a2")
     assert "uid-1" not in memory.in_place and second._pool._shutdown
+
+
+def test_a_pod_that_refuses_the_key_is_said_so_by_type_not_by_its_words():
+    from rankops.controller.inplace_pods import Executor
+    from test_repository_client import http, send
+    from tests.hostile import Endpoint
+
+    refused = Endpoint(send(http(b'{"error":"This API is restricted, expecting header \'rankops-api-key\'"}',
+                                 "HTTP/1.1 403 Forbidden\r\n")))
+    other = Endpoint(send(http(b'{"error": "403 restricted 401"}', "HTTP/1.1 400 Bad Request\r\n")))
+    pods = {"a": PodTarget("a", "u-a", "127.0.0.1", refused.port), "b": PodTarget("b", "u-b", "127.0.0.1", other.port)}
+    executor = Executor("ctr", pods, stage=None, gates=None)
+    try:
+        a, b = executor.read()
+        assert a.key_refused and a.versions is None and "restricted" in a.unread
+        assert not b.key_refused and b.versions is None      # its words mention 403: not a refused key
+    finally:
+        executor.close()
+        refused.close()
+        other.close()

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from rankops.triton.repository import (MAX_INDEX_ENTRIES, IndexEntry, Repository, RepositoryError, parse_index,
-                                       with_versions)
+from rankops.triton.repository import (MAX_INDEX_ENTRIES, IndexEntry, KeyRefused, Repository, RepositoryError,
+                                       parse_index, with_versions)
 from tests.hostile import Endpoint
 
 
@@ -64,6 +64,24 @@ def test_an_index_answer_is_triton_s_or_refused_within_its_deadline(behave, says
     message, took = asked(behave, lambda repo: repo.index())
     assert says in message and message.startswith("127.0.0.1:")
     assert took < 3.0
+
+
+def test_a_refused_key_is_its_own_error():
+    # tritonserver 2.51 answers a restricted API without the right key 403 (measured)
+    refused = http(b'{"error":"This API is restricted, expecting header \'rankops-api-key\'"}', "HTTP/1.1 403 Forbidden\r\n")
+    server = Endpoint(send(refused))
+    try:
+        with pytest.raises(KeyRefused, match="index refused: This API is restricted"):
+            Repository("127.0.0.1", server.port).index()
+    finally:
+        server.close()
+    other = Endpoint(send(http(b'{"error": "bad"}', "HTTP/1.1 400 Bad Request\r\n")))
+    try:
+        with pytest.raises(RepositoryError) as raised:
+            Repository("127.0.0.1", other.port).index()
+        assert not isinstance(raised.value, KeyRefused)
+    finally:
+        other.close()
 
 
 def test_a_refused_load_says_triton_s_error():

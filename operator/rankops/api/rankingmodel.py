@@ -395,6 +395,11 @@ class Rollout(ApiModel):
     in_place: InPlace = Field(default_factory=InPlace, description=(
         "strategy inPlace: the serving version's P99 bound while a version loads, and the load's deadline."))
 
+    @property
+    def switches_in_place(self) -> bool:
+        """strategy inPlace: the one test of it (the switch is still decided per rollout, by the memory)."""
+        return self.strategy is RolloutStrategy.in_place
+
 
 class WarmReplicas(ApiModel):
     enabled: Annotated[bool, Field(description=(
@@ -705,7 +710,7 @@ class RankingModelSpec(ApiModel):
                              f"({names}) or {{torchscriptUri: ...}}")
         if self.rollout.equivalence.output and self.rollout.equivalence.output not in [o.name for o in self.outputs]:
             raise ValueError(f"rollout.equivalence.output {self.rollout.equivalence.output!r} is not an output")
-        if self.rollout.strategy is RolloutStrategy.in_place:
+        if self.rollout.switches_in_place:
             for i, v in enumerate(self.versions):
                 scheme = v.model_uri.split("://", 1)[0].lower()
                 if scheme in ("pvc", "file"):

@@ -56,7 +56,8 @@ from rankops.rollout import inplace
 from rankops.rollout.jobs import EQUIVALENCE_SAMPLES
 from rankops.rollout.machine import reference_version_of
 from rankops.triton.client import GATE_PRIORITY, Endpoint
-from rankops.triton.repository import INDEX_DEADLINE_S, Repository, RepositoryError, config_json, with_versions
+from rankops.triton.repository import (INDEX_DEADLINE_S, KeyRefused, Repository, RepositoryError, config_json,
+                                       with_versions)
 from rankops.triton.samples import Sample, generate_samples, parse_input_spec
 
 # Triton's latency window is 60 s; the gate Job waits 70 s for it to hold only warm requests.
@@ -196,6 +197,8 @@ class Executor:
     def _index(self, pod: PodTarget) -> inplace.PodIndex:
         try:
             entries = pod.repository().versions(self.model, self.index_deadline_s)
+        except KeyRefused as exc:
+            return inplace.PodIndex(pod.name, pod.uid, pod.serving, None, unread=str(exc), key_refused=True)
         except RepositoryError as exc:
             return inplace.PodIndex(pod.name, pod.uid, pod.serving, None, unread=str(exc))
         except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read

@@ -61,7 +61,7 @@ def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus
     executor.load_deadline_s = float(rm.spec.rollout.in_place.load_timeout_seconds)
     verdicts = executor.gate_verdicts(switch.version) if switch else {}
     indexes = executor.read()
-    if any(("401" in i.unread or "403" in i.unread or "restricted" in i.unread.lower()) for i in indexes):
+    if any(i.key_refused for i in indexes):
         memory.in_place_keys.pop(uid, None)   # the key Secret was made again: read it next time
     return inplace.Observed(now, indexes, verdicts, stable_p99_ms(snapshot))
 

@@ -12,7 +12,6 @@ import dataclasses
 import datetime as dt
 import logging
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,6 @@ from rankops import autoscale, model_status, modelplan
 from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import GateResult, RankingModel, RankingModelStatus, RolloutStatus
 from rankops.controller import inplace_shell, pod_metrics, writes
-from rankops.rollout import inplace_phase
 from rankops.controller.kube import ApiError, ApiMissing, InvalidName, Kube
 from rankops.controller.model_memory import MONITOR_REAPPLY_S, ModelMemory
 from rankops.controller.plans import PlanPending, Plans
@@ -323,7 +321,7 @@ def execute(kube: Kube, rm: RankingModel, done: modelplan.ModelPlan, memory: Mod
     # Once the children are accepted (a refused set leaves nothing behind); a pod that starts before
     # the key is there waits for it (CreateContainerConfigError, retried by the kubelet).
     ensure_api_key(kube, rm, memory)
-    if inplace_phase.wants_in_place(rm.spec):
+    if rm.spec.rollout.switches_in_place:
         inplace_shell.nudge_stagers(kube, rm, done.applies)
     rollout = done.status.rollout
     inplace_shell.execute(memory, rm, rollout.in_place if rollout else None, done.in_place_actions,

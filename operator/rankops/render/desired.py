@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankops.api.rankingmodel import Batching, ModelVersion, RankingModel, RankingModelSpec, RolloutStrategy
+from rankops.api.rankingmodel import Batching, ModelVersion, RankingModel, RankingModelSpec
 from rankops.fetcher import stager
 from rankops.render import names, serving
 from rankops.render.policy import PolicyError, TenantPolicy
@@ -201,7 +201,7 @@ def desired_objects(rm: RankingModel, state: ServingState, resolved: ResolvedSha
     # tolerance) are already part of what may go, and a surge while replicas move adds to it.
     keep = serving.stable_min_available(resolved.replicas, failure_tolerance(rm.spec),
                                         resolved.replicas - state.stable_lent)
-    in_place = rm.spec.rollout.strategy is RolloutStrategy.in_place
+    in_place = rm.spec.rollout.switches_in_place
     objects = track_objects(rm, names.STABLE, state.stable_version, stable, True,
                             resolved.shape, pool_requirements, covering, policy, min_available=keep,
                             staged=state.staged_versions if in_place else None, started_for=state.started_for)

@@ -527,7 +527,7 @@ def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_
                 # rollout.strategy inPlace: the operator loads, unloads and gates versions through
                 # Triton's HTTP port (the repository API answers only the model's key).
                 *([{"from": [operator], "ports": [port(HTTP_PORT)]}]
-                  if spec.rollout.strategy.value == "inPlace" else []),
+                  if spec.rollout.switches_in_place else []),
             ],
         },
     }

@@ -81,6 +81,7 @@ class PodIndex:
     serving: bool            # Ready, not being deleted, on a live node (rollout/readiness)
     versions: Mapping[int, VersionState] | None   # its repository index by Triton version; None: not read
     unread: str = ""         # why the index was not read
+    key_refused: bool = False   # the pod refused the model's restricted-API key (the key Secret was made again)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,6 @@ class InPlaceStart:
     events: tuple[Event, ...]
 
 
-def wants_in_place(spec: RankingModelSpec) -> bool:
-    return spec.rollout.strategy is RolloutStrategy.in_place
-
-
 def policy(spec: RankingModelSpec, replicas: int) -> inplace.Policy:
     from rankops.render.desired import failure_tolerance
 

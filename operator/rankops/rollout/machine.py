@@ -238,7 +238,7 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
                            attempt=new_attempt_id(target, started, rollout), started_at=started, phase_since=started,
                            message=f"starting canary of version {target} beside stable {stable}",
                            strategy=spec.rollout.strategy, **{**consumed, **({"retried": retry} if retry else {})})
-    if inplace_phase.wants_in_place(spec):
+    if spec.rollout.switches_in_place:
         begun = inplace_phase.start(spec, target, stable, now, observed.in_place_fit)
         events.extend(begun.events)
         record.in_place = begun.record
@@ -252,7 +252,7 @@ def _start(spec: RankingModelSpec, status: RankingModelStatus, observed: Observe
 
 def step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed) -> Decision:
     decision = _step(spec, status, observed)
-    if not inplace_phase.wants_in_place(spec):
+    if not spec.rollout.switches_in_place:
         return decision
     kept, rendered = _started_for(status, decision)
     return replace(decision, stable_pods_version=kept, serving=replace(decision.serving, started_for=rendered))
@@ -310,7 +310,7 @@ def _step(spec: RankingModelSpec, status: RankingModelStatus, observed: Observed
         canary_version=target, canary_traffic=taking_traffic, canary_replicas=canary_replicas,
         canary_weight=weight, stable_lent=lent,
         # inPlace model promoted by pods: its pods not rolled yet keep the old version's files
-        staged_versions=(stable,) if phase == PROMOTING and inplace_phase.wants_in_place(spec) else ())
+        staged_versions=(stable,) if phase == PROMOTING and spec.rollout.switches_in_place else ())
     jobs = (GATE_OF_PHASE[phase],) if phase in GATE_OF_PHASE else ()
     reference = reference_version_of(spec, stable) if phase in (WARMING, VERIFYING) else None
     outcome = SUPERSEDED if any(e.reason == "RolloutSuperseded" for e in events) else None

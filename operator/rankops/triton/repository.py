@@ -42,6 +42,14 @@ class RepositoryError(Exception):
     """The request was not done, or the answer not Triton's; the message says which, for status."""
 
 
+class KeyRefused(RepositoryError):
+    """Triton refused the restricted API's key (401/403): the key the caller holds is not the pod's."""
+
+
+def _refusal(code: int, message: str) -> RepositoryError:
+    return (KeyRefused if code in (401, 403) else RepositoryError)(message)
+
+
 @dataclass(frozen=True)
 class IndexEntry:
     name: str
@@ -84,7 +92,7 @@ class Repository:
         """Every version Triton knows of, loaded or not (an unloaded one: UNAVAILABLE, reason "unloaded")."""
         code, body = self._post("/v2/repository/index", {"ready": False}, deadline_s, MAX_INDEX_BYTES)
         if code != 200:
-            raise RepositoryError(f"{self._where}: index refused: {_error(code, body)}")
+            raise _refusal(code, f"{self._where}: index refused: {_error(code, body)}")
         return parse_index(body, self._where)
 
     def versions(self, model: str, deadline_s: float = INDEX_DEADLINE_S) -> dict[int, IndexEntry]:
@@ -106,7 +114,7 @@ class Repository:
         except bounded_http.AnswerRefused as exc:
             raise RepositoryError(str(exc)) from None
         if code != 200:
-            raise RepositoryError(f"{self._where}: config of {model} refused: {_error(code, body)}")
+            raise _refusal(code, f"{self._where}: config of {model} refused: {_error(code, body)}")
         try:
             message = json_format.ParseDict(json.loads(body), model_config_pb2.ModelConfig())
         except (ValueError, RecursionError, TypeError, AttributeError, json_format.ParseError) as exc:
@@ -123,14 +131,14 @@ class Repository:
         body = {"parameters": {"config": json.dumps(config, separators=(",", ":"))}} if config is not None else {}
         code, answer = self._post(f"/v2/repository/models/{_name(model)}/load", body, deadline_s, MAX_ERROR_BYTES)
         if code != 200:
-            raise RepositoryError(f"{self._where}: load of {model} refused: {_error(code, answer)}")
+            raise _refusal(code, f"{self._where}: load of {model} refused: {_error(code, answer)}")
 
     def unload(self, model: str, deadline_s: float = UNLOAD_DEADLINE_S) -> None:
         """Unload every version of `model`; models that depend on it (ensembles) stay."""
         code, answer = self._post(f"/v2/repository/models/{_name(model)}/unload",
                                   {"parameters": {"unload_dependents": False}}, deadline_s, MAX_ERROR_BYTES)
         if code != 200:
-            raise RepositoryError(f"{self._where}: unload of {model} refused: {_error(code, answer)}")
+            raise _refusal(code, f"{self._where}: unload of {model} refused: {_error(code, answer)}")
 
     @property
     def _where(self) -> str:
