@@ -34,6 +34,7 @@ from rankops.controller.kube import ApiError
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY, HTTP_PORT, METRICS_PORT
 from rankops.rollout import inplace
+from rankops.rollout.readiness import pod_ready
 
 
 def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus, stable_dep: dict | None,
@@ -52,7 +53,7 @@ def observe(kube: Any, memory: Any, rm: RankingModel, status: RankingModelStatus
     switch = status.rollout.in_place if status.rollout else None
     executor = executor_of(memory, uid, model, status.rollout.attempt if status.rollout else None)
     executor.pods = {t.pod: PodTarget(t.pod, by_name[t.pod]["metadata"].get("uid", ""), t.address, HTTP_PORT, None,
-                                      METRICS_PORT, headers, serving=pod_metrics.is_ready(by_name[t.pod]))
+                                      METRICS_PORT, headers, serving=pod_ready(by_name[t.pod]))
                      for t in targets if t.track == "stable" and t.pod in by_name}
     # No wait for Triton's latency window: in place the new version takes its pod's share of the
     # production traffic from READY on, so the window never holds the gate's requests alone (70 s

@@ -34,6 +34,7 @@ from rankops.controller.kube import ApiError
 from rankops.render import names
 from rankops.render.serving import METRICS_PORT
 from rankops.render.tritonconfig import triton_version
+from rankops.rollout.readiness import pod_ready
 from rankops.triton.metrics import READ_DEADLINE_S, MetricsUnavailable, ModelCounters, scrape
 
 log = logging.getLogger("rankops.pod_metrics")
@@ -103,11 +104,6 @@ def _controller(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((o for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") == kind), None)
 
 
-def is_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
 def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str, Any] | None],
                     replica_set_owner: Callable[[str, str], str | None], networks: Sequence[str],
                     ready_only: bool = True) -> tuple[list[Target], list[tuple[str, str]], list[str]]:
@@ -123,7 +119,7 @@ def serving_targets(pods: list[dict[str, Any]], deployments: dict[str, dict[str,
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         labels = meta.get("labels") or {}
-        serving = is_ready(pod) and labels.get(names.LABEL_TRAFFIC) == "on"
+        serving = pod_ready(pod) and labels.get(names.LABEL_TRAFFIC) == "on"
         if not (labels.get(names.LABEL_TRACK) in TRACKS and (serving or not ready_only)
                 and not meta.get("deletionTimestamp")):
             continue

@@ -24,6 +24,7 @@ from typing import Any
 from rankops.nodelabels import LABEL_READY
 from rankops.render.names import (ANNOTATION_DELETION_COST as DELETION_COST, DRIVER_UPGRADE_LEAVING_STATES,
                                   LABEL_DRIVER_UPGRADE_STATE as UPGRADE_STATE_LABEL)
+from rankops.rollout.readiness import pod_ready
 
 LEAVING_COST = "-1000"     # below every other pod of the ReplicaSet (default 0): removed first
 
@@ -88,9 +89,7 @@ def pods_of(pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, 
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node = spec.get("nodeName")
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        out.append(StablePod(meta.get("name", ""), node, ready, bool(meta.get("deletionTimestamp")),
+        out.append(StablePod(meta.get("name", ""), node, pod_ready(pod), bool(meta.get("deletionTimestamp")),
                              node_leaving(nodes.get(node), move_from_failing) if node else None,
                              (meta.get("annotations") or {}).get(DELETION_COST)))
     return out

@@ -31,6 +31,11 @@ def _condition_true(obj: dict[str, Any], kind: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Its Ready condition is True (as last reported: live_ready_pods says whether it still holds)."""
+    return _condition_true(pod, "Ready")
+
+
 def unschedulable_message(pod: dict[str, Any]) -> str | None:
     """The scheduler's reason a pod is not placed (PodScheduled False, Unschedulable), e.g.
     '0/3 nodes are available: 3 Insufficient nvidia.com/gpu.'; None once it is bound."""
@@ -48,7 +53,7 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None) -> PodObservat
     node_ready = node is not None and not (node.get("metadata") or {}).get("deletionTimestamp") \
         and _condition_true(node, "Ready")
     return PodObservation(name=meta.get("name", ""), version=(meta.get("labels") or {}).get(names.LABEL_VERSION),
-                          ready=_condition_true(pod, "Ready"), deleting=bool(meta.get("deletionTimestamp")),
+                          ready=pod_ready(pod), deleting=bool(meta.get("deletionTimestamp")),
                           node=(pod.get("spec") or {}).get("nodeName"), node_ready=bool(node_ready),
                           unschedulable=unschedulable_message(pod))
 

@@ -13,14 +13,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rankops.rollout.readiness import pod_ready
+
 WARM_CONTAINER = "warm"
 WARMUP_FAILING = "WarmupFailing"   # gates.warm's reason (not imported: it brings the client and numpy)
 SHOWN = 3    # pods named in the message; the rest are counted
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _failing_message(terminated: dict[str, Any] | None) -> str | None:
@@ -40,7 +37,7 @@ def warm_failure(pod: dict[str, Any]) -> str | None:
     warm requests failed ...", with the restarts; None for a Ready pod, one being deleted, or one
     whose warm container has not exited on failures (it is still waiting or warming)."""
     meta = pod.get("metadata") or {}
-    if _ready(pod) or meta.get("deletionTimestamp"):
+    if pod_ready(pod) or meta.get("deletionTimestamp"):
         return None
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") != WARM_CONTAINER or cs.get("ready"):
