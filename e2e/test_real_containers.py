@@ -91,6 +91,27 @@ def _container(pod: Any, name: str) -> Any:
     return next(c for c in pod.status.container_statuses if c.name == name)
 
 
+def _infer_job(real: RealCluster, k8s: Any, ns: str, command: list[str]) -> str:
+    """Run `command` in a Job `infer` from the operator image (a client pod of the cluster); its
+    output, after checking it succeeded."""
+    k8s.batch.create_namespaced_job(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "infer"},
+                                         "spec": {"backoffLimit": 0, "template": {"spec": {
+                                             "restartPolicy": "Never", "containers": [{
+                                                 "name": "infer", "image": real.refs["rankops-operator"],
+                                                 "imagePullPolicy": "Never", "command": command}]}}}})
+
+    def finished() -> Any:
+        status = k8s.batch.read_namespaced_job("infer", ns).status
+        return status if status.succeeded or status.failed else None
+
+    status = wait_until(finished, 120, "the infer Job")
+    job_pod = k8s.core.list_namespaced_pod(ns, label_selector="job-name=infer").items[0]
+    output = real.logs(ns, job_pod.metadata.name, "infer")
+    print(f"\n{output}")
+    assert status.succeeded == 1, output
+    return output
+
+
 def _assert_confined(facts: dict | None, uid: int, what: str) -> None:
     assert facts is not None, f"no process of {what} found under its container's cgroup"
     assert facts["uid"] == uid, (what, facts)
@@ -131,20 +152,7 @@ def test_a_model_serves_from_triton_containers_and_answers_through_its_service(
     spec = models.get(k8s, ns, name)["spec"]
     command = ["rankops", "infer", "--url", f"{names.serving_service_name(name)}.{ns}.svc:8000", "--model", name,
                "--candidates", "20", "--inputs-spec", json.dumps(spec["inputs"], separators=(",", ":"))]
-    k8s.batch.create_namespaced_job(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "infer"},
-                                         "spec": {"backoffLimit": 0, "template": {"spec": {
-                                             "restartPolicy": "Never", "containers": [{
-                                                 "name": "infer", "image": real.refs["rankops-operator"],
-                                                 "imagePullPolicy": "Never", "command": command}]}}}})
-    def finished() -> Any:
-        status = k8s.batch.read_namespaced_job("infer", ns).status
-        return status if status.succeeded or status.failed else None
-
-    status = wait_until(finished, 120, "the infer Job")
-    job_pod = k8s.core.list_namespaced_pod(ns, label_selector="job-name=infer").items[0]
-    output = real.logs(ns, job_pod.metadata.name, "infer")
-    print(f"\n{output}")
-    assert status.succeeded == 1, output
+    output = _infer_job(real, k8s, ns, command)
     assert f"{name} at {names.serving_service_name(name)}.{ns}.svc:8000: 20 candidates scored" in output, output
 
 
@@ -172,3 +180,138 @@ def test_a_failed_liveness_probe_restarts_the_triton_container(real: RealCluster
     wait_until(lambda: _container(k8s.core.read_namespaced_pod(pod.metadata.name, ns), "triton").ready, 180,
                "the restarted Triton container Ready")
     models.wait_ready(k8s, ns, name, timeout=120)
+
+
+# --- issue 42: a shared Triton server on real containers ------------------------------------------
+
+SHARED_NS, SERVER = "shared", "ranking"
+SHARED_MEMBERS = {"coarse": ([8], [4], 128), "fine": ([16], [8], 64), "rerank": ([32], [24], 32)}
+
+
+def _shared_member(real: RealCluster, name: str) -> dict:
+    user, item, max_batch = SHARED_MEMBERS[name]
+    return models.model_manifest(
+        name, modelCredentialsSecret="model-store", tritonImage=real.refs["rankops-triton-test"], replicas=2,
+        versions=("1",), candidates={"layout": "batch", "minPerRequest": 1, "maxPerRequest": max_batch},
+        inputs=[{"name": "user_features", "dataType": "FP32", "dims": user},
+                {"name": "item_features", "dataType": "FP32", "dims": item}],
+        batching={"maxBatchSize": max_batch, "preferredBatchSizes": [max_batch], "maxQueueDelayMicroseconds": 500},
+        warmReplicas={"enabled": False}, slo={"p99LatencyMs": 100, "targetQps": 10},
+        planning={"latencyProfile": {1: 1.0, max_batch: 4.0},
+                  "memory": {"weightsMiB": 500, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
+
+
+def _in_cluster(real: RealCluster, work: Any) -> Any:
+    """`work()` on a thread inside the cluster's network namespace (pod addresses reach from there)."""
+    import threading
+    from rankops_dev import netns as namespaces
+
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            if real.netns:
+                namespaces.enter_thread(real.netns)
+            out["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            out["error"] = exc
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=180)
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster, k8s: Any,
+                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Three RankingModels in one Triton pod on real containers: the objects of the server's plan
+    (serverplan.plan_server) applied, its `stage` container fetching each member from the real S3
+    server, its `route` container one port per member; the shell's rounds done here as the operator
+    will (index, plan, apply, load). Each member answers through its own Service name and only there."""
+    import secrets as random
+
+    from rankops import serverplan
+    from rankops.api.rankingmodel import RankingModel
+    from rankops.api.sharedserver import SharedServerSpec
+    from rankops.render import serving
+    from rankops.triton.repository import Repository, RepositoryError, config_json
+    from rankops.yamlio import dump_all
+    from rankops_dev.triton import cpu_config
+
+    ns = SHARED_NS
+    k8s.core.create_namespace({"metadata": {"name": ns, "annotations": pinned_to_real_nodes()}})
+    wait_until(lambda: _has_default_account(k8s, ns), 30, f"ServiceAccount default in {ns}")
+    k8s.core.create_namespaced_secret(ns, real.store.secret_manifest("model-store", ns))
+    key = random.token_hex(16)
+    k8s.core.create_namespaced_secret(ns, serving.api_key_secret(names.server_name(SERVER), ns, key))
+    members = {}
+    for name in SHARED_MEMBERS:
+        rm = RankingModel.model_validate({**_shared_member(real, name), "metadata": {"name": name, "namespace": ns}})
+        directory = tmp_path_factory.mktemp(f"shared-{name}") / "1"
+        spec_models.export(rm.spec, ModelFormat.onnx, directory)
+        real.store.upload_tree(BUCKET, f"{name}/1", directory)
+        members[name] = serverplan.MemberView(name, rm.spec)
+    server = SharedServerSpec(gpuMemoryMiB=15360, tritonImage=real.refs["rankops-triton-test"],
+                              fetcherImage=real.refs["rankops-operator"], modelCredentialsSecret="model-store",
+                              resources={"cpu": "500m", "memory": "1Gi"})
+    ports: dict[str, int] = {}
+
+    def plan(pods: list) -> serverplan.ServerPlan:
+        return serverplan.plan_server(SERVER, ns, server, list(members.values()), pods, ports,
+                                      serving.pool_placement(None, None))
+
+    def apply(objects) -> None:
+        real.kubectl("apply", "--server-side", "--field-manager=rankops", "-f", "-", input=dump_all(list(objects)))
+
+    apply(plan([]).objects)
+    selector = f"{names.LABEL_SERVER}={SERVER}"
+
+    def ready_pod() -> Any:
+        pods = [p for p in k8s.core.list_namespaced_pod(ns, label_selector=selector).items
+                if p.status.phase == "Running" and all(c.ready for c in p.status.container_statuses or [])]
+        return pods[0] if pods else None
+    try:
+        pod = wait_until(ready_pod, READY_TIMEOUT, "the shared server's pod Ready")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{real.diagnostics(ns)}") from None
+    assert {c.name: c.container_id.startswith("containerd://") for c in pod.status.container_statuses} == \
+        {"triton": True, "route": True, "stage": True}
+    repo = Repository(pod.status.pod_ip, serving.HTTP_PORT, headers={serving.API_KEY_HEADER: key})
+    load_errors: dict[str, str] = {}
+    deadline = time.monotonic() + 180
+    while True:          # the shell's rounds
+        index = _in_cluster(real, repo.index)
+        current = plan([serverplan.PodView(pod.metadata.name, True, pod.status.pod_ip, pod.spec.node_name,
+                                           tuple(index), load_errors=dict(load_errors))])
+        ports = dict(current.ports)
+        apply(o for o in current.objects if o["kind"] in ("ConfigMap", "EndpointSlice"))
+        states = {o.name: o.state for o in current.members}
+        if set(states.values()) == {serverplan.SERVING}:
+            break
+        assert time.monotonic() < deadline, (current.members, real.logs(ns, pod.metadata.name, "stage"))
+        for name in current.actions[pod.metadata.name].load:
+            # the CPU stand-in's one edit (KIND_GPU -> KIND_CPU), which the image's shim makes to the
+            # files it finds but cannot make to a load's override
+            config = config_json(cpu_config(current.configs[name][1])[0])
+            try:
+                _in_cluster(real, lambda: repo.load(name, config, deadline_s=120))
+                load_errors.pop(name, None)
+            except RepositoryError as exc:
+                assert serverplan.not_staged(str(exc), name, index), exc
+                load_errors[name] = str(exc)
+        time.sleep(2)
+
+    # One Job from the operator image: each member through its own Service name (cluster DNS,
+    # kube-proxy, the EndpointSlice the plan wrote), then coarse's Service asked for fine: refused.
+    def infer(service: str, model: str) -> str:
+        spec = members[model].spec
+        inputs = json.dumps([t.to_wire() for t in spec.inputs], separators=(",", ":"))
+        return (f"rankops infer --url {service}.{ns}.svc:8000 --model {model} --candidates 5 "
+                f"--inputs-spec '{inputs}'")
+    script = " && ".join([*(infer(m, m) for m in SHARED_MEMBERS), f"! {infer('coarse', 'fine')}"])
+    output = _infer_job(real, k8s, ns, ["sh", "-c", script])
+    for name in SHARED_MEMBERS:
+        assert f"{name} at {name}.{ns}.svc:8000: 5 candidates scored" in output, output
+    after = k8s.core.read_namespaced_pod(pod.metadata.name, ns)
+    assert all(c.restart_count == 0 for c in after.status.container_statuses), after.status.container_statuses

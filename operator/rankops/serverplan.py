@@ -1,6 +1,7 @@
-"""What one pod of a shared tritonserver must load and unload, and each member's state in it (issue 42).
+"""A shared tritonserver's plan (issue 42): which members it holds, the objects that serve them,
+what each pod must load and unload, and each member's state, as one pure function (plan_server).
 
-Pure, level-based: from the members the server should hold (model -> Triton version) and the
+The per pod part is pure and level-based: from the members the server should hold (model -> Triton version) and the
 pod's repository index (triton/repository.py, read from the pod and checked), the loads and
 unloads that bring the pod there. Running it again on the converged index asks for nothing.
 
@@ -17,25 +18,39 @@ a member serving its version beside another READY one is loaded again, which dro
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from rankops.api.rankingmodel import RankingModelSpec
+from rankops.api.sharedserver import SharedServerSpec
+from rankops.render.policy import TenantPolicy
+from rankops.render.tritonconfig import ServingShape
 from rankops.triton.repository import IndexEntry
 
 SERVING, LOADING, FAILED, ABSENT = "Serving", "Loading", "Failed", "Absent"
+# The pod refused its load only because its files have not arrived (the stager still fetching):
+# loaded again each round until they come, or until the shell's wait is over (then FAILED).
+STAGING = "Staging"
 UNLOADED = "unloaded"           # the reason Triton gives a version it unloaded on request
+# Triton's refusals of a load whose files are not there yet (the pod's stager still fetching
+# them): a wait, not a failure; the shell bounds the wait (a member never staged is Failed with the
+# last refusal). "failed to poll" is also Triton's word for a config override it rejects, so it
+# counts only while the pod's index lists no such model (its directory is not there).
+NO_MODEL_DIRECTORY = "failed to poll from model repository"
+NO_VERSION_DIRECTORY = "at least one version must be available under the version policy"
 
 
 @dataclass(frozen=True)
 class MemberState:
     model: str
-    state: str                  # SERVING | LOADING | FAILED | ABSENT
+    state: str                  # SERVING | LOADING | STAGING | FAILED | ABSENT
     reason: str = ""            # Triton's, when FAILED
 
 
 @dataclass(frozen=True)
 class PodActions:
-    load: tuple[str, ...] = ()      # members to load (or reload at their wanted version), by name
+    load: tuple[str, ...] = ()      # members to load (or reload at their wanted version or config), by name
     unload: tuple[str, ...] = ()    # models the pod holds that are not members
 
     @property
@@ -43,15 +58,28 @@ class PodActions:
         return not self.load and not self.unload
 
 
-def member_state(model: str, version: int, index: Iterable[IndexEntry], load_error: str = "") -> MemberState:
+def not_staged(load_error: str, model: str, index: Iterable[IndexEntry]) -> bool:
+    """The load of `model` was refused only because its files have not arrived yet: its version
+    directory is missing, or its whole directory (the pod's `index` does not list it)."""
+    if NO_VERSION_DIRECTORY in load_error:
+        return True
+    return NO_MODEL_DIRECTORY in load_error and not any(e.name == model for e in index)
+
+
+def member_state(model: str, version: int, index: Iterable[IndexEntry], load_error: str = "",
+                 staging_over: bool = False) -> MemberState:
     """`load_error`: the pod's answer to the last load of this version, when it refused it. Triton lists
     no version for a model whose version directory is missing (the artifact never came), so the
-    refusal is the only word of that failure."""
-    entry = next((e for e in index if e.name == model and e.version == version), None)
+    refusal is the only word of that failure: STAGING while the shell still waits for the files,
+    FAILED once `staging_over`."""
+    entries = list(index)
+    entry = next((e for e in entries if e.name == model and e.version == version), None)
     if entry is not None and entry.state == "READY":
         return MemberState(model, SERVING)
     if entry is not None and entry.state in ("LOADING", "UNLOADING"):     # in transition: not loaded again
         return MemberState(model, LOADING, entry.state.lower())
+    if load_error and not_staged(load_error, model, entries) and not staging_over:
+        return MemberState(model, STAGING, load_error)
     if load_error:
         return MemberState(model, FAILED, load_error)
     if entry is not None and entry.reason and entry.reason != UNLOADED:
@@ -60,16 +88,235 @@ def member_state(model: str, version: int, index: Iterable[IndexEntry], load_err
 
 
 def pod_actions(members: Mapping[str, int], index: Iterable[IndexEntry], load_errors: Mapping[str, str] | None = None,
-                retry_failed: bool = False) -> PodActions:
+                retry_failed: bool | Collection[str] = False, staging_over: Collection[str] = (),
+                configs: Mapping[str, str] | None = None, loaded: Mapping[str, str] | None = None) -> PodActions:
     """The loads and unloads that make the pod hold exactly `members` (model -> Triton version);
-    `load_errors`: member -> the pod's refusal of its last load."""
+    `load_errors`: member -> the pod's refusal of its last load; `retry_failed`: every failed member,
+    or those named (whose backoff is over), is loaded again; `configs` / `loaded`: member -> the
+    digest of the config it should have / was last loaded with on this pod (the shell's record): a
+    member serving an older config is loaded again (Triton swaps it in once loaded). A member with
+    no record is not reloaded."""
     entries, errors = list(index), load_errors or {}
+    wanted_configs, had = configs or {}, loaded or {}
     load = []
     for model, version in sorted(members.items()):
-        state = member_state(model, version, entries, errors.get(model, "")).state
+        state = member_state(model, version, entries, errors.get(model, ""), model in staging_over).state
         stale = any(e.name == model and e.version != version and e.state == "READY" for e in entries)
-        if state == ABSENT or (state == FAILED and retry_failed) or (state == SERVING and stale):
+        edited = model in had and model in wanted_configs and had[model] != wanted_configs[model]
+        retry = retry_failed if isinstance(retry_failed, bool) else model in retry_failed
+        if state in (ABSENT, STAGING) or (state == FAILED and retry) or (state == SERVING and (stale or edited)):
             # a load's version policy names the one version: Triton drops the others as it loads
             load.append(model)
     held = {e.name for e in entries if e.state in ("READY", "LOADING")}
     return PodActions(tuple(load), tuple(sorted(held - set(members))))
+
+
+# --- the server's plan ---------------------------------------------------------------------------
+
+PENDING, REFUSED = "Pending", "Refused"
+# Why a member is where it is (its status' reason).
+REASON_SERVES = "Serving"
+REASON_LOADING = "Loading"
+REASON_NO_READY_POD = "NoReadyPod"
+REASON_LOAD_FAILED = "MemberLoadFailed"
+REASON_SERVER_FULL = "ServerFull"
+REASON_NOT_SHAREABLE = "NotShareable"
+REASON_CANNOT_PACK = "CannotPack"
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """A RankingModel naming the server, as the plan reads it."""
+    name: str
+    spec: RankingModelSpec
+    # The version the server holds for it (the member's status), None before its first admission:
+    # a member keeps this version until its switch is gated; a new spec.version is said, not served.
+    held_version: str | None = None
+    shape: ServingShape | None = None      # its resolved batching (the caller's cache); None: resolved here
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod of the server, as read: its readiness, address and repository index."""
+    name: str
+    ready: bool
+    ip: str = ""
+    node: str | None = None
+    index: tuple[IndexEntry, ...] | None = None    # None: not read (index_error says why)
+    index_error: str = ""
+    load_errors: Mapping[str, str] = field(default_factory=dict)   # member -> its last load's refusal here
+    retry: frozenset[str] = frozenset()            # failed members whose backoff is over on this pod
+    staging_over: frozenset[str] = frozenset()     # members whose files the shell waited for long enough
+    loaded: Mapping[str, str] = field(default_factory=dict)        # member -> digest of the config it loaded
+    terminating: bool = False                      # deletionTimestamp set: draining
+
+
+@dataclass(frozen=True)
+class MemberOutcome:
+    name: str
+    state: str              # SERVING | LOADING | FAILED | PENDING | REFUSED
+    reason: str             # REASON_*
+    message: str
+    version: str | None     # the version the server holds for it (None: not held)
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    objects: tuple[dict[str, Any], ...]             # what to apply: the server's objects and endpoints
+    actions: Mapping[str, PodActions]               # pod -> its loads and unloads
+    configs: Mapping[str, tuple[int, str]]          # held member -> (Triton version, config.pbtxt) to load
+    members: tuple[MemberOutcome, ...]              # in the order given
+    ports: Mapping[str, int]
+    replicas: int
+    admission: Any                                  # planner.shared_server.Admission (None: nothing to admit)
+
+
+def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
+                pods: Sequence[PodView], previous_ports: Mapping[str, int], placement: dict[str, Any],
+                policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = ()) -> ServerPlan:
+    """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
+    arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
+    members.json as last written (read back from its ConfigMap).
+
+    A newcomer is held when it can join (render.shared_server.member_problems) and the admission
+    (planner.shared_server.admit) places it. A member held before stays held whatever its spec
+    now says (never evicted): at the version it holds, its problems said in its message, its room
+    counted; while its needs cannot be counted, no newcomer is admitted. Held members are in the
+    ConfigMap (staged, routed), get their Service and EndpointSlice, and are loaded in every ready
+    pod; a model a pod holds that is not held is unloaded there, and its files stay listed
+    (`lingering`) until no pod may still hold it."""
+    from rankops.planner import inputs_from_spec
+    from rankops.planner.pack import Card, ModelToPack
+    from rankops.planner.shared_server import admit
+    from rankops.render.desired import RenderError, resolve_shape
+    from rankops.render.serving import config_hash
+    from rankops.render.shared_server import (PodEndpoint, ServerMember, assign_ports, member_config,
+                                              member_endpoints, member_problems, server_objects)
+
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a member is listed twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    outcomes: dict[str, MemberOutcome] = {}
+    notes: dict[str, list[str]] = {m.name: [] for m in members}
+    shapes: dict[str, ServingShape] = {}
+    to_pack, uncounted = [], []
+    for m in members:
+        problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
+        if problems and not m.held_version:
+            outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_NOT_SHAREABLE, "; ".join(problems), None)
+            continue
+        notes[m.name] += [f"its spec cannot be applied, so it serves as it was: {p}" for p in problems]
+        try:
+            shapes[m.name] = m.shape or resolve_shape(m.spec).shape
+            to_pack.append(ModelToPack(m.name, inputs_from_spec(m.spec, gpu_memory_mib=spec.gpu_memory_mib)))
+        except (RenderError, ValueError) as exc:   # PlanError is a ValueError
+            if not m.held_version:
+                outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_CANNOT_PACK, f"{m.name}: {exc}", None)
+                continue
+            notes[m.name].append(f"its needs cannot be counted now ({exc})")
+            uncounted.append(m.name)
+    held_before = {m.name for m in members if m.held_version}
+    card = Card(memory_mib=spec.gpu_memory_mib, max_cards=spec.max_replicas, burst_proof=spec.burst_proof)
+    if uncounted:       # its room is taken, by how much is unknown: newcomers wait
+        blocked = [t for t in to_pack if t.name not in held_before]
+        to_pack = [t for t in to_pack if t.name in held_before]
+        for t in blocked:
+            outcomes[t.name] = MemberOutcome(t.name, PENDING, REASON_SERVER_FULL,
+                                             f"{t.name} waits: {', '.join(uncounted)} already serve(s) here with "
+                                             "needs this plan cannot count now (see their own reason)", None)
+    admission = admit(to_pack, card, held_before) if to_pack else None
+    kept: list[str] = []
+    if admission is not None:
+        for name, why in admission.refused:
+            if name in held_before:
+                notes[name].append(f"its needs cannot be counted now ({why})")
+                kept.append(name)
+            else:
+                outcomes[name] = MemberOutcome(name, REFUSED, REASON_CANNOT_PACK, why, None)
+        for name, why in admission.waiting:
+            outcomes[name] = MemberOutcome(name, PENDING, REASON_SERVER_FULL, why, None)
+        for name, why in admission.over:
+            notes[name].append(f"its spec now needs more than the server has left ({why}); it keeps its place "
+                               "and its running pods keep the config they loaded")
+    placed = [*(admission.admitted if admission else ()), *(n for n, _ in (admission.over if admission else ())),
+              *kept, *uncounted]
+    by_name = {m.name: m for m in members}
+    held = [by_name[n] for n in placed]
+    versions = {m.name: m.held_version or m.spec.version for m in held}
+    ports = assign_ports([m.name for m in held], previous_ports)
+    configs: dict[str, tuple[int, str]] = {}
+    for m in held:
+        try:
+            configs[m.name] = member_config(m.name, namespace, m.spec, versions[m.name], shapes[m.name])
+        except (KeyError, ValueError) as exc:
+            notes[m.name].append(f"no config to load it with on a new pod ({exc})")
+    wanted = {name: version for name, (version, _) in configs.items()}
+    frozen = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
+    digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in frozen}
+
+    actions: dict[str, PodActions] = {}
+    per_pod: dict[str, dict[str, MemberState]] = {}
+    for pod in pods:
+        if not pod.ready or pod.index is None or pod.terminating:
+            continue
+        actions[pod.name] = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over,
+                                        digests, pod.loaded)
+        per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
+                                                name in pod.staging_over)
+                             for name, version in wanted.items()}
+    held_names = {m.name for m in held}
+    lingering = [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)]
+    # one card a pod; none once nothing is held or may still be loaded
+    replicas = max(1, admission.cards if admission is not None else 0) if held or lingering else 0
+    objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
+                             ports, replicas, placement, policy, lingering)
+    for m in held:
+        endpoints = [PodEndpoint(p.name, p.ip, p.node,
+                                 p.name in per_pod and per_pod[p.name].get(m.name, MemberState(m.name, ABSENT)).state
+                                 == SERVING, p.terminating)
+                     for p in pods]
+        objects.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
+        outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
+    return ServerPlan(tuple(objects), actions, configs, tuple(outcomes[m.name] for m in members), ports, replicas,
+                      admission)
+
+
+def _may_hold(model: str, pods: Sequence[PodView]) -> bool:
+    """A pod may still have `model` loaded: its index says so, or it was not read."""
+    return any(p.index is None or any(e.name == model and e.state in ("READY", "LOADING", "UNLOADING")
+                                      for e in p.index) for p in pods)
+
+
+def _held_outcome(member: MemberView, version: str, port: int, per_pod: Mapping[str, Mapping[str, MemberState]],
+                  pods: Sequence[PodView], notes: Sequence[str]) -> MemberOutcome:
+    """A held member's state over the ready pods whose index was read: Serving on all of them,
+    Failed where any refused it (Triton's reason, the pod named), else Loading."""
+    states = {pod: members[member.name] for pod, members in per_pod.items() if member.name in members}
+    notes = list(notes)
+    if member.held_version and member.spec.version != member.held_version:
+        notes.append(f"spec.version {member.spec.version!r} waits: a shared server's member serves "
+                     f"{member.held_version!r} until its new version is gated in place, which is not built yet")
+    unread = [f"{p.name}: {p.index_error}" for p in pods if p.ready and p.index is None and p.index_error]
+    if unread:
+        notes.append("index unreadable on " + "; ".join(unread))
+    staging = sorted(pod for pod, s in states.items() if s.state == STAGING)
+    if staging:
+        notes.insert(0, f"waiting for its files on {', '.join(staging)}")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    failed = {pod: s for pod, s in states.items() if s.state == FAILED}
+    if failed:
+        said = "; ".join(f"{pod}: {s.reason}" for pod, s in sorted(failed.items()))
+        return MemberOutcome(member.name, FAILED, REASON_LOAD_FAILED,
+                             f"{member.name} {version} failed to load on {len(failed)} of {len(states)} pod(s): "
+                             f"{said}{tail}", version, port)
+    if not states:
+        return MemberOutcome(member.name, LOADING, REASON_NO_READY_POD,
+                             f"no ready pod of the server holds {member.name} {version} yet{tail}", version, port)
+    serving = sorted(pod for pod, s in states.items() if s.state == SERVING)
+    if len(serving) == len(states):
+        return MemberOutcome(member.name, SERVING, REASON_SERVES,
+                             f"{member.name} {version} serves on {len(serving)} pod(s){tail}", version, port)
+    return MemberOutcome(member.name, LOADING, REASON_LOADING,
+                         f"{member.name} {version} serves on {len(serving)} of {len(states)} pod(s), loading on the "
+                         f"others{tail}", version, port)

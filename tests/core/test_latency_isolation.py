@@ -118,9 +118,9 @@ def test_require_reaches_the_rendered_deployment():
 
 def test_summed_disk_sizes_are_spelled_as_the_api_server_stores_them():
     """12288Mi is stored as 12Gi: spelled otherwise the Deployment is patched on every reconcile."""
-    from rankops.render.serving import _sum_quantities, canonical_binary
+    from rankops.render.serving import sum_quantities, canonical_binary
 
-    assert _sum_quantities("10Gi", "2Gi") == "12Gi"
-    assert _sum_quantities("10Gi", "256Mi") == "10496Mi"
-    assert _sum_quantities("1G", "256Mi") == "1209Mi"   # decimal bytes, rounded up to a whole Mi
+    assert sum_quantities("10Gi", "2Gi") == "12Gi"
+    assert sum_quantities("10Gi", "256Mi") == "10496Mi"
+    assert sum_quantities("1G", "256Mi") == "1209Mi"   # decimal bytes, rounded up to a whole Mi
     assert canonical_binary(2 ** 40) == "1Ti" and canonical_binary(0) == "0"

@@ -3,6 +3,7 @@ import copy
 
 from rankops import serverplan
 from rankops.api.rankingmodel import RankingModel
+from rankops.api.sharedserver import SharedServerSpec
 from rankops.render.shared_server import member_config, server_arguments
 from rankops.render.desired import resolve_shape
 from rankops.triton.repository import IndexEntry
@@ -53,24 +54,22 @@ def test_failed_members_say_why_and_wait_for_a_retry():
     assert serverplan.member_state("coarse", 1, []).state == serverplan.ABSENT
 
 
-def _spec(exit_timeout=None, cache=False):
+def _spec():
     doc = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel", "metadata": {"name": "m", "namespace": "n"},
            "spec": {"version": "1", "versions": [{"name": "1", "modelUri": "s3://b/m/1", "format": "onnx"}],
                     "inputs": [{"name": "x", "dataType": "FP32", "dims": [4]}],
                     "outputs": [{"name": "y", "dataType": "FP32", "dims": [1]}],
-                    "batching": {"maxBatchSize": 8}, "responseCache": cache}}
-    if exit_timeout is not None:
-        doc["spec"]["disruption"] = {"exitTimeoutSeconds": exit_timeout}
+                    "batching": {"maxBatchSize": 8}}}
     return RankingModel.model_validate(copy.deepcopy(doc))
 
 
-def test_the_server_starts_with_no_model_and_the_members_union_of_flags():
-    args = server_arguments([_spec(10).spec, _spec(40, cache=True).spec])
+def test_the_server_starts_with_no_model_and_its_own_flags():
+    args = server_arguments(SharedServerSpec(gpuMemoryMiB=15360, responseCache=True, disruption={"exitTimeoutSeconds": 40}))
     assert "--model-control-mode=explicit" in args and "--strict-readiness=false" in args
     assert "--allow-grpc=false" in args
     assert not any(a.startswith("--load-model") for a in args)
     assert "--exit-timeout-secs=40" in args and any(a.startswith("--cache-config") for a in args)
-    assert not any(a.startswith("--cache-config") for a in server_arguments([_spec(10).spec]))
+    assert not any(a.startswith("--cache-config") for a in server_arguments(SharedServerSpec(gpuMemoryMiB=15360)))
 
 
 def test_a_member_is_loaded_with_the_config_it_would_serve_alone():

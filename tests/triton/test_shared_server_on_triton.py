@@ -24,6 +24,7 @@ import pytest
 
 from rankops import serverplan
 from rankops.api.rankingmodel import RankingModel
+from rankops.api.sharedserver import SharedServerSpec
 from rankops.render.desired import resolve_shape
 from rankops.render.serving import API_KEY_ENV, API_KEY_HEADER
 from rankops.render.shared_server import member_config, server_arguments
@@ -41,16 +42,18 @@ SHAPES = {   # member -> (user_features dims, item_features dims, maxBatchSize)
 }
 
 
-def member(name: str) -> RankingModel:
+def member(name: str, model_uri: str | None = None, **spec) -> RankingModel:
+    """A member stand-in of its SHAPES; `spec`: fields set over it."""
     user, item, max_batch = SHAPES[name]
     doc = copy.deepcopy(BASE)
     doc["metadata"]["name"] = name
-    doc["spec"]["versions"] = [{"name": "1", "modelUri": f"s3://models/{name}/1", "format": "onnx"}]
+    doc["spec"]["versions"] = [{"name": "1", "modelUri": model_uri or f"s3://models/{name}/1", "format": "onnx"}]
     doc["spec"]["inputs"] = [{"name": "user_features", "dataType": "FP32", "dims": user},
                              {"name": "item_features", "dataType": "FP32", "dims": item}]
     doc["spec"]["batching"] = {"maxBatchSize": max_batch, "preferredBatchSizes": [max_batch // 2, max_batch],
                                "maxQueueDelayMicroseconds": 500}
     doc["spec"]["modelWarmup"] = {"batchSizes": [1, max_batch]}
+    doc["spec"].update(spec)
     return RankingModel.model_validate(doc)
 
 
@@ -68,7 +71,7 @@ def shared(triton_install, tmp_path_factory):
         spec_models.export(rm.spec, rm.spec.versions[0].format, repository / name / "1")
     key = secrets.token_hex(16)
     server = triton.TritonServer(install=triton_install, container_args=server_arguments(
-        [rm.spec for rm in models.values()]), repository=repository, log_path=work / "tritonserver.log",
+        SharedServerSpec(gpuMemoryMiB=15360)), repository=repository, log_path=work / "tritonserver.log",
         env={API_KEY_ENV: key})
     with server:
         yield {"server": server, "models": models, "work": work,
@@ -161,6 +164,17 @@ def test_a_member_whose_artifact_is_corrupt_or_missing_fails_alone(shared):
     assert serverplan.pod_actions(wanted(*THREE, "extra"), repo.index()).nothing
     assert serverplan.pod_actions(wanted(*THREE, "extra"), repo.index(), retry_failed=True).load == ("extra",)
 
+    # a config Triton rejects is refused with the words of a missing directory ("failed to poll"): with
+    # the member's directory listed in the index it is Failed, not waited for
+    _, bad = loaded_config(member("extra"))
+    bad["max_batch_size"] = -3
+    with pytest.raises(RepositoryError) as refused:
+        repo.load("extra", bad, deadline_s=60)
+    error = str(refused.value)
+    index = repo.index()
+    assert any(e.name == "extra" for e in index) and not serverplan.not_staged(error, "extra", index), (error, index)
+    assert serverplan.member_state("extra", 1, index, load_error=error).state == serverplan.FAILED
+
     # the artifact never came: no version directory, so Triton lists no version and only refuses the load
     (repository / "missing").mkdir()
     rm = member("extra")
@@ -170,7 +184,9 @@ def test_a_member_whose_artifact_is_corrupt_or_missing_fails_alone(shared):
         repo.load("missing", config, deadline_s=60)
     error = str(refused.value)
     assert serverplan.member_state("missing", 1, repo.index()).state == serverplan.ABSENT
-    state = serverplan.member_state("missing", 1, repo.index(), load_error=error)
+    # the stager may still be fetching it: a wait (loaded again each round), until the shell's wait is over
+    assert serverplan.member_state("missing", 1, repo.index(), load_error=error).state == serverplan.STAGING
+    state = serverplan.member_state("missing", 1, repo.index(), load_error=error, staging_over=True)
     assert state.state == serverplan.FAILED and "missing" in state.reason
     assert all(answers(shared, n) for n in THREE)
     # the server stays ready with two members failed (not strict readiness): the pods keep serving the three

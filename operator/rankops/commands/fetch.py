@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,28 +117,57 @@ def cmd_stage(args: argparse.Namespace) -> int:
     where it is, with 143."""
     from rankops.fetcher.stager import fetched_with, remove_version_dir, stage_round
 
+    def setup() -> Callable[[], Any]:
+        check_expect(args.expect, str(args.versions_file))   # said once at start, not as every round's failure
+        fetch = fetched_with(limits_from(args, str(args.versions_file)), args.expect)
+        return lambda: stage_round(args.model, Path(args.model_dir), Path(args.versions_file), fetch,
+                                   remove_version_dir)
+    return _stage_rounds("stage-versions", args, setup)
+
+
+def cmd_stage_members(args: argparse.Namespace) -> int:
+    """Keep --repository holding the members, and their versions, --members-file lists
+    (fetcher/members.py): a shared Triton server's stager."""
+    from rankops.fetcher.members import members_round, remove_model_dir
+    from rankops.fetcher.stager import fetched_with, remove_version_dir
+
+    def setup() -> Callable[[], Any]:
+        limits = limits_from(args, str(args.members_file))
+        return lambda: members_round(args.server, Path(args.repository), Path(args.members_file),
+                                     lambda expect: fetched_with(limits, expect), remove_version_dir,
+                                     remove_model_dir)
+    return _stage_rounds("stage-members", args, setup)
+
+
+def _stage_rounds(command: str, args: argparse.Namespace, setup: Callable[[], Callable[[], Any]]) -> int:
+    """A stager's loop: a round every --interval seconds (one with --once, exit 0 when nothing
+    failed), each new set of lines said once; 2 on bad flags, 143 on SIGTERM."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.interval <= 0:
             raise FetchError(f"--interval must be above 0, got {args.interval}")
-        check_expect(args.expect, str(args.versions_file))   # said once at start, not as every round's failure
-        fetch = fetched_with(limits_from(args, str(args.versions_file)), args.expect)
+        one_round = setup()
     except FetchError as exc:
-        print(f"rankops stage-versions: {flat(str(exc))}", file=sys.stderr)
+        print(f"rankops {command}: {flat(str(exc))}", file=sys.stderr)
         return 2
     said: tuple[str, ...] = ()
     try:
         while True:
-            done = stage_round(args.model, Path(args.model_dir), Path(args.versions_file), fetch, remove_version_dir)
+            done = one_round()
             if done.lines != said:   # a line repeated every round would bury the log
                 for line in done.lines:
-                    print(f"rankops stage-versions: {flat(line)}", flush=True)
+                    print(f"rankops {command}: {flat(line)}", flush=True)
                 said = done.lines
             if args.once:
                 return 0 if done.ok else 1
             time.sleep(args.interval)
     except (Interrupted, KeyboardInterrupt):
         return 143
+
+
+def _add_round_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (default 5)")
+    p.add_argument("--once", action="store_true", help="one round, then exit (0: nothing failed)")
 
 
 def add_stage_command(sub: argparse._SubParsersAction) -> None:
@@ -147,9 +177,17 @@ def add_stage_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", required=True, help="the model's directory in the repository, e.g. /models/NAME")
     p.add_argument("--versions-file", required=True,
                    help="the JSON list of versions the directory must hold (mounted from the model's ConfigMap)")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (default 5)")
-    p.add_argument("--once", action="store_true", help="one round, then exit (0: nothing failed)")
+    _add_round_flags(p)
     p.add_argument("--expect", help="file every version must hold once fetched, e.g. model.onnx (its sha256 "
                                     "covers that file)")
     add_limit_flags(p)
     p.set_defaults(func=cmd_stage)
+    p = sub.add_parser("stage-members",
+                       help="keep a shared Triton's model repository holding the members a file lists (beside Triton)")
+    p.add_argument("--server", required=True, help="the shared server's name; the file must name it")
+    p.add_argument("--repository", required=True, help="the model repository, e.g. /models")
+    p.add_argument("--members-file", required=True,
+                   help="the JSON list of members and their versions (mounted from the server's ConfigMap)")
+    _add_round_flags(p)
+    add_limit_flags(p)
+    p.set_defaults(func=cmd_stage_members)

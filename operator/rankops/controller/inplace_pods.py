@@ -24,7 +24,7 @@ Two modes, by who owns the pod's files:
   Executor never touches files: RemoveFiles is a no-op (the list's job), and a Load sent before the
   stager has fetched the version is no failure. Triton loads the listed versions it finds and
   skips a missing directory without a word (200, the version absent from its index), or, finding
-  none, refuses with NOT_STAGED: the Executor notes that as waiting (`waiting`), not as an error,
+  none, refuses (serverplan.NO_VERSION_DIRECTORY): the Executor notes that as waiting (`waiting`), not as an error,
   and the machine, seeing the version absent, asks again each round until loadTimeout.
 - Locally (tests, `rankops dev`: `stage` given, each PodTarget's `model_dir` this process's view
   of the pod's model directory) `stage(pod, version)` puts a missing version there and RemoveFiles
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from rankops.api.rankingmodel import RankingModel
+from rankops.serverplan import NO_VERSION_DIRECTORY
 from rankops.fetcher import fetch as fetcher
 from rankops.fetcher.stager import remove_version_dir
 from rankops.gates.equivalence import Criteria, run_equivalence
@@ -92,7 +93,6 @@ class PodTarget:
 
 Stage = Callable[[PodTarget, str], None]
 # Triton's (2.51) refusal of a load whose version policy lists no version directory on the volume.
-NOT_STAGED = "at least one version must be available under the version policy"
 GateRunner = Callable[[PodTarget, str, str, str], Verdict]   # (pod, gate, version, stable) -> verdict
 
 
@@ -273,7 +273,7 @@ class Executor:
             pod.repository().load(self.model, with_versions(self._config(pod), versions),
                                   deadline_s=self.load_deadline_s)
         except RepositoryError as exc:
-            if NOT_STAGED not in str(exc):
+            if NO_VERSION_DIRECTORY not in str(exc):   # the model's directory is always there
                 raise
             # Nothing written: the machine asks again next round and this is sent again.
             with self._lock:

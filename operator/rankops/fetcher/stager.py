@@ -63,38 +63,48 @@ class StagePlan:
 
 def parse_versions(text: str | bytes, model: str) -> tuple[Wanted, ...]:
     """The file's versions, each checked; a StageListError names what is wrong."""
+    doc = parse_document(text, "versions file: ", "model", model, "this pod's model")
+    return parse_version_list(doc.get("versions"), "versions file: ", "versions")
+
+
+def parse_document(text: str | bytes, said: str, key: str, expected: str, whose: str) -> dict[str, Any]:
+    """A stager's file as a JSON object of at most MAX_FILE_BYTES whose `key` is `expected`."""
     if len(text) > MAX_FILE_BYTES:
-        raise StageListError(f"versions file: {len(text)} bytes, at most {MAX_FILE_BYTES}")
+        raise StageListError(f"{said}{len(text)} bytes, at most {MAX_FILE_BYTES}")
     try:
         doc: Any = json.loads(text)
     except ValueError as exc:
-        raise StageListError(f"versions file: not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("model") != model:
-        raise StageListError(f"versions file: `model` must be {model!r} (this pod's model), "
-                             f"got {doc.get('model') if isinstance(doc, dict) else doc!r}")
-    items = doc.get("versions")
+        raise StageListError(f"{said}not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get(key) != expected:
+        raise StageListError(f"{said}`{key}` must be {expected!r} ({whose}), "
+                             f"got {doc.get(key) if isinstance(doc, dict) else doc!r}")
+    return doc
+
+
+def parse_version_list(items: Any, said: str, where: str) -> tuple[Wanted, ...]:
+    """One model's versions list (`where` names it in errors), each checked."""
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_VERSIONS:
-        raise StageListError(f"versions file: `versions` must list 1 to {MAX_VERSIONS} versions: an empty list "
+        raise StageListError(f"{said}`{where}` must list 1 to {MAX_VERSIONS} versions: an empty list "
                              "would remove the serving one")
     wanted: list[Wanted] = []
     for index, item in enumerate(items):
-        where = f"versions[{index}]"
+        at = f"{where}[{index}]"
         if not isinstance(item, dict):
-            raise StageListError(f"versions file: {where} must be an object")
+            raise StageListError(f"{said}{at} must be an object")
         name, directory, uri, sha256 = item.get("name"), item.get("dir"), item.get("uri"), item.get("sha256")
         if not isinstance(name, str) or not name:
-            raise StageListError(f"versions file: {where}.name must be the version's name")
+            raise StageListError(f"{said}{at}.name must be the version's name")
         if not isinstance(directory, int) or isinstance(directory, bool) or not _VERSION_DIR.fullmatch(str(directory)):
-            raise StageListError(f"versions file: {where}.dir must be a Triton version number (1 or more), "
+            raise StageListError(f"{said}{at}.dir must be a Triton version number (1 or more), "
                                  f"got {directory!r}")
         if not isinstance(uri, str) or not uri:
-            raise StageListError(f"versions file: {where}.uri must be the version's artifact URI")
+            raise StageListError(f"{said}{at}.uri must be the version's artifact URI")
         if sha256 is not None and not (isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256)):
-            raise StageListError(f"versions file: {where}.sha256 must be 64 lowercase hex digits or null")
+            raise StageListError(f"{said}{at}.sha256 must be 64 lowercase hex digits or null")
         wanted.append(Wanted(name, directory, uri, sha256))
     dirs = [w.dir for w in wanted]
     if len(set(dirs)) != len(dirs):
-        raise StageListError(f"versions file: two versions share a Triton version directory ({dirs}): "
+        raise StageListError(f"{said}{where}: two versions share a Triton version directory ({dirs}): "
                              "give the versions numeric names")
     return tuple(wanted)
 

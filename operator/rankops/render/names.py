@@ -16,6 +16,8 @@ LABEL_MODEL = "rankops.io/model"
 LABEL_TRACK = "rankops.io/track"
 LABEL_VERSION = "rankops.io/version"
 LABEL_GATE = "rankops.io/gate"
+# A shared Triton server (issue 42): its pods, and the Services and EndpointSlices of its members.
+LABEL_SERVER = "rankops.io/server"
 LABEL_ATTEMPT = "rankops.io/attempt"
 # Pods carrying traffic=on are behind the model's serving Service. Canary pods start "off" and
 # are switched on in place (no restart) once their gates pass.
@@ -51,6 +53,16 @@ def disruption_budget_name(model: str, track: str) -> str:
 def api_key_secret_name(model: str) -> str:
     """The Secret holding the key of Triton's restricted APIs (model-repository...) for every track."""
     return f"{model}-triton-api-key"
+
+
+def server_name(server: str) -> str:
+    """A shared server's Deployment, ConfigMap, disruption budget, NetworkPolicy and API key."""
+    return f"{server}-shared"
+
+
+def member_endpoints_name(model: str) -> str:
+    """The EndpointSlice of a shared server's member: its Service's name and a fixed suffix."""
+    return f"{model}-shared"
 
 
 def network_policy_name(model: str) -> str:

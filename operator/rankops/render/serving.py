@@ -94,12 +94,12 @@ def api_key_secret(model: str, namespace: str, key: str) -> dict[str, Any]:
             "stringData": {API_KEY_SECRET_KEY: key}}
 
 
-def _bytes(quantity: str) -> int:
+def quantity_bytes(quantity: str) -> int:
     from rankops.api import bounds
     return int(bounds.quantity(quantity))
 
 
-def _sum_quantities(*quantities: str) -> str:
+def sum_quantities(*quantities: str) -> str:
     """Kubernetes quantities added, rounded up to a whole Mi (the sizes a spec gives are binary or
     decimal bytes), in the API server's canonical spelling (12288Mi is stored as 12Gi): spelled
     otherwise, the stored Deployment never matches what is applied, and each reconcile patches it."""
@@ -121,7 +121,7 @@ def canonical_binary(size: int) -> str:
 
 def fetcher_resources(volume_size: str) -> dict[str, Any]:
     """A fetch-model container's: the download lands in a volume of `volume_size` plus its own /tmp."""
-    disk = _sum_quantities(volume_size, RANKOPS_TMP)
+    disk = sum_quantities(volume_size, RANKOPS_TMP)
     return {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": disk},
             "limits": {"memory": "2Gi", "ephemeral-storage": disk}}
 
@@ -172,7 +172,7 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
                     # The digest covers the file --expect names (RankingModel: spec.versions[].sha256).
                     *(["--sha256", version.sha256] if version.sha256 else []),
                     # Over the volume's size it stops with its own line, before the kubelet evicts the pod.
-                    "--max-bytes", str(_bytes(volume_size)), *(fetch_args or [])],
+                    "--max-bytes", str(quantity_bytes(volume_size)), *(fetch_args or [])],
         # Its one-line error (missing object, bad credentials, truncated download) lands in the
         # pod's status, not only in a log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -181,7 +181,7 @@ def _artifact_mount(model: str, version: ModelVersion, fetcher_image: str,
         # The download lands in the model volume (its sizeLimit is spec.storage.modelVolumeSize):
         # requested so the pod goes where the disk is free, limited so a growing one is stopped.
         "resources": fetcher_resources(volume_size),
-        "securityContext": read_only_root(_restricted_container()),
+        "securityContext": read_only_root(restricted_container()),
     }
     if credentials_secret:
         fetch["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
@@ -197,7 +197,7 @@ def stage_command(model: str, version: ModelVersion, fetch_args: list[str], volu
             "--model", model, "--model-dir", f"{MODEL_REPOSITORY}/{model}",
             "--versions-file", f"{VERSIONS_DIR}/{VERSIONS_KEY}", "--expect", MODEL_FILENAMES[version.format],
             # A version over the volume's size stops with its own line, before the kubelet evicts the pod.
-            "--max-bytes", str(_bytes(volume_size)), *fetch_args]
+            "--max-bytes", str(quantity_bytes(volume_size)), *fetch_args]
 
 
 def _staging(model: str, version: ModelVersion, fetcher_image: str, credentials_secret: str | None,
@@ -217,7 +217,7 @@ def _staging(model: str, version: ModelVersion, fetcher_image: str, credentials_
                              {"name": "config", "mountPath": VERSIONS_DIR, "readOnly": True},
                              {"name": "fetch-tmp", "mountPath": TMP_DIR}],
             "resources": resources,
-            "securityContext": read_only_root(_restricted_container()),
+            "securityContext": read_only_root(restricted_container()),
         }
         if credentials_secret:
             stage["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
@@ -228,7 +228,7 @@ def _staging(model: str, version: ModelVersion, fetcher_image: str, credentials_
             [container("stage", False, copy.deepcopy(STAGE_RESOURCES))])
 
 
-def _triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]:
+def triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]:
     """NVIDIA's images run as root unless told: the triton-server user (1000), and its group for
     the volumes; none where the platform assigns them (OpenShift restricted-v2 refuses 1000)."""
     if policy.platform_assigns_uids:
@@ -236,7 +236,7 @@ def _triton_user(policy: TenantPolicy, fs_group: bool = False) -> dict[str, Any]
     return {"runAsUser": TRITON_UID, **({"fsGroup": TRITON_UID} if fs_group else {})}
 
 
-def _restricted_container() -> dict[str, Any]:
+def restricted_container() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
             "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -323,12 +323,21 @@ def stable_min_available(replicas: int, failure_tolerance: int, serving: int) ->
     return min(serving, max(0, replicas - failure_tolerance))
 
 
-def _pre_stop(disruption: Disruption) -> dict[str, Any]:
+def pre_stop(disruption: Disruption) -> dict[str, Any]:
     """Sleep while the endpoint is removed: Triton gets its stop signal only after that.
     exec, not the sleep action (1.30+): NVIDIA's images are Ubuntu, with /bin/sleep."""
     if not disruption.pre_stop_delay_seconds:
         return {}
     return {"lifecycle": {"preStop": {"exec": {"command": ["/bin/sleep", str(disruption.pre_stop_delay_seconds)]}}}}
+
+
+def triton_probes(startup_s: int) -> dict[str, Any]:
+    """Triton's readiness, liveness and startup probes on its HTTP port; `startup_s`: how long it may
+    take to become ready (checked every 10 s)."""
+    probe = lambda path, **kw: {"httpGet": {"path": path, "port": "http"}, **kw}  # noqa: E731
+    return {"readinessProbe": probe("/v2/health/ready", periodSeconds=5, failureThreshold=3),
+            "livenessProbe": probe("/v2/health/live", periodSeconds=10, failureThreshold=6),
+            "startupProbe": probe("/v2/health/ready", periodSeconds=10, failureThreshold=startup_s // 10)}
 
 
 def startup_seconds(version: ModelVersion) -> int:
@@ -365,9 +374,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             spec.storage.model_volume_size)
     gpus = str(spec.gpus_per_replica)
     args = triton_arguments([model], spec.disruption.exit_timeout_seconds, spec.response_cache)
-    disk = _sum_quantities(spec.storage.model_volume_size, spec.storage.tmp_size)
-    probe = lambda path, **kw: {"httpGet": {"path": path, "port": "http"}, **kw}  # noqa: E731
-    period = 10
+    disk = sum_quantities(spec.storage.model_volume_size, spec.storage.tmp_size)
     triton = {
         "name": "triton",
         "image": spec.triton_image,
@@ -378,11 +385,8 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             {"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
-        "readinessProbe": probe("/v2/health/ready", periodSeconds=5, failureThreshold=3),
-        "livenessProbe": probe("/v2/health/live", periodSeconds=10, failureThreshold=6),
         # In place too: every version held shares the serving one's format and precision, so its start.
-        "startupProbe": probe("/v2/health/ready", periodSeconds=period,
-                              failureThreshold=startup_seconds(version) // period),
+        **triton_probes(startup_seconds(version)),
         # requests == limits: Guaranteed QoS, so the kubelet's CPU and topology managers can pin
         # Triton to the GPU's NUMA node (where the node enables them).
         # ephemeral-storage: the pod's emptyDirs count against its containers' limits together; Triton
@@ -402,13 +406,13 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
             *artifact_mounts,
         ],
         # Triton writes only its volumes: /tmp (TensorRT's engine cache too), /dev/shm, the model repository.
-        "securityContext": read_only_root({**_restricted_container(), **_triton_user(policy)}),
-        **_pre_stop(spec.disruption),
+        "securityContext": read_only_root({**restricted_container(), **triton_user(policy)}),
+        **pre_stop(spec.disruption),
     }
     containers, warm_volumes = [triton], []
     if spec.warm_replicas.enabled:
         warm, warm_volumes = warm_container(model, spec, HTTP_PORT, METRICS_PORT,
-                                            read_only_root(_restricted_container()), policy.fetcher(spec), RANKOPS_TMP)
+                                            read_only_root(restricted_container()), policy.fetcher(spec), RANKOPS_TMP)
         containers.append(warm)
     containers += sidecars
     rendered = {
@@ -438,7 +442,7 @@ def deployment(model: str, namespace: str, spec: RankingModelSpec, track: str, v
                     "topologySpreadConstraints": topology_spread(model, track, spec.disruption.node_spread),
                     **({"priorityClassName": spec.disruption.priority_class_name}
                        if spec.disruption.priority_class_name else {}),
-                    "securityContext": {"runAsNonRoot": True, **_triton_user(policy, fs_group=True),
+                    "securityContext": {"runAsNonRoot": True, **triton_user(policy, fs_group=True),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     # Nothing in the pod talks to the Kubernetes API: no ServiceAccount token to steal.
                     "automountServiceAccountToken": False,
@@ -491,7 +495,7 @@ def track_service(model: str, namespace: str, track: str) -> dict[str, Any]:
                    names.track_selector(model, track), track)
 
 
-def _peer(peer: Any) -> dict[str, Any]:
+def policy_peer(peer: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if peer.pod_selector is not None:
         out["podSelector"] = {"matchLabels": dict(peer.pod_selector)} if peer.pod_selector else {}
@@ -509,7 +513,7 @@ def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_
     wanted = spec.network_policy
     port = lambda number: {"protocol": "TCP", "port": number}  # noqa: E731
     inference = [port(HTTP_PORT), port(GRPC_PORT)]
-    clients = [_peer(p) for p in wanted.clients] or [{"podSelector": {}}]
+    clients = [policy_peer(p) for p in wanted.clients] or [{"podSelector": {}}]
     operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}}
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -523,7 +527,7 @@ def network_policy(model: str, namespace: str, spec: RankingModelSpec, operator_
                 {"from": [{"podSelector": {"matchLabels": {names.LABEL_MODEL: model}}}],
                  "ports": [*inference, port(METRICS_PORT)]},
                 {"from": clients, "ports": inference},
-                {"from": [operator, *(_peer(p) for p in wanted.metrics_clients)], "ports": [port(METRICS_PORT)]},
+                {"from": [operator, *(policy_peer(p) for p in wanted.metrics_clients)], "ports": [port(METRICS_PORT)]},
                 # rollout.strategy inPlace: the operator loads, unloads and gates versions through
                 # Triton's HTTP port (the repository API answers only the model's key).
                 *([{"from": [operator], "ports": [port(HTTP_PORT)]}]

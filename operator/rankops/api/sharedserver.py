@@ -1,0 +1,60 @@
+"""A shared Triton server's own settings (issue 42): what its pods are, whoever its members are.
+
+Several RankingModels share one server's pods, each pod one card holding every member. A pod template cannot change with its members
+(that would restart every member's pods when one joins), so everything the template holds comes
+from here: the image, the pod's CPU, memory, cards and disk, the fetch credentials its stager
+runs with, the flags Triton starts with, how it is drained. A member brings only what Triton
+loads for it (its config.pbtxt and artifact), its Service and its clients; render/shared_server
+refuses a member that needs from the pod what this spec does not give.
+
+The same field names and types as RankingModelSpec where the meaning is the same, so a user
+moving a model onto a server moves those fields as they are.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from rankops.api import bounds
+from rankops.api.base import ApiModel
+from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
+                                      FetchLimits, Resources, Storage)
+
+
+class SharedServerSpec(ApiModel):
+    node_pool: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
+        "GpuNodePool whose validated nodes run the server; every member must name the same pool."))] = None
+    max_replicas: Annotated[int, Field(ge=1, le=1000, description=(
+        "Most pods the server may run. Each pod is one card holding every member; the pods are the cards "
+        "the members need together at their target loads (rankops plan --one-server), and a member that would "
+        "need more waits (Pending, ServerFull)."))] = 8
+    gpu_memory_mib: Annotated[int, Field(ge=1024, le=1_048_576, alias="gpuMemoryMiB", description=(
+        "Memory of one of the server's cards, in MiB: members are admitted while their measured or stated "
+        "memory (spec.planning.memory), the runtime reserve and a margin fit on the cards."))]
+    burst_proof: Annotated[bool, Field(description=(
+        "Admit a member only if every member's P99 holds while all the others run every instance at once."))] = False
+    triton_image: Annotated[str, Field(
+        pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX, description=(
+            "Triton Inference Server image; every member must name the same (a TensorRT plan runs on the "
+            "release it was built with)."))] = DEFAULT_TRITON_IMAGE
+    fetcher_image: Annotated[str, Field(pattern=bounds.IMAGE_REFERENCE, max_length=bounds.IMAGE_REFERENCE_MAX, description=(
+        "Image of the pod's `stage` (rankops stage-members) and `route` containers."))] = DEFAULT_FETCHER_IMAGE
+    model_credentials_secret: Annotated[str | None, Field(
+        pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
+            "Secret whose keys become the stager's environment. A running pod cannot mount a Secret it was "
+            "not started with, so the server fetches every member's artifacts with this one: a member "
+            "naming another is refused."))] = None
+    fetch: FetchLimits = Field(default_factory=FetchLimits, description="Time bounds of each artifact fetch.")
+    resources: Resources = Field(default_factory=Resources, description=(
+        "CPU and memory of each pod's Triton, for all its members (a member's own resources are not used)."))
+    storage: Storage = Field(default_factory=Storage, description=(
+        "Each pod's model volume (every member's artifacts) and /tmp."))
+    response_cache: Annotated[bool, Field(description=(
+        "Start Triton with a response cache; a member that asks for one needs it."))] = False
+    failure_tolerance: Annotated[int, Field(ge=0, le=100, description=(
+        "Pods the server may lose to a drain at once (its PodDisruptionBudget): every member goes with a pod."))] = 1
+    disruption: Disruption = Field(default_factory=Disruption, description=(
+        "Priority class, node spread, node-loss tolerance and the drain of each pod; Triton's exit timeout "
+        "must cover every member's."), json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
+    pod_annotations: bounds.pod_annotations("Annotations added to the server's pods.")

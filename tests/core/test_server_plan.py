@@ -1,0 +1,203 @@
+"""A shared server's plan (serverplan.plan_server), pure: which members it holds, the objects that
+serve them, each pod's loads and unloads, and each member's state, from what was read."""
+from __future__ import annotations
+
+import copy
+
+from rankops import serverplan
+from rankops.api.rankingmodel import RankingModel
+from rankops.api.sharedserver import SharedServerSpec
+from rankops.render.serving import pool_placement
+from rankops.serverplan import MemberView, PodView, plan_server
+from rankops.triton.repository import IndexEntry
+
+SERVER = SharedServerSpec(gpuMemoryMiB=15360, maxReplicas=4, resources={"cpu": "4", "memory": "16Gi"})
+
+
+def member(name: str, weights_mib: int = 2000, held: str | None = None, **spec) -> MemberView:
+    doc = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel", "metadata": {"name": name, "namespace": "reco"},
+           "spec": {"version": "1", "replicas": 2,
+                    "versions": [{"name": "1", "modelUri": f"s3://models/{name}/1", "format": "onnx"},
+                                 {"name": "2", "modelUri": f"s3://models/{name}/2", "format": "onnx"}],
+                    "inputs": [{"name": "x", "dataType": "FP32", "dims": [16]}],
+                    "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
+                    "batching": {"maxBatchSize": 64, "preferredBatchSizes": [32, 64], "maxQueueDelayMicroseconds": 500},
+                    "warmReplicas": {"enabled": False},
+                    "slo": {"p99LatencyMs": 40, "targetQps": 100},
+                    "planning": {"latencyProfile": {1: 1.0, 64: 4.0},
+                                 "memory": {"weightsMiB": weights_mib, "activationMiBPerItem": 1,
+                                            "runtimeReserveMiB": 1024}}}}
+    doc["spec"].update(copy.deepcopy(spec))
+    return MemberView(name, RankingModel.model_validate(doc).spec, held)
+
+
+def plan(members, pods=(), ports=None, staged=()):
+    return plan_server("ranking", "reco", SERVER, members, pods, ports or {}, pool_placement(None, None),
+                       previous_staged=staged)
+
+
+def kinds(result):
+    return sorted((o["kind"], o["metadata"]["name"]) for o in result.objects)
+
+
+def ready(name, version=1):
+    return IndexEntry(name, version, "READY", "")
+
+
+THREE = [member("coarse"), member("fine"), member("rerank")]
+
+
+def test_members_that_fit_are_held_with_their_objects_and_wait_for_a_pod():
+    result = plan(THREE)
+    assert result.ports == {"coarse": 9000, "fine": 9001, "rerank": 9002}
+    assert result.replicas == result.admission.cards >= 1
+    assert kinds(result) == sorted([("ConfigMap", "ranking-shared"), ("Deployment", "ranking-shared"),
+                                    ("PodDisruptionBudget", "ranking-shared"), ("NetworkPolicy", "ranking-shared"),
+                                    *(("Service", n) for n in ("coarse", "fine", "rerank")),
+                                    *(("EndpointSlice", f"{n}-shared") for n in ("coarse", "fine", "rerank"))])
+    assert [(o.state, o.reason) for o in result.members] == [(serverplan.LOADING, serverplan.REASON_NO_READY_POD)] * 3
+    assert set(result.configs) == {"coarse", "fine", "rerank"} and result.configs["fine"][0] == 1
+    assert plan(THREE) == result, "the same reads give the same plan"
+
+
+def test_each_pod_loads_what_it_lacks_and_a_failed_member_is_said_with_tritons_reason():
+    pods = [PodView("ranking-shared-a", True, "10.0.0.1", "node-1",
+                    (ready("coarse"), IndexEntry("rerank", 1, "UNAVAILABLE", "failed to load: bad onnx"),
+                     ready("gone"))),
+            PodView("ranking-shared-b", True, "10.0.0.2", "node-2", (ready("coarse"), ready("fine"), ready("rerank"))),
+            PodView("ranking-shared-c", False, "10.0.0.3", "node-3")]
+    result = plan(THREE, pods)
+    assert result.actions["ranking-shared-a"] == serverplan.PodActions(load=("fine",), unload=("gone",))
+    assert result.actions["ranking-shared-b"].nothing and "ranking-shared-c" not in result.actions
+    states = {o.name: (o.state, o.reason) for o in result.members}
+    assert states == {"coarse": (serverplan.SERVING, serverplan.REASON_SERVES),
+                      "fine": (serverplan.LOADING, serverplan.REASON_LOADING),
+                      "rerank": (serverplan.FAILED, serverplan.REASON_LOAD_FAILED)}
+    rerank = next(o for o in result.members if o.name == "rerank")
+    assert "ranking-shared-a: failed to load: bad onnx" in rerank.message and "1 of 2 pod(s)" in rerank.message
+    slices = {o["metadata"]["name"]: o for o in result.objects if o["kind"] == "EndpointSlice"}
+    ready_on = lambda name: [e["targetRef"]["name"] for e in slices[f"{name}-shared"]["endpoints"]  # noqa: E731
+                             if e["conditions"]["ready"]]
+    assert ready_on("coarse") == ["ranking-shared-a", "ranking-shared-b"]
+    assert ready_on("fine") == ["ranking-shared-b"] and ready_on("rerank") == ["ranking-shared-b"]
+    # its backoff over on pod a, the failed member is loaded again there
+    retried = plan(THREE, [PodView("ranking-shared-a", True, "10.0.0.1", None, pods[0].index,
+                                   retry=frozenset({"rerank"}))])
+    assert retried.actions["ranking-shared-a"].load == ("fine", "rerank")
+
+
+def test_a_member_that_does_not_fit_waits_with_the_arithmetic_and_evicts_no_one():
+    big = member("big", weights_mib=12000)
+    result = plan([*THREE, big])
+    outcome = result.members[-1]
+    assert (outcome.state, outcome.reason) == (serverplan.PENDING, serverplan.REASON_SERVER_FULL)
+    assert outcome.message.startswith("big does not fit on one GPU beside") and "MiB" in outcome.message
+    assert "big" not in result.ports and "big" not in result.configs
+    # arriving first does not push out members that serve
+    result = plan([big, member("coarse", held="1"), member("fine", held="1"), member("rerank", held="1")])
+    assert [o.state for o in result.members] == [serverplan.PENDING] + [serverplan.LOADING] * 3
+
+
+def test_a_member_that_cannot_share_the_pod_is_refused_and_not_staged():
+    result = plan([*THREE, member("odd", modelCredentialsSecret="elsewhere")])
+    odd = result.members[-1]
+    assert (odd.state, odd.reason) == (serverplan.REFUSED, serverplan.REASON_NOT_SHAREABLE)
+    assert "odd: spec.modelCredentialsSecret is 'elsewhere'" in odd.message
+    config = next(o for o in result.objects if o["kind"] == "ConfigMap")
+    assert "odd" not in config["data"]["members.json"] and "odd" not in config["data"]["routes.json"]
+    unplannable = plan([member("noplan", planning=None)]).members[0]
+    assert (unplannable.state, unplannable.reason) == (serverplan.REFUSED, serverplan.REASON_CANNOT_PACK)
+
+
+def test_a_held_member_keeps_its_version_and_says_the_new_one_waits():
+    result = plan([member("coarse", held="1", version="2")],
+                  [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),))])
+    coarse, = result.members
+    assert coarse.state == serverplan.SERVING and coarse.version == "1"
+    assert "spec.version '2' waits" in coarse.message
+    assert result.configs["coarse"][0] == 1 and result.actions["ranking-shared-a"].nothing
+
+
+def test_ports_are_kept_when_a_member_leaves():
+    first = plan(THREE)
+    after = plan([member("coarse"), member("rerank")], ports=first.ports)
+    assert after.ports == {"coarse": 9000, "rerank": 9002}
+
+
+def test_a_member_whose_files_have_not_come_is_loaded_again_until_the_wait_is_over():
+    refusal = "load of coarse refused: failed to load 'coarse', failed to poll from model repository"
+    pod = PodView("ranking-shared-a", True, "10.0.0.1", None, (), load_errors={"coarse": refusal})
+    result = plan([member("coarse")], [pod])
+    assert result.actions["ranking-shared-a"].load == ("coarse",)
+    coarse, = result.members
+    assert coarse.state == serverplan.LOADING and "waiting for its files on ranking-shared-a" in coarse.message
+    waited = plan([member("coarse")], [PodView(pod.name, True, pod.ip, None, (), load_errors=pod.load_errors,
+                                               staging_over=frozenset({"coarse"}))])
+    coarse, = waited.members
+    assert (coarse.state, coarse.reason) == (serverplan.FAILED, serverplan.REASON_LOAD_FAILED)
+    assert "failed to poll from model repository" in coarse.message and waited.actions[pod.name].nothing
+
+
+def test_a_held_member_whose_spec_turns_bad_keeps_serving_and_newcomers_wait_while_it_cannot_be_counted():
+    pods = [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),))]
+    result = plan([member("coarse", held="1", responseCache=True)], pods)
+    coarse, = result.members
+    assert coarse.state == serverplan.SERVING and "responseCache is true" in coarse.message
+    assert result.actions["ranking-shared-a"].nothing and result.ports == {"coarse": 9000}
+    # its planning gone: it still serves, its room is unknown, so a newcomer waits rather than take it
+    result = plan([member("coarse", held="1", planning=None), member("newbie")], pods)
+    coarse, newbie = result.members
+    assert coarse.state == serverplan.SERVING and "cannot be counted" in coarse.message
+    assert (newbie.state, newbie.reason) == (serverplan.PENDING, serverplan.REASON_SERVER_FULL)
+    assert "coarse already serve(s) here" in newbie.message and result.actions["ranking-shared-a"].nothing
+
+
+def test_a_member_that_left_keeps_its_files_until_no_pod_may_hold_it():
+    from rankops.fetcher.members import parse_members
+    first = plan(THREE)
+    staged = parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"]["members.json"],
+                           "ranking")
+    two = [member("coarse", held="1"), member("rerank", held="1")]
+
+    def listed(result):
+        config = next(o for o in result.objects if o["kind"] == "ConfigMap")["data"]
+        return sorted(m.model for m in parse_members(config["members.json"], "ranking")), config["routes.json"]
+
+    loaded = PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"), ready("fine"), ready("rerank")))
+    result = plan(two, [loaded], ports=first.ports, staged=staged)
+    assert result.actions["ranking-shared-a"].unload == ("fine",)
+    files, routes = listed(result)
+    assert files == ["coarse", "fine", "rerank"] and "fine" not in routes      # no door, files kept
+    assert ("Service", "fine") not in kinds(result)
+    unread = PodView("ranking-shared-b", True, "10.0.0.2", None, None, index_error="timed out")
+    assert listed(plan(two, [unread], ports=first.ports, staged=staged))[0] == ["coarse", "fine", "rerank"]
+    gone = PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"), ready("rerank")))
+    assert listed(plan(two, [gone], ports=first.ports, staged=staged))[0] == ["coarse", "rerank"]
+
+
+def test_no_member_no_pod_and_a_member_listed_twice_is_an_error():
+    empty = plan([])
+    assert empty.replicas == 0 and not empty.members
+    assert next(o for o in empty.objects if o["kind"] == "Deployment")["spec"]["replicas"] == 0
+    import pytest
+    with pytest.raises(ValueError, match="listed twice"):
+        plan([member("coarse"), member("coarse")])
+
+
+def test_a_config_edit_reloads_the_member_on_pods_that_loaded_the_old_one():
+    from rankops.render.serving import config_hash
+    current = plan([member("coarse", held="1")])
+    digest = config_hash(current.configs["coarse"][1])
+    pod = lambda loaded: PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),),  # noqa: E731
+                                 loaded=loaded)
+    assert plan([member("coarse", held="1")], [pod({"coarse": digest})]).actions["ranking-shared-a"].nothing
+    assert plan([member("coarse", held="1")], [pod({"coarse": "older"})]).actions["ranking-shared-a"].load == ("coarse",)
+    assert plan([member("coarse", held="1")], [pod({})]).actions["ranking-shared-a"].nothing   # no record: kept
+
+
+def test_a_draining_pod_gets_no_loads_and_no_new_requests():
+    pods = [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),), terminating=True)]
+    result = plan([member("coarse")], pods)
+    assert "ranking-shared-a" not in result.actions
+    endpoint, = next(o for o in result.objects if o["kind"] == "EndpointSlice")["endpoints"]
+    assert endpoint["conditions"] == {"ready": False, "serving": False, "terminating": True}

@@ -1,0 +1,236 @@
+"""Issue 42: a shared server's rendered pod, its three containers run as processes with their own
+command lines (render/shared_server.server_deployment), on one real tritonserver.
+
+- `stage` (`rankops stage-members`) fetches every member's artifact with the strict fetcher from a
+  real HTTP store, from the ConfigMap's members.json as the kubelet mounts it;
+- `triton` starts with the rendered arguments and no model;
+- `route` (`rankops route`) opens one port per member from the ConfigMap's routes.json.
+The shell's part is done here as the operator will do it, from the server's plan
+(serverplan.plan_server) each round: the pod's index read, the ConfigMap written as planned, the
+planned loads (each member with its own config) and unloads sent. Then a fourth member joins and
+leaves by the plan alone: the Deployment's template is the same, Triton keeps its process, the
+stager fetches and removes the member's directory, the route opens and closes its port.
+
+Only the paths and ports of this machine are changed in the command lines: /models and the
+ConfigMap's mount point become directories here, Triton's port and the members' ports free ports.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rankops import serverplan
+from rankops.api.rankingmodel import RankingModel
+from rankops.api.sharedserver import SharedServerSpec
+from rankops.render import serving
+from rankops.render.shared_server import MEMBERS_DIR
+from rankops.triton.repository import Repository, RepositoryError, config_json
+from rankops.fetcher.members import parse_members
+from rankops.triton.route import parse_routes
+from rankops_dev import spec_models, triton
+from rankops_dev.ports import free_port
+from test_shared_server_on_triton import SHAPES, _ask, _infer_through, _wait_listening
+from test_shared_server_on_triton import member as shared_member
+
+SERVER = SharedServerSpec(gpuMemoryMiB=15360, resources={"cpu": "1", "memory": "2Gi"})
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A real HTTP store holding every member's version 1 (model.onnx)."""
+    root = tmp_path_factory.mktemp("store")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def member(name: str, store_url: str) -> RankingModel:
+    """A member fetched from the store, sized for admission: a T4-sized card, small members."""
+    max_batch = SHAPES[name][2]
+    return shared_member(name, f"{store_url}/{name}/1/model.onnx", warmReplicas={"enabled": False}, replicas=2,
+                         slo={"p99LatencyMs": 100, "targetQps": 10},
+                         planning={"latencyProfile": {1: 1.0, max_batch: 4.0},
+                                   "memory": {"weightsMiB": 500, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
+
+
+class Pod:
+    """The rendered pod's containers as processes, and the ConfigMap volume as a directory."""
+
+    def __init__(self, install, work: Path, store_url: str):
+        self.work, self.store_url = work, store_url
+        self.repository, self.mount = work / "models", work / "server"
+        self.repository.mkdir()
+        self.mount.mkdir()
+        self.models = {name: member(name, store_url) for name in SHAPES}
+        self.ports: dict[str, int] = {}          # the planned ports, read back each round as the routes
+        self.local: dict[int, int] = {}          # planned port -> a free port here
+        self.load_errors: dict[str, str] = {}
+        self.held: set[str] = set()
+        self.key = secrets.token_hex(16)
+        self.members = ("coarse", "fine", "rerank")
+        plan = self.plan()
+        self.deployment = self.written(plan)["Deployment"]
+        containers = {c["name"]: c for c in self.deployment["spec"]["template"]["spec"]["containers"]}
+        self.triton = triton.TritonServer(install=install, container_args=containers["triton"]["args"],
+                                          repository=self.repository, log_path=work / "tritonserver.log",
+                                          env={serving.API_KEY_ENV: self.key})
+        self.triton.start()
+        self.processes = [self._run(containers["stage"]["command"] + ["--interval", "0.3"], "stage"),
+                          self._run(containers["route"]["command"] + ["--host", "127.0.0.1", "--reload-s", "0.3"],
+                                    "route")]
+        self.repo = Repository(self.triton.host, self.triton.ports["http"], headers={serving.API_KEY_HEADER: self.key})
+
+    def plan(self, index=None) -> serverplan.ServerPlan:
+        """The server's plan from what a shell reads: the members (held at version 1 once they served),
+        the pod and its index, and the ConfigMap as last written."""
+        members = [serverplan.MemberView(n, self.models[n].spec, "1" if n in self.held else None) for n in self.members]
+        pods = [] if index is None else [serverplan.PodView("ranking-shared-0", True, "127.0.0.1", None, tuple(index),
+                                                            load_errors=dict(self.load_errors))]
+        written = self.mount / "members.json"
+        staged = parse_members(written.read_text(), "ranking") if written.exists() else ()
+        return serverplan.plan_server("ranking", "reco", SERVER, members, pods, self.ports,
+                                      serving.pool_placement(None, None), previous_staged=staged)
+
+    def written(self, plan: serverplan.ServerPlan) -> dict:
+        """Apply the plan's ConfigMap the way the kubelet shows it to the pod (a directory), routes on
+        free ports here; return the plan's objects by kind."""
+        by_kind = {o["kind"]: o for o in plan.objects}
+        self.ports = dict(plan.ports)
+        config = by_kind["ConfigMap"]["data"]
+        routes = parse_routes(config["routes.json"])
+        for port in routes:
+            self.local.setdefault(port, free_port())
+        (self.mount / "members.json.tmp").write_text(config["members.json"])
+        (self.mount / "members.json.tmp").replace(self.mount / "members.json")
+        (self.mount / "routes.json.tmp").write_text(json.dumps({str(self.local[p]): m for p, m in routes.items()}))
+        (self.mount / "routes.json.tmp").replace(self.mount / "routes.json")
+        return by_kind
+
+    def _run(self, command: list[str], name: str) -> subprocess.Popen:
+        here = {serving.MODEL_REPOSITORY: str(self.repository), MEMBERS_DIR: str(self.mount),
+                f"{MEMBERS_DIR}/members.json": str(self.mount / "members.json"),
+                f"{MEMBERS_DIR}/routes.json": str(self.mount / "routes.json"),
+                f"127.0.0.1:{serving.HTTP_PORT}": f"127.0.0.1:{self.triton.ports['http']}"}
+        assert command[0] == "rankops"
+        args = [here.get(a, a) for a in command[1:]]
+        log = (self.work / f"{name}.log").open("w")
+        return subprocess.Popen([sys.executable, "-m", "rankops", *args], stdout=log, stderr=subprocess.STDOUT,
+                                cwd=self.work)
+
+    def converge(self, names, timeout_s: float = 90.0) -> tuple[dict[str, str], dict]:
+        """Reconcile rounds until every member serves: read the index, plan, write the ConfigMap,
+        send the planned unloads and loads; a load refused because the stager has not fetched the
+        member yet is a wait. Returns what it did, and the last plan's objects by kind."""
+        self.members = tuple(names)
+        did: dict[str, str] = {}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            index = self.repo.index()
+            plan = self.plan(index)
+            objects = self.written(plan)
+            actions = plan.actions["ranking-shared-0"]
+            states = {o.name: o.state for o in plan.members}
+            self.held |= {name for name, state in states.items() if state == serverplan.SERVING}
+            staged = {m.model for m in parse_members(objects["ConfigMap"]["data"]["members.json"], "ranking")}
+            if actions.nothing and set(states.values()) == {serverplan.SERVING} and staged == set(names):
+                return did, objects
+            assert time.monotonic() < deadline, (states, plan.members, self.logs())
+            for name in actions.unload:
+                self.repo.unload(name)
+                did[name] = "unloaded"
+            for name in actions.load:
+                _, text = plan.configs[name]
+                try:
+                    self.repo.load(name, config_json(triton.cpu_config(text)[0]), deadline_s=120)
+                    did[name] = "loaded"
+                    self.load_errors.pop(name, None)
+                except RepositoryError as exc:
+                    assert serverplan.not_staged(str(exc), name, index), exc     # anything else is a failure here
+                    self.load_errors[name] = str(exc)               # the plan says Staging, loads again
+                    did.setdefault(name, "waited for its artifact")
+            time.sleep(0.3)
+
+    def port(self, name: str) -> int:
+        return self.local[self.ports[name]]
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.work.glob("*.log")))
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait(10)
+        self.triton.stop()
+
+
+@pytest.fixture(scope="module")
+def pod(triton_install, store, tmp_path_factory):
+    root, url = store
+    for name in SHAPES:
+        rm = member(name, url)
+        spec_models.export(rm.spec, rm.spec.versions[0].format, root / name / "1")
+    running = Pod(triton_install, tmp_path_factory.mktemp("pod"), url)
+    yield running
+    running.stop()
+
+
+THREE = ("coarse", "fine", "rerank")
+
+
+def answers_on_its_port(pod: Pod, name: str) -> bool:
+    outputs = _infer_through(pod.port(name), pod.models[name], name)
+    return bool(outputs) and all(len(v) == 5 for v in outputs.values())
+
+
+def test_the_rendered_pod_fetches_loads_and_serves_each_member_on_its_own_port(pod):
+    pod.converge(THREE)
+    for name in THREE:
+        _wait_listening(pod.port(name))
+        assert answers_on_its_port(pod, name)
+    # the stager fetched each from the store with the strict fetcher: the version a link to a complete copy
+    for name in THREE:
+        version = pod.repository / name / "1"
+        assert version.is_symlink() and (version / "model.onnx").stat().st_size > 0
+    status, _ = _ask(pod.port("coarse"), "GET", "/v2/models/fine/ready")   # coarse's port passes coarse only
+    assert status == 404
+
+
+def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
+    pod.converge(THREE)
+    pid, template = pod.triton.process.pid, pod.deployment["spec"]["template"]
+    did, objects = pod.converge((*THREE, "extra"))
+    assert objects["Deployment"]["spec"]["template"] == template, "a member joining changed the pod template"
+    assert did.get("extra") == "loaded" and set(did) == {"extra"}
+    _wait_listening(pod.port("extra"))
+    assert answers_on_its_port(pod, "extra") and all(answers_on_its_port(pod, n) for n in THREE)
+
+    # it leaves: unloaded, its port and Service at once; its files once the pod no longer holds it
+    extra_port = pod.port("extra")
+    did, objects = pod.converge(THREE)
+    assert did == {"extra": "unloaded"}
+    assert objects["Deployment"]["spec"]["template"] == template
+    _wait_listening(extra_port, up=False)
+    deadline = time.monotonic() + 30
+    while (pod.repository / "extra").exists():
+        assert time.monotonic() < deadline, pod.logs()
+        time.sleep(0.2)
+    assert all(answers_on_its_port(pod, n) for n in THREE)
+    assert pod.triton.process.poll() is None and pod.triton.process.pid == pid
+    assert all(p.poll() is None for p in pod.processes), pod.logs()
