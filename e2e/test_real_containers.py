@@ -235,7 +235,8 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
     from rankops.api.rankingmodel import RankingModel
     from rankops.api.sharedserver import SharedServerSpec
     from rankops.render import serving
-    from rankops.triton.repository import Repository, RepositoryError, config_json
+    from rankops.controller.shared_pods import ServerPod, ServerPods
+    from rankops.triton.repository import config_json
     from rankops.yamlio import dump_all
     from rankops_dev.triton import cpu_config
 
@@ -277,30 +278,27 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
         raise AssertionError(f"{exc}\n{real.diagnostics(ns)}") from None
     assert {c.name: c.container_id.startswith("containerd://") for c in pod.status.container_statuses} == \
         {"triton": True, "route": True, "stage": True}
-    repo = Repository(pod.status.pod_ip, serving.HTTP_PORT, headers={serving.API_KEY_HEADER: key})
-    load_errors: dict[str, str] = {}
+    # The operator's shell for the pods (controller/shared_pods.py), its requests from inside the
+    # cluster's network; the one edit is the CPU stand-in's (KIND_GPU -> KIND_CPU), which the image's
+    # shim makes to the files it finds but cannot make to a load's override.
+    shell = ServerPods({serving.API_KEY_HEADER: key}, staging_wait_s=server.fetch.deadline_seconds,
+                       load_config=lambda text: config_json(cpu_config(text)[0]))
+    seen = ServerPod(pod.metadata.name, pod.metadata.uid, pod.status.pod_ip, True, pod.spec.node_name)
     deadline = time.monotonic() + 180
-    while True:          # the shell's rounds
-        index = _in_cluster(real, repo.index)
-        current = plan([serverplan.PodView(pod.metadata.name, True, pod.status.pod_ip, pod.spec.node_name,
-                                           tuple(index), load_errors=dict(load_errors))])
-        ports = dict(current.ports)
-        apply(o for o in current.objects if o["kind"] in ("ConfigMap", "EndpointSlice"))
-        states = {o.name: o.state for o in current.members}
-        if set(states.values()) == {serverplan.SERVING}:
-            break
-        assert time.monotonic() < deadline, (current.members, real.logs(ns, pod.metadata.name, "stage"))
-        for name in current.actions[pod.metadata.name].load:
-            # the CPU stand-in's one edit (KIND_GPU -> KIND_CPU), which the image's shim makes to the
-            # files it finds but cannot make to a load's override
-            config = config_json(cpu_config(current.configs[name][1])[0])
-            try:
-                _in_cluster(real, lambda: repo.load(name, config, deadline_s=120))
-                load_errors.pop(name, None)
-            except RepositoryError as exc:
-                assert serverplan.not_staged(str(exc), name, index), exc
-                load_errors[name] = str(exc)
-        time.sleep(2)
+    try:
+        while True:          # the shell's rounds
+            current = _in_cluster(real, lambda: shell.round(plan, [seen], list(members)))
+            ports = dict(current.ports)
+            apply(o for o in current.objects if o["kind"] in ("ConfigMap", "EndpointSlice"))
+            states = {o.name: o.state for o in current.members}
+            if set(states.values()) == {serverplan.SERVING}:
+                break
+            assert time.monotonic() < deadline, (current.members, real.logs(ns, pod.metadata.name, "stage"))
+            shell.settle(120)
+            time.sleep(2)
+    finally:
+        shell.close()
+    assert {action for _, action, _ in shell.sent} == {"load"}, shell.sent
 
     # One Job from the operator image: each member through its own Service name (cluster DNS,
     # kube-proxy, the EndpointSlice the plan wrote), then coarse's Service asked for fine: refused.

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ from rankops.api.rankingmodel import RankingModel
 from rankops.api.sharedserver import SharedServerSpec
 from rankops.render import serving
 from rankops.render.shared_server import MEMBERS_DIR
-from rankops.triton.repository import Repository, RepositoryError, config_json
+from rankops.controller.shared_pods import ServerPod, ServerPods
+from rankops.triton.repository import Repository, config_json
 from rankops.fetcher.members import parse_members
 from rankops.triton.route import parse_routes
 from rankops_dev import spec_models, triton
@@ -41,6 +43,7 @@ from rankops_dev.ports import free_port
 from test_shared_server_on_triton import SHAPES, _ask, _infer_through, _wait_listening
 from test_shared_server_on_triton import member as shared_member
 
+STAGING_WAIT_S = 5.0       # how long a member's files may take to arrive here (a cluster: its fetch deadline)
 SERVER = SharedServerSpec(gpuMemoryMiB=15360, resources={"cpu": "1", "memory": "2Gi"})
 
 
@@ -60,10 +63,12 @@ def store(tmp_path_factory):
     httpd.shutdown()
 
 
-def member(name: str, store_url: str) -> RankingModel:
-    """A member fetched from the store, sized for admission: a T4-sized card, small members."""
+def member(name: str, store_url: str, path: str = "") -> RankingModel:
+    """A member fetched from the store (`path` in it, by default its own), sized for admission: a
+    T4-sized card, small members."""
     max_batch = SHAPES[name][2]
-    return shared_member(name, f"{store_url}/{name}/1/model.onnx", warmReplicas={"enabled": False}, replicas=2,
+    return shared_member(name, f"{store_url}/{path or f'{name}/1/model.onnx'}", warmReplicas={"enabled": False},
+                         replicas=2,
                          slo={"p99LatencyMs": 100, "targetQps": 10},
                          planning={"latencyProfile": {1: 1.0, max_batch: 4.0},
                                    "memory": {"weightsMiB": 500, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
@@ -80,11 +85,10 @@ class Pod:
         self.models = {name: member(name, store_url) for name in SHAPES}
         self.ports: dict[str, int] = {}          # the planned ports, read back each round as the routes
         self.local: dict[int, int] = {}          # planned port -> a free port here
-        self.load_errors: dict[str, str] = {}
         self.held: set[str] = set()
         self.key = secrets.token_hex(16)
         self.members = ("coarse", "fine", "rerank")
-        plan = self.plan()
+        plan = self.plan([])
         self.deployment = self.written(plan)["Deployment"]
         containers = {c["name"]: c for c in self.deployment["spec"]["template"]["spec"]["containers"]}
         self.triton = triton.TritonServer(install=install, container_args=containers["triton"]["args"],
@@ -95,13 +99,17 @@ class Pod:
                           self._run(containers["route"]["command"] + ["--host", "127.0.0.1", "--reload-s", "0.3"],
                                     "route")]
         self.repo = Repository(self.triton.host, self.triton.ports["http"], headers={serving.API_KEY_HEADER: self.key})
+        # The operator's shell for the pod (controller/shared_pods.py); the one edit is the CPU stand-in's
+        # (KIND_GPU -> KIND_CPU), which the image's shim makes to files but a load's override never passes.
+        self.shell = ServerPods({serving.API_KEY_HEADER: self.key}, staging_wait_s=STAGING_WAIT_S,
+                                load_config=lambda text: config_json(triton.cpu_config(text)[0]), retry_first_s=1.0)
+        self.server_pod = ServerPod("ranking-shared-0", "uid-0", self.triton.host, True,
+                                    port=self.triton.ports["http"])
 
-    def plan(self, index=None) -> serverplan.ServerPlan:
+    def plan(self, pods: list[serverplan.PodView]) -> serverplan.ServerPlan:
         """The server's plan from what a shell reads: the members (held at version 1 once they served),
-        the pod and its index, and the ConfigMap as last written."""
+        the pods as the shell saw them, and the ConfigMap as last written."""
         members = [serverplan.MemberView(n, self.models[n].spec, "1" if n in self.held else None) for n in self.members]
-        pods = [] if index is None else [serverplan.PodView("ranking-shared-0", True, "127.0.0.1", None, tuple(index),
-                                                            load_errors=dict(self.load_errors))]
         written = self.mount / "members.json"
         staged = parse_members(written.read_text(), "ranking") if written.exists() else ()
         return serverplan.plan_server("ranking", "reco", SERVER, members, pods, self.ports,
@@ -133,37 +141,29 @@ class Pod:
         return subprocess.Popen([sys.executable, "-m", "rankops", *args], stdout=log, stderr=subprocess.STDOUT,
                                 cwd=self.work)
 
-    def converge(self, names, timeout_s: float = 90.0) -> tuple[dict[str, str], dict]:
-        """Reconcile rounds until every member serves: read the index, plan, write the ConfigMap,
-        send the planned unloads and loads; a load refused because the stager has not fetched the
-        member yet is a wait. Returns what it did, and the last plan's objects by kind."""
+    def converge(self, names, timeout_s: float = 90.0, until: Callable[[dict, serverplan.PodActions], bool] | None = None,
+                 ) -> tuple[dict[str, str], dict, serverplan.ServerPlan]:
+        """The operator's rounds (ServerPods.round: read the index, plan, send the planned unloads and
+        loads), the ConfigMap written as planned, until the members' states satisfy `until`, nothing is
+        in flight or asked, and members.json lists exactly `names`. Returns what was sent ("loaded" /
+        "unloaded" per member), the last plan's objects by kind, and the plan. `until` (states, what the
+        pod is asked): by default, every member serves and nothing is asked."""
+        until = until or (lambda states, asked: set(states.values()) == {serverplan.SERVING} and asked.nothing)
         self.members = tuple(names)
-        did: dict[str, str] = {}
+        sent = len(self.shell.sent)
         deadline = time.monotonic() + timeout_s
         while True:
-            index = self.repo.index()
-            plan = self.plan(index)
+            plan = self.shell.round(self.plan, [self.server_pod], self.members)
             objects = self.written(plan)
-            actions = plan.actions["ranking-shared-0"]
             states = {o.name: o.state for o in plan.members}
             self.held |= {name for name, state in states.items() if state == serverplan.SERVING}
             staged = {m.model for m in parse_members(objects["ConfigMap"]["data"]["members.json"], "ranking")}
-            if actions.nothing and set(states.values()) == {serverplan.SERVING} and staged == set(names):
-                return did, objects
+            asked = plan.actions.get(self.server_pod.name, serverplan.PodActions())
+            if until(states, asked) and staged == set(names) and not self.shell.in_flight():
+                did = {member: f"{action}ed" for _, action, member in self.shell.sent[sent:]}
+                return did, objects, plan
             assert time.monotonic() < deadline, (states, plan.members, self.logs())
-            for name in actions.unload:
-                self.repo.unload(name)
-                did[name] = "unloaded"
-            for name in actions.load:
-                _, text = plan.configs[name]
-                try:
-                    self.repo.load(name, config_json(triton.cpu_config(text)[0]), deadline_s=120)
-                    did[name] = "loaded"
-                    self.load_errors.pop(name, None)
-                except RepositoryError as exc:
-                    assert serverplan.not_staged(str(exc), name, index), exc     # anything else is a failure here
-                    self.load_errors[name] = str(exc)               # the plan says Staging, loads again
-                    did.setdefault(name, "waited for its artifact")
+            self.shell.settle(timeout_s=120)
             time.sleep(0.3)
 
     def port(self, name: str) -> int:
@@ -215,7 +215,7 @@ def test_the_rendered_pod_fetches_loads_and_serves_each_member_on_its_own_port(p
 def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
     pod.converge(THREE)
     pid, template = pod.triton.process.pid, pod.deployment["spec"]["template"]
-    did, objects = pod.converge((*THREE, "extra"))
+    did, objects, _ = pod.converge((*THREE, "extra"))
     assert objects["Deployment"]["spec"]["template"] == template, "a member joining changed the pod template"
     assert did.get("extra") == "loaded" and set(did) == {"extra"}
     _wait_listening(pod.port("extra"))
@@ -223,7 +223,7 @@ def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
 
     # it leaves: unloaded, its port and Service at once; its files once the pod no longer holds it
     extra_port = pod.port("extra")
-    did, objects = pod.converge(THREE)
+    did, objects, _ = pod.converge(THREE)
     assert did == {"extra": "unloaded"}
     assert objects["Deployment"]["spec"]["template"] == template
     _wait_listening(extra_port, up=False)
@@ -234,3 +234,41 @@ def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
     assert all(answers_on_its_port(pod, n) for n in THREE)
     assert pod.triton.process.poll() is None and pod.triton.process.pid == pid
     assert all(p.poll() is None for p in pod.processes), pod.logs()
+
+
+def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
+    """ghost's artifact is not in the store: the stager cannot fetch it, so the pod refuses its loads
+    for missing files. The shell waits STAGING_WAIT_S for them (Loading, "waiting for its files"),
+    then says Failed with Triton's words, and tries again only after a backoff; the three keep
+    serving on their ports throughout, and ghost leaves like any member."""
+    pod.converge(THREE)
+    pod.models["ghost"] = member("extra", pod.store_url, path="ghost/1/model.onnx")
+    began = time.monotonic()
+    waiting = []
+
+    def ghost_failed(states: dict, asked: serverplan.PodActions) -> bool:
+        if states["ghost"] == serverplan.LOADING:
+            waiting.append(time.monotonic())
+        return states["ghost"] == serverplan.FAILED and all(states[n] == serverplan.SERVING for n in THREE)
+    try:
+        _, _, plan = pod.converge((*THREE, "ghost"), until=ghost_failed)
+        failed_at = time.monotonic()
+        ghost = next(o for o in plan.members if o.name == "ghost")
+        assert ghost.reason == serverplan.REASON_LOAD_FAILED and "ranking-shared-0" in ghost.message, ghost
+        assert failed_at - began >= STAGING_WAIT_S and waiting, "failed before the wait for its files was over"
+        assert all(answers_on_its_port(pod, n) for n in THREE)
+
+        # backed off: loaded again 1 s, then 2 s after it failed, ... not on every round (0.3 s apart)
+        before, rounds = len(pod.shell.sent), 0
+        while time.monotonic() - failed_at < 3.5:
+            pod.written(pod.shell.round(pod.plan, [pod.server_pod], pod.members))
+            pod.shell.settle(30)
+            rounds += 1
+            time.sleep(0.3)
+        retried = [a for a in pod.shell.sent[before:] if a[1:] == ("load", "ghost")]
+        assert rounds >= 8 and 1 <= len(retried) <= 3, (rounds, retried)
+        assert all(answers_on_its_port(pod, n) for n in THREE)
+    finally:
+        pod.converge(THREE)         # it leaves: the others untouched
+        pod.models.pop("ghost")
+    assert all(answers_on_its_port(pod, n) for n in THREE)
