@@ -12,12 +12,13 @@ moving a model onto a server moves those fields as they are.
 """
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from rankops.api import bounds
 from rankops.api.base import ApiModel
+from rankops.api.conditions import Condition
 from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
                                       FetchLimits, Resources, Storage)
 
@@ -58,3 +59,40 @@ class SharedServerSpec(ApiModel):
         "Priority class, node spread, node-loss tolerance and the drain of each pod; Triton's exit timeout "
         "must cover every member's."), json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
     pod_annotations: bounds.pod_annotations("Annotations added to the server's pods.")
+
+
+MEMBER_STATES = ("Serving", "Loading", "Failed", "Pending", "Refused")
+# Bounds of the status: any tenant may name the server, and a status is one etcd object.
+MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX = 128, 1024
+
+
+class MemberStatus(ApiModel):
+    """One member of the server as its last reconcile found it (serverplan.MemberOutcome): what the
+    member's own RankingModel status reads."""
+    name: Annotated[str, Field(pattern=bounds.DNS_LABEL, max_length=63, description=(
+        "The RankingModel, in the server's namespace."))]
+    state: Annotated[Literal[MEMBER_STATES], Field(description=(
+        "Serving on every ready pod; Loading (or no ready pod yet); Failed where a pod refused its load (the "
+        "others serve on); Pending while it does not fit beside the members that serve (never an eviction); "
+        "Refused when it cannot share this server (its field and the fix in the message)."))]
+    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description=(
+        "Serving, Loading, NoReadyPod, MemberLoadFailed, ServerFull, NotShareable or CannotPack."))]
+    message: Annotated[str, Field(max_length=MEMBER_MESSAGE_MAX, description=(
+        "Human-readable details, with the arithmetic when it waits."))] = ""
+    version: Annotated[str | None, Field(max_length=63, description=(
+        "The version the server holds for it (kept until its new version is switched in)."))] = None
+    port: Annotated[int | None, Field(ge=1, le=65535, description="Its port on the server's pods (its Service's "
+                                                                  "target).")] = None
+    last_transition_time: Annotated[str | None, Field(description=(
+        "When its state or reason last changed (RFC 3339)."))] = None
+
+
+class SharedServerStatus(ApiModel):
+    observed_generation: Annotated[int | None, Field(description=(
+        "The metadata.generation this status was computed from."))] = None
+    replicas: Annotated[int, Field(ge=0, description=(
+        "Pods the server runs: the cards its members need together (none without a member)."))] = 0
+    members: Annotated[list[MemberStatus], Field(default_factory=list, max_length=MAX_LISTED_MEMBERS, description=(
+        f"The RankingModels that name the server, in arrival order (the first {MAX_LISTED_MEMBERS})."))]
+    conditions: list[Condition] = Field(default_factory=list, description=(
+        "Ready (every member serves) and Degraded (a member failed, waits or is refused)."))

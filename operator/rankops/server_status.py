@@ -1,0 +1,105 @@
+"""A shared server's status and Events from its plan (issue 42), pure: what its reconcile writes
+and says once serverplan.plan_server has decided.
+
+Each member's line (state, reason, message, version, port) is what the member's own RankingModel
+status will read; its transition time moves only when its state or reason changes, and that change
+is said once, as an Event on the member (the rule of api.conditions.flipped: the same observation
+again, a message with new numbers, says nothing). A member that left is said on the server.
+The server's conditions: Ready when every member serves, Degraded when one failed, waits or is
+refused (the worst reason first), each flip an Event on the server.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rankops.api.conditions import DEGRADED, READY, flipped, get_condition, set_condition
+from rankops.api.sharedserver import MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX, MemberStatus, SharedServerStatus
+from rankops.rollout.record import Event
+from rankops import serverplan
+
+# A member's flip to these is a Warning on it; any other is Normal.
+WARNING_STATES = (serverplan.FAILED, serverplan.PENDING, serverplan.REFUSED)
+# Degraded's reason when several members are in trouble: the worst first.
+DEGRADED_PRECEDENCE = (serverplan.REASON_LOAD_FAILED, serverplan.REASON_SERVER_FULL,
+                       serverplan.REASON_NOT_SHAREABLE, serverplan.REASON_CANNOT_PACK)
+ALL_SERVING, NOT_SERVING, NO_MEMBERS, AS_EXPECTED = "AllMembersServing", "MembersNotServing", "NoMembers", "AsExpected"
+MEMBER_LEFT = "MemberLeft"
+
+
+@dataclass(frozen=True)
+class MemberEvent:
+    """An Event to post: on the member's RankingModel (`member`), or on the server (None)."""
+    member: str | None
+    event: Event
+
+
+@dataclass(frozen=True)
+class Decided:
+    status: SharedServerStatus
+    events: tuple[MemberEvent, ...]
+
+
+def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generation: int | None,
+                  now: str) -> Decided:
+    """The status to write after `plan`, from the status as read (`old`), and the Events to say."""
+    before = {m.name: m for m in old.members}
+    members, events = [], []
+    for outcome in plan.members[:MAX_LISTED_MEMBERS]:
+        was = before.get(outcome.name)
+        line = MemberStatus(name=outcome.name, state=outcome.state, reason=outcome.reason,
+                            message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
+                            last_transition_time=now)
+        if was is not None and (was.state, was.reason) == (line.state, line.reason):
+            line = line.model_copy(update={"last_transition_time": was.last_transition_time or now})
+        else:
+            kind = "Warning" if line.state in WARNING_STATES else "Normal"
+            events.append(MemberEvent(outcome.name, Event(kind, line.reason, line.message)))
+        members.append(line)
+    named = {o.name for o in plan.members}
+    for gone in (m for m in old.members if m.name not in named):
+        events.append(MemberEvent(None, Event("Normal", MEMBER_LEFT, f"{gone.name} left the server: unloaded"
+                                                                      + (f", port {gone.port} freed" if gone.port else ""))))
+    conditions = _conditions(plan, old, generation, now)
+    for condition in conditions:
+        if flipped(get_condition(old.conditions, condition.type), condition):
+            warn = condition.type == DEGRADED and condition.status == "True"
+            events.append(MemberEvent(None, Event("Warning" if warn else "Normal", condition.reason, condition.message)))
+    status = SharedServerStatus(observed_generation=generation, replicas=plan.replicas, members=members,
+                                conditions=conditions)
+    return Decided(status, tuple(events))
+
+
+def _conditions(plan: serverplan.ServerPlan, old: SharedServerStatus, generation: int | None, now: str) -> list:
+    """Ready and Degraded; each message counts first, then names (a condition's message is cut at 1024)."""
+    outcomes = plan.members
+    unlisted = len(outcomes) - MAX_LISTED_MEMBERS
+    tail = f", {unlisted} more member(s) not listed in status.members" if unlisted > 0 else ""
+    waiting = [o for o in outcomes if o.state != serverplan.SERVING]
+    if not outcomes:
+        ready = (False, NO_MEMBERS, "no RankingModel names this server: it runs no pod")
+    elif not waiting:
+        ready = (True, ALL_SERVING, f"{len(outcomes)} member(s) serve on {plan.replicas} pod(s)")
+    else:
+        ready = (False, NOT_SERVING, f"{len(waiting)} of {len(outcomes)} member(s) not serving{tail}: "
+                                     + _listed(waiting))
+    troubled = sorted((o for o in outcomes if o.state in WARNING_STATES), key=lambda o: _rank(o.reason))
+    if troubled:
+        degraded = (True, troubled[0].reason, f"{len(troubled)} member(s) failed, wait or are refused{tail}: "
+                                              + _listed(troubled))
+    else:
+        degraded = (False, AS_EXPECTED, "no member failed, waits or is refused")
+    conditions = set_condition(list(old.conditions), READY, *ready, generation, now)
+    return set_condition(conditions, DEGRADED, *degraded, generation, now)
+
+
+def _rank(reason: str) -> int:
+    return DEGRADED_PRECEDENCE.index(reason) if reason in DEGRADED_PRECEDENCE else len(DEGRADED_PRECEDENCE)
+
+
+def _listed(outcomes: Sequence[serverplan.MemberOutcome]) -> str:
+    return "; ".join(f"{o.name}: {o.state} ({o.reason})" for o in outcomes)
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MEMBER_MESSAGE_MAX else message[:MEMBER_MESSAGE_MAX - 1] + "…"

@@ -1,0 +1,98 @@
+"""A shared server's status and Events from its plan (server_status.server_status), pure: each
+member's line for its RankingModel, a change said once as an Event on the member, Ready and
+Degraded for the server, and the status bounded whatever the tenants do."""
+from __future__ import annotations
+
+import dataclasses
+
+from test_server_plan import THREE, member, plan, ready
+
+from rankops import serverplan
+from rankops.api.conditions import get_condition
+from rankops.api.sharedserver import MAX_LISTED_MEMBERS, SharedServerStatus
+from rankops.server_status import ALL_SERVING, MEMBER_LEFT, NO_MEMBERS, NOT_SERVING, server_status
+from rankops.serverplan import PodView
+from rankops.triton.repository import IndexEntry
+
+T0, T1, T2 = "2026-12-06T04:00:00Z", "2026-12-06T04:00:10Z", "2026-12-06T04:00:20Z"
+
+
+def pod(*entries):
+    return PodView("ranking-shared-a", True, "10.0.0.1", "node-1", tuple(entries))
+
+
+def events(decided):
+    return [(e.member, e.event.type, e.event.reason) for e in decided.events]
+
+
+def test_members_loading_then_serving_each_said_once_on_the_member():
+    first = server_status(plan(THREE), SharedServerStatus(), 1, T0)
+    assert [(m.name, m.state, m.reason, m.port, m.version) for m in first.status.members] == [
+        ("coarse", "Loading", "NoReadyPod", 9000, "1"), ("fine", "Loading", "NoReadyPod", 9001, "1"),
+        ("rerank", "Loading", "NoReadyPod", 9002, "1")]
+    assert events(first) == [("coarse", "Normal", "NoReadyPod"), ("fine", "Normal", "NoReadyPod"),
+                             ("rerank", "Normal", "NoReadyPod"), (None, "Normal", NOT_SERVING),
+                             (None, "Normal", "AsExpected")]
+    assert first.status.replicas >= 1 and first.status.observed_generation == 1
+    again = server_status(plan(THREE), first.status, 1, T1)
+    assert again.status == first.status and again.events == (), "the same observation says nothing"
+
+    serving = plan(THREE, [pod(ready("coarse"), ready("fine"), ready("rerank"))])
+    done = server_status(serving, first.status, 1, T2)
+    assert {m.state for m in done.status.members} == {"Serving"}
+    assert {m.last_transition_time for m in done.status.members} == {T2}
+    ready_condition = get_condition(done.status.conditions, "Ready")
+    assert (ready_condition.status, ready_condition.reason) == ("True", ALL_SERVING)
+    assert events(done) == [("coarse", "Normal", "Serving"), ("fine", "Normal", "Serving"),
+                            ("rerank", "Normal", "Serving"), (None, "Normal", ALL_SERVING)]
+
+
+def test_a_failed_member_is_a_warning_on_it_and_degrades_the_server_the_others_serving():
+    start = server_status(plan(THREE, [pod(ready("coarse"), ready("fine"), ready("rerank"))]),
+                          SharedServerStatus(), 1, T0)
+    broken = plan(THREE, [pod(ready("coarse"), ready("fine"), IndexEntry("rerank", 1, "UNAVAILABLE", "bad onnx"))])
+    decided = server_status(broken, start.status, 1, T1)
+    lines = {m.name: m for m in decided.status.members}
+    assert (lines["rerank"].state, lines["rerank"].reason) == ("Failed", serverplan.REASON_LOAD_FAILED)
+    assert "bad onnx" in lines["rerank"].message
+    assert lines["coarse"].last_transition_time == T0, "a member that stays Serving keeps its time"
+    degraded = get_condition(decided.status.conditions, "Degraded")
+    assert (degraded.status, degraded.reason) == ("True", serverplan.REASON_LOAD_FAILED)
+    assert ("rerank", "Warning", serverplan.REASON_LOAD_FAILED) in events(decided)
+    assert (None, "Warning", serverplan.REASON_LOAD_FAILED) in events(decided)
+    assert not any(e.member in ("coarse", "fine") for e in decided.events)
+
+
+def test_the_worst_reason_names_degraded_and_a_member_that_left_is_said_on_the_server():
+    huge = member("huge", weights_mib=40_000)
+    decided = server_status(plan([*THREE, huge]), SharedServerStatus(), 1, T0)
+    lines = {m.name: m for m in decided.status.members}
+    assert lines["huge"].state in ("Pending", "Refused") and lines["huge"].port is None
+    assert ("huge", "Warning", lines["huge"].reason) in events(decided)
+    # a failure outranks a wait
+    failed = dataclasses.replace(plan(THREE), members=(
+        *plan(THREE).members[:2],
+        serverplan.MemberOutcome("rerank", serverplan.FAILED, serverplan.REASON_LOAD_FAILED, "x", "1", 9002),
+        serverplan.MemberOutcome("huge", serverplan.PENDING, serverplan.REASON_SERVER_FULL, "y", None)))
+    assert get_condition(server_status(failed, decided.status, 1, T1).status.conditions, "Degraded").reason == \
+        serverplan.REASON_LOAD_FAILED
+
+    left = server_status(plan(THREE[:2]), decided.status, 1, T1)
+    assert (None, "Normal", MEMBER_LEFT) in events(left)
+    said = next(e.event.message for e in left.events if e.event.reason == MEMBER_LEFT and "rerank" in e.event.message)
+    assert "port 9002 freed" in said
+    none = server_status(plan([]), left.status, 2, T2)
+    assert none.status.members == [] and none.status.replicas == 0
+    assert get_condition(none.status.conditions, "Ready").reason == NO_MEMBERS
+
+
+def test_the_status_stays_bounded_however_many_models_name_the_server():
+    many = dataclasses.replace(plan(THREE), members=tuple(
+        serverplan.MemberOutcome(f"m{i}", serverplan.REFUSED, serverplan.REASON_NOT_SHAREABLE, "z" * 10_000, None)
+        for i in range(MAX_LISTED_MEMBERS + 5)))
+    decided = server_status(many, SharedServerStatus(), 1, T0)
+    assert len(decided.status.members) == MAX_LISTED_MEMBERS
+    assert max(len(m.message) for m in decided.status.members) <= 1024
+    assert "5 more member(s) not listed" in get_condition(decided.status.conditions, "Ready").message
+    assert len(get_condition(decided.status.conditions, "Ready").message) <= 1024
+    SharedServerStatus.model_validate(decided.status.model_dump(by_alias=True))   # what is written reads back
