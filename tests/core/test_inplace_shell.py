@@ -38,9 +38,9 @@ def test_one_executor_per_attempt_let_go_when_the_switch_ends():
     assert inplace_shell.executor_of(memory, "uid-1", "ctr", "a1") is first
     first.verdicts[("warmup", "2")] = inplace.GateVerdict("pass", "warm", "u-a")
     second = inplace_shell.executor_of(memory, "uid-1", "ctr", "a2")     # another attempt: no verdict carried
-    assert second is not first and second.gate_verdicts("2") == {} and first._pool._shutdown
+    assert second is not first and second.gate_verdicts("2") == {} and first.closed
     inplace_shell.execute(memory, RM, _record("Switched"), (inplace.RemoveFiles("ctr-stable-a", "1"),), "a2")
-    assert "uid-1" not in memory.in_place and second._pool._shutdown
+    assert "uid-1" not in memory.in_place and second.closed
 
 
 def test_a_pod_that_refuses_the_key_is_said_so_by_type_not_by_its_words():

@@ -10,11 +10,12 @@ running Triton pods, and reads their repository indexes back for the next step.
   and requests (rollout/jobs.py, render/gate_requests.py), against that one pod BY VERSION:
   warmup on `model:new`, equivalence of `model:new` against `model:stable` on the same pod.
 
-Every action runs on a worker thread, at most one per pod and version (a pod's repository loads,
-whatever the version, one at a time: two loads with different policies would race), and every
-request to a pod is bounded (bounded_http's deadline): a pod that accepts and never answers costs
-a worker its deadline, never the loop. An action asked again while it is in flight is not sent
-twice; one that failed is tried again when the machine asks again (its error is kept for status).
+Every action runs on a worker thread (controller/pod_work.py), at most one per pod and version (a
+pod's repository loads, whatever the version, one at a time: two loads with different policies
+would race), and every request to a pod is bounded (bounded_http's deadline): a pod that accepts
+and never answers costs a worker its deadline, never the loop. An action asked again while it is
+in flight is not sent twice; one that failed is tried again when the machine asks again (its error
+is kept for status).
 
 Two modes, by who owns the pod's files:
 
@@ -39,12 +40,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rankops.api.rankingmodel import RankingModel
+from rankops.controller.pod_work import PodWork
 from rankops.serverplan import NO_VERSION_DIRECTORY
 from rankops.fetcher import fetch as fetcher
 from rankops.fetcher.stager import remove_version_dir
@@ -172,11 +173,9 @@ class Executor:
         # Parsed once: a config Triton could not take fails here, not in every pod's load.
         self.config = config_json(config_text) if config_text is not None else None
         self.load_deadline_s, self.index_deadline_s = load_deadline_s, index_deadline_s
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace")
         # Reads on threads of their own: loads (up to their deadline) and gates never hold a read up.
-        self._reads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inplace-read")
+        self._work = PodWork(workers, "inplace")
         self._lock = threading.Lock()
-        self._in_flight: dict[tuple[str, ...], Future] = {}
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
         self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
         self.waiting: dict[str, str] = {}       # pod -> why its last load loaded nothing (its files not there yet)
@@ -191,8 +190,7 @@ class Executor:
     def read(self) -> tuple[inplace.PodIndex, ...]:
         """Every pod's repository index, read at once, each within the index deadline."""
         self._read_at = time.monotonic()
-        futures = {name: self._reads.submit(self._index, pod) for name, pod in self.pods.items()}
-        return tuple(futures[name].result() for name in sorted(futures))
+        return tuple(self._work.read_all(self._index, [self.pods[name] for name in sorted(self.pods)]))
 
     def _index(self, pod: PodTarget) -> inplace.PodIndex:
         try:
@@ -219,28 +217,26 @@ class Executor:
             key, run = self._plan(action, record)
             if key is None:
                 continue
+            if not self._work.start(key, lambda key=key, run=run: self._guarded(key, run)):
+                continue
             with self._lock:
-                if key in self._in_flight:
-                    continue
-                self._in_flight[key] = future = self._pool.submit(self._guarded, key, run)
                 self.sent.append(key)
-            future.add_done_callback(lambda _f, key=key: self._done(key))
             started.append(key)
         return started
 
     def in_flight(self) -> list[tuple[str, ...]]:
-        with self._lock:
-            return sorted(self._in_flight)
+        return self._work.in_flight()
 
     def settle(self, timeout_s: float) -> None:
         """Wait (at most `timeout_s`) for the actions in flight; for tests and shutdown."""
-        with self._lock:
-            futures = list(self._in_flight.values())
-        wait(futures, timeout=timeout_s)
+        self._work.settle(timeout_s)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._reads.shutdown(wait=False, cancel_futures=True)
+        self._work.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._work.closed
 
     def _plan(self, action: Any, record: inplace.Record) -> tuple[tuple[str, ...] | None, Callable[[], None]]:
         if getattr(action, "pod", None) is not None and action.pod not in self.pods:
@@ -307,10 +303,6 @@ class Executor:
         else:
             with self._lock:
                 self.errors.pop(key, None)
-
-    def _done(self, key: tuple[str, ...]) -> None:
-        with self._lock:
-            self._in_flight.pop(key, None)
 
 
 @dataclass

@@ -9,9 +9,9 @@ What it remembers, per pod (by uid: a pod replaced under the same name starts af
   failure, loaded again after the work queue's backoff (doubling per failure in a row, capped);
 - the digest of the config each member was loaded with, so an edited config is loaded again.
 
-Every request to a pod is bounded (the repository client's deadlines) and runs on a worker thread,
-at most one action per pod and member at once: a pod that accepts and never answers costs a
-worker its deadline, never the caller. An action asked again while it is in flight is not sent
+Every request to a pod is bounded (the repository client's deadlines) and runs on a worker thread
+(controller/pod_work.py), at most one action per pod and member at once: a pod that accepts and
+never answers costs a worker its deadline, never the caller. An action asked again while it is in flight is not sent
 twice, nor is a load that ended after the index it was planned from was read (that index could not
 show it), unless its config changed since.
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from rankops.controller.pod_work import PodWork
 from rankops.controller.workqueue import RETRY_CAP_S, RETRY_FIRST_S, Backoff
 from rankops.render.serving import HTTP_PORT, config_hash
 from rankops.serverplan import PodView, ServerPlan, not_staged
@@ -108,14 +108,11 @@ class ServerPods:
         self.headers, self.staging_wait_s, self.load_config = headers, staging_wait_s, load_config
         self.index_deadline_s, self.load_deadline_s = index_deadline_s, load_deadline_s
         self.retry_first_s, self.retry_cap_s, self.clock = retry_first_s, retry_cap_s, clock
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shared-load")
-        # Reads on threads of their own: a load (up to its deadline) never holds a read up.
-        self._reads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shared-read")
+        self._work = PodWork(workers, "shared")
         self._lock = threading.Lock()
         self._records: dict[str, PodRecord] = {}                   # pod uid -> its record
         self._pods: dict[str, ServerPod] = {}                      # pod name -> as last read
         self._indexes: dict[str, tuple[IndexEntry, ...]] = {}      # pod name -> its index as last read
-        self._in_flight: dict[tuple[str, str], Future] = {}        # (pod, member) -> its action
         self._ended: dict[tuple[str, str], tuple[str, float]] = {}   # (pod, member) -> (digest, when it loaded)
         self._read_at = 0.0
         self.errors: dict[tuple[str, str], str] = {}               # (pod, member) -> its last unload's failure
@@ -127,8 +124,7 @@ class ServerPods:
         deadline) with what this shell remembers of it. `members`: those the plan is asked about."""
         now = self._read_at = self.clock()
         reachable = [p for p in pods if p.reachable]
-        futures = {p.name: self._reads.submit(self._index, p) for p in reachable}
-        indexes = {name: future.result() for name, future in futures.items()}
+        indexes = dict(zip([p.name for p in reachable], self._work.read_all(self._index, reachable)))
         with self._lock:
             self._pods = {p.name: p for p in pods}
             self._records = {p.uid: self._records.get(p.uid) or self._new_record() for p in pods}
@@ -188,32 +184,21 @@ class ServerPods:
         return planned
 
     def in_flight(self) -> list[tuple[str, str]]:
-        with self._lock:
-            return sorted(self._in_flight)
+        return self._work.in_flight()
 
     def settle(self, timeout_s: float) -> None:
         """Wait (at most `timeout_s`) for the actions in flight; for tests and shutdown."""
-        with self._lock:
-            futures = list(self._in_flight.values())
-        wait(futures, timeout=timeout_s)
+        self._work.settle(timeout_s)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._reads.shutdown(wait=False, cancel_futures=True)
+        self._work.close()
 
     def _submit(self, pod: ServerPod, action: str, member: str, run: Callable[[], None]) -> bool:
-        key = (pod.name, member)
+        if not self._work.start((pod.name, member), run):
+            return False
         with self._lock:
-            if key in self._in_flight:
-                return False
-            self._in_flight[key] = future = self._pool.submit(run)
             self.sent.append((pod.name, action, member))
-        future.add_done_callback(lambda _f: self._done(key))
         return True
-
-    def _done(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._in_flight.pop(key, None)
 
     def _new_record(self) -> PodRecord:
         return PodRecord(self.retry_first_s, self.retry_cap_s)
