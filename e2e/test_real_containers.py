@@ -291,6 +291,7 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
             ports = dict(current.ports)
             apply(o for o in current.objects if o["kind"] in ("ConfigMap", "EndpointSlice"))
             states = {o.name: o.state for o in current.members}
+            assert serverplan.FAILED not in states.values(), current.members   # only waits for files, no refusal
             if set(states.values()) == {serverplan.SERVING}:
                 break
             assert time.monotonic() < deadline, (current.members, real.logs(ns, pod.metadata.name, "stage"))

@@ -2,11 +2,12 @@
 and says once serverplan.plan_server has decided.
 
 Each member's line (state, reason, message, version, port) is what the member's own RankingModel
-status will read; its transition time moves only when its state or reason changes, and that change
-is said once, as an Event on the member (the rule of api.conditions.flipped: the same observation
-again, a message with new numbers, says nothing). A member that left is said on the server.
-The server's conditions: Ready when every member serves, Degraded when one failed, waits or is
-refused (the worst reason first), each flip an Event on the server.
+status reads (model_status.member_status, which says the member's own Events); its transition
+time moves only when its state or reason changes. Every Event here is the server's, so its owner
+reads its members' history in one place: a member's change of state or reason, said once (the
+rule of api.conditions.flipped: the same observation again, a message with new numbers, says
+nothing), a member that left, and each flip of the server's conditions: Ready when every member
+serves, Degraded when one failed, waits or is refused (the worst reason first).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rankops.api.sharedserver import MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX, Mem
 from rankops.rollout.record import Event
 from rankops import serverplan
 
-# A member's flip to these is a Warning on it; any other is Normal.
+# A member's change to these is a Warning; any other is Normal.
 WARNING_STATES = (serverplan.FAILED, serverplan.PENDING, serverplan.REFUSED)
 # Degraded's reason when several members are in trouble: the worst first.
 DEGRADED_PRECEDENCE = (serverplan.REASON_LOAD_FAILED, serverplan.REASON_SERVER_FULL,
@@ -28,16 +29,9 @@ MEMBER_LEFT = "MemberLeft"
 
 
 @dataclass(frozen=True)
-class MemberEvent:
-    """An Event to post: on the member's RankingModel (`member`), or on the server (None)."""
-    member: str | None
-    event: Event
-
-
-@dataclass(frozen=True)
 class Decided:
     status: SharedServerStatus
-    events: tuple[MemberEvent, ...]
+    events: tuple[Event, ...]          # on the server
 
 
 def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generation: int | None,
@@ -54,17 +48,20 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
             line = line.model_copy(update={"last_transition_time": was.last_transition_time or now})
         else:
             kind = "Warning" if line.state in WARNING_STATES else "Normal"
-            events.append(MemberEvent(outcome.name, Event(kind, line.reason, line.message)))
+            events.append(Event(kind, line.reason, f"{outcome.name}: {line.state}: {line.message}"))
         members.append(line)
     named = {o.name for o in plan.members}
     for gone in (m for m in old.members if m.name not in named):
-        events.append(MemberEvent(None, Event("Normal", MEMBER_LEFT, f"{gone.name} left the server: unloaded"
-                                                                      + (f", port {gone.port} freed" if gone.port else ""))))
+        events.append(Event("Normal", MEMBER_LEFT, f"{gone.name} left the server: unloaded"
+                                                   + (f", port {gone.port} freed" if gone.port else "")))
     conditions = _conditions(plan, old, generation, now)
     for condition in conditions:
-        if flipped(get_condition(old.conditions, condition.type), condition):
+        before = get_condition(old.conditions, condition.type)
+        if before is None and condition.type == DEGRADED and condition.status == "False":
+            continue        # a new server with nothing wrong: nothing to say
+        if flipped(before, condition):
             warn = condition.type == DEGRADED and condition.status == "True"
-            events.append(MemberEvent(None, Event("Warning" if warn else "Normal", condition.reason, condition.message)))
+            events.append(Event("Warning" if warn else "Normal", condition.reason, condition.message))
     status = SharedServerStatus(observed_generation=generation, replicas=plan.replicas, members=members,
                                 conditions=conditions)
     return Decided(status, tuple(events))

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.api.sharedserver import SharedServerSpec
 from rankops.render.policy import TenantPolicy
@@ -89,22 +90,27 @@ def member_state(model: str, version: int, index: Iterable[IndexEntry], load_err
 
 def pod_actions(members: Mapping[str, int], index: Iterable[IndexEntry], load_errors: Mapping[str, str] | None = None,
                 retry_failed: bool | Collection[str] = False, staging_over: Collection[str] = (),
-                configs: Mapping[str, str] | None = None, loaded: Mapping[str, str] | None = None) -> PodActions:
+                configs: Mapping[str, str] | None = None, loaded: Mapping[str, str] | None = None,
+                refused: Mapping[str, str] | None = None) -> PodActions:
     """The loads and unloads that make the pod hold exactly `members` (model -> Triton version);
     `load_errors`: member -> the pod's refusal of its last load; `retry_failed`: every failed member,
-    or those named (whose backoff is over), is loaded again; `configs` / `loaded`: member -> the
-    digest of the config it should have / was last loaded with on this pod (the shell's record): a
-    member serving an older config is loaded again (Triton swaps it in once loaded). A member with
-    no record is not reloaded."""
+    or those named (whose backoff is over), is loaded again; `configs` / `loaded` / `refused`:
+    member -> the digest of the config it should have / was last loaded with on this pod / whose
+    load this pod refused (the shell's record). A member serving an older config is loaded again
+    (Triton swaps it in once loaded); a refused load is sent again once its backoff is over, or at
+    once for another config (the tenant fixed it). A member with no record is not reloaded."""
     entries, errors = list(index), load_errors or {}
-    wanted_configs, had = configs or {}, loaded or {}
+    wanted_configs, had, refusals = configs or {}, loaded or {}, refused or {}
     load = []
     for model, version in sorted(members.items()):
         state = member_state(model, version, entries, errors.get(model, ""), model in staging_over).state
         stale = any(e.name == model and e.version != version and e.state == "READY" for e in entries)
         edited = model in had and model in wanted_configs and had[model] != wanted_configs[model]
         retry = retry_failed if isinstance(retry_failed, bool) else model in retry_failed
-        if state in (ABSENT, STAGING) or (state == FAILED and retry) or (state == SERVING and (stale or edited)):
+        new_config = model in refusals and model in wanted_configs and refusals[model] != wanted_configs[model]
+        again = retry or new_config or model not in errors       # a refused reload waits out its backoff
+        if state in (ABSENT, STAGING) or (state == FAILED and (retry or new_config)) or \
+                (state == SERVING and (stale or edited) and again):
             # a load's version policy names the one version: Triton drops the others as it loads
             load.append(model)
     held = {e.name for e in entries if e.state in ("READY", "LOADING")}
@@ -118,10 +124,11 @@ PENDING, REFUSED = "Pending", "Refused"
 REASON_SERVES = "Serving"
 REASON_LOADING = "Loading"
 REASON_NO_READY_POD = "NoReadyPod"
-REASON_LOAD_FAILED = "MemberLoadFailed"
-REASON_SERVER_FULL = "ServerFull"
-REASON_NOT_SHAREABLE = "NotShareable"
-REASON_CANNOT_PACK = "CannotPack"
+# The member's own RankingModel says these as its Degraded reason (model_status.member_status).
+REASON_LOAD_FAILED = DegradedReason.MEMBER_LOAD_FAILED.value
+REASON_SERVER_FULL = DegradedReason.SERVER_FULL.value
+REASON_NOT_SHAREABLE = DegradedReason.NOT_SHAREABLE.value
+REASON_CANNOT_PACK = DegradedReason.CANNOT_PACK.value
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,7 @@ class PodView:
     retry: frozenset[str] = frozenset()            # failed members whose backoff is over on this pod
     staging_over: frozenset[str] = frozenset()     # members whose files the shell waited for long enough
     loaded: Mapping[str, str] = field(default_factory=dict)        # member -> digest of the config it loaded
+    refused: Mapping[str, str] = field(default_factory=dict)       # member -> digest of the config refused here
     terminating: bool = False                      # deletionTimestamp set: draining
 
 
@@ -261,7 +269,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         if not pod.ready or pod.index is None or pod.terminating:
             continue
         actions[pod.name] = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over,
-                                        digests, pod.loaded)
+                                        digests, pod.loaded, pod.refused)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
@@ -277,6 +285,12 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                  == SERVING, p.terminating)
                      for p in pods]
         objects.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
+        refused_edits = [f"{p.name}: {p.load_errors[m.name]}" for p in pods if p.name in per_pod
+                         and per_pod[p.name].get(m.name, MemberState(m.name, ABSENT)).state == SERVING
+                         and p.load_errors.get(m.name)]
+        if refused_edits:
+            notes[m.name].append("its new config was refused (it serves the config it loaded before) on "
+                                 + "; ".join(refused_edits))
         outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
     return ServerPlan(tuple(objects), actions, configs, tuple(outcomes[m.name] for m in members), ports, replicas,
                       admission)

@@ -54,6 +54,24 @@ def test_failed_members_say_why_and_wait_for_a_retry():
     assert serverplan.member_state("coarse", 1, []).state == serverplan.ABSENT
 
 
+def test_a_refused_config_edit_waits_its_backoff_and_a_fixed_one_goes_at_once():
+    """The pod serves fine with config d0; the edit d1 was refused there (Triton keeps d0 serving):
+    not sent again every round, but once the backoff is over, or at once for another edit d2."""
+    index = [E("fine", 1, "READY")]
+    refusal = {"fine": "load of fine refused: unexpected shape"}
+    kept = dict(load_errors=refusal, configs={"fine": "d1"}, loaded={"fine": "d0"}, refused={"fine": "d1"})
+    assert serverplan.member_state("fine", 1, index, refusal["fine"]).state == serverplan.SERVING
+    assert serverplan.pod_actions({"fine": 1}, index, retry_failed=(), **kept).nothing
+    assert serverplan.pod_actions({"fine": 1}, index, retry_failed={"fine"}, **kept).load == ("fine",)
+    fixed = {**kept, "configs": {"fine": "d2"}}
+    assert serverplan.pod_actions({"fine": 1}, index, retry_failed=(), **fixed).load == ("fine",)
+    # a failed member too: its backoff, or at once with another config
+    failed = [E("fine", 1, "UNAVAILABLE", "failed to load")]
+    assert serverplan.pod_actions({"fine": 1}, failed, refusal, (), configs={"fine": "d1"}, refused={"fine": "d1"}).nothing
+    assert serverplan.pod_actions({"fine": 1}, failed, refusal, (), configs={"fine": "d2"},
+                                  refused={"fine": "d1"}).load == ("fine",)
+
+
 def _spec():
     doc = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel", "metadata": {"name": "m", "namespace": "n"},
            "spec": {"version": "1", "versions": [{"name": "1", "modelUri": "s3://b/m/1", "format": "onnx"}],

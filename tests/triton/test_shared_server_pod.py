@@ -43,7 +43,7 @@ from rankops_dev.ports import free_port
 from test_shared_server_on_triton import SHAPES, _ask, _infer_through, _wait_listening
 from test_shared_server_on_triton import member as shared_member
 
-STAGING_WAIT_S = 5.0       # how long a member's files may take to arrive here (a cluster: its fetch deadline)
+STAGING_WAIT_S = 2.0       # how long one member's files may take to arrive here (a cluster: its fetch deadline)
 SERVER = SharedServerSpec(gpuMemoryMiB=15360, resources={"cpu": "1", "memory": "2Gi"})
 
 
@@ -238,9 +238,9 @@ def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
 
 def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
     """ghost's artifact is not in the store: the stager cannot fetch it, so the pod refuses its loads
-    for missing files. The shell waits STAGING_WAIT_S for them (Loading, "waiting for its files"),
-    then says Failed with Triton's words, and tries again only after a backoff; the three keep
-    serving on their ports throughout, and ghost leaves like any member."""
+    for missing files. The shell waits for them (Loading, "waiting for its files": 4 x STAGING_WAIT_S,
+    ghost being 4th in line), then says Failed with Triton's words, and tries again only after a
+    backoff; the three keep serving on their ports throughout, and ghost leaves like any member."""
     pod.converge(THREE)
     pod.models["ghost"] = member("extra", pod.store_url, path="ghost/1/model.onnx")
     began = time.monotonic()
@@ -255,7 +255,7 @@ def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
         failed_at = time.monotonic()
         ghost = next(o for o in plan.members if o.name == "ghost")
         assert ghost.reason == serverplan.REASON_LOAD_FAILED and "ranking-shared-0" in ghost.message, ghost
-        assert failed_at - began >= STAGING_WAIT_S and waiting, "failed before the wait for its files was over"
+        assert failed_at - began >= 4 * STAGING_WAIT_S and waiting, "failed before the wait for its files was over"
         assert all(answers_on_its_port(pod, n) for n in THREE)
 
         # backed off: loaded again 1 s, then 2 s after it failed, ... not on every round (0.3 s apart)
@@ -266,7 +266,7 @@ def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
             rounds += 1
             time.sleep(0.3)
         retried = [a for a in pod.shell.sent[before:] if a[1:] == ("load", "ghost")]
-        assert rounds >= 8 and 1 <= len(retried) <= 3, (rounds, retried)
+        assert 1 <= len(retried) <= 3 < rounds, (rounds, retried)
         assert all(answers_on_its_port(pod, n) for n in THREE)
     finally:
         pod.converge(THREE)         # it leaves: the others untouched

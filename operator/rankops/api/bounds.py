@@ -18,6 +18,8 @@ from pydantic import AfterValidator, Field
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_SUBDOMAIN_MAX = 253
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A SharedServer's name, as a RankingModel's: its children add suffixes (-shared, -triton-api-key).
+SERVER_NAME_MAX = 40
 CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"
 # A Gateway: name, or namespace/name.
 PARENT_REF = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

@@ -164,7 +164,8 @@ def admission_policy(model: type) -> list[dict[str, Any]]:
 def all_crds() -> list[dict[str, Any]]:
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
-    return [crd_for(GpuNodePool), crd_for(RankingModel)]
+    from rankops.api.sharedserver import SharedServer
+    return [crd_for(GpuNodePool), crd_for(RankingModel), crd_for(SharedServer)]
 
 
 def crd_files() -> dict[str, str]:

@@ -56,11 +56,17 @@ class DegradedReason(StrEnum):
     CREDENTIALS_SECRET_NOT_FOUND = "CredentialsSecretNotFound"
     NODE_POOL_NOT_FOUND = "NodePoolNotFound"
     NODE_POOL_INVALID = "NodePoolInvalid"
+    # A member of a SharedServer (spec.server) that the server does not hold:
+    SHARED_SERVER_NOT_FOUND = "SharedServerNotFound"
+    NOT_SHAREABLE = "NotShareable"          # it needs what the server's pods do not give
+    CANNOT_PACK = "CannotPack"              # its needs cannot be counted (no memory figures, no SLO)
+    SERVER_FULL = "ServerFull"              # it waits: it does not fit beside the members that serve
     PLAN_FAILED = "PlanFailed"
     RENDER_FAILED = "RenderFailed"
     CHILD_REFUSED = "ChildRefused"
     # Serving:
     ROLLED_BACK = "RolledBack"
+    MEMBER_LOAD_FAILED = "MemberLoadFailed"  # a SharedServer's pod refused to load it (Triton's words)
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     CANARY_NOT_JUDGED = "CanaryNotJudged"
     NO_READY_NODES = "NoReadyNodes"

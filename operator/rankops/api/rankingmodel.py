@@ -595,6 +595,10 @@ DISRUPTION_RULES = [
 
 
 class RankingModelSpec(ApiModel):
+    server: Annotated[str | None, Field(pattern=bounds.DNS_LABEL, max_length=bounds.SERVER_NAME_MAX, description=(
+        "SharedServer, in this namespace, whose pods serve this model beside its other members (docs/shared-server.md): "
+        "the model gets no pods of its own, keeps its config.pbtxt, Service, SLO and status, and is loaded into "
+        "the server's running pods. Set when the model is created and never changed."))] = None
     node_pool: Annotated[str | None, Field(pattern=bounds.DNS_SUBDOMAIN, max_length=bounds.DNS_SUBDOMAIN_MAX, description=(
         "GpuNodePool whose validated nodes serve this model. Without one, any node with "
         "nvidia.com/gpu capacity may be used."))] = None
@@ -917,6 +921,7 @@ class RankingModel(ApiModel):
             {"name": "Scaling", "type": "string", "jsonPath": ".status.autoscaling.reason", "priority": 1},
             {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
             {"name": "Pool", "type": "string", "jsonPath": ".spec.nodePool", "priority": 1},
+            {"name": "Server", "type": "string", "jsonPath": ".spec.server", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
         # Rules the API server checks at apply time (CEL); the pydantic validators say the same
@@ -986,6 +991,10 @@ class RankingModel(ApiModel):
                             "suffixes such as -canary-triton)"},
             ],
             "spec": [
+                {"rule": "has(self.server) == has(oldSelf.server) && (!has(self.server) || self.server == oldSelf.server)",
+                 "message": "spec.server is set when a RankingModel is created and never changed: to move a model "
+                            "onto a SharedServer or off one, create a new RankingModel, move its clients to the new "
+                            "Service, then delete this one", "fieldPath": ".server"},
                 {"rule": "self.versions.exists(v, v.name == self.version)",
                  "message": "spec.version must name an entry of spec.versions", "fieldPath": ".version"},
                 {"rule": "self.inputs.all(t, self.inputs.filter(u, u.name == t.name).size() == 1 && "

@@ -12,7 +12,7 @@ moving a model onto a server moves those fields as they are.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -96,3 +96,43 @@ class SharedServerStatus(ApiModel):
         f"The RankingModels that name the server, in arrival order (the first {MAX_LISTED_MEMBERS})."))]
     conditions: list[Condition] = Field(default_factory=list, description=(
         "Ready (every member serves) and Degraded (a member failed, waits or is refused)."))
+
+
+class SharedServer(ApiModel):
+    """One Triton Deployment that serves every RankingModel naming it (spec.server), each loaded
+    into its running pods: docs/shared-server.md."""
+    __crd__ = {
+        "plural": "sharedservers",
+        "singular": "sharedserver",
+        "kind": "SharedServer",
+        "shortNames": ["rss"],
+        "scope": "Namespaced",
+        "categories": ["rankops"],
+        "printerColumns": [
+            {"name": "Pods", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+            {"name": "Degraded", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Degraded')].reason"},
+            {"name": "GPU-MiB", "type": "integer", "jsonPath": ".spec.gpuMemoryMiB", "priority": 1},
+            {"name": "Pool", "type": "string", "jsonPath": ".spec.nodePool", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        "validations": {
+            "": [
+                {"rule": f"self.metadata.name.matches('^[a-z]([-a-z0-9]{{0,{bounds.SERVER_NAME_MAX - 2}}}[a-z0-9])?$')",
+                 "message": f"metadata.name must be a DNS label of at most {bounds.SERVER_NAME_MAX} characters "
+                            "starting with a letter (child objects add suffixes such as -shared)"},
+            ],
+        },
+    }
+
+    api_version: Literal["rankops.io/v1alpha1"] = Field(default="rankops.io/v1alpha1", alias="apiVersion")
+    kind: Literal["SharedServer"] = "SharedServer"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SharedServerSpec = Field(description=(
+        "The server's pods (image, CPU, memory, one card each, disk, fetch credentials, drain) and how its "
+        "members are admitted (the card's memory, the most pods)."))
+    status: SharedServerStatus | None = Field(default=None, description="Written by the operator only.")
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))

@@ -33,10 +33,15 @@ class PodWork:
         future.add_done_callback(lambda _f: self._done(key))
         return True
 
-    def read_all(self, read: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-        """`read(item)` for every item at once, in their order."""
+    def read_all(self, read: Callable[[Any], T], items: Iterable[Any], timeout_s: float | None = None,
+                 unread: Any = None) -> list[T]:
+        """`read(item)` for every item at once, in their order; with `timeout_s`, those not done by
+        then are `unread` (more items than workers queue: the bound is the caller's, whatever the count)."""
         futures = [self._reads.submit(read, item) for item in items]
-        return [future.result() for future in futures]
+        if timeout_s is None:
+            return [future.result() for future in futures]
+        wait(futures, timeout=timeout_s)
+        return [future.result() if future.done() and not future.cancelled() else unread for future in futures]
 
     def in_flight(self) -> list:
         with self._lock:

@@ -2,27 +2,34 @@
 serverplan.plan_server, remembers per pod what the plan must be told, and sends the plan's loads
 and unloads.
 
-What it remembers, per pod (by uid: a pod replaced under the same name starts afresh):
-- each member's last load refusal, and what kind: a refusal because the pod's stager has not
-  fetched the member's files yet (serverplan.not_staged) is a wait, bounded by `staging_wait_s`
-  from the first such refusal (then the plan says Failed with Triton's words); any other is a
-  failure, loaded again after the work queue's backoff (doubling per failure in a row, capped);
-- the digest of the config each member was loaded with, so an edited config is loaded again.
+What it remembers, per pod (by uid: a pod replaced under the same name starts afresh) and per
+member (forgotten once the member is no longer asked about: one that comes back starts afresh):
+- each member's last load refusal, and what kind. A refusal because the pod's stager has not
+  fetched the member's files yet (serverplan.not_staged) is a wait: the stager fetches the
+  members one after another, so the member at position k of the server's list may wait k + 1
+  times `staging_wait_s` (the fetch deadline) from its first such refusal; then it is a failure
+  with Triton's words. Any other refusal is a failure: loaded again after the work queue's backoff
+  (doubling per failure in a row, capped), or at once for a new config (`refused`: the digest refused);
+- the digest of the config each member was loaded with, so an edited config is loaded again. A
+  load whose answer never came (its deadline passed) is neither: the member is Loading in the
+  index while Triton works on, and its digest counts once the index shows it READY.
 
 Every request to a pod is bounded (the repository client's deadlines) and runs on a worker thread
 (controller/pod_work.py), at most one action per pod and member at once: a pod that accepts and
-never answers costs a worker its deadline, never the caller. An action asked again while it is in flight is not sent
-twice, nor is a load that ended after the index it was planned from was read (that index could not
-show it), unless its config changed since.
+never answers costs a worker its deadline, and a read of many pods at most its deadline and a
+margin, never the caller more. An action asked again while it is in flight is not sent twice, nor
+a load whose answer came after the index it was planned from was read (that index could not show
+it), unless its config changed since.
 
 `round` is one read -> plan -> execute; the controller calls it per reconcile with what it read
-from its caches, and applies the plan's objects itself.
+from its caches, applies the plan's objects itself, and comes back by `next_due_s` (a backoff or
+a wait ending) or when a load in flight ends (`on_done`).
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +37,13 @@ from rankops.controller.pod_work import PodWork
 from rankops.controller.workqueue import RETRY_CAP_S, RETRY_FIRST_S, Backoff
 from rankops.render.serving import HTTP_PORT, config_hash
 from rankops.serverplan import PodView, ServerPlan, not_staged
-from rankops.triton.repository import INDEX_DEADLINE_S, IndexEntry, Repository, RepositoryError, config_json
-
-LOAD_DEADLINE_S = 600.0
-UNLOAD_DEADLINE_S = 60.0
+from rankops.triton.repository import (INDEX_DEADLINE_S, LOAD_DEADLINE_S, UNLOAD_DEADLINE_S, IndexEntry, Repository,
+                                       RepositoryError, config_json)
 
 # The override a load sends, from the member's rendered config.pbtxt (a test image on a CPU edits it).
 LoadConfig = Callable[[str], dict[str, Any]]
+READ_MARGIN_S = 1.0     # a read of every pod waits at most its deadline and this
+MAX_SENT = 10_000       # `sent` keeps the newest half once it holds this many
 
 
 @dataclass(frozen=True)
@@ -57,25 +64,29 @@ class ServerPod:
 
 
 class PodRecord:
-    """What one pod's loads taught: the plan's `load_errors`, `retry`, `staging_over` and `loaded`.
-    A failed member is loaded again after the queue's Backoff (doubling per failure in a row)."""
+    """What one pod's loads taught: the plan's `load_errors`, `retry`, `staging_over`, `loaded` and
+    `refused`. A failed member is loaded again after the queue's Backoff (doubling per failure in a row)."""
 
     def __init__(self, retry_first_s: float = RETRY_FIRST_S, retry_cap_s: float = RETRY_CAP_S):
         self.load_errors: dict[str, str] = {}       # member -> its last load's refusal
+        self.refused: dict[str, str] = {}           # member -> digest of the config whose load was refused
         self.retry_at: dict[str, float] = {}        # failed member -> when its backoff is over
         self.waiting_since: dict[str, float] = {}   # member -> its first not-staged refusal
         self.loaded: dict[str, str] = {}            # member -> digest of the config it was loaded with
+        self.unanswered: dict[str, str] = {}        # member -> digest of a load whose answer never came
         self._backoff = Backoff(retry_first_s, retry_cap_s)
 
     def after_load(self, member: str, digest: str, now: float, error: str = "", staging: bool = False,
                    staging_wait_s: float = float("inf")) -> None:
         """Note a load's answer: `error` its refusal, `staging` when only its files were missing
         (a wait until `staging_wait_s` after the first such refusal, a failure after)."""
+        self.unanswered.pop(member, None)
         if not error:
             self.forget(member)
             self.loaded[member] = digest
             return
         self.load_errors[member] = error
+        self.refused[member] = digest
         if staging:
             if now - self.waiting_since.setdefault(member, now) < staging_wait_s:
                 return
@@ -83,62 +94,107 @@ class PodRecord:
             self.waiting_since.pop(member, None)
         self.retry_at[member] = now + self._backoff.failed(member)
 
+    def unanswered_load(self, member: str, digest: str) -> None:
+        self.unanswered[member] = digest
+
+    def seen_ready(self, member: str) -> None:
+        """The index shows the member READY: a load whose answer never came took."""
+        if member in self.unanswered:
+            self.after_load(member, self.unanswered[member], 0.0)
+
     def forget(self, member: str) -> None:
-        for record in (self.load_errors, self.retry_at, self.waiting_since, self.loaded):
+        for record in (self.load_errors, self.refused, self.retry_at, self.waiting_since, self.loaded,
+                       self.unanswered):
             record.pop(member, None)
         self._backoff.succeeded(member)
 
-    def retry(self, members: Collection[str], now: float) -> frozenset[str]:
+    def keep_only(self, members: Sequence[str]) -> None:
+        for member in {*self.load_errors, *self.refused, *self.retry_at, *self.waiting_since, *self.loaded,
+                       *self.unanswered} \
+                - set(members):
+            self.forget(member)
+
+    def retry(self, members: Sequence[str], now: float) -> frozenset[str]:
         """The members a failed load may be sent again for: none failed here, or their backoff is over."""
         return frozenset(m for m in members if now >= self.retry_at.get(m, now))
 
-    def staging_over(self, now: float, wait_s: float) -> frozenset[str]:
-        return frozenset(m for m, since in self.waiting_since.items() if now - since >= wait_s)
+    def staging_over(self, members: Sequence[str], now: float, wait_s: float) -> frozenset[str]:
+        """Those waited for long enough: the member at position k of `members` k + 1 times `wait_s`."""
+        position = {m: i for i, m in enumerate(members)}
+        return frozenset(m for m, since in self.waiting_since.items()
+                         if now - since >= wait_s * (position.get(m, len(members)) + 1))
+
+    def next_due(self, members: Sequence[str], wait_s: float) -> float | None:
+        """When something here changes by time alone (a backoff over, a wait over), as the clock reads."""
+        position = {m: i for i, m in enumerate(members)}
+        dues = [*self.retry_at.values(),
+                *(since + wait_s * (position.get(m, len(members)) + 1) for m, since in self.waiting_since.items())]
+        return min(dues) if dues else None
 
 
 class ServerPods:
     """Reads and loads for one shared server's pods (see the module's docstring). `headers`: the
-    server's API key header; `staging_wait_s`: how long a member's files may take to arrive (the
-    server's fetch deadline); `load_config`: the override sent for a member's config text."""
+    server's API key header; `staging_wait_s`: how long one member's files may take to arrive (the
+    server's fetch deadline); `load_config`: the override sent for a member's config text;
+    `on_done`: called after each load or unload ends (the controller's kick)."""
 
     def __init__(self, headers: Mapping[str, str] | None, staging_wait_s: float,
                  load_config: LoadConfig = config_json, index_deadline_s: float = INDEX_DEADLINE_S,
                  load_deadline_s: float = LOAD_DEADLINE_S, retry_first_s: float = RETRY_FIRST_S,
-                 retry_cap_s: float = RETRY_CAP_S, workers: int = 8, clock: Callable[[], float] = time.monotonic):
+                 retry_cap_s: float = RETRY_CAP_S, workers: int = 8, clock: Callable[[], float] = time.monotonic,
+                 on_done: Callable[[], None] = lambda: None):
         self.headers, self.staging_wait_s, self.load_config = headers, staging_wait_s, load_config
         self.index_deadline_s, self.load_deadline_s = index_deadline_s, load_deadline_s
-        self.retry_first_s, self.retry_cap_s, self.clock = retry_first_s, retry_cap_s, clock
+        self.retry_first_s, self.retry_cap_s, self.clock, self.on_done = retry_first_s, retry_cap_s, clock, on_done
         self._work = PodWork(workers, "shared")
         self._lock = threading.Lock()
         self._records: dict[str, PodRecord] = {}                   # pod uid -> its record
         self._pods: dict[str, ServerPod] = {}                      # pod name -> as last read
         self._indexes: dict[str, tuple[IndexEntry, ...]] = {}      # pod name -> its index as last read
-        self._ended: dict[tuple[str, str], tuple[str, float]] = {}   # (pod, member) -> (digest, when it loaded)
+        self._members: tuple[str, ...] = ()                        # the members last asked about, in order
+        self._ended: dict[tuple[str, str], tuple[str, float]] = {}   # (pod, member) -> (digest, when answered)
         self._read_at = 0.0
         self.errors: dict[tuple[str, str], str] = {}               # (pod, member) -> its last unload's failure
         self.sent: list[tuple[str, str, str]] = []                 # (pod, action, member), in order
 
     # --- reads
-    def read(self, pods: Sequence[ServerPod], members: Collection[str]) -> list[PodView]:
+    def read(self, pods: Sequence[ServerPod], members: Sequence[str]) -> list[PodView]:
         """The plan's view of `pods`: each reachable pod's index (read at once, each within its
-        deadline) with what this shell remembers of it. `members`: those the plan is asked about."""
+        deadline) with what this shell remembers of it. `members`: those the plan is asked about,
+        in the server's order (what is remembered of any other is forgotten)."""
         now = self._read_at = self.clock()
         reachable = [p for p in pods if p.reachable]
-        indexes = dict(zip([p.name for p in reachable], self._work.read_all(self._index, reachable)))
+        unread = (None, f"index not read within {self.index_deadline_s + READ_MARGIN_S:g} s")
+        indexes = dict(zip([p.name for p in reachable],
+                           self._work.read_all(self._index, reachable, self.index_deadline_s + READ_MARGIN_S, unread)))
         with self._lock:
-            self._pods = {p.name: p for p in pods}
+            names = {p.name for p in pods}
+            self._pods, self._members = {p.name: p for p in pods}, tuple(members)
             self._records = {p.uid: self._records.get(p.uid) or self._new_record() for p in pods}
             self._indexes = {name: index for name, (index, _) in indexes.items() if index is not None}
+            self._ended = {k: v for k, v in self._ended.items() if k[0] in names and k[1] in members}
+            self.errors = {k: v for k, v in self.errors.items() if k[0] in names}
             views = []
             for pod in pods:
                 record = self._records[pod.uid]
+                record.keep_only(members)
                 index, error = indexes.get(pod.name, (None, ""))
+                for entry in index or ():
+                    if entry.state == "READY":
+                        record.seen_ready(entry.name)
                 views.append(PodView(pod.name, pod.ready, pod.ip, pod.node, index, error,
                                      load_errors=dict(record.load_errors),
                                      retry=record.retry(members, now),
-                                     staging_over=record.staging_over(now, self.staging_wait_s),
-                                     loaded=dict(record.loaded), terminating=pod.terminating))
+                                     staging_over=record.staging_over(members, now, self.staging_wait_s),
+                                     loaded=dict(record.loaded), refused=dict(record.refused),
+                                     terminating=pod.terminating))
         return views
+
+    def next_due_s(self) -> float | None:
+        """Seconds until a backoff or a wait of the members last read ends (None: none is running)."""
+        with self._lock:
+            dues = [d for r in self._records.values() if (d := r.next_due(self._members, self.staging_wait_s))]
+        return max(0.0, min(dues) - self.clock()) if dues else None
 
     def _index(self, pod: ServerPod) -> tuple[tuple[IndexEntry, ...] | None, str]:
         try:
@@ -170,14 +226,14 @@ class ServerPods:
                 with self._lock:
                     ended = self._ended.get((pod_name, member))
                 if ended is not None and ended[0] == digest and ended[1] >= self._read_at:
-                    continue        # loaded after the index was read: that index could not show it
+                    continue        # answered after the index was read: that index could not show it
                 if self._submit(pod, "load", member, lambda pod=pod, member=member, text=text, digest=digest:
                                 self._load(pod, member, text, digest)):
                     started.append((pod_name, "load", member))
         return started
 
     def round(self, plan: Callable[[list[PodView]], ServerPlan], pods: Sequence[ServerPod],
-              members: Collection[str]) -> ServerPlan:
+              members: Sequence[str]) -> ServerPlan:
         """One read -> plan -> execute: `plan` is plan_server with everything but the pods bound."""
         planned = plan(self.read(pods, members))
         self.execute(planned)
@@ -194,10 +250,17 @@ class ServerPods:
         self._work.close()
 
     def _submit(self, pod: ServerPod, action: str, member: str, run: Callable[[], None]) -> bool:
-        if not self._work.start((pod.name, member), run):
+        def then_say() -> None:
+            try:
+                run()
+            finally:
+                self.on_done()
+        if not self._work.start((pod.name, member), then_say):
             return False
         with self._lock:
             self.sent.append((pod.name, action, member))
+            if len(self.sent) > MAX_SENT:
+                del self.sent[:MAX_SENT // 2]
         return True
 
     def _new_record(self) -> PodRecord:
@@ -210,18 +273,22 @@ class ServerPods:
 
     def _load(self, pod: ServerPod, member: str, text: str, digest: str) -> None:
         index = self._indexes.get(pod.name, ())
-        error, staging = "", False
+        error, staging, answered = "", False, True
         try:
             self._repository(pod).load(member, self.load_config(text), deadline_s=self.load_deadline_s)
-        except RepositoryError as exc:
+        except RepositoryError as exc:      # Triton's answer: a refusal
             error, staging = str(exc), not_staged(str(exc), member, index)
-        except Exception as exc:  # noqa: BLE001 - a worker's failure is an answer for status, not a dead thread
-            error = f"{pod.name}: load of {member} not sent or not answered ({type(exc).__name__}: {exc})"
+        except Exception:  # noqa: BLE001 - no answer (deadline, connection): the index says what became of it
+            answered = False
         now = self.clock()
         with self._lock:
-            self._record(pod).after_load(member, digest, now, error, staging, self.staging_wait_s)
-            if not error:
+            position = self._members.index(member) if member in self._members else len(self._members)
+            record = self._record(pod)
+            if answered:
+                record.after_load(member, digest, now, error, staging, self.staging_wait_s * (position + 1))
                 self._ended[(pod.name, member)] = (digest, now)
+            else:
+                record.unanswered_load(member, digest)
 
     def _unload(self, pod: ServerPod, member: str) -> None:
         try:
