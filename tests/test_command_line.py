@@ -74,7 +74,7 @@ def test_crds_print_as_json_too(capsys):
     assert main(["crds", "-o", "json"]) == 0
     items = json.loads(capsys.readouterr().out)["items"]
     assert items == as_yaml
-    assert sum(o["kind"] == "CustomResourceDefinition" for o in items) == 2
+    assert sum(o["kind"] == "CustomResourceDefinition" for o in items) == 3
 
 
 def test_plan_prints_its_report_as_json_or_yaml(capsys):

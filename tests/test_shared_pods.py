@@ -130,7 +130,7 @@ def test_a_load_never_answered_is_no_refusal_and_counts_once_the_index_shows_it(
 
 
 def test_a_load_answered_after_the_read_is_not_sent_again_and_on_done_is_told():
-    from test_server_plan import member, plan
+    from tests.core.test_server_plan import member, plan
 
     triton, done = FakeTriton(), threading.Event()
     shell = Shell(triton, on_done=done.set)

@@ -163,6 +163,9 @@ def first_status_can_wait(old: RankingModelStatus, new: RankingModelStatus) -> b
     it; in a burst of new models that is one status write per model instead of two."""
     if old.phase or new.phase != ModelPhase.PENDING or (new.rollout is not None and new.rollout.phase in ACTIVE):
         return False
+    ready = get_condition(new.conditions, READY)
+    if ready is not None and ready.reason == WAITING_FOR_SERVER:
+        return False      # a SharedServer's member: no Deployment event of its own comes to write it
     degraded = get_condition(new.conditions, DEGRADED)
     return not degraded or degraded.status != "True"
 
@@ -280,3 +283,50 @@ def deletions(model: str, decision: Decision, present: Collection[tuple[str, str
     keep = wanted_job_names(model, decision)
     return [child for child in unwanted_children(model, decision) if child in present] + \
         [("Job", job) for job, finished in gate_jobs if job not in keep and not finished]
+
+
+# --- a member of a SharedServer (spec.server): its status is its line of the server's status
+
+SERVED_BY_SERVER = "ServedBySharedServer"      # Ready's reason while the server serves it
+WAITING_FOR_SERVER = "WaitingForServer"        # Ready's reason while the server loads it, or has not listed it
+# The server's word for a member that does not serve -> the member's Degraded reason.
+MEMBER_PROBLEMS = {"Failed": DegradedReason.MEMBER_LOAD_FAILED, "Pending": DegradedReason.SERVER_FULL}
+
+
+def member_status(old: RankingModelStatus, spec: RankingModelSpec, server: str, line: Any | None, found: bool,
+                  generation: int | None, now: str) -> StatusDecision:
+    """The status of a RankingModel that names a SharedServer, from that server's status: `found`
+    whether the server exists, `line` its status.members entry for this model (api.sharedserver
+    MemberStatus; None: not listed yet). Serving: Ready. Loading, or not listed yet: Pending.
+    Failed on a pod, waiting for room, refused: Degraded with the server's reason and words.
+    Events: Ready's and Degraded's flips, by the rule of conditions.flipped."""
+    R = DegradedReason
+    serving = line is not None and line.state == "Serving"
+    if not found:
+        problem = (R.SHARED_SERVER_NOT_FOUND, f"SharedServer {server} (spec.server) does not exist in this "
+                   "namespace: create it (kubectl apply -f sharedserver.yaml); spec.server cannot be changed")
+        ready_note = f"SharedServer {server} does not exist"
+    elif line is None:
+        problem, ready_note = None, f"SharedServer {server} has not listed this model yet"
+    else:
+        reason = MEMBER_PROBLEMS.get(line.state) or (line.reason if line.state == "Refused" else None)
+        problem = (reason, f"SharedServer {server}: {line.message}") if reason else None
+        ready_note = f"SharedServer {server}: {line.message}"
+    waits = serving and line.version is not None and line.version != spec.version
+    conditions = set_condition(old.conditions, READY, serving, SERVED_BY_SERVER if serving else WAITING_FOR_SERVER,
+                               ready_note, generation, now)
+    conditions = set_condition(conditions, PROGRESSING, not serving or waits,
+                               "VersionWaits" if waits else "Stable" if serving else "Loading",
+                               ready_note, generation, now)
+    reason, message = problem or (R.AS_EXPECTED, "no problem seen")
+    conditions = set_condition(conditions, DEGRADED, problem is not None, reason, message, generation, now)
+    events = []
+    for type_, bad in ((READY, not serving), (DEGRADED, problem is not None)):
+        was, now_is = get_condition(old.conditions, type_), get_condition(conditions, type_)
+        if was is not None and flipped(was, now_is) or (was is None and type_ == DEGRADED and problem):
+            events.append(Event("Warning" if bad else "Normal", now_is.reason, now_is.message))
+    phase = ModelPhase.READY if serving else ModelPhase.DEGRADED if problem else ModelPhase.PENDING
+    version = line.version if line is not None and line.state in ("Serving", "Loading", "Failed") else None
+    status = RankingModelStatus(observed_generation=generation, phase=phase, stable_version=version or old.stable_version,
+                                conditions=conditions)
+    return StatusDecision(status, tuple(events))

@@ -126,6 +126,7 @@ class ModelObserved:
     autoscale_problems: tuple[str, ...] = ()       # serving pods whose counters could not be read
     external_scaler: str | None = None             # autoscaling mode external: e.g. HorizontalPodAutoscaler/<name>
     in_place: Any = None                           # InPlace: the pods' indexes, verdicts, stable P99 (rollout/inplace.Observed)
+    server: "ServerView | None" = None             # spec.server: the SharedServer as its status shows this model
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,34 @@ def reads(rm: RankingModel, status: RankingModelStatus, now: dt.datetime, stable
                  stable_pods=leaving_nodes or surging)
 
 
+@dataclass(frozen=True)
+class ServerView:
+    """The SharedServer a member names, as read: whether it exists, and its status line for this
+    model (api.sharedserver.MemberStatus; None: not listed yet)."""
+    found: bool
+    line: Any = None
+
+    @classmethod
+    def of(cls, server: dict | None, model: str) -> "ServerView":
+        from rankops.api.sharedserver import SharedServerStatus
+
+        if server is None:
+            return cls(False)
+        status, _ = SharedServerStatus.from_stored(server.get("status") or {})
+        return cls(True, next((m for m in status.members if m.name == model), None))
+
+
+def member_plan(body: dict[str, Any], rm: RankingModel, observed: ModelObserved, status: RankingModelStatus,
+                events: tuple[Event, ...] = ()) -> ModelPlan:
+    """A member of a SharedServer: the server renders and loads it (serverplan.plan_server); its own
+    plan writes nothing but its status, read off the server's (model_status.member_status). The
+    server's status changes wake it; nothing here polls."""
+    server = observed.server or ServerView(False)
+    decided = model_status.member_status(status, rm.spec, rm.spec.server, server.line, server.found,
+                                         body["metadata"].get("generation"), iso(observed.now))
+    return ModelPlan(decided.status, (*events, *decided.events), polls=False)
+
+
 def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Settings(),
          events: tuple[Event, ...] = (), status: RankingModelStatus | None = None,
          admission: Admission | None = None) -> ModelPlan:
@@ -327,6 +356,8 @@ def plan(body: dict[str, Any], observed: ModelObserved, settings: Settings = Set
         status = RankingModelStatus.model_validate(body.get("status") or {})
     admission = admission if admission is not None else admit(body, settings)
     rm = admission.rm
+    if rm is not None and rm.spec.server and not admission.refused:
+        return member_plan(body, rm, observed, status, events)
     blocked = admission.refused or blocker(observed, rm)
     if blocked:
         return not_applied(status, gen, *blocked, now, events)

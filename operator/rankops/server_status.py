@@ -100,3 +100,12 @@ def _listed(outcomes: Sequence[serverplan.MemberOutcome]) -> str:
 
 def _bounded(message: str) -> str:
     return message if len(message) <= MEMBER_MESSAGE_MAX else message[:MEMBER_MESSAGE_MAX - 1] + "…"
+
+
+def blocked(old: SharedServerStatus, reason: str, message: str, generation: int | None, now: str) -> Decided:
+    """The server's spec (or its pool, or a write of its objects) cannot be applied: Degraded says
+    why, and its members' lines and what serves are left as they were."""
+    was = get_condition(old.conditions, DEGRADED)
+    conditions = set_condition(list(old.conditions), DEGRADED, True, reason, message, generation, now)
+    events = (Event("Warning", reason, message),) if flipped(was, get_condition(conditions, DEGRADED)) else ()
+    return Decided(old.model_copy(update={"conditions": conditions, "observed_generation": generation}), events)

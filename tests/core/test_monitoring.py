@@ -178,7 +178,7 @@ def test_handlers_pass_the_operator_settings(monkeypatch):
     assert seen == {"service_monitors": True, "service_monitor_labels": {"release": "kps"}, "policy": policy,
                     "pull_secrets": ("regcred",), "metrics_networks": ("127.0.0.0/8",), "plans": controller.plans,
                     "leaving_nodes": frozenset(), "memory": controller.memory,
-                    "stable_nodes": ()}
+                    "stable_nodes": (), "server_of": None}
 
 
 def test_a_deleted_service_monitor_is_found_and_its_model_named():

@@ -77,7 +77,7 @@ def test_tables_are_well_formed():
     for line in _table_rows(text):
         cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
         assert len(cells) == 5, line
-    assert text.count("\n## ") == 2
+    assert text.count("\n## ") == 3
 
 
 def test_cli_check_and_write(tmp_path, capsys):

@@ -182,6 +182,22 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
 - apiGroups: [rankops.io]
   resources: [rankingmodels/finalizers]
   verbs: [update]
+# Application: SharedServers (several RankingModels' Triton pods), their status (each member's
+# line, read by the member's own reconcile), and their children's blockOwnerDeletion (as above).
+- apiGroups: [rankops.io]
+  resources: [sharedservers]
+  verbs: [get, list, watch]
+- apiGroups: [rankops.io]
+  resources: [sharedservers/status]
+  verbs: [get, patch]
+- apiGroups: [rankops.io]
+  resources: [sharedservers/finalizers]
+  verbs: [update]
+# Application: a SharedServer's member Services have no selector: their EndpointSlices list the
+# server's pods, ready only where the member serves; deleted when the member leaves.
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, create, patch, delete]
 # Application: config.pbtxt ConfigMaps and the Triton Services, applied server-side (create is
 # checked when an apply creates the object); delete when a version is rolled back or retired.
 - apiGroups: [""]

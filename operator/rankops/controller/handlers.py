@@ -75,6 +75,19 @@ async def rankingmodel_event(event, memo: kopf.Memo, **_):
     memo.models.model_event(event)
 
 
+# --- SharedServers: the ServerController (the models' `servers`: its members are models), fed by
+# its own events and its pods'; its members' events reach it through model_event
+
+@kopf.on.event(GROUP, VERSION, "sharedservers")
+async def sharedserver_event(event, memo: kopf.Memo, **_):
+    memo.models.servers.server_event(event)
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_SERVER: kopf.PRESENT})
+async def server_pod_event(event, memo: kopf.Memo, **_):
+    memo.models.servers.pod_event(event)
+
+
 # --- GpuNodePools: the PoolController, on the same model: its queue, fed by these events, and its
 # own finalizer (no kopf change handler: those kept a second reconcile path, kopf's finalizer and a
 # timer task per pool)

@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rankops import autoscale, model_status, modelplan
 from rankops.api.phases import DegradedReason
@@ -139,7 +139,8 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
               policy: TenantPolicy = TenantPolicy(), pull_secrets: tuple[str, ...] = (),
               metrics_networks: tuple[str, ...] = (), plans: Plans | None = None,
               leaving_nodes: frozenset[str] = frozenset(), stable_nodes: tuple[tuple[str, int], ...] = (),
-              memory: ModelMemory | None = None) -> Result:
+              memory: ModelMemory | None = None,
+              server_of: Callable[[str, str], dict | None] | None = None) -> Result:
     """`service_monitors`: also apply the model's ServiceMonitor (`rankops run --service-monitors`),
     labelled with `service_monitor_labels` besides the usual ones. `policy`: the host directories
     and images the cluster admin lets a RankingModel use (`rankops run --allow-*`).
@@ -149,6 +150,7 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
     `leaving_nodes`: nodes the model has pods on that look like they are leaving; `stable_nodes`:
     (node, pods) of its stable track (both from node_pods, the pod watch).
     `memory`: what the ModelController remembers across reconciles (None: nothing, as a new process).
+    `server_of`: (namespace, name) -> the SharedServer as its watch shows it (None: read from the API).
 
     Read -> plan -> execute: the spec is admitted once (parsed and checked), `observe` reads what
     modelplan says to read, plan() decides once, `execute` writes; the caller records the result."""
@@ -165,6 +167,11 @@ def reconcile(kube: Kube, body: dict[str, Any], now: dt.datetime | None = None, 
         return _result(modelplan.plan(body, modelplan.ModelObserved(now=now), settings, tuple(events), status,
                                       admission))
     rm = admission.rm
+    if rm.spec.server:   # a member: the SharedServer serves it, its status is the server's word (nothing applied here)
+        found = (server_of or (lambda ns, name: kube.get("SharedServer", ns, name)))(rm.metadata["namespace"],
+                                                                                    rm.spec.server)
+        observed = modelplan.ModelObserved(now=now, server=modelplan.ServerView.of(found, rm.metadata["name"]))
+        return _result(modelplan.plan(body, observed, settings, tuple(events), status, admission))
     try:
         observed = observe(kube, rm, status, now, metrics_networks, plans or memory.plans, leaving_nodes, memory,
                            stable_nodes)

@@ -32,7 +32,7 @@ import kopf
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP
-from rankops.controller import cache, fastjson, inplace_shell, models, pools
+from rankops.controller import cache, fastjson, inplace_shell, models, pools, servers
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
@@ -281,6 +281,7 @@ class ModelController(_Reconciles):
         # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
         self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
         self.pause.on_pause.append(self.forget_the_cluster)
+        self.servers: ServerController | None = None     # build() sets it: members wake their server
 
     def start(self) -> None:
         self.queue.start()
@@ -363,7 +364,8 @@ class ModelController(_Reconciles):
                                 service_monitor_labels=settings.service_monitor_labels,
                                 policy=settings.tenant_policy, pull_secrets=tuple(settings.image_pull_secrets),
                                 metrics_networks=tuple(settings.pod_metrics_networks), plans=self.plans,
-                                memory=self.memory)
+                                memory=self.memory,
+                                server_of=self.servers.server_body if self.servers is not None else None)
 
     def watched_body(self, key) -> dict | None:
         namespace, name, uid = key
@@ -437,6 +439,8 @@ class ModelController(_Reconciles):
         if obj is None:
             return
         meta = obj["metadata"]
+        if self.servers is not None and (obj.get("spec") or {}).get("server"):
+            self.servers.member_event(obj, event.get("type"))
         if event.get("type") == "DELETED":
             self.forget_model(meta)
             self.manual_seen.pop(meta["uid"], None)
@@ -720,15 +724,160 @@ class PoolController(_Reconciles):
             self.queue.kick(key)
 
 
+class ServerController(_Reconciles):
+    """SharedServers (issue 42), on the same reconcile model: their own events (listed at start-up,
+    created, a new spec, a status someone else wrote), their members' (a RankingModel naming one:
+    created, a new spec, deleted) and their pods' (Ready, an address, going), on a queue of their
+    own; a load answered wakes its server (ServerPods.on_done). Members come from the models'
+    watch, pods from its own. While a member loads it is looked at every servers.POLL_S; a failed
+    load when its backoff ends; otherwise at --resync. After each status write the members whose
+    line changed are reconciled: their status is read off it."""
+
+    kind = "SharedServer"
+
+    def __init__(self, settings: OperatorContext, models_: ModelController, pause: PauseState | None = None,
+                 load_config: Callable[[str], dict] | None = None):
+        super().__init__(settings, pause if pause is not None else models_.pause)
+        self.models = models_
+        self.pods = cache.WatchCache(relist_s=settings.resync)
+        self.memory = servers.ServerMemory(**({"load_config": load_config} if load_config else {}),
+                                           kick=self._kick_uid)
+        self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
+        self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
+        self.queue = WorkQueue(self.kicked, workers=4, delay_s=0.25, paused=lambda: self.pause.paused, start=False,
+                               context=self.posting_context, failed=self.failed)
+        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
+        self.pause.on_pause.append(self.forget_the_cluster)
+
+    def start(self) -> None:
+        self.queue.start()
+        self.clock.start()
+
+    # --- reads for others
+
+    def server_body(self, namespace: str, name: str) -> dict | None:
+        """A SharedServer as its watch shows it (its namespace listed once): what a member's reconcile reads."""
+        if self.settings.kube is not None:
+            self.watched.fill(self.settings.kube, self.kind, namespace)
+        return self.watched.get(self.kind, namespace, name)
+
+    # --- one reconcile
+
+    def _nothing_to_do(self, body: dict) -> bool:
+        return bool(body["metadata"].get("deletionTimestamp"))   # its children go by their ownerReferences
+
+    def _written(self, written: dict) -> None:
+        self.watched.observe(self.kind, written)
+
+    def _after(self, body: dict, result_word: str, result, status_patch) -> None:
+        meta = body["metadata"]
+        self.clock.reconciled((meta["namespace"], meta["name"], meta["uid"]), bool(result and result.polls),
+                              result.requeue_after if result is not None else None)
+        for member in (result.changed_members if result is not None else ()):
+            self._kick_member(meta["namespace"], member)
+
+    def watched_body(self, key) -> dict | None:
+        namespace, name, uid = key
+        found = self.watched.get(self.kind, namespace, name)
+        return found if found is not None and found["metadata"].get("uid") == uid else None
+
+    def reconcile_server(self, body: dict) -> servers.Result:
+        meta = body["metadata"]
+        namespace = meta["namespace"]
+        kube = self.settings.kube
+        self.models.watched.fill(kube, "RankingModel", namespace)
+        self.pods.fill(kube, "Pod", namespace, label_selector=names.LABEL_SERVER)
+        return servers.reconcile(kube, body, self.models.watched.select("RankingModel", namespace, {}),
+                                 self.pods.select("Pod", namespace, {names.LABEL_SERVER: meta["name"]}),
+                                 self.memory, self.settings.tenant_policy)
+
+    def kicked(self, key) -> None:
+        namespace, name, uid = key
+        self.run(self.reconcile_server, {"metadata": {"namespace": namespace, "name": name, "uid": uid}}, log)
+
+    def _kick_uid(self, uid: str) -> None:
+        for (namespace, name), seen_uid in list(self.uids.items()):
+            if seen_uid == uid:
+                self.queue.kick((namespace, name, uid))
+
+    def _kick_server(self, namespace: str, name: str) -> None:
+        uid = self.uids.get((namespace, name))
+        if uid is not None:
+            self.queue.kick((namespace, name, uid))
+
+    def _kick_member(self, namespace: str, model: str) -> None:
+        found = self.models.watched.get("RankingModel", namespace, model)
+        if found is not None:
+            self.models.queue.kick((namespace, model, found["metadata"]["uid"]))
+
+    # --- events, as kopf's handlers pass them on
+
+    def server_event(self, event: dict) -> None:
+        obj = self.own_event(event)
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        if event.get("type") == "DELETED":
+            self.uids.pop((namespace, name), None)
+            self.forget_server(meta)
+            for model in servers.members_of(self.models.watched.select("RankingModel", namespace, {}), namespace, name):
+                self._kick_member(namespace, model["metadata"]["name"])     # their server is gone: they say so
+            return
+        self.uids[(namespace, name)] = uid
+        seen = essence_digest([meta.get("generation"), meta.get("deletionTimestamp"), obj.get("status")])
+        before, self.inputs_seen[uid] = self.inputs_seen.get(uid), seen
+        listing = event.get("type") is None
+        if before != seen and (listing or meta.get("resourceVersion") != self.status_written.get(uid)):
+            self.queue.kick((namespace, name, uid))
+        if before is None:     # new here: its members read it
+            for model in servers.members_of(self.models.watched.select("RankingModel", namespace, {}), namespace, name):
+                self._kick_member(namespace, model["metadata"]["name"])
+
+    def member_event(self, model: dict, event_type: str | None) -> None:
+        """A RankingModel naming a server was listed, created, changed or deleted: its server plans again."""
+        meta = model["metadata"]
+        self._kick_server(meta["namespace"], model["spec"]["server"])
+
+    def pod_event(self, event: dict) -> None:
+        if self.pause.paused:
+            return
+        self.keep_kopf_context()
+        pod = event["object"]
+        changed = self.pods.observe("Pod", pod, deleted=event.get("type") == "DELETED")
+        server = (pod["metadata"].get("labels") or {}).get(names.LABEL_SERVER)
+        if changed and server and event.get("type") is not None:
+            self._kick_server(pod["metadata"]["namespace"], server)
+
+    # --- forgetting
+
+    def forget_server(self, meta: dict) -> None:
+        uid = meta["uid"]
+        self.memory.forget(uid)
+        self.clock.forget((meta["namespace"], meta["name"], uid))
+        for memory in (self.inputs_seen, self.status_written):
+            memory.pop(uid, None)
+
+    def forget_the_cluster(self) -> None:
+        self.inputs_seen.clear()
+        self.uids.clear()
+        self.watched.clear()
+        self.pods.clear()
+
+
 def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[ModelController, PoolController]:
-    """The two controllers of one operator process, sharing its settings and pause state."""
+    """The controllers of one operator process, sharing its settings and pause state: models,
+    pools, and the shared servers (the models' `servers`: their members are models)."""
     model_controller = ModelController(settings, pause)
+    model_controller.servers = ServerController(settings, model_controller)
     return model_controller, PoolController(settings, model_controller)
 
 
 def start(model_controller: ModelController, pool_controller: PoolController) -> None:
     """Their threads: the queues' workers, the clock, and the drift checks."""
     model_controller.start()
+    if model_controller.servers is not None:
+        model_controller.servers.start()
     pool_controller.start()
     threading.Thread(target=drift_checks, args=(model_controller, pool_controller), daemon=True,
                      name="drift-checks").start()

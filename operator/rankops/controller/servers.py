@@ -1,0 +1,229 @@
+"""Reconcile one SharedServer (issue 42): read, plan (serverplan.plan_server, pure), execute, and
+return what to record (server_status, pure).
+
+    read: the server; its members (the RankingModels naming it, from the models' watch) in arrival
+          order, each with the version the server's status says it holds; its pods (its own watch);
+          its ConfigMap as last written (the ports and files the plan keeps); its pool
+    plan: ServerPods.round reads each ready pod's repository index (bounded) and plans
+    execute: its objects applied all or nothing (writes.Writes, owned by the server), a departed
+          member's Service and EndpointSlice deleted, the loads and unloads sent on workers
+
+A member's own reconcile renders nothing and reads its line of the server's status
+(modelplan.member_plan); the controller kicks the members whose line changed.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from rankops import server_status, serverplan
+from rankops.api.base import unknown_fields_message
+from rankops.api.errors import describe
+from rankops.api.gpunodepool import GpuNodePool
+from rankops.api.phases import DegradedReason
+from rankops.api.rankingmodel import RankingModel
+from rankops.api.sharedserver import SharedServer, SharedServerStatus
+from rankops.controller import writes
+from rankops.controller.kube import ApiError, Kube
+from rankops.controller.shared_pods import LoadConfig, ServerPod, ServerPods
+from rankops.fetcher.members import parse_members
+from rankops.fetcher.stager import StageListError
+from rankops.render import names, serving
+from rankops.render.policy import TenantPolicy
+from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY
+from rankops.rollout.readiness import pod_ready
+from rankops.rollout.record import Event, iso
+from rankops.triton.repository import config_json
+from rankops.triton.route import RouteError, parse_routes
+
+POLL_S = 2.0     # while a member loads or waits, or a pod is not read: the next look
+HELD = ("Serving", "Loading", "Failed")   # a member line in these states is held by the server
+
+
+@dataclass
+class Result:
+    status: SharedServerStatus
+    events: list[Event] = field(default_factory=list)
+    write: bool = True
+    requeue_after: float | None = None
+    polls: bool = False
+    changed_members: tuple[str, ...] = ()     # members whose status line changed: their reconcile reads it
+
+
+class ServerMemory:
+    """What the ServerController remembers per server (by uid), lost on a restart at the cost of a
+    read: each server's pod shell, its API key, the specs its held members last validated with."""
+
+    def __init__(self, load_config: LoadConfig = config_json, kick: Callable[[str], None] = lambda uid: None):
+        self.load_config, self.kick = load_config, kick
+        self.shells: dict[str, ServerPods] = {}
+        self.keys: dict[str, str] = {}
+        self.last_valid: dict[str, Any] = {}        # member uid -> its last valid RankingModelSpec
+        self.writes = writes.Writes()
+
+    def shell(self, uid: str, key: str, staging_wait_s: float) -> ServerPods:
+        shell = self.shells.get(uid)
+        if shell is None or shell.staging_wait_s != staging_wait_s or shell.headers != {serving.API_KEY_HEADER: key}:
+            if shell is not None:
+                shell.close()
+            shell = self.shells[uid] = ServerPods({serving.API_KEY_HEADER: key}, staging_wait_s,
+                                                  load_config=self.load_config, on_done=lambda: self.kick(uid))
+        return shell
+
+    def forget(self, uid: str) -> None:
+        shell = self.shells.pop(uid, None)
+        if shell is not None:
+            shell.close()
+        self.keys.pop(uid, None)
+        self.writes.forget(uid)
+
+
+def members_of(models: Sequence[dict[str, Any]], namespace: str, server: str) -> list[dict[str, Any]]:
+    """The RankingModels of `namespace` naming `server`, in arrival order (creation, then name), not being deleted."""
+    named = [m for m in models if (m.get("metadata") or {}).get("namespace") == namespace
+             and ((m.get("spec") or {}).get("server") == server)
+             and not m["metadata"].get("deletionTimestamp")]
+    return sorted(named, key=lambda m: (m["metadata"].get("creationTimestamp") or "", m["metadata"]["name"]))
+
+
+def server_pod(pod: dict[str, Any]) -> ServerPod:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return ServerPod(meta["name"], meta.get("uid", ""), status.get("podIP") or "", pod_ready(pod),
+                     (pod.get("spec") or {}).get("nodeName"), bool(meta.get("deletionTimestamp")))
+
+
+def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]],
+              memory: ServerMemory, policy: TenantPolicy = TenantPolicy(), now: dt.datetime | None = None) -> Result:
+    """`models`: the RankingModels of the server's namespace as watched; `pods`: the server's."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    meta = body["metadata"]
+    namespace, name, uid, generation = meta["namespace"], meta["name"], meta["uid"], meta.get("generation")
+    old, unknown = SharedServerStatus.from_stored(body.get("status") or {})
+    events = [Event("Warning", "StatusFieldsUnknown", unknown_fields_message(unknown))] if unknown else []
+    try:
+        server = SharedServer.model_validate({"metadata": meta, "spec": body.get("spec") or {}})
+    except ValidationError as exc:
+        return _blocked(old, DegradedReason.INVALID_SPEC, "; ".join(describe(exc)) + " (fix the spec; what serves is "
+                        "left as it was)", generation, now, events)
+    spec = server.spec
+    requirements = None
+    if spec.node_pool:
+        pool = kube.get("GpuNodePool", None, spec.node_pool)
+        if pool is None:
+            return _blocked(old, DegradedReason.NODE_POOL_NOT_FOUND, f"GpuNodePool {spec.node_pool} does not exist: "
+                            "create it or fix spec.nodePool; what serves is left as it was", generation, now, events)
+        try:
+            requirements = GpuNodePool.model_validate({"metadata": pool["metadata"], "spec": pool.get("spec") or {}})\
+                .spec.requirements
+        except ValidationError as exc:
+            return _blocked(old, DegradedReason.NODE_POOL_INVALID, f"GpuNodePool {spec.node_pool} has an invalid spec "
+                            f"({'; '.join(describe(exc))})", generation, now, events)
+    placement = serving.pool_placement(spec.node_pool, requirements, spec.triton_image)
+
+    held = {line.name: line.version for line in old.members if line.state in HELD and line.version}
+    views = []
+    for body_of in members_of(models, namespace, name):
+        member_meta = body_of["metadata"]
+        try:
+            rm = RankingModel.model_validate({"metadata": member_meta, "spec": body_of.get("spec") or {}})
+            memory.last_valid[member_meta["uid"]] = rm.spec
+        except ValidationError:
+            if member_meta["uid"] not in memory.last_valid or member_meta["name"] not in held:
+                continue        # its own status says why; the server does not hold what it cannot read
+            rm = None           # held: it serves as it was (a bad edit never takes a serving model down)
+        views.append(serverplan.MemberView(member_meta["name"], rm.spec if rm else memory.last_valid[member_meta["uid"]],
+                                           held.get(member_meta["name"])))
+
+    config = kube.get("ConfigMap", namespace, names.server_name(name))
+    ports, staged = _written(config, name)
+    key = _api_key(kube, server, memory)
+    shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
+    plan = shell.round(lambda pods_read: serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement,
+                                                                policy, staged),
+                       [server_pod(p) for p in pods], [v.name for v in views])
+    try:
+        memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
+    except writes.ChildRefused as exc:
+        return _blocked(old, DegradedReason.CHILD_REFUSED, str(exc), generation, now, events)
+    _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None})
+
+    decided = server_status.server_status(plan, old, generation, iso(now))
+    before = {line.name: line for line in old.members}
+    changed = tuple(line.name for line in decided.status.members if before.get(line.name) != line) + \
+        tuple(n for n in before if n not in {line.name for line in decided.status.members})
+    # Loading (or a pod not read) is looked at again soon; a failure when its backoff ends; the rest
+    # by events (a member or pod changing, a load answered: ServerPods.on_done) and --resync.
+    moving = any(m.state == serverplan.LOADING for m in plan.members) or shell.in_flight() \
+        or any(not a.nothing for a in plan.actions.values())
+    due = shell.next_due_s()
+    requeue = min(POLL_S if moving else float("inf"), float("inf") if due is None else due)
+    return Result(decided.status, [*events, *decided.events], requeue_after=None if requeue == float("inf") else requeue,
+                  changed_members=changed)
+
+
+def _blocked(old: SharedServerStatus, reason: str, message: str, generation: int | None, now: dt.datetime,
+             events: list[Event]) -> Result:
+    decided = server_status.blocked(old, reason, message, generation, iso(now))
+    return Result(decided.status, [*events, *decided.events])
+
+
+def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int], tuple[Any, ...]]:
+    """The ports (member -> port) and staged members the ConfigMap holds; nothing of what cannot be read."""
+    data = (config or {}).get("data") or {}
+    try:
+        ports = {model: port for port, model in parse_routes(data.get(ROUTES_KEY) or "{}").items()}
+    except RouteError:
+        ports = {}
+    try:
+        staged = parse_members(data[MEMBERS_KEY], server) if data.get(MEMBERS_KEY) else ()
+    except StageListError:
+        staged = ()
+    return ports, staged
+
+
+def _owned(obj: dict[str, Any], server: SharedServer) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": server.api_version, "kind": server.kind,
+                                           "name": server.name, "uid": server.metadata["uid"],
+                                           "controller": True, "blockOwnerDeletion": True}]
+    return obj
+
+
+def _api_key(kube: Kube, server: SharedServer, memory: ServerMemory) -> str:
+    """The server's restricted-API key (its pods read it from the Secret): made once with a random
+    key and owned by the server; read back when it exists already."""
+    uid, namespace = server.metadata["uid"], server.metadata["namespace"]
+    if uid in memory.keys:
+        return memory.keys[uid]
+    secret_name = names.api_key_secret_name(names.server_name(server.name))
+    key = secrets.token_hex(32)
+    try:
+        kube.create(_owned(serving.api_key_secret(names.server_name(server.name), namespace, key), server))
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        found = kube.get("Secret", namespace, secret_name) or {}
+        stored = (found.get("data") or {}).get(serving.API_KEY_SECRET_KEY)
+        if stored is None:
+            raise ApiError(409, f"Secret {secret_name} holds no {serving.API_KEY_SECRET_KEY}") from None
+        key = base64.b64decode(stored).decode()
+    memory.keys[uid] = key
+    return key
+
+
+def _delete_departed(kube: Kube, namespace: str, server: str, held: set[str]) -> None:
+    """A member that left (or was never held) has no Service or EndpointSlice of the server's."""
+    selector = f"{names.LABEL_SERVER}={server}"
+    for service in kube.list("Service", namespace, label_selector=selector):
+        model = (service["metadata"].get("labels") or {}).get(names.LABEL_MODEL)
+        if model and model not in held:
+            kube.delete("Service", namespace, service["metadata"]["name"])
+    for slice_ in kube.list("EndpointSlice", namespace, label_selector=selector):
+        model = (slice_["metadata"].get("labels") or {}).get(names.LABEL_MODEL)
+        if model and model not in held:
+            kube.delete("EndpointSlice", namespace, slice_["metadata"]["name"])

@@ -1,0 +1,167 @@
+"""Issue 42's wiring: a SharedServer reconciled (controller/servers.py) against the operator's
+in-memory API, and its members' own reconciles reading their line of its status
+(modelplan.member_plan). No pod runs here (tests/triton/test_shared_server_pod.py drives a real
+pod through the same shell); this is what the operator applies, deletes and writes."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rankops.controller import models, runtime, servers
+from rankops.controller.context import OperatorContext
+from rankops.render import names
+from tests.fakecluster import FakeCluster
+
+NS, SERVER = "reco", "ranking"
+SERVER_BODY = {"apiVersion": "rankops.io/v1alpha1", "kind": "SharedServer",
+               "metadata": {"name": SERVER, "namespace": NS},
+               "spec": {"gpuMemoryMiB": 15360, "maxReplicas": 4, "resources": {"cpu": "4", "memory": "16Gi"}}}
+
+
+def member_body(name: str, created: str, **spec) -> dict:
+    doc = {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel",
+           "metadata": {"name": name, "namespace": NS, "creationTimestamp": created},
+           "spec": {"server": SERVER, "version": "1", "replicas": 2,
+                    "versions": [{"name": "1", "modelUri": f"s3://models/{name}/1", "format": "onnx"}],
+                    "inputs": [{"name": "x", "dataType": "FP32", "dims": [16]}],
+                    "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
+                    "batching": {"maxBatchSize": 64, "preferredBatchSizes": [32, 64], "maxQueueDelayMicroseconds": 500},
+                    "warmReplicas": {"enabled": False}, "slo": {"p99LatencyMs": 40, "targetQps": 100},
+                    "planning": {"latencyProfile": {1: 1.0, 64: 4.0},
+                                 "memory": {"weightsMiB": 2000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}}}}
+    doc["spec"].update(copy.deepcopy(spec))
+    return doc
+
+
+@pytest.fixture(autouse=True)
+def posted(monkeypatch):
+    """The Events posted: (kind, name, reason) (kopf posts only inside its own handlers' context)."""
+    import kopf
+
+    seen: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **kw: seen.append(
+        (body.get("kind", ""), body["metadata"]["name"], kw["reason"])))
+    return seen
+
+
+def reconcile(kube: FakeCluster, memory: servers.ServerMemory) -> servers.Result:
+    body = kube.stored("SharedServer", NS, SERVER)
+    return servers.reconcile(kube, body, kube.list("RankingModel", NS), kube.list("Pod", NS), memory)
+
+
+def member_status(kube: FakeCluster, name: str, server: dict | None) -> models.Result:
+    return models.reconcile(kube, kube.stored("RankingModel", NS, name), server_of=lambda ns, n: server)
+
+
+def test_a_server_applies_its_objects_for_the_members_it_holds_and_says_each_ones_line():
+    kube, memory = cluster_with_memory()
+    try:
+        result = reconcile(kube, memory)
+    finally:
+        memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    owned = lambda kind, name: (kube.stored(kind, NS, name)["metadata"]["ownerReferences"][0]["uid"]  # noqa: E731
+                                if kube.stored(kind, NS, name) else None)
+    for kind, name in [("ConfigMap", "ranking-shared"), ("Deployment", "ranking-shared"),
+                       ("PodDisruptionBudget", "ranking-shared"), ("NetworkPolicy", "ranking-shared"),
+                       ("Service", "coarse"), ("Service", "fine"), ("EndpointSlice", "coarse-shared"),
+                       ("EndpointSlice", "fine-shared"), ("Secret", names.api_key_secret_name("ranking-shared"))]:
+        assert owned(kind, name) == uid, (kind, name)
+    assert kube.stored("Service", NS, "wide") is None, "a refused member gets no Service"
+    assert "selector" not in kube.stored("Service", NS, "coarse")["spec"]
+    lines = {m.name: (m.state, m.reason, m.port) for m in result.status.members}
+    assert lines == {"coarse": ("Loading", "NoReadyPod", 9000), "fine": ("Loading", "NoReadyPod", 9001),
+                     "wide": ("Refused", "NotShareable", None)}
+    assert set(result.changed_members) == {"coarse", "fine", "wide"}
+    assert result.requeue_after == servers.POLL_S, "loading: looked at again soon"
+    # the members render nothing of their own
+    assert [d["metadata"]["name"] for d in kube.list("Deployment", NS)] == ["ranking-shared"]
+
+
+def cluster_with_memory():
+    kube = FakeCluster()
+    kube.put({"kind": "Namespace", "metadata": {"name": NS}})
+    kube.put(SERVER_BODY)
+    kube.put(member_body("coarse", "2026-12-06T01:00:00Z"))
+    kube.put(member_body("fine", "2026-12-06T02:00:00Z"))
+    kube.put(member_body("wide", "2026-12-06T03:00:00Z", gpusPerReplica=2))
+    return kube, servers.ServerMemory()
+
+
+def test_each_member_reads_its_line_and_a_missing_server_is_named():
+    kube, memory = cluster_with_memory()
+    result = reconcile(kube, memory)
+    memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])
+    server = {**kube.stored("SharedServer", NS, SERVER), "status": result.status.to_wire()}
+    coarse = member_status(kube, "coarse", server)
+    assert coarse.status.phase == "Pending" and not coarse.polls
+    assert {c.type: (c.status, c.reason) for c in coarse.status.conditions}["Ready"] == ("False", "WaitingForServer")
+    wide = member_status(kube, "wide", server)
+    degraded = {c.type: c for c in wide.status.conditions}["Degraded"]
+    assert wide.status.phase == "Degraded" and degraded.reason == "NotShareable" and "gpusPerReplica" in degraded.message
+    assert [e.reason for e in wide.events] == ["NotShareable"]
+    # serving: Ready, with the version the server holds
+    served = copy.deepcopy(server)
+    served["status"]["members"][0].update(state="Serving", reason="Serving", message="coarse 1 serves on 1 pod(s)")
+    ready = member_status(kube, "coarse", served)
+    assert ready.status.phase == "Ready" and ready.status.stable_version == "1"
+    # no server: said, with the fix
+    missing = member_status(kube, "fine", None)
+    degraded = {c.type: c for c in missing.status.conditions}["Degraded"]
+    assert missing.status.phase == "Degraded" and degraded.reason == "SharedServerNotFound"
+    assert kube.list("Deployment", NS) and all(d["metadata"]["name"] == "ranking-shared"
+                                               for d in kube.list("Deployment", NS))
+
+
+def test_a_member_that_leaves_loses_its_service_and_endpoints_and_is_said_on_the_server():
+    kube, memory = cluster_with_memory()
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    try:
+        first = reconcile(kube, memory)
+        kube.put({**kube.stored("SharedServer", NS, SERVER), "status": first.status.to_wire()})
+        kube.delete("RankingModel", NS, "fine")
+        second = reconcile(kube, memory)
+    finally:
+        memory.forget(uid)
+    assert kube.stored("Service", NS, "fine") is None and kube.stored("EndpointSlice", NS, "fine-shared") is None
+    assert kube.stored("Service", NS, "coarse") is not None
+    assert [m.name for m in second.status.members] == ["coarse", "wide"]
+    assert "fine" in second.changed_members
+    assert any(e.reason == "MemberLeft" and "fine" in e.message for e in second.events)
+
+
+def test_a_server_spec_that_does_not_validate_applies_nothing_and_says_why():
+    kube, memory = cluster_with_memory()
+    bad = copy.deepcopy(kube.stored("SharedServer", NS, SERVER))
+    bad["spec"]["gpuMemoryMiB"] = 12          # below any card
+    kube.put(bad)
+    result = reconcile(kube, memory)
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.reason == "InvalidSpec" and "gpuMemoryMiB" in degraded.message
+    assert kube.list("Deployment", NS) == [] and kube.list("Service", NS) == []
+
+
+def test_the_controller_writes_the_status_and_wakes_the_members_whose_line_changed(posted):
+    kube, _ = cluster_with_memory()
+    model_controller, _ = runtime.build(OperatorContext(kube=kube))
+    controller = model_controller.servers
+    woken: list = []
+    model_controller.queue.kick = lambda key, urgent=False: woken.append(key)
+    try:
+        server = kube.stored("SharedServer", NS, SERVER)
+        controller.server_event({"type": None, "object": server})
+        controller.kicked((NS, SERVER, server["metadata"]["uid"]))
+        stored = kube.stored("SharedServer", NS, SERVER)["status"]
+        assert [m["name"] for m in stored["members"]] == ["coarse", "fine", "wide"]
+        assert {key[1] for key in woken} == {"coarse", "fine", "wide"}
+        assert ("SharedServer", SERVER, "NotShareable") in posted
+        # a member's own event wakes its server; the member reads the server's status from its watch
+        kicked: list = []
+        controller.queue.kick = lambda key, urgent=False: kicked.append(key)
+        model_controller.model_event({"type": "MODIFIED", "object": kube.stored("RankingModel", NS, "coarse")})
+        assert kicked == [(NS, SERVER, server["metadata"]["uid"])]
+        model_controller.kicked((NS, "coarse", kube.stored("RankingModel", NS, "coarse")["metadata"]["uid"]))
+        assert kube.stored("RankingModel", NS, "coarse")["status"]["phase"] == "Pending"
+    finally:
+        controller.memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])
