@@ -74,7 +74,7 @@ def test_a_server_applies_its_objects_for_the_members_it_holds_and_says_each_one
     assert lines == {"coarse": ("Loading", "NoReadyPod", 9000), "fine": ("Loading", "NoReadyPod", 9001),
                      "wide": ("Refused", "NotShareable", None)}
     assert set(result.changed_members) == {"coarse", "fine", "wide"}
-    assert result.requeue_after == servers.POLL_S, "loading: looked at again soon"
+    assert result.requeue_after is None, "no pod is ready: a pod's event wakes it, not the clock"
     # the members render nothing of their own
     assert [d["metadata"]["name"] for d in kube.list("Deployment", NS)] == ["ranking-shared"]
 

@@ -157,10 +157,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     before = {line.name: line for line in old.members}
     changed = tuple(line.name for line in decided.status.members if before.get(line.name) != line) + \
         tuple(n for n in before if n not in {line.name for line in decided.status.members})
-    # Loading (or a pod not read) is looked at again soon; a failure when its backoff ends; the rest
-    # by events (a member or pod changing, a load answered: ServerPods.on_done) and --resync.
-    moving = any(m.state == serverplan.LOADING for m in plan.members) or shell.in_flight() \
-        or any(not a.nothing for a in plan.actions.values())
+    # Loading in a ready pod is looked at again soon; a failure when its backoff ends; the rest by
+    # events (a member or pod changing, a pod getting Ready, a load answered: ServerPods.on_done) and --resync.
+    moving = any(m.state == serverplan.LOADING and m.reason != serverplan.REASON_NO_READY_POD for m in plan.members) \
+        or shell.in_flight() or any(not a.nothing for a in plan.actions.values()) or bool(shell.unread)
     due = shell.next_due_s()
     requeue = min(POLL_S if moving else float("inf"), float("inf") if due is None else due)
     return Result(decided.status, [*events, *decided.events], requeue_after=None if requeue == float("inf") else requeue,

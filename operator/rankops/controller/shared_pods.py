@@ -156,6 +156,7 @@ class ServerPods:
         self._read_at = 0.0
         self.errors: dict[tuple[str, str], str] = {}               # (pod, member) -> its last unload's failure
         self.sent: list[tuple[str, str, str]] = []                 # (pod, action, member), in order
+        self.unread: tuple[str, ...] = ()                          # reachable pods whose index the last read lacks
 
     # --- reads
     def read(self, pods: Sequence[ServerPod], members: Sequence[str]) -> list[PodView]:
@@ -172,6 +173,7 @@ class ServerPods:
             self._pods, self._members = {p.name: p for p in pods}, tuple(members)
             self._records = {p.uid: self._records.get(p.uid) or self._new_record() for p in pods}
             self._indexes = {name: index for name, (index, _) in indexes.items() if index is not None}
+            self.unread = tuple(sorted(name for name, (index, _) in indexes.items() if index is None))
             self._ended = {k: v for k, v in self._ended.items() if k[0] in names and k[1] in members}
             self.errors = {k: v for k, v in self.errors.items() if k[0] in names}
             views = []
