@@ -191,8 +191,8 @@ SHARED_MEMBERS = {"coarse": ([8], [4], 128), "fine": ([16], [8], 64), "rerank": 
 def _shared_member(real: RealCluster, name: str) -> dict:
     user, item, max_batch = SHARED_MEMBERS[name]
     return models.model_manifest(
-        name, modelCredentialsSecret="model-store", tritonImage=real.refs["rankops-triton-test"], replicas=2,
-        versions=("1",), candidates={"layout": "batch", "minPerRequest": 1, "maxPerRequest": max_batch},
+        name, server=SERVER, modelCredentialsSecret="model-store", tritonImage=real.refs["rankops-triton-test"],
+        replicas=2, versions=("1",), candidates={"layout": "batch", "minPerRequest": 1, "maxPerRequest": max_batch},
         inputs=[{"name": "user_features", "dataType": "FP32", "dims": user},
                 {"name": "item_features", "dataType": "FP32", "dims": item}],
         batching={"maxBatchSize": max_batch, "preferredBatchSizes": [max_batch], "maxQueueDelayMicroseconds": 500},
@@ -201,110 +201,60 @@ def _shared_member(real: RealCluster, name: str) -> dict:
                   "memory": {"weightsMiB": 500, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
 
 
-def _in_cluster(real: RealCluster, work: Any) -> Any:
-    """`work()` on a thread inside the cluster's network namespace (pod addresses reach from there)."""
-    import threading
-    from rankops_dev import netns as namespaces
-
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            if real.netns:
-                namespaces.enter_thread(real.netns)
-            out["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            out["error"] = exc
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=180)
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
-
-
 def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster, k8s: Any,
                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Three RankingModels in one Triton pod on real containers: the objects of the server's plan
-    (serverplan.plan_server) applied, its `stage` container fetching each member from the real S3
-    server, its `route` container one port per member; the shell's rounds done here as the operator
-    will (index, plan, apply, load). Each member answers through its own Service name and only there."""
-    import secrets as random
-
-    from rankops import serverplan
+    """Three RankingModels naming one SharedServer, on real containers, all by the operator (its
+    pod, from the operator image): the server's Deployment runs its three containers, `stage`
+    fetches each member from the real S3 server with the server's credentials Secret, the operator
+    reads each pod's repository index and loads the members into the running Triton (the test
+    image's shim makes its one CPU edit to those loads), writes each one's line and EndpointSlice,
+    and each member says Ready. Each answers through its own Service name and only there."""
+    from e2e.conftest import real_operator_log
+    from rankops.api.crdgen import GROUP, VERSION
     from rankops.api.rankingmodel import RankingModel
-    from rankops.api.sharedserver import SharedServerSpec
-    from rankops.render import serving
-    from rankops.controller.shared_pods import ServerPod, ServerPods
-    from rankops.triton.repository import config_json
-    from rankops.yamlio import dump_all
-    from rankops_dev.triton import cpu_config
 
     ns = SHARED_NS
     k8s.core.create_namespace({"metadata": {"name": ns, "annotations": pinned_to_real_nodes()}})
     wait_until(lambda: _has_default_account(k8s, ns), 30, f"ServiceAccount default in {ns}")
     k8s.core.create_namespaced_secret(ns, real.store.secret_manifest("model-store", ns))
-    key = random.token_hex(16)
-    k8s.core.create_namespaced_secret(ns, serving.api_key_secret(names.server_name(SERVER), ns, key))
-    members = {}
+    specs = {}
     for name in SHARED_MEMBERS:
-        rm = RankingModel.model_validate({**_shared_member(real, name), "metadata": {"name": name, "namespace": ns}})
+        body = _shared_member(real, name)
+        specs[name] = RankingModel.model_validate({**body, "metadata": {"name": name, "namespace": ns}}).spec
         directory = tmp_path_factory.mktemp(f"shared-{name}") / "1"
-        spec_models.export(rm.spec, ModelFormat.onnx, directory)
+        spec_models.export(specs[name], ModelFormat.onnx, directory)
         real.store.upload_tree(BUCKET, f"{name}/1", directory)
-        members[name] = serverplan.MemberView(name, rm.spec)
-    server = SharedServerSpec(gpuMemoryMiB=15360, tritonImage=real.refs["rankops-triton-test"],
-                              fetcherImage=real.refs["rankops-operator"], modelCredentialsSecret="model-store",
-                              resources={"cpu": "500m", "memory": "1Gi"})
-    ports: dict[str, int] = {}
+    k8s.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "sharedservers", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SharedServer", "metadata": {"name": SERVER},
+        "spec": {"gpuMemoryMiB": 15360, "tritonImage": real.refs["rankops-triton-test"],
+                 "fetcherImage": real.refs["rankops-operator"], "modelCredentialsSecret": "model-store",
+                 "resources": {"cpu": "500m", "memory": "1Gi"}}})
+    for name in SHARED_MEMBERS:
+        models.create(k8s, ns, _shared_member(real, name))
 
-    def plan(pods: list) -> serverplan.ServerPlan:
-        return serverplan.plan_server(SERVER, ns, server, list(members.values()), pods, ports,
-                                      serving.pool_placement(None, None))
-
-    def apply(objects) -> None:
-        real.kubectl("apply", "--server-side", "--field-manager=rankops", "-f", "-", input=dump_all(list(objects)))
-
-    apply(plan([]).objects)
-    selector = f"{names.LABEL_SERVER}={SERVER}"
-
-    def ready_pod() -> Any:
-        pods = [p for p in k8s.core.list_namespaced_pod(ns, label_selector=selector).items
-                if p.status.phase == "Running" and all(c.ready for c in p.status.container_statuses or [])]
-        return pods[0] if pods else None
+    def lines() -> dict[str, dict]:
+        server = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "sharedservers", SERVER)
+        return {m["name"]: m for m in (server.get("status") or {}).get("members") or []}
     try:
-        pod = wait_until(ready_pod, READY_TIMEOUT, "the shared server's pod Ready")
+        wait_until(lambda: len(lines()) == 3 and all(m["state"] == "Serving" for m in lines().values()),
+                   READY_TIMEOUT, "every member Serving on the shared server")
+        for name in SHARED_MEMBERS:
+            models.wait_ready(k8s, ns, name, timeout=60)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{real.diagnostics(ns)}") from None
+        raise AssertionError(f"{exc}\nmembers: {json.dumps(lines(), indent=1)[:3000]}\n{real.diagnostics(ns)}\n"
+                             f"operator log (tail):\n{real_operator_log(real)[-6000:]}") from None
+    assert not any(m["state"] == "Failed" for m in lines().values())
+    [pod] = [p for p in k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_SERVER}={SERVER}").items
+             if p.status.phase == "Running"]
     assert {c.name: c.container_id.startswith("containerd://") for c in pod.status.container_statuses} == \
         {"triton": True, "route": True, "stage": True}
-    # The operator's shell for the pods (controller/shared_pods.py), its requests from inside the
-    # cluster's network; the one edit is the CPU stand-in's (KIND_GPU -> KIND_CPU), which the image's
-    # shim makes to the files it finds but cannot make to a load's override.
-    shell = ServerPods({serving.API_KEY_HEADER: key}, staging_wait_s=server.fetch.deadline_seconds,
-                       load_config=lambda text: config_json(cpu_config(text)[0]))
-    seen = ServerPod(pod.metadata.name, pod.metadata.uid, pod.status.pod_ip, True, pod.spec.node_name)
-    deadline = time.monotonic() + 180
-    try:
-        while True:          # the shell's rounds
-            current = _in_cluster(real, lambda: shell.round(plan, [seen], list(members)))
-            ports = dict(current.ports)
-            apply(o for o in current.objects if o["kind"] in ("ConfigMap", "EndpointSlice"))
-            states = {o.name: o.state for o in current.members}
-            assert serverplan.FAILED not in states.values(), current.members   # only waits for files, no refusal
-            if set(states.values()) == {serverplan.SERVING}:
-                break
-            assert time.monotonic() < deadline, (current.members, real.logs(ns, pod.metadata.name, "stage"))
-            shell.settle(120)
-            time.sleep(2)
-    finally:
-        shell.close()
-    assert {action for _, action, _ in shell.sent} == {"load"}, shell.sent
+    deployments = [d.metadata.name for d in k8s.apps.list_namespaced_deployment(ns).items]
+    assert deployments == [names.server_name(SERVER)], "the members run no pods of their own"
 
     # One Job from the operator image: each member through its own Service name (cluster DNS,
     # kube-proxy, the EndpointSlice the plan wrote), then coarse's Service asked for fine: refused.
     def infer(service: str, model: str) -> str:
-        spec = members[model].spec
+        spec = specs[model]
         inputs = json.dumps([t.to_wire() for t in spec.inputs], separators=(",", ":"))
         return (f"rankops infer --url {service}.{ns}.svc:8000 --model {model} --candidates 5 "
                 f"--inputs-spec '{inputs}'")

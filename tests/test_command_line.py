@@ -134,3 +134,42 @@ def test_dev_demo_says_what_it_waits_for_on_a_terminal(monkeypatch):
     demo.wait("the operator sees the pool's nodes", lambda: next(states),
               lambda pool, _: pool["status"]["nodes"] > 0)
     assert "rankops dev demo: waiting until the operator sees the pool's nodes (at most 5s)" in terminal.getvalue()
+
+
+SHARED = """
+apiVersion: rankops.io/v1alpha1
+kind: SharedServer
+metadata: {name: ranking, namespace: reco}
+spec: {gpuMemoryMiB: 15360, modelCredentialsSecret: model-store, resources: {cpu: "4", memory: 16Gi}}
+"""
+MEMBER = """
+apiVersion: rankops.io/v1alpha1
+kind: RankingModel
+metadata: {name: NAME, namespace: reco}
+spec:
+  server: ranking
+  replicas: 2
+  gpusPerReplica: GPUS
+  version: "1"
+  versions: [{name: "1", modelUri: "s3://models/NAME/1", format: onnx}]
+  inputs: [{name: x, dataType: FP32, dims: [16]}]
+  outputs: [{name: scores, dataType: FP32, dims: [1]}]
+  batching: {maxBatchSize: 64}
+  warmReplicas: {enabled: false}
+  slo: {p99LatencyMs: 25, targetQps: 100}
+  planning: {memory: {weightsMiB: 500, activationMiBPerItem: 1, runtimeReserveMiB: 1024}, latencyProfile: {1: 1.0, 64: 4.0}}
+"""
+
+
+def test_render_prints_a_shared_server_s_objects_with_its_members_and_says_a_refused_one(tmp_path, capsys):
+    path = tmp_path / "shared.yaml"
+    path.write_text("---".join([SHARED, MEMBER.replace("NAME", "coarse").replace("GPUS", "1"),
+                                MEMBER.replace("NAME", "fine").replace("GPUS", "1")]))
+    assert main(["render", "-f", str(path)]) == 0
+    objects = [(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+    assert ("Deployment", "ranking-shared") in objects and ("Service", "coarse") in objects
+    assert ("EndpointSlice", "fine-shared") in objects
+    assert not any(kind == "Deployment" and name != "ranking-shared" for kind, name in objects), "members run no pods"
+    path.write_text("---".join([SHARED, MEMBER.replace("NAME", "wide").replace("GPUS", "2")]))
+    assert main(["render", "-f", str(path)]) != 0
+    assert "member wide: NotShareable" in capsys.readouterr().err

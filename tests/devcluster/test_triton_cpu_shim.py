@@ -66,3 +66,55 @@ def test_the_server_is_started_on_the_shadow_with_every_other_argument_as_given(
                           "--load-model=m", "--http-port=8000"])
     assert calls == ["forked the mirror", (triton_cpu_shim.REAL, [triton_cpu_shim.REAL, f"--model-repository={tmp_path / 'shadow'}",
                                              "--model-control-mode=explicit", "--load-model=m", "--http-port=8000"])]
+
+
+def test_a_shared_server_s_loads_reach_triton_on_the_cpu_and_nothing_else_changes():
+    """Only a shared server (no model named at start) is relayed; a load's override says KIND_CPU on
+    the way, every other request (a keep-alive connection, a body) passes byte for byte."""
+    import http.server
+    import json
+    import threading
+
+    from rankops.render.serving import API_KEY_HEADER
+    from rankops.triton.repository import Repository, config_json
+    from rankops_dev.ports import free_port
+
+    assert triton_cpu_shim.is_shared_server(["--model-control-mode=explicit", "--http-port=8000"])
+    assert not triton_cpu_shim.is_shared_server(["--model-control-mode=explicit", "--load-model=ranker"])
+    seen: list[tuple[str, dict, bytes]] = []
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, dict(self.headers), body))
+            answer = b'{"models": []}' if self.path.endswith("/index") else b""
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    port = free_port()
+    threading.Thread(target=triton_cpu_shim.serve_loads_on_cpu, args=(port, upstream.server_address[1], "127.0.0.1"),
+                     daemon=True).start()
+    repo = Repository("127.0.0.1", port, {API_KEY_HEADER: "k"})
+    for _ in range(50):
+        try:
+            repo.index()
+            break
+        except Exception:  # noqa: BLE001 - not listening yet
+            threading.Event().wait(0.1)
+    repo.load("ranker", config_json(CONFIG))
+    upstream.shutdown()
+    path, headers, body = seen[-1]
+    override = json.loads(json.loads(body)["parameters"]["config"])
+    assert path == "/v2/repository/models/ranker/load" and headers[API_KEY_HEADER] == "k"
+    assert [g["kind"] for g in override["instance_group"]] == ["KIND_CPU"]
+    assert int(headers["Content-Length"]) == len(body)
+    assert seen[0][0] == "/v2/repository/index" and json.loads(seen[0][2]) == {"ready": False}

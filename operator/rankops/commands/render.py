@@ -116,15 +116,18 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     from rankops.render.desired import RenderError
     from rankops.render.policy import TenantPolicy
 
+    from rankops.api.sharedserver import SharedServer
+
     settings = modelplan.Settings(policy or TenantPolicy(), tuple(pull_secrets or ()), service_monitor_labels)
     pools = {}
     errors: list[str] = []
     parsed = []
     for where, doc in docs:
         kind = doc.get("kind")
-        model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool}.get(kind)
+        model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool, "SharedServer": SharedServer}.get(kind)
         if model is None:
-            errors.append(f"{where}: kind {kind!r} is not a rankops resource (RankingModel or GpuNodePool)")
+            errors.append(f"{where}: kind {kind!r} is not a rankops resource (RankingModel, GpuNodePool or "
+                          "SharedServer)")
             continue
         try:
             obj = model.model_validate(doc)
@@ -135,13 +138,20 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
         parsed.append((where, doc, obj))
         if kind == "GpuNodePool":
             pools[obj.metadata.get("name")] = obj
+    servers = {(obj.metadata.get("namespace") or "default", obj.name) for _, _, obj in parsed if obj.kind == "SharedServer"}
     out: list[dict[str, Any]] = []
     for where, doc, obj in parsed:
         if obj.kind == "GpuNodePool":
             # The chart's names for the release `rankops` in rankops-system (poolplan.PoolSettings).
             out += poolplan.as_new(doc, poolplan.PoolSettings(pull_secrets=settings.pull_secrets)).applies
             continue
+        if obj.kind == "SharedServer":
+            out += _server_as_new(obj, [m for _, _, m in parsed if m.kind == "RankingModel"], pools, settings,
+                                  errors, where)
+            continue
         name = obj.metadata.get("name")
+        if obj.spec.server and ((obj.metadata.get("namespace") or "default"), obj.spec.server) in servers:
+            continue          # its server's objects say it (above)
         body = {**doc, "metadata": {"namespace": "default", **(doc.get("metadata") or {})}}
         pool = pools.get(obj.spec.node_pool)
         done = modelplan.as_new(body, settings, pool.spec.requirements if pool else None)
@@ -161,6 +171,26 @@ def render_documents(docs: list[tuple[str, dict[str, Any]]],
     if errors:
         raise InputError("\n".join(errors))
     return out
+
+
+def _server_as_new(server: Any, models: list[Any], pools: dict[str, Any], settings: Any, errors: list[str],
+                   where: str) -> list[dict[str, Any]]:
+    """A SharedServer's objects with the members given beside it (in their order) and no pod yet:
+    what the operator applies first (serverplan.plan_server); a member it refuses is said."""
+    from rankops import serverplan
+    from rankops.render import serving
+
+    namespace = server.metadata.get("namespace") or "default"
+    members = [serverplan.MemberView(m.metadata["name"], m.spec) for m in models
+               if m.spec.server == server.name and (m.metadata.get("namespace") or "default") == namespace]
+    pool = pools.get(server.spec.node_pool)
+    placement = serving.pool_placement(server.spec.node_pool, pool.spec.requirements if pool else None,
+                                       server.spec.triton_image)
+    plan = serverplan.plan_server(server.name, namespace, server.spec, members, [], {}, placement, settings.policy)
+    for member in plan.members:
+        if member.state in (serverplan.REFUSED, serverplan.PENDING):
+            errors.append(f"{where} SharedServer {server.name}: member {member.name}: {member.reason}: {member.message}")
+    return list(plan.objects)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -198,7 +228,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("render", help="print the objects the operator would apply (no cluster needed)")
     p.add_argument("-f", "--filename", action="append", required=True,
-                   help="RankingModel / GpuNodePool manifest (repeatable; - for stdin)")
+                   help="RankingModel / GpuNodePool / SharedServer manifest (repeatable; - for stdin)")
     add_service_monitor_flags(p)
     add_tenant_policy_flags(p)
     add_pull_secret_flag(p)
