@@ -165,3 +165,15 @@ def test_the_controller_writes_the_status_and_wakes_the_members_whose_line_chang
         assert kube.stored("RankingModel", NS, "coarse")["status"]["phase"] == "Pending"
     finally:
         controller.memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])
+
+
+def test_a_server_image_the_cluster_does_not_allow_is_refused_before_anything_runs():
+    from rankops.render.policy import TenantPolicy
+
+    kube, memory = cluster_with_memory()
+    body = kube.stored("SharedServer", NS, SERVER)
+    result = servers.reconcile(kube, body, kube.list("RankingModel", NS), [], memory,
+                               TenantPolicy.from_settings(image_prefixes=["registry.corp/"]))
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.reason == "NotAllowedOnThisCluster" and "spec.tritonImage" in degraded.message
+    assert kube.list("Deployment", NS) == [] and kube.list("Secret", NS) == []

@@ -35,7 +35,7 @@ from rankops.controller.shared_pods import LoadConfig, ServerPod, ServerPods
 from rankops.fetcher.members import parse_members
 from rankops.fetcher.stager import StageListError
 from rankops.render import names, serving
-from rankops.render.policy import TenantPolicy
+from rankops.render.policy import TenantPolicy, server_problems
 from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY
 from rankops.rollout.readiness import pod_ready
 from rankops.rollout.record import Event, iso
@@ -112,6 +112,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         return _blocked(old, DegradedReason.INVALID_SPEC, "; ".join(describe(exc)) + " (fix the spec; what serves is "
                         "left as it was)", generation, now, events)
     spec = server.spec
+    refused = server_problems(spec, policy)
+    if refused:
+        return _blocked(old, DegradedReason.NOT_ALLOWED_ON_THIS_CLUSTER, "; ".join(refused) + " (what serves is left "
+                        "as it was)", generation, now, events)
     requirements = None
     if spec.node_pool:
         pool = kube.get("GpuNodePool", None, spec.node_pool)

@@ -149,17 +149,23 @@ def spec_problems(spec: Any, policy: TenantPolicy) -> list[str]:
         except PolicyError as exc:
             problems.append(f"spec.rollout.equivalence.reference.torchscriptUri: {exc}")
     # An image the cluster sets for every model (fetcher, gates) is the admin's: the spec's is unused.
-    images = (("spec.tritonImage", spec.triton_image),
-              ("spec.fetcherImage", None if policy.fetcher_image else spec.fetcher_image),
-              ("spec.rollout.gateJobs.image", None if policy.gates_image else spec.rollout.gate_jobs.image))
-    for field, image in images:
-        if image is None:
-            continue
-        if not policy.image_allowed(image):
-            problems.append(f"{field}: {image} is not from a registry this cluster allows "
-                            f"({', '.join(policy.image_prefixes)}); use a mirrored image under one of them "
-                            f"(the cluster admin sets {FLAG_IMAGE_PREFIX}, chart value {CHART_IMAGE_PREFIXES})")
-    return problems
+    return problems + image_problems((("spec.tritonImage", spec.triton_image),
+                                      ("spec.fetcherImage", None if policy.fetcher_image else spec.fetcher_image),
+                                      ("spec.rollout.gateJobs.image",
+                                       None if policy.gates_image else spec.rollout.gate_jobs.image)), policy)
+
+
+def server_problems(spec: Any, policy: TenantPolicy) -> list[str]:
+    """Each field of a SharedServerSpec the policy refuses (its pods' images), as "field: why and the fix"."""
+    return image_problems((("spec.tritonImage", spec.triton_image),
+                           ("spec.fetcherImage", None if policy.fetcher_image else spec.fetcher_image)), policy)
+
+
+def image_problems(images: Iterable[tuple[str, str | None]], policy: TenantPolicy) -> list[str]:
+    """(field, image) pairs whose image is not from a registry the cluster allows (None: not used)."""
+    return [f"{field}: {image} is not from a registry this cluster allows ({', '.join(policy.image_prefixes)}); use "
+            f"a mirrored image under one of them (the cluster admin sets {FLAG_IMAGE_PREFIX}, chart value "
+            f"{CHART_IMAGE_PREFIXES})" for field, image in images if image is not None and not policy.image_allowed(image)]
 
 
 def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
