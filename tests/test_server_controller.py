@@ -177,3 +177,53 @@ def test_a_server_image_the_cluster_does_not_allow_is_refused_before_anything_ru
     degraded = {c.type: c for c in result.status.conditions}["Degraded"]
     assert degraded.reason == "NotAllowedOnThisCluster" and "spec.tritonImage" in degraded.message
     assert kube.list("Deployment", NS) == [] and kube.list("Secret", NS) == []
+
+
+def test_a_held_member_whose_spec_no_longer_validates_freezes_the_server_rather_than_unload_it():
+    """A new operator process knows no earlier spec of it: nothing is planned, applied or unloaded."""
+    kube, memory = cluster_with_memory()
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    try:
+        first = reconcile(kube, memory)
+        kube.put({**kube.stored("SharedServer", NS, SERVER), "status": first.status.to_wire()})
+        bad = kube.stored("RankingModel", NS, "coarse")
+        bad["spec"]["slo"]["p99LatencyMs"] = -5         # past the CRD (say), not past pydantic
+        kube.put(bad)
+        memory.forget(uid)
+        memory.last_valid.clear()                     # a restart
+        frozen = reconcile(kube, memory)
+    finally:
+        memory.forget(uid)
+    degraded = {c.type: c for c in frozen.status.conditions}["Degraded"]
+    assert degraded.reason == "InvalidSpec" and "member coarse" in degraded.message
+    assert kube.stored("Service", NS, "coarse") is not None
+    assert [m.name for m in frozen.status.members] == ["coarse", "fine", "wide"], "its lines kept"
+
+
+def test_a_member_wakes_its_server_on_a_new_spec_only_and_a_pool_wakes_the_servers_on_it():
+    kube, _ = cluster_with_memory()
+    model_controller, _ = runtime.build(OperatorContext(kube=kube))
+    controller = model_controller.servers
+    kicked: list = []
+    controller.queue.kick = lambda key, urgent=False: kicked.append(key)
+    try:
+        server = kube.stored("SharedServer", NS, SERVER)
+        controller.server_event({"type": None, "object": server})
+        kicked.clear()
+        coarse = kube.stored("RankingModel", NS, "coarse")
+        controller.member_event(coarse, None)                 # kopf's listing: noted, the server lists anyway
+        controller.member_event(coarse, "MODIFIED")           # a status write's echo: same generation
+        assert kicked == []
+        coarse["metadata"]["generation"] = 2
+        controller.member_event(coarse, "MODIFIED")
+        controller.member_event(coarse, "DELETED")
+        assert len(kicked) == 2
+        kicked.clear()
+        pooled = {**server, "spec": {**server["spec"], "nodePool": "t4"}}
+        controller.server_event({"type": "MODIFIED", "object": pooled})
+        kicked.clear()
+        controller.pool_changed("t4")
+        controller.pool_changed("a100")
+        assert kicked == [(NS, SERVER, server["metadata"]["uid"])]
+    finally:
+        controller.memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])

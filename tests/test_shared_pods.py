@@ -22,12 +22,15 @@ def test_a_load_refused_for_missing_files_waits_then_fails_and_backs_off():
     record.after_load("ghost", "d1", now=0.0, error=NOT_STAGED, staging=True, staging_wait_s=30)
     record.after_load("ghost", "d1", now=20.0, error=NOT_STAGED, staging=True, staging_wait_s=30)
     assert record.staging_over(["ghost"], 20.0, 30) == frozenset() and record.retry(["ghost"], 20.0) == {"ghost"}
-    assert record.load_errors == {"ghost": NOT_STAGED} and record.next_due(["ghost"], 30) == 30.0
+    assert record.load_errors == {"ghost": NOT_STAGED} and record.next_due(["ghost"], 30, 20.0) == 30.0
     # the wait counts from the first refusal, not the last: over at 30 s, then a failure like any
     assert record.staging_over(["ghost"], 30.0, 30) == {"ghost"}
     record.after_load("ghost", "d1", now=31.0, error=NOT_STAGED, staging=True, staging_wait_s=30)
     assert record.retry(["ghost"], 31.0 + RETRY_FIRST_S - 0.1) == frozenset()
     assert record.retry(["ghost"], 31.0 + RETRY_FIRST_S) == {"ghost"}
+    # what is over is not due again: no reconcile is asked for until a load is answered
+    assert record.next_due(["ghost"], 30, 31.0) == 31.0 + RETRY_FIRST_S
+    assert record.next_due(["ghost"], 30, 31.0 + RETRY_FIRST_S) is None
 
 
 def test_the_stager_fetches_one_member_after_another_so_later_ones_wait_longer():
@@ -64,7 +67,7 @@ def test_a_member_that_leaves_is_forgotten_and_comes_back_afresh():
     record.after_load("w", "d1", now=0.0, error=NOT_STAGED, staging=True, staging_wait_s=30)
     record.keep_only(["other"])
     assert (record.load_errors, record.retry_at, record.waiting_since, record.refused) == ({}, {}, {}, {})
-    assert record.retry(["m"], 0.0) == {"m"} and record.next_due(["m", "w"], 30) is None
+    assert record.retry(["m"], 0.0) == {"m"} and record.next_due(["m", "w"], 30, 0.0) is None
 
 
 class FakeTriton:

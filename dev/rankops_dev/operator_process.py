@@ -51,7 +51,7 @@ def install_chart(kubeconfig: str, *, bin_dir: Path | None = None, chart: Path =
     if done.returncode != 0:
         raise RuntimeError(f"helm install failed: {done.stderr.strip()}")
     established = [_tool("kubectl", bin_dir), "wait", "--for=condition=Established", "--timeout=60s",
-                   "crd/rankingmodels.rankops.io", "crd/gpunodepools.rankops.io"]
+                   "crd/rankingmodels.rankops.io", "crd/gpunodepools.rankops.io", "crd/sharedservers.rankops.io"]
     done = subprocess.run(established, env=env, capture_output=True, text=True, timeout=90)
     if done.returncode != 0:
         raise RuntimeError(f"the chart's CRDs are not Established: {done.stderr.strip()}")

@@ -146,9 +146,15 @@ def relay(client: socket.socket, upstream_port: int) -> None:
                          b"Content-Length: %d" % len(body)]
             upstream.sendall(b"\r\n".join(lines) + _END + body)
     except (OSError, ValueError):
-        pass
-    finally:
         _close(client, upstream)
+        return
+    finally:
+        # The client is done sending: the server's answers still in flight reach it (the other
+        # direction's thread closes both when the server is done).
+        try:
+            upstream.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
 
 def serve_loads_on_cpu(port: int, upstream_port: int, address: str = "0.0.0.0") -> None:

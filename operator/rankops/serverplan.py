@@ -26,7 +26,7 @@ from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.api.sharedserver import SharedServerSpec
 from rankops.render.policy import TenantPolicy
-from rankops.render.tritonconfig import ServingShape
+from rankops.render.tritonconfig import ServingShape, triton_version
 from rankops.triton.repository import IndexEntry
 
 SERVING, LOADING, FAILED, ABSENT = "Serving", "Loading", "Failed", "Absent"
@@ -156,6 +156,7 @@ class PodView:
     staging_over: frozenset[str] = frozenset()     # members whose files the shell waited for long enough
     loaded: Mapping[str, str] = field(default_factory=dict)        # member -> digest of the config it loaded
     refused: Mapping[str, str] = field(default_factory=dict)       # member -> digest of the config refused here
+    last_index: tuple[IndexEntry, ...] | None = None   # index None: the last one read while Ready (for endpoints only)
     terminating: bool = False                      # deletionTimestamp set: draining
 
 
@@ -260,6 +261,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         except (KeyError, ValueError) as exc:
             notes[m.name].append(f"no config to load it with on a new pod ({exc})")
     wanted = {name: version for name, (version, _) in configs.items()}
+    for m in held:      # no config (its spec no longer lists the version held): kept where loaded, never unloaded
+        if m.name not in wanted:
+            wanted[m.name] = triton_version(versions[m.name])
     frozen = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
     digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in frozen}
 
@@ -268,21 +272,22 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     for pod in pods:
         if not pod.ready or pod.index is None or pod.terminating:
             continue
-        actions[pod.name] = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over,
-                                        digests, pod.loaded, pod.refused)
+        asked = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over, digests, pod.loaded,
+                            pod.refused)
+        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs), asked.unload)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
     held_names = {m.name for m in held}
     lingering = [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)]
+    # A held member whose spec no longer lists its version keeps its files as last staged.
+    lingering += [s for s in previous_staged if s.model in held_names and s.model not in configs]
     # one card a pod; none once nothing is held or may still be loaded
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering else 0
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
                              ports, replicas, placement, policy, lingering)
     for m in held:
-        endpoints = [PodEndpoint(p.name, p.ip, p.node,
-                                 p.name in per_pod and per_pod[p.name].get(m.name, MemberState(m.name, ABSENT)).state
-                                 == SERVING, p.terminating)
+        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod), p.terminating)
                      for p in pods]
         objects.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
         refused_edits = [f"{p.name}: {p.load_errors[m.name]}" for p in pods if p.name in per_pod
@@ -294,6 +299,16 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
     return ServerPlan(tuple(objects), actions, configs, tuple(outcomes[m.name] for m in members), ports, replicas,
                       admission)
+
+
+def _serves_on(model: str, version: int | None, pod: PodView, per_pod: Mapping[str, Mapping[str, MemberState]]) -> bool:
+    """The member serves on the pod, for its endpoint: by this read of the pod's index, or, where
+    the read missed a Ready pod, by the last one (a slow Triton keeps its traffic)."""
+    if pod.name in per_pod:
+        return per_pod[pod.name].get(model, MemberState(model, ABSENT)).state == SERVING
+    if version is None or not pod.ready or pod.terminating or pod.last_index is None:
+        return False
+    return member_state(model, version, pod.last_index).state == SERVING
 
 
 def _may_hold(model: str, pods: Sequence[PodView]) -> bool:

@@ -3,10 +3,12 @@ serve them, each pod's loads and unloads, and each member's state, from what was
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from rankops import serverplan
 from rankops.api.rankingmodel import RankingModel
 from rankops.api.sharedserver import SharedServerSpec
+from rankops.fetcher.members import parse_members
 from rankops.render.serving import pool_placement
 from rankops.serverplan import MemberView, PodView, plan_server
 from rankops.triton.repository import IndexEntry
@@ -201,3 +203,33 @@ def test_a_draining_pod_gets_no_loads_and_no_new_requests():
     assert "ranking-shared-a" not in result.actions
     endpoint, = next(o for o in result.objects if o["kind"] == "EndpointSlice")["endpoints"]
     assert endpoint["conditions"] == {"ready": False, "serving": False, "terminating": True}
+
+
+def test_a_held_member_whose_new_spec_drops_its_version_keeps_serving_and_its_files():
+    """spec.version 2 with versions [2]: the server still holds 1 (its switch is not built), so 1 stays
+    loaded where it is (never unloaded, no config to load it anew) and its files stay staged."""
+    first = plan([member("coarse")], [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),))])
+    staged = parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"]["members.json"],
+                           "ranking")
+    moved = member("coarse", held="1", version="2",
+                   versions=[{"name": "2", "modelUri": "s3://models/coarse/2", "format": "onnx"}])
+    result = plan([moved], [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),))], staged=staged)
+    assert result.actions["ranking-shared-a"].nothing, "never unloaded"
+    coarse, = result.members
+    assert coarse.state == serverplan.SERVING and coarse.version == "1" and "no config" in coarse.message
+    slice_ = next(o for o in result.objects if o["kind"] == "EndpointSlice")
+    assert [e["conditions"]["ready"] for e in slice_["endpoints"]] == [True]
+    kept = next(o for o in result.objects if o["kind"] == "ConfigMap")["data"]["members.json"]
+    assert "s3://models/coarse/1" in kept
+
+
+def test_a_ready_pod_whose_index_read_missed_keeps_its_endpoints_by_its_last_index():
+    last = (ready("coarse"), ready("fine"), ready("rerank"))
+    slow = PodView("ranking-shared-a", True, "10.0.0.1", None, None, index_error="index not read within 3 s",
+                   last_index=last)
+    result = plan(THREE, [slow])
+    slices = {o["metadata"]["name"]: o for o in result.objects if o["kind"] == "EndpointSlice"}
+    assert all(s["endpoints"][0]["conditions"]["ready"] for s in slices.values())
+    assert "ranking-shared-a" not in result.actions, "nothing is sent on what was not read"
+    gone = plan(THREE, [dataclasses.replace(slow, ready=False)])
+    assert not any(o["endpoints"][0]["conditions"]["ready"] for o in gone.objects if o["kind"] == "EndpointSlice")

@@ -205,9 +205,10 @@ ClusterKopfPeering; namespaced: a KopfPeering in each served namespace). */}}
   verbs: [get, list, watch, create, patch, delete]
 # Application: whether the Secret a RankingModel names in spec.modelCredentialsSecret exists,
 # before its fetcher pods would wait on it; read as metadata only (get, never list or watch).
-# Create: each model's restricted-API key Secret (<model>-triton-api-key, a random key made once;
-# its data is never read back). No new reach: whoever may create Deployments here may already
-# mount any Secret in a pod.
+# Create: each model's and each SharedServer's restricted-API key Secret (<name>-triton-api-key, a
+# random key made once, owned by its object; the operator reads it back only to call that Triton's
+# repository API: an in-place switch, a shared server's loads). No new reach: whoever may create
+# Deployments here may already mount any Secret in a pod.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]

@@ -88,6 +88,13 @@ async def server_pod_event(event, memo: kopf.Memo, **_):
     memo.models.servers.pod_event(event)
 
 
+# The server's own objects without a model label (its Deployment, ConfigMap, budget): drift repaired at once.
+@kopf.on.event("apps", "v1", "deployments", labels={names.LABEL_SERVER: kopf.PRESENT})
+async def server_deployment_event(event, memo: kopf.Memo, **_):
+    if event.get("type") is not None:
+        memo.models.servers.owned_event(event["object"])
+
+
 # --- GpuNodePools: the PoolController, on the same model: its queue, fed by these events, and its
 # own finalizer (no kopf change handler: those kept a second reconcile path, kopf's finalizer and a
 # timer task per pool)

@@ -393,6 +393,8 @@ class ModelController(_Reconciles):
                       and o.get("kind") == "RankingModel" and o.get("name") == model), None)
         if owner and meta.get("namespace"):
             self.queue.kick((meta["namespace"], owner["name"], owner["uid"]), urgent=urgent)
+        elif self.servers is not None:     # a SharedServer's member Service
+            self.servers.owned_event(obj)
 
     def child_event(self, kind: str, event: dict) -> None:
         self.keep_kopf_context()
@@ -413,6 +415,9 @@ class ModelController(_Reconciles):
         meta = obj["metadata"]
         if names.LABEL_MODEL in (meta.get("labels") or {}):
             self.child_event("ConfigMap", event)
+        elif names.LABEL_SERVER in (meta.get("labels") or {}) and event.get("type") is not None \
+                and self.servers is not None:
+            self.servers.owned_event(obj)
         if event.get("type") is not None:
             for key in models_by_input.get(("ConfigMap", meta.get("namespace"), meta["name"]), ()):
                 self.queue.kick(key)
@@ -668,6 +673,8 @@ class PoolController(_Reconciles):
         if event.get("type") is None:   # kopf's listing: every pool is reconciled anyway
             return
         self.models.input_event("GpuNodePool", name, models_by_input)
+        if self.models.servers is not None:
+            self.models.servers.pool_changed(name)
         if deleted or before != meta.get("generation"):   # added, gone or a new selector: the others' overlaps
             for other, entries in pool_selectors.items():
                 for other_uid, _selector in entries:
@@ -744,6 +751,7 @@ class ServerController(_Reconciles):
                                            kick=self._kick_uid)
         self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
         self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
+        self.member_generations: dict[str, int | None] = {}   # member uid -> the generation its server planned
         self.queue = WorkQueue(self.kicked, workers=4, delay_s=0.25, paused=lambda: self.pause.paused, start=False,
                                context=self.posting_context, failed=self.failed)
         self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
@@ -835,9 +843,34 @@ class ServerController(_Reconciles):
                 self._kick_member(namespace, model["metadata"]["name"])
 
     def member_event(self, model: dict, event_type: str | None) -> None:
-        """A RankingModel naming a server was listed, created, changed or deleted: its server plans again."""
+        """A RankingModel naming a server was created, given a new spec or deleted: its server plans
+        again (its status writes and annotations wake nothing: the server reads neither)."""
         meta = model["metadata"]
-        self._kick_server(meta["namespace"], model["spec"]["server"])
+        uid, generation = meta["uid"], meta.get("generation")
+        if event_type == "DELETED":
+            self.member_generations.pop(uid, None)
+        elif self.member_generations.get(uid) == generation:
+            return
+        else:
+            self.member_generations[uid] = generation
+        if event_type is not None:
+            self._kick_server(meta["namespace"], model["spec"]["server"])
+
+    def owned_event(self, obj: dict) -> None:
+        """One of a server's objects changed or went (its Deployment, ConfigMap, a member's Service):
+        the server repairs it."""
+        meta = obj["metadata"]
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")
+                      and o.get("kind") == self.kind), None)
+        if owner and meta.get("namespace"):
+            self.queue.kick((meta["namespace"], owner["name"], owner["uid"]))
+
+    def pool_changed(self, pool: str) -> None:
+        """A GpuNodePool came, changed or went: the servers placed on it plan again."""
+        for (namespace, name), uid in list(self.uids.items()):
+            found = self.watched.get(self.kind, namespace, name)
+            if found is not None and (found.get("spec") or {}).get("nodePool") == pool:
+                self.queue.kick((namespace, name, uid))
 
     def pod_event(self, event: dict) -> None:
         if self.pause.paused:
@@ -861,6 +894,7 @@ class ServerController(_Reconciles):
     def forget_the_cluster(self) -> None:
         self.inputs_seen.clear()
         self.uids.clear()
+        self.member_generations.clear()
         self.watched.clear()
         self.pods.clear()
 

@@ -43,6 +43,7 @@ from rankops.triton.repository import config_json
 from rankops.triton.route import RouteError, parse_routes
 
 POLL_S = 2.0     # while a member loads or waits, or a pod is not read: the next look
+REFUSED_RETRY_S = 30.0   # a write of its objects the API server refused: tried again (writes.Writes paces it)
 HELD = ("Serving", "Loading", "Failed")   # a member line in these states is held by the server
 
 
@@ -137,24 +138,35 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         try:
             rm = RankingModel.model_validate({"metadata": member_meta, "spec": body_of.get("spec") or {}})
             memory.last_valid[member_meta["uid"]] = rm.spec
-        except ValidationError:
-            if member_meta["uid"] not in memory.last_valid or member_meta["name"] not in held:
+        except ValidationError as exc:
+            if member_meta["name"] not in held:
                 continue        # its own status says why; the server does not hold what it cannot read
-            rm = None           # held: it serves as it was (a bad edit never takes a serving model down)
+            if member_meta["uid"] not in memory.last_valid:
+                # Held, and no spec of it known here (this process is new): nothing is planned, so
+                # nothing it serves is unloaded or loses its Service (a bad edit never takes it down).
+                return _blocked(old, DegradedReason.INVALID_SPEC, f"member {member_meta['name']}: its spec does not "
+                                f"validate ({'; '.join(describe(exc))[:500]}) and the server holds it: the server "
+                                "leaves everything as it is until the spec is fixed", generation, now, events)
+            rm = None           # held: it serves as it was
         views.append(serverplan.MemberView(member_meta["name"], rm.spec if rm else memory.last_valid[member_meta["uid"]],
                                            held.get(member_meta["name"])))
+    named = {m["metadata"]["uid"] for m in models}
+    for uid_gone in [u for u in memory.last_valid if u not in named]:
+        del memory.last_valid[uid_gone]
 
     config = kube.get("ConfigMap", namespace, names.server_name(name))
     ports, staged = _written(config, name)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
-    plan = shell.round(lambda pods_read: serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement,
-                                                                policy, staged),
-                       [server_pod(p) for p in pods], [v.name for v in views])
-    try:
+    pods_read = shell.read([server_pod(p) for p in pods], [v.name for v in views])
+    plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged)
+    try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:
-        return _blocked(old, DegradedReason.CHILD_REFUSED, str(exc), generation, now, events)
+        result = _blocked(old, DegradedReason.CHILD_REFUSED, str(exc), generation, now, events)
+        result.requeue_after = REFUSED_RETRY_S
+        return result
+    shell.execute(plan)
     _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None})
 
     decided = server_status.server_status(plan, old, generation, iso(now))
@@ -164,7 +176,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     # Loading in a ready pod is looked at again soon; a failure when its backoff ends; the rest by
     # events (a member or pod changing, a pod getting Ready, a load answered: ServerPods.on_done) and --resync.
     moving = any(m.state == serverplan.LOADING and m.reason != serverplan.REASON_NO_READY_POD for m in plan.members) \
-        or shell.in_flight() or any(not a.nothing for a in plan.actions.values()) or bool(shell.unread)
+        or bool(shell.unread)
     due = shell.next_due_s()
     requeue = min(POLL_S if moving else float("inf"), float("inf") if due is None else due)
     return Result(decided.status, [*events, *decided.events], requeue_after=None if requeue == float("inf") else requeue,

@@ -124,11 +124,13 @@ class PodRecord:
         return frozenset(m for m, since in self.waiting_since.items()
                          if now - since >= wait_s * (position.get(m, len(members)) + 1))
 
-    def next_due(self, members: Sequence[str], wait_s: float) -> float | None:
-        """When something here changes by time alone (a backoff over, a wait over), as the clock reads."""
+    def next_due(self, members: Sequence[str], wait_s: float, now: float) -> float | None:
+        """When something here next changes by time alone (a backoff over, a wait over), as the
+        clock reads; what is over already is not due again (a load answered moves it on)."""
         position = {m: i for i, m in enumerate(members)}
         dues = [*self.retry_at.values(),
                 *(since + wait_s * (position.get(m, len(members)) + 1) for m, since in self.waiting_since.items())]
+        dues = [d for d in dues if d > now]
         return min(dues) if dues else None
 
 
@@ -157,6 +159,7 @@ class ServerPods:
         self.errors: dict[tuple[str, str], str] = {}               # (pod, member) -> its last unload's failure
         self.sent: list[tuple[str, str, str]] = []                 # (pod, action, member), in order
         self.unread: tuple[str, ...] = ()                          # reachable pods whose index the last read lacks
+        self._last_index: dict[str, tuple[IndexEntry, ...]] = {}  # pod uid -> its last index read, while Ready
 
     # --- reads
     def read(self, pods: Sequence[ServerPod], members: Sequence[str]) -> list[PodView]:
@@ -174,6 +177,14 @@ class ServerPods:
             self._records = {p.uid: self._records.get(p.uid) or self._new_record() for p in pods}
             self._indexes = {name: index for name, (index, _) in indexes.items() if index is not None}
             self.unread = tuple(sorted(name for name, (index, _) in indexes.items() if index is None))
+            # A pod's last index read stands for its endpoints while a read misses (a slow Triton keeps
+            # its traffic); a pod not Ready forgets it (a restarted Triton holds no member).
+            last = {}
+            for p in pods:
+                read_now = indexes.get(p.name, (None, ""))[0]
+                if p.reachable and (read_now is not None or p.uid in self._last_index):
+                    last[p.uid] = read_now if read_now is not None else self._last_index[p.uid]
+            self._last_index = last
             self._ended = {k: v for k, v in self._ended.items() if k[0] in names and k[1] in members}
             self.errors = {k: v for k, v in self.errors.items() if k[0] in names}
             views = []
@@ -189,14 +200,16 @@ class ServerPods:
                                      retry=record.retry(members, now),
                                      staging_over=record.staging_over(members, now, self.staging_wait_s),
                                      loaded=dict(record.loaded), refused=dict(record.refused),
-                                     terminating=pod.terminating))
+                                     terminating=pod.terminating,
+                                     last_index=None if index is not None else self._last_index.get(pod.uid)))
         return views
 
     def next_due_s(self) -> float | None:
         """Seconds until a backoff or a wait of the members last read ends (None: none is running)."""
+        now = self.clock()
         with self._lock:
-            dues = [d for r in self._records.values() if (d := r.next_due(self._members, self.staging_wait_s))]
-        return max(0.0, min(dues) - self.clock()) if dues else None
+            dues = [d for r in self._records.values() if (d := r.next_due(self._members, self.staging_wait_s, now))]
+        return max(0.0, min(dues) - now) if dues else None
 
     def _index(self, pod: ServerPod) -> tuple[tuple[IndexEntry, ...] | None, str]:
         try:
