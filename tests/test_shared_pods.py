@@ -168,3 +168,16 @@ def test_pods_that_never_answer_cost_the_read_its_deadline_whatever_their_count(
     assert took < 0.5 + 1.0 + 1.0, took
     assert [v.index for v in views] == [None] * 5
     assert all(v.index_error for v in views[:3]) and not views[3].index_error and not views[4].index_error
+
+
+def test_a_new_process_takes_the_config_a_serving_member_loaded_from_the_server_s_status():
+    """After a restart no record says what config a pod loaded: the status's digest does, so an edit
+    made meanwhile is loaded; a member the status says nothing of is left as it is."""
+    triton = FakeTriton()
+    triton.index = [IndexEntry("m", 1, "READY", ""), IndexEntry("n", 1, "READY", "")]
+    shell = Shell(triton)
+    try:
+        view = shell.read([POD], ["m", "n"], {"m": "d0"})[0]
+    finally:
+        shell.close()
+    assert view.loaded == {"m": "d0"}

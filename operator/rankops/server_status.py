@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from rankops.api.conditions import DEGRADED, READY, flipped, get_condition, set_condition
 from rankops.api.sharedserver import MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX, MemberStatus, SharedServerStatus
+from rankops.render.serving import config_hash
 from rankops.rollout.record import Event
 from rankops import serverplan
 
@@ -38,12 +39,16 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
                   now: str) -> Decided:
     """The status to write after `plan`, from the status as read (`old`), and the Events to say."""
     before = {m.name: m for m in old.members}
+    asked = {name for actions in plan.actions.values() for name in actions.load}
     members, events = [], []
     for outcome in plan.members[:MAX_LISTED_MEMBERS]:
         was = before.get(outcome.name)
+        # The config its pods serve: the planned one once it serves and no pod is asked to load it again.
+        digest = config_hash(plan.configs[outcome.name][1]) if outcome.state == serverplan.SERVING \
+            and outcome.name in plan.configs and outcome.name not in asked else (was.config_digest if was else None)
         line = MemberStatus(name=outcome.name, state=outcome.state, reason=outcome.reason,
                             message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
-                            last_transition_time=now)
+                            config_digest=digest, last_transition_time=now)
         if was is not None and (was.state, was.reason) == (line.state, line.reason):
             line = line.model_copy(update={"last_transition_time": was.last_transition_time or now})
         else:

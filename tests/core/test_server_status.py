@@ -97,3 +97,12 @@ def test_the_status_stays_bounded_however_many_models_name_the_server():
     assert "5 more member(s) not listed" in get_condition(decided.status.conditions, "Ready").message
     assert len(get_condition(decided.status.conditions, "Ready").message) <= 1024
     SharedServerStatus.model_validate(decided.status.model_dump(by_alias=True))   # what is written reads back
+
+
+def test_a_member_s_config_digest_is_written_once_every_pod_serves_it():
+    serving = plan(THREE, [pod(ready("coarse"), ready("fine"), ready("rerank"))])
+    lines = {m.name: m for m in server_status(serving, SharedServerStatus(), 1, T0).status.members}
+    from rankops.render.serving import config_hash
+    assert lines["coarse"].config_digest == config_hash(serving.configs["coarse"][1])
+    loading = server_status(plan(THREE), SharedServerStatus(), 1, T0).status
+    assert all(m.config_digest is None for m in loading.members)

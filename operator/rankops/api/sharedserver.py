@@ -83,6 +83,9 @@ class MemberStatus(ApiModel):
         "The version the server holds for it (kept until its new version is switched in)."))] = None
     port: Annotated[int | None, Field(ge=1, le=65535, description="Its port on the server's pods (its Service's "
                                                                   "target).")] = None
+    config_digest: Annotated[str | None, Field(max_length=64, pattern=r"^[0-9a-f]+$", description=(
+        "Digest of the config.pbtxt its serving pods loaded: what an edit is compared with, whatever the "
+        "operator process remembers."))] = None
     last_transition_time: Annotated[str | None, Field(description=(
         "When its state or reason last changed (RFC 3339)."))] = None
 

@@ -158,7 +158,8 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     ports, staged = _written(config, name)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
-    pods_read = shell.read([server_pod(p) for p in pods], [v.name for v in views])
+    pods_read = shell.read([server_pod(p) for p in pods], [v.name for v in views],
+                           {line.name: line.config_digest for line in old.members if line.config_digest})
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged)
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])

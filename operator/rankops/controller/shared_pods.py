@@ -162,10 +162,14 @@ class ServerPods:
         self._last_index: dict[str, tuple[IndexEntry, ...]] = {}  # pod uid -> its last index read, while Ready
 
     # --- reads
-    def read(self, pods: Sequence[ServerPod], members: Sequence[str]) -> list[PodView]:
+    def read(self, pods: Sequence[ServerPod], members: Sequence[str],
+             known_configs: Mapping[str, str] | None = None) -> list[PodView]:
         """The plan's view of `pods`: each reachable pod's index (read at once, each within its
         deadline) with what this shell remembers of it. `members`: those the plan is asked about,
-        in the server's order (what is remembered of any other is forgotten)."""
+        in the server's order (what is remembered of any other is forgotten). `known_configs`:
+        member -> the digest of the config its serving pods loaded (the server's status): where this
+        process has no record of a member a pod serves, that is its record (an edit made while the
+        operator was down is loaded all the same)."""
         now = self._read_at = self.clock()
         reachable = [p for p in pods if p.reachable]
         unread = (None, f"index not read within {self.index_deadline_s + READ_MARGIN_S:g} s")
@@ -195,6 +199,8 @@ class ServerPods:
                 for entry in index or ():
                     if entry.state == "READY":
                         record.seen_ready(entry.name)
+                        if entry.name not in record.loaded and entry.name in (known_configs or {}):
+                            record.loaded[entry.name] = known_configs[entry.name]
                 views.append(PodView(pod.name, pod.ready, pod.ip, pod.node, index, error,
                                      load_errors=dict(record.load_errors),
                                      retry=record.retry(members, now),
