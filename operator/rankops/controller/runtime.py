@@ -138,6 +138,25 @@ class _Reconciles:
             logger.info(f"{event.reason}: {event.message}")
         self._record(body, result, wire)
 
+    def queue_and_clock(self, workers: int, delay_s: float) -> None:
+        """Its work queue (a kick waits `delay_s` for more of the same burst; a standby replica,
+        kopf peering paused, kicks nothing, not even a retry timer's) and its clock (--interval,
+        --resync, a plan's deadline); both start with start()."""
+        self.queue = WorkQueue(self.kicked, workers=workers, delay_s=delay_s, paused=lambda: self.pause.paused,
+                               start=False, context=self.posting_context, failed=self.failed)
+        self.clock = Clock(self.queue.kick, self.settings.interval, self.settings.resync, start=False)
+        self.pause.on_pause.append(self.forget_the_cluster)
+
+    def start(self) -> None:
+        self.queue.start()
+        self.clock.start()
+
+    def kicked(self, key) -> None:
+        raise NotImplementedError
+
+    def forget_the_cluster(self) -> None:
+        pass
+
     def failed(self, key, exc: Exception, retry_in: float) -> None:
         """The queue's reconcile of `key` failed: a Warning Event on the object says the error and
         when it is tried again (the queue backs off per object: controller/workqueue.py)."""
@@ -274,18 +293,10 @@ class ModelController(_Reconciles):
         self.inputs_seen: dict[str, str] = {}   # uid -> digest of what a model's reconcile reads of it, at its last event
         self.manual_seen: dict[str, tuple] = {}   # uid -> the promote/abort values last checked
         # A child's burst of events (its status moving pod by pod) within a quarter second is one
-        # reconcile. A standby replica (kopf peering, paused) kicks nothing, not even a retry timer's.
-        self.queue = WorkQueue(self.kicked, workers=settings.workers, delay_s=0.25, paused=lambda: self.pause.paused,
-                               start=False, context=self.posting_context, failed=self.failed)
+        # reconcile. The clock: reconciles no event asks for (gate deadlines, the canary hold, --resync).
+        self.queue_and_clock(settings.workers, delay_s=0.25)
         self.plans = self.memory.plans
-        # Reconciles no event asks for (gate deadlines, the canary hold, --resync).
-        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
-        self.pause.on_pause.append(self.forget_the_cluster)
         self.servers: ServerController | None = None     # build() sets it: members wake their server
-
-    def start(self) -> None:
-        self.queue.start()
-        self.clock.start()
 
     # --- one reconcile
 
@@ -535,14 +546,7 @@ class PoolController(_Reconciles):
         self.nodes_seen: dict[str, str] = {}           # node name -> what the pools read of it (pools.node_inputs)
         # Validators report node by node: a pool's burst of node events within a second is one
         # reconcile. Four workers: a deleted pool's release waits up to a minute for its validators.
-        self.queue = WorkQueue(self.kicked, workers=4, delay_s=1.0, paused=lambda: self.pause.paused, start=False,
-                               context=self.posting_context, failed=self.failed)
-        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
-        self.pause.on_pause.append(self.forget_the_cluster)
-
-    def start(self) -> None:
-        self.queue.start()
-        self.clock.start()
+        self.queue_and_clock(4, delay_s=1.0)
 
     # --- one reconcile
 
@@ -752,14 +756,7 @@ class ServerController(_Reconciles):
         self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
         self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
         self.member_generations: dict[str, int | None] = {}   # member uid -> the generation its server planned
-        self.queue = WorkQueue(self.kicked, workers=4, delay_s=0.25, paused=lambda: self.pause.paused, start=False,
-                               context=self.posting_context, failed=self.failed)
-        self.clock = Clock(self.queue.kick, settings.interval, settings.resync, start=False)
-        self.pause.on_pause.append(self.forget_the_cluster)
-
-    def start(self) -> None:
-        self.queue.start()
-        self.clock.start()
+        self.queue_and_clock(4, delay_s=0.25)
 
     # --- reads for others
 
