@@ -244,10 +244,13 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
         raise AssertionError(f"{exc}\nmembers: {json.dumps(lines(), indent=1)[:3000]}\n{real.diagnostics(ns)}\n"
                              f"operator log (tail):\n{real_operator_log(real)[-6000:]}") from None
     assert not any(m["state"] == "Failed" for m in lines().values())
-    [pod] = [p for p in k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_SERVER}={SERVER}").items
-             if p.status.phase == "Running"]
-    assert {c.name: c.container_id.startswith("containerd://") for c in pod.status.container_statuses} == \
-        {"triton": True, "route": True, "stage": True}
+    pods = [p for p in k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_SERVER}={SERVER}").items
+            if p.status.phase == "Running"]
+    server = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "sharedservers", SERVER)
+    assert len(pods) == server["status"]["replicas"] >= 1, (len(pods), server["status"])   # the cards they need together
+    for pod in pods:
+        assert {c.name: c.container_id.startswith("containerd://") for c in pod.status.container_statuses} == \
+            {"triton": True, "route": True, "stage": True}
     deployments = [d.metadata.name for d in k8s.apps.list_namespaced_deployment(ns).items]
     assert deployments == [names.server_name(SERVER)], "the members run no pods of their own"
 
@@ -262,5 +265,6 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
     output = _infer_job(real, k8s, ns, ["sh", "-c", script])
     for name in SHARED_MEMBERS:
         assert f"{name} at {name}.{ns}.svc:8000: 5 candidates scored" in output, output
-    after = k8s.core.read_namespaced_pod(pod.metadata.name, ns)
-    assert all(c.restart_count == 0 for c in after.status.container_statuses), after.status.container_statuses
+    for pod in pods:
+        after = k8s.core.read_namespaced_pod(pod.metadata.name, ns)
+        assert all(c.restart_count == 0 for c in after.status.container_statuses), after.status.container_statuses
