@@ -81,7 +81,8 @@ def _conditions(plan: serverplan.ServerPlan, old: SharedServerStatus, generation
     if not outcomes:
         ready = (False, NO_MEMBERS, "no RankingModel names this server: it runs no pod")
     elif not waiting:
-        ready = (True, ALL_SERVING, f"{len(outcomes)} member(s) serve on {plan.replicas} pod(s)")
+        ready = (True, ALL_SERVING, f"{len(outcomes)} member(s) serve on every ready pod ({plan.replicas} pod(s) "
+                                    "asked for)")
     else:
         ready = (False, NOT_SERVING, f"{len(waiting)} of {len(outcomes)} member(s) not serving{tail}: "
                                      + _listed(waiting))
