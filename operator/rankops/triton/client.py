@@ -288,7 +288,8 @@ class KeepAlive:
     The least Python per request that HTTP allows (http.client writes twice and parses headers
     with the email package), and on Linux the kernel's receive timestamp of the response
     (SO_TIMESTAMPNS): `latency_ms` ends when the answer arrived, not when this process, sharing
-    the cores with the server it measures, next got to run.
+    the cores with the server it measures, next got to run. The kernel switches timestamps on a
+    moment after the first socket asks, so the first answers may carry none (latency_ms None).
     """
 
     def __init__(self, host: str, port: int, timeout_s: float):
