@@ -690,16 +690,21 @@ def test_a_release_of_the_crds_folder_chart_upgrades_as_docs_install_md_says(tmp
 def test_examples_parse_with_the_api_models_and_reference_each_other():
     from rankops.api.gpunodepool import GpuNodePool
     from rankops.api.rankingmodel import RankingModel
+    from rankops.api.sharedserver import SharedServer
 
     parsed = []
     for path in sorted((ROOT / "manifests" / "examples").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool}[doc["kind"]]
+            model = {"RankingModel": RankingModel, "GpuNodePool": GpuNodePool, "SharedServer": SharedServer}[doc["kind"]]
             parsed.append(model.model_validate(doc))
     pools = {p.metadata["name"] for p in parsed if isinstance(p, GpuNodePool)}
+    servers = {s.metadata["name"]: s for s in parsed if isinstance(s, SharedServer)}
     models = [m for m in parsed if isinstance(m, RankingModel)]
-    assert pools and len(models) >= 2
+    assert pools and len(models) >= 2 and servers
     assert all(m.spec.node_pool in pools for m in models)
+    assert all(s.spec.node_pool in pools for s in servers.values())
+    members = [m for m in models if m.spec.server]
+    assert len(members) >= 3 and all(m.spec.server in servers for m in members)
     assert any(m.spec.batching == "auto" and m.spec.planning is not None for m in models)
     assert any(m.spec.batching != "auto" for m in models)
     assert any("rollout" in m.model_fields_set or m.spec.rollout.model_fields_set for m in models)

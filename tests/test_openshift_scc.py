@@ -152,6 +152,19 @@ def test_triton_pods_as_rendered_on_openshift_are_admitted_by_restricted_v2(scca
     assert v["podSecurityContext"]["seLinuxOptions"]["level"] == UID_BLOCKS[MODEL_NS][1]
 
 
+def test_a_shared_servers_pods_are_admitted_by_restricted_v2(sccadmit, tmp_path):
+    """The example SharedServer with its three members: Triton, the route and stage sidecars."""
+    docs = [(f"example#{i}", d) for i, d in enumerate(yaml.safe_load_all((EXAMPLES / "sharedserver-ranking.yaml").read_text()))]
+    policy = TenantPolicy.from_settings(platform_assigns_uids=True)
+    [deployment] = [o for o in render_documents(docs, policy=policy) if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["triton", "route", "stage"]
+    v = admit(sccadmit, tmp_path, [deployment])[("Deployment", deployment["metadata"]["name"])]
+    assert v["admitted"] and v["scc"] == "restricted-v2", v
+    assert set(v["containers"]) == {c["name"] for c in pod.get("initContainers", []) + pod["containers"]}
+    assert assigned_uids(v) == {UID_BLOCKS[MODEL_NS][0]}, "the stager writes the volume as Triton's user"
+
+
 def test_triton_pods_with_the_triton_server_user_are_refused_by_restricted_v2(sccadmit, tmp_path):
     """Without --platform-assigns-uids (the default elsewhere) the pods ask for UID and fsGroup
     1000, as they all did before issue 15: refused, and for that reason."""

@@ -196,8 +196,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     pod; a model a pod holds that is not held is unloaded there, and its files stay listed
     (`lingering`) until no pod may still hold it."""
     from rankops.planner import inputs_from_spec
-    from rankops.planner.pack import Card, ModelToPack
-    from rankops.planner.shared_server import admit
+    from rankops.planner.pack import ModelToPack
+    from rankops.planner.shared_server import admit, server_card
     from rankops.render.desired import RenderError, resolve_shape
     from rankops.render.serving import config_hash
     from rankops.render.shared_server import (PodEndpoint, ServerMember, assign_ports, member_config,
@@ -226,7 +226,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             notes[m.name].append(f"its needs cannot be counted now ({exc})")
             uncounted.append(m.name)
     held_before = {m.name for m in members if m.held_version}
-    card = Card(memory_mib=spec.gpu_memory_mib, max_cards=spec.max_replicas, burst_proof=spec.burst_proof)
+    card = server_card(spec)
     if uncounted:       # its room is taken, by how much is unknown: newcomers wait
         blocked = [t for t in to_pack if t.name not in held_before]
         to_pack = [t for t in to_pack if t.name in held_before]

@@ -24,7 +24,7 @@ def member(name: str, weights_mib: int = 2000, held: str | None = None, **spec) 
                     "inputs": [{"name": "x", "dataType": "FP32", "dims": [16]}],
                     "outputs": [{"name": "scores", "dataType": "FP32", "dims": [1]}],
                     "batching": {"maxBatchSize": 64, "preferredBatchSizes": [32, 64], "maxQueueDelayMicroseconds": 500},
-                    "warmReplicas": {"enabled": False},
+                    # no warmReplicas: a member left out is not warmed (render.shared_server)
                     "slo": {"p99LatencyMs": 40, "targetQps": 100},
                     "planning": {"latencyProfile": {1: 1.0, 64: 4.0},
                                  "memory": {"weightsMiB": weights_mib, "activationMiBPerItem": 1,

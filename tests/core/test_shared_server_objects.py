@@ -95,6 +95,7 @@ def test_a_member_needing_what_the_server_does_not_give_is_refused_naming_the_fi
     problems = member_problems(SERVER, member("coarse", **spec))
     assert len(problems) == 1 and expected in problems[0], problems
     assert member_problems(SERVER, member("coarse", modelCredentialsSecret="store")) == []
+    assert member_problems(SERVER, member("coarse", warmReplicas={"enabled": False})) == []
 
 
 def test_the_server_spreads_and_keeps_its_own_budget():

@@ -1,5 +1,6 @@
 """`rankops plan` end to end through the real command line entry point."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -234,6 +235,18 @@ def test_one_server_admits_in_the_order_given_and_says_who_waits(tmp_path, capsy
     data = json.loads(capsys.readouterr().out)
     assert data["admitted"] == ["coarse", "rerank"] and not data["waiting"]
     assert {m["name"] for m in data["server"]["models"]} == {"coarse", "rerank"}
+
+
+def test_a_shared_server_in_the_files_admits_its_members_on_its_own_cards(capsys):
+    """The example server: its gpuMemoryMiB and maxReplicas are the card and the most cards, as the
+    operator admits (serverplan); a flag overrides one of them."""
+    example = str(Path(__file__).resolve().parents[2] / "manifests" / "examples" / "sharedserver-ranking.yaml")
+    assert main(["plan", "-f", example]) == 0
+    text = capsys.readouterr().out
+    assert "SharedServer ranking: 3 member(s) admitted on 3 card(s): coarse, fine, rerank" in text
+    assert "of 15360 MiB per GPU: fits" in text and "3 shared vs" in text
+    assert main(["plan", "-f", example, "--max-cards", "2"]) == 1
+    assert "waits: rerank: rerank does not hold beside coarse, fine on 2 GPU(s)" in capsys.readouterr().out
 
 
 def test_burst_proof_is_a_flag_of_the_pack(tmp_path, capsys):

@@ -37,12 +37,37 @@ def add_pack_flags(p: argparse.ArgumentParser) -> None:
                         "are admitted and why each other waits (exit 1 when one waits or is refused)")
 
 
+def shared_server(docs_by_file: list[tuple[Path, list[Any]]]) -> tuple[str, Any] | None:
+    """(name, SharedServerSpec) of the one SharedServer among the files, if any: its members are
+    then admitted as the operator admits them, on its cards."""
+    from pydantic import ValidationError
+
+    from rankops.api.errors import describe
+    from rankops.api.sharedserver import SharedServer
+
+    found = [(path, d) for path, docs in docs_by_file for d in docs if isinstance(d, dict) and d.get("kind") == "SharedServer"]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise PackInputError(f"{len(found)} SharedServers in the files: plan one server's members at a time")
+    path, doc = found[0]
+    try:
+        server = SharedServer.model_validate(doc)
+    except ValidationError as exc:
+        raise PackInputError(f"{path}: SharedServer: {'; '.join(describe(exc))}") from None
+    return server.name, server.spec
+
+
 def several_models(docs_by_file: list[tuple[Path, list[Any]]]) -> list[tuple[str, Path, dict]]:
-    """(name, file, document) of each model: a file's RankingModels, or its first document (a sketch)."""
+    """(name, file, document) of each model: a file's RankingModels, or its first document (a sketch).
+    With a SharedServer among the files: the RankingModels naming it (spec.server)."""
     out = []
+    server = next((d["metadata"].get("name") for _, docs in docs_by_file for d in docs if isinstance(d, dict)
+                   and d.get("kind") == "SharedServer" and isinstance(d.get("metadata"), dict)), None)
     for path, docs in docs_by_file:
-        models = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingModel"]
-        if not models and docs and isinstance(docs[0], dict):
+        models = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingModel"
+                  and (server is None or (d.get("spec") or {}).get("server") == server)]
+        if not models and server is None and docs and isinstance(docs[0], dict):
             models = [docs[0]]
         for i, doc in enumerate(models):
             name = (doc.get("metadata") or {}).get("name") or (path.stem if len(models) == 1 else f"{path.stem}-{i + 1}")
@@ -56,21 +81,24 @@ def run_pack(args: argparse.Namespace, docs_by_file: list[tuple[Path, list[Any]]
         if args.profile or args.slowdown is not None or args.from_status:
             raise PackInputError("--profile, --slowdown and --from-status are for one model; give each model "
                                  "its spec.planning.latencyProfile to pack several")
+        server = shared_server(docs_by_file)
         models, gpu_mib = [], set()
         for name, path, doc in several_models(docs_by_file):
             spec, note = load_spec([doc], path, [])
             if note:
                 print(f"note: {name}: {note}", file=sys.stderr)
-            inputs = inputs_from_spec(spec)
+            inputs = inputs_from_spec(spec, gpu_memory_mib=server[1].gpu_memory_mib if server else None)
             if inputs.gpu_memory_mib is not None:
                 gpu_mib.add(inputs.gpu_memory_mib)
             models.append(ModelToPack(name, inputs))
-        card = _card(args, gpu_mib)
+        if server is not None and not models:
+            raise PackInputError(f"no RankingModel in the files names SharedServer {server[0]} (spec.server)")
+        card = _server_card(args, server[1]) if server else _card(args, gpu_mib)
     except (PackInputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
-    if args.one_server:
-        return _run_one_server(args, models, card)
+    if args.one_server or server is not None:
+        return _run_one_server(args, models, card, server[0] if server else None)
     try:
         result = pack(models, card)
     except PackError as exc:
@@ -96,7 +124,21 @@ def _card(args: argparse.Namespace, gpu_mib: set[float]) -> Card:
                 burst_proof=args.burst_proof, **extra)
 
 
-def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: Card) -> int:
+def _server_card(args: argparse.Namespace, spec: Any) -> Card:
+    """The server's own card (serverplan admits on it); a flag given overrides its field."""
+    from rankops.planner.shared_server import server_card
+
+    card = server_card(spec)
+    if args.gpu_memory_mib is not None or args.max_cards is not None or args.margin is not None \
+            or args.runtime_reserve_mib is not None or args.switch_room or args.burst_proof:
+        given = _card(args, {card.memory_mib})
+        card = Card(given.memory_mib, given.runtime_reserve_mib, margin=given.margin, switch_room=given.switch_room,
+                    max_cards=args.max_cards if args.max_cards is not None else card.max_cards,
+                    burst_proof=args.burst_proof or card.burst_proof)
+    return card
+
+
+def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: Card, server: str | None = None) -> int:
     from rankops.planner.shared_server import admit
 
     if args.plot:
@@ -107,14 +149,17 @@ def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: C
     except PackError as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
-    print_report(args, admission, lambda: render_admission(admission), lambda *_: None)
+    print_report(args, admission, lambda: render_admission(admission, server), lambda *_: None)
     return 0 if not admission.waiting and not admission.refused and not admission.over else 1
 
 
-def render_admission(admission) -> str:
-    lines = [f"One shared server: {len(admission.admitted)} member(s) admitted on {admission.cards} card(s)"
+def render_admission(admission, server: str | None = None) -> str:
+    title = f"SharedServer {server}" if server else "One shared server"
+    lines = [f"{title}: {len(admission.admitted)} member(s) admitted on {admission.cards} card(s)"
              + (f": {', '.join(admission.admitted)}" if admission.admitted else "")]
     if admission.server:
+        alone = sum(m.gpus_alone for m in admission.server.models)
+        lines.append(f"  GPUs: {admission.cards} shared vs {alone} with each admitted member on its own pods")
         lines += [f"  memory per card: {admission.server.memory_arithmetic}",
                   f"  {'model':<16} {'req/s/card':>10} {'P99 shared':>10} {'P99 burst':>9} {'budget':>7}"]
         lines += [f"  {m.name:<16} {m.per_card_qps:10.0f} {m.p99_shared_ms:10.2f} {m.p99_burst_ms:9.2f} "

@@ -50,6 +50,12 @@ class Admission:
         return dict(self.waiting + self.refused + self.over).get(member)
 
 
+def server_card(spec) -> Card:
+    """The card a SharedServer admits its members on (`spec`: api.sharedserver.SharedServerSpec): its
+    memory, its replicas as the most cards, and its burst rule. The operator and `rankops plan` both."""
+    return Card(memory_mib=spec.gpu_memory_mib, max_cards=spec.max_replicas, burst_proof=spec.burst_proof)
+
+
 def admit(members: Sequence[ModelToPack], card: Card, already_admitted: Collection[str] = ()) -> Admission:
     """`members` in arrival order (creationTimestamp, then name); `already_admitted`: those the server
     holds now. Pure: the same members and the same `already_admitted` give the same Admission."""

@@ -63,8 +63,9 @@ MEMBERS_KEY, ROUTES_KEY = "members.json", "routes.json"
 MEMBERS_DIR = "/etc/rankops/server"
 STARTUP_SECONDS = 600       # Triton starts with no model: its start is the server's alone
 # The route sidecar passes every member's requests: no CPU limit (it uses what is spare), a
-# bounded memory (it streams bodies, never holds them).
-ROUTE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+# bounded memory (it streams bodies, never holds them), and disk for its log only.
+ROUTE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
+                   "limits": {"memory": "256Mi", "ephemeral-storage": "64Mi"}}
 FETCHED_SCHEMES = staged_members.FETCHED_SCHEMES
 
 
@@ -99,9 +100,10 @@ def member_problems(server: SharedServerSpec, member: ServerMember) -> list[str]
         problems.append(f"{member.name}: spec.disruption.exitTimeoutSeconds is {spec.disruption.exit_timeout_seconds} "
                         f"and the server's {server.disruption.exit_timeout_seconds}: a drain would cut the member's "
                         "requests short; raise the server's or lower the member's")
-    if spec.warm_replicas.enabled:
+    if "warm_replicas" in spec.model_fields_set and spec.warm_replicas.enabled:
+        # Asked for in the member's spec (a member that leaves it out is not warmed, by default).
         problems.append(f"{member.name}: spec.warmReplicas.enabled is true: a shared server's pods are not warmed "
-                        "per member; set it to false")
+                        "per member; set it to false or leave warmReplicas out")
     if spec.network_policy.metrics_clients:
         problems.append(f"{member.name}: spec.networkPolicy.metricsClients is set: Triton's metrics port shows every "
                         "member's counters, so a shared server opens it to the operator's namespace only; read the "
