@@ -27,6 +27,7 @@ DEGRADED_PRECEDENCE = (serverplan.REASON_LOAD_FAILED, serverplan.REASON_SERVER_F
                        serverplan.REASON_NOT_SHAREABLE, serverplan.REASON_CANNOT_PACK)
 ALL_SERVING, NOT_SERVING, NO_MEMBERS, AS_EXPECTED = "AllMembersServing", "MembersNotServing", "NoMembers", "AsExpected"
 MEMBER_LEFT = "MemberLeft"
+HELD_STATES = (serverplan.SERVING, serverplan.LOADING, serverplan.FAILED)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,20 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
     status = SharedServerStatus(observed_generation=generation, replicas=plan.replicas, members=members,
                                 conditions=conditions)
     return Decided(status, tuple(events))
+
+
+def held_versions(status: SharedServerStatus) -> dict[str, str]:
+    """member -> the version the server holds for it, from its status: a line Serving, Loading or
+    Failed (still in the pods' wanted set) holds its version; Pending and Refused hold nothing."""
+    return {line.name: line.version for line in status.members if line.state in HELD_STATES and line.version}
+
+
+def changed_members(old: SharedServerStatus, new: SharedServerStatus) -> tuple[str, ...]:
+    """The members whose line changed, or that left: their own reconcile reads the line."""
+    before = {line.name: line for line in old.members}
+    now = {line.name for line in new.members}
+    return tuple(line.name for line in new.members if before.get(line.name) != line) + \
+        tuple(name for name in before if name not in now)
 
 
 def _conditions(plan: serverplan.ServerPlan, old: SharedServerStatus, generation: int | None, now: str) -> list:

@@ -143,6 +143,51 @@ class MemberView:
 
 
 @dataclass(frozen=True)
+class MemberRead:
+    """A RankingModel naming the server, as the shell found it."""
+    name: str
+    uid: str
+    spec: RankingModelSpec | None       # None: its spec does not validate now
+    error: str = ""                     # why it does not
+
+
+def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
+                 last_valid: Mapping[str, RankingModelSpec]) -> list[MemberView] | str:
+    """The plan's members (`found` in arrival order; `held`: member -> the version the server holds,
+    from its status; `last_valid`: uid -> the spec each last validated with). A member whose spec
+    does not validate is left out, its own status says why, unless the server holds it: then it
+    serves as it was, at its last valid spec. Held and no valid spec of it known (a new process):
+    the message to block on, so nothing it serves is unloaded or loses its Service (a bad edit never
+    takes it down)."""
+    views = []
+    for member in found:
+        spec = member.spec
+        if spec is None:
+            if member.name not in held:
+                continue
+            spec = last_valid.get(member.uid)
+            if spec is None:
+                return (f"member {member.name}: its spec does not validate ({member.error[:500]}) and the server "
+                        "holds it: the server leaves everything as it is until the spec is fixed")
+        views.append(MemberView(member.name, spec, held.get(member.name)))
+    return views
+
+
+# While a member loads in a ready pod, or a pod's index was not read: the next look (seconds).
+POLL_S = 2.0
+
+
+def next_look_s(plan: ServerPlan, unread: bool, due_s: float | None) -> float | None:
+    """When the server's reconcile runs again without an event (None: on events and the resync only).
+    Loading in a ready pod, or a pod not read, is looked at again soon; a failed load when its
+    backoff ends (`due_s`, the pod shell's); the rest comes by events: a member or pod changing, a
+    pod getting Ready, a load answered."""
+    moving = unread or any(m.state == LOADING and m.reason != REASON_NO_READY_POD for m in plan.members)
+    looks = [t for t in (POLL_S if moving else None, due_s) if t is not None]
+    return min(looks) if looks else None
+
+
+@dataclass(frozen=True)
 class PodView:
     """One pod of the server, as read: its readiness, address and repository index."""
     name: str

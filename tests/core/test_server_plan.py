@@ -233,3 +233,30 @@ def test_a_ready_pod_whose_index_read_missed_keeps_its_endpoints_by_its_last_ind
     assert "ranking-shared-a" not in result.actions, "nothing is sent on what was not read"
     gone = plan(THREE, [dataclasses.replace(slow, ready=False)])
     assert not any(o["endpoints"][0]["conditions"]["ready"] for o in gone.objects if o["kind"] == "EndpointSlice")
+
+
+# --- what the shell asks the core: the members to plan, and when to look again -----------------
+
+def test_a_member_whose_spec_stops_validating_serves_as_it_was_only_while_held():
+    coarse, fine = member("coarse"), member("fine")
+    found = [serverplan.MemberRead("coarse", "u1", None, "spec.batching: bad"),
+             serverplan.MemberRead("fine", "u2", fine.spec)]
+    # Not held: left out (its own status says why); the others are planned.
+    assert [v.name for v in serverplan.member_views(found, {}, {"u1": coarse.spec})] == ["fine"]
+    # Held: it serves as it was, at its last valid spec and the version the server holds.
+    views = serverplan.member_views(found, {"coarse": "1"}, {"u1": coarse.spec})
+    assert [(v.name, v.spec, v.held_version) for v in views] == [("coarse", coarse.spec, "1"), ("fine", fine.spec, None)]
+    # Held, and no valid spec of it known (a new process): nothing is planned, and the reason says so.
+    blocked = serverplan.member_views(found, {"coarse": "1"}, {})
+    assert isinstance(blocked, str) and blocked.startswith("member coarse: its spec does not validate (spec.batching: bad)")
+
+
+def test_the_next_look_is_soon_only_while_something_moves():
+    loading = plan(THREE, pods=[PodView("ranking-shared-a", True, "10.0.0.1", "node-1", ())])
+    assert any(m.state == serverplan.LOADING and m.reason != serverplan.REASON_NO_READY_POD for m in loading.members)
+    assert serverplan.next_look_s(loading, unread=False, due_s=None) == serverplan.POLL_S
+    assert serverplan.next_look_s(loading, unread=False, due_s=0.5) == 0.5
+    no_pod = plan(THREE)            # waiting for a pod: its Ready event wakes the server
+    assert serverplan.next_look_s(no_pod, unread=False, due_s=None) is None
+    assert serverplan.next_look_s(no_pod, unread=True, due_s=None) == serverplan.POLL_S
+    assert serverplan.next_look_s(no_pod, unread=False, due_s=30.0) == 30.0

@@ -106,3 +106,16 @@ def test_a_member_s_config_digest_is_written_once_every_pod_serves_it():
     assert lines["coarse"].config_digest == config_hash(serving.configs["coarse"][1])
     loading = server_status(plan(THREE), SharedServerStatus(), 1, T0).status
     assert all(m.config_digest is None for m in loading.members)
+
+
+def test_the_members_to_wake_are_those_whose_line_changed_or_that_left():
+    from rankops.server_status import changed_members, held_versions
+
+    first = server_status(plan(THREE), SharedServerStatus(), 1, T0).status
+    assert changed_members(SharedServerStatus(), first) == ("coarse", "fine", "rerank")
+    assert changed_members(first, server_status(plan(THREE), first, 1, T1).status) == ()
+    two = server_status(plan(THREE[:2]), first, 1, T1).status
+    assert changed_members(first, two) == ("rerank",)
+    assert held_versions(first) == {"coarse": "1", "fine": "1", "rerank": "1"}
+    waiting = first.model_copy(update={"members": [first.members[0].model_copy(update={"state": "Pending"})]})
+    assert held_versions(waiting) == {}, "a Pending line holds nothing"

@@ -740,7 +740,7 @@ class ServerController(_Reconciles):
     created, a new spec, a status someone else wrote), their members' (a RankingModel naming one:
     created, a new spec, deleted) and their pods' (Ready, an address, going), on a queue of their
     own; a load answered wakes its server (ServerPods.on_done). Members come from the models'
-    watch, pods from its own. While a member loads it is looked at every servers.POLL_S; a failed
+    watch, pods from its own. While a member loads it is looked at every serverplan.POLL_S; a failed
     load when its backoff ends; otherwise at --resync. After each status write the members whose
     line changed are reconciled: their status is read off it."""
 

@@ -42,9 +42,7 @@ from rankops.rollout.record import Event, iso
 from rankops.triton.repository import config_json
 from rankops.triton.route import RouteError, parse_routes
 
-POLL_S = 2.0     # while a member loads or waits, or a pod is not read: the next look
 REFUSED_RETRY_S = 30.0   # a write of its objects the API server refused: tried again (writes.Writes paces it)
-HELD = ("Serving", "Loading", "Failed")   # a member line in these states is held by the server
 
 
 @dataclass
@@ -131,25 +129,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
                             f"({'; '.join(describe(exc))})", generation, now, events)
     placement = serving.pool_placement(spec.node_pool, requirements, spec.triton_image)
 
-    held = {line.name: line.version for line in old.members if line.state in HELD and line.version}
-    views = []
-    for body_of in members_of(models, namespace, name):
-        member_meta = body_of["metadata"]
-        try:
-            rm = RankingModel.model_validate({"metadata": member_meta, "spec": body_of.get("spec") or {}})
-            memory.last_valid[member_meta["uid"]] = rm.spec
-        except ValidationError as exc:
-            if member_meta["name"] not in held:
-                continue        # its own status says why; the server does not hold what it cannot read
-            if member_meta["uid"] not in memory.last_valid:
-                # Held, and no spec of it known here (this process is new): nothing is planned, so
-                # nothing it serves is unloaded or loses its Service (a bad edit never takes it down).
-                return _blocked(old, DegradedReason.INVALID_SPEC, f"member {member_meta['name']}: its spec does not "
-                                f"validate ({'; '.join(describe(exc))[:500]}) and the server holds it: the server "
-                                "leaves everything as it is until the spec is fixed", generation, now, events)
-            rm = None           # held: it serves as it was
-        views.append(serverplan.MemberView(member_meta["name"], rm.spec if rm else memory.last_valid[member_meta["uid"]],
-                                           held.get(member_meta["name"])))
+    found = [_member_read(body_of, memory) for body_of in members_of(models, namespace, name)]
+    views = serverplan.member_views(found, server_status.held_versions(old), memory.last_valid)
+    if isinstance(views, str):
+        return _blocked(old, DegradedReason.INVALID_SPEC, views, generation, now, events)
     named = {m["metadata"]["uid"] for m in models}
     for uid_gone in [u for u in memory.last_valid if u not in named]:
         del memory.last_valid[uid_gone]
@@ -171,17 +154,20 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None})
 
     decided = server_status.server_status(plan, old, generation, iso(now))
-    before = {line.name: line for line in old.members}
-    changed = tuple(line.name for line in decided.status.members if before.get(line.name) != line) + \
-        tuple(n for n in before if n not in {line.name for line in decided.status.members})
-    # Loading in a ready pod is looked at again soon; a failure when its backoff ends; the rest by
-    # events (a member or pod changing, a pod getting Ready, a load answered: ServerPods.on_done) and --resync.
-    moving = any(m.state == serverplan.LOADING and m.reason != serverplan.REASON_NO_READY_POD for m in plan.members) \
-        or bool(shell.unread)
-    due = shell.next_due_s()
-    requeue = min(POLL_S if moving else float("inf"), float("inf") if due is None else due)
-    return Result(decided.status, [*events, *decided.events], requeue_after=None if requeue == float("inf") else requeue,
-                  changed_members=changed)
+    return Result(decided.status, [*events, *decided.events],
+                  requeue_after=serverplan.next_look_s(plan, bool(shell.unread), shell.next_due_s()),
+                  changed_members=server_status.changed_members(old, decided.status))
+
+
+def _member_read(body: dict[str, Any], memory: ServerMemory) -> serverplan.MemberRead:
+    """A member as read, its spec validated; a valid spec is remembered (memory.last_valid)."""
+    meta = body["metadata"]
+    try:
+        spec = RankingModel.model_validate({"metadata": meta, "spec": body.get("spec") or {}}).spec
+    except ValidationError as exc:
+        return serverplan.MemberRead(meta["name"], meta["uid"], None, "; ".join(describe(exc)))
+    memory.last_valid[meta["uid"]] = spec
+    return serverplan.MemberRead(meta["name"], meta["uid"], spec)
 
 
 def _blocked(old: SharedServerStatus, reason: str, message: str, generation: int | None, now: dt.datetime,
