@@ -323,12 +323,18 @@ class ServerView:
 
     @classmethod
     def of(cls, server: dict | None, model: str) -> "ServerView":
-        from rankops.api.sharedserver import SharedServerStatus
+        from rankops.api.sharedserver import MAX_LISTED_MEMBERS, MemberStatus, SharedServerStatus
 
         if server is None:
             return cls(False)
         status, _ = SharedServerStatus.from_stored(server.get("status") or {})
-        return cls(True, next((m for m in status.members if m.name == model), None))
+        line = next((m for m in status.members if m.name == model), None)
+        if line is None and len(status.members) >= MAX_LISTED_MEMBERS:
+            # Past what the status lists: every member the server holds is listed, so this one is not.
+            line = MemberStatus(name=model, state="Pending", reason=DegradedReason.SERVER_FULL.value, message=(
+                f"the server lists its first {MAX_LISTED_MEMBERS} members and holds none past them: "
+                f"{model} is not served; it waits for members ahead of it to leave"))
+        return cls(True, line)
 
 
 def member_plan(body: dict[str, Any], rm: RankingModel, observed: ModelObserved, status: RankingModelStatus,

@@ -42,7 +42,7 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
     before = {m.name: m for m in old.members}
     asked = {name for actions in plan.actions.values() for name in actions.load}
     members, events = [], []
-    for outcome in plan.members[:MAX_LISTED_MEMBERS]:
+    for outcome in listed(plan.members):
         was = before.get(outcome.name)
         # The config its pods serve: the planned one once it serves and no pod is asked to load it again.
         digest = config_hash(plan.configs[outcome.name][1]) if outcome.state == serverplan.SERVING \
@@ -71,6 +71,14 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
     status = SharedServerStatus(observed_generation=generation, replicas=plan.replicas, members=members,
                                 conditions=conditions)
     return Decided(status, tuple(events))
+
+
+def listed(outcomes: Sequence[serverplan.MemberOutcome]) -> list[serverplan.MemberOutcome]:
+    """The lines the status has room for (MAX_LISTED_MEMBERS): the members the server holds first
+    (never more than a server's seats, so every one is listed and stays held), then the others in
+    arrival order."""
+    held = [o for o in outcomes if o.state in HELD_STATES]
+    return (held + [o for o in outcomes if o.state not in HELD_STATES])[:MAX_LISTED_MEMBERS]
 
 
 def held_versions(status: SharedServerStatus) -> dict[str, str]:

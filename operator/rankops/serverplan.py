@@ -245,7 +245,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     from rankops.planner.shared_server import admit, server_card
     from rankops.render.desired import RenderError, resolve_shape
     from rankops.render.serving import config_hash
-    from rankops.render.shared_server import (PodEndpoint, ServerMember, assign_ports, member_config,
+    from rankops.render.shared_server import (MAX_MEMBERS, PodEndpoint, ServerMember, assign_ports, member_config,
                                               member_endpoints, member_problems, server_objects)
 
     names = [m.name for m in members]
@@ -255,11 +255,22 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     notes: dict[str, list[str]] = {m.name: [] for m in members}
     shapes: dict[str, ServingShape] = {}
     to_pack, uncounted = [], []
+    # Seats: a server holds at most MAX_MEMBERS (one port each). Held members keep theirs; newcomers
+    # are considered in arrival order while seats are left, and the rest wait before any work is
+    # spent on them (any tenant may name the server, as often as it likes).
+    seats = MAX_MEMBERS - sum(1 for m in members if m.held_version)
     for m in members:
         problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
         if problems and not m.held_version:
             outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_NOT_SHAREABLE, "; ".join(problems), None)
             continue
+        if not m.held_version:
+            if seats <= 0:
+                outcomes[m.name] = MemberOutcome(m.name, PENDING, REASON_SERVER_FULL, (
+                    f"{m.name} waits: a server holds at most {MAX_MEMBERS} members, and {MAX_MEMBERS} are held "
+                    "or ahead of it; it is considered when one leaves (or serve it on another SharedServer)"), None)
+                continue
+            seats -= 1
         notes[m.name] += [f"its spec cannot be applied, so it serves as it was: {p}" for p in problems]
         try:
             shapes[m.name] = m.shape or resolve_shape(m.spec).shape

@@ -260,3 +260,22 @@ def test_the_next_look_is_soon_only_while_something_moves():
     assert serverplan.next_look_s(no_pod, unread=False, due_s=None) is None
     assert serverplan.next_look_s(no_pod, unread=True, due_s=None) == serverplan.POLL_S
     assert serverplan.next_look_s(no_pod, unread=False, due_s=30.0) == 30.0
+
+
+def test_newcomers_past_the_servers_seats_wait_and_held_members_keep_theirs():
+    from rankops.render.shared_server import MAX_MEMBERS
+
+    crowd = [member(f"m{i:02d}", weights_mib=10) for i in range(MAX_MEMBERS + 8)]
+    first = plan(crowd)                       # any tenant may name the server: the reconcile still plans
+    states = {m.name: (m.state, m.reason) for m in first.members}
+    held = [n for n, (state, _) in states.items() if state == serverplan.LOADING]
+    assert held == [m.name for m in crowd[:MAX_MEMBERS]]
+    waiting = [m for m in first.members if m.state == serverplan.PENDING]
+    assert [m.name for m in waiting] == [m.name for m in crowd[MAX_MEMBERS:]]
+    assert all(m.reason == serverplan.REASON_SERVER_FULL and f"at most {MAX_MEMBERS} members" in m.message
+               for m in waiting)
+    # One held member leaves: the first in line takes its seat; the held ones keep their ports.
+    again = [dataclasses.replace(m, held_version="1") if m.name in held else m for m in crowd if m.name != "m03"]
+    second = plan(again, ports=first.ports)
+    assert {m.name for m in second.members if m.state == serverplan.LOADING} == set(held) - {"m03"} | {f"m{MAX_MEMBERS:02d}"}
+    assert all(second.ports[n] == first.ports[n] for n in held if n != "m03")

@@ -119,3 +119,20 @@ def test_the_members_to_wake_are_those_whose_line_changed_or_that_left():
     assert held_versions(first) == {"coarse": "1", "fine": "1", "rerank": "1"}
     waiting = first.model_copy(update={"members": [first.members[0].model_copy(update={"state": "Pending"})]})
     assert held_versions(waiting) == {}, "a Pending line holds nothing"
+
+
+def test_every_held_member_is_listed_however_many_wait_before_it():
+    refused = [serverplan.MemberOutcome(f"r{i}", serverplan.REFUSED, serverplan.REASON_NOT_SHAREABLE, "no", None)
+               for i in range(MAX_LISTED_MEMBERS + 5)]
+    serving = serverplan.MemberOutcome("late", serverplan.SERVING, serverplan.REASON_SERVES, "ok", "1", 9000)
+    decided = server_status(dataclasses.replace(plan(THREE), members=(*refused, serving)), SharedServerStatus(), 1, T0)
+    assert decided.status.members[0].name == "late" and len(decided.status.members) == MAX_LISTED_MEMBERS
+    from rankops.server_status import held_versions
+    assert held_versions(decided.status) == {"late": "1"}, "still held on the next reconcile"
+
+    # A member past the listing reads as waiting on its own status, not as "not listed yet".
+    from rankops.modelplan import ServerView
+    body = {"status": decided.status.model_dump(by_alias=True, exclude_none=True)}
+    line = ServerView.of(body, "r200").line
+    assert (line.state, line.reason) == ("Pending", "ServerFull") and "first 128 members" in line.message
+    assert ServerView.of(body, "late").line.state == "Serving"
