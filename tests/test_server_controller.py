@@ -227,3 +227,24 @@ def test_a_member_wakes_its_server_on_a_new_spec_only_and_a_pool_wakes_the_serve
         assert kicked == [(NS, SERVER, server["metadata"]["uid"])]
     finally:
         controller.memory.forget(kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"])
+
+
+def test_a_newcomer_named_after_another_models_service_is_refused_and_the_others_still_written():
+    """A non-shared RankingModel `foo` owns the Service `foo-stable`; a member named `foo-stable`
+    would take it over (or fail every write of the server): it is refused, the rest applied."""
+    kube, memory = cluster_with_memory()
+    kube.put({"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": "foo-stable", "namespace": NS, "ownerReferences": [
+            {"apiVersion": "rankops.io/v1alpha1", "kind": "RankingModel", "name": "foo", "uid": "u-foo",
+             "controller": True}]}, "spec": {"ports": [{"port": 8000}]}})
+    kube.put(member_body("foo-stable", "2026-12-06T04:00:00Z"))
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    try:
+        result = reconcile(kube, memory)
+    finally:
+        memory.forget(uid)
+    lines = {m.name: m for m in result.status.members}
+    assert lines["foo-stable"].state == "Refused" and "is RankingModel foo's" in lines["foo-stable"].message
+    service = kube.stored("Service", NS, "foo-stable")
+    assert service["metadata"]["ownerReferences"][0]["name"] == "foo", "another model's Service is left alone"
+    assert kube.stored("Service", NS, "coarse") is not None and lines["coarse"].state == "Loading"

@@ -53,7 +53,7 @@ def _one(model: str = "coarse", **version) -> dict:
     ({"server": "ranking", "members": [{**_one(), "versions": []}]}, "`members[0].versions` must list 1 to"),
     ({"server": "ranking", "members": [_one(dir=0)]}, "members[0].versions[0].dir"),
     ({"server": "ranking", "members": [_one(), _one()]}, "a model is listed twice (['coarse'])"),
-    ({"server": "ranking", "members": [_one(f"m{i}") for i in range(33)]}, "1 to 32 members"),
+    ({"server": "ranking", "members": [_one(f"m{i}") for i in range(65)]}, "1 to 64 members"),
     ({"server": "ranking", "members": [_one(uri="file:///proc/self/environ")]},
      "members[0].versions[0].uri must be fetched (s3, gs, http, https)"),
 ])
@@ -61,6 +61,22 @@ def test_a_bad_members_file_is_refused_naming_the_field(doc, field):
     with pytest.raises(StageListError) as caught:
         parse_members(json.dumps(doc), "ranking")
     assert field in str(caught.value)
+
+
+def test_the_largest_file_the_operator_writes_is_read():
+    """Every seat held and as many members lingering, each field at its API bound (a 63-character
+    name, a 2048-byte URI, a sha256): within the file's bytes and entries."""
+    from rankops.api.bounds import URI_MAX
+    from rankops.render.shared_server import members_json
+
+    def entry(i: int) -> Member:
+        name = f"m{i:02d}" + "x" * 60
+        uri = "s3://models/" + "u" * (URI_MAX - len("s3://models/"))
+        return Member(name, "model.onnx", (Wanted("v" * 63, 999_999_999, uri, "f" * 64),))
+
+    text = members_json("ranking", [entry(i) for i in range(staged.MAX_ENTRIES)])
+    assert staged.MAX_ENTRIES == 2 * staged.MAX_MEMBERS and len(text) <= staged.MAX_FILE_BYTES
+    assert len(parse_members(text, "ranking")) == staged.MAX_ENTRIES
 
 
 def test_members_come_one_fetch_a_round_and_go_once_nothing_is_left_to_fetch(tmp_path):

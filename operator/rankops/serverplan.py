@@ -140,6 +140,10 @@ class MemberView:
     # a member keeps this version until its switch is gated; a new spec.version is said, not served.
     held_version: str | None = None
     shape: ServingShape | None = None      # its resolved batching (the caller's cache); None: resolved here
+    # Digest of the config its pods serve (its status line's configDigest): a held member whose
+    # config changed since is placed after those whose did not, so an edit that grows it cannot
+    # push out a member that did not change.
+    served_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,13 +156,14 @@ class MemberRead:
 
 
 def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
-                 last_valid: Mapping[str, RankingModelSpec]) -> list[MemberView] | str:
+                 last_valid: Mapping[str, RankingModelSpec], served: Mapping[str, str] | None = None
+                 ) -> list[MemberView] | str:
     """The plan's members (`found` in arrival order; `held`: member -> the version the server holds,
     from its status; `last_valid`: uid -> the spec each last validated with). A member whose spec
     does not validate is left out, its own status says why, unless the server holds it: then it
     serves as it was, at its last valid spec. Held and no valid spec of it known (a new process):
     the message to block on, so nothing it serves is unloaded or loses its Service (a bad edit never
-    takes it down)."""
+    takes it down). `served`: member -> the digest of the config its pods serve (status)."""
     views = []
     for member in found:
         spec = member.spec
@@ -169,7 +174,8 @@ def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
             if spec is None:
                 return (f"member {member.name}: its spec does not validate ({member.error[:500]}) and the server "
                         "holds it: the server leaves everything as it is until the spec is fixed")
-        views.append(MemberView(member.name, spec, held.get(member.name)))
+        views.append(MemberView(member.name, spec, held.get(member.name),
+                                served_digest=(served or {}).get(member.name) if member.name in held else None))
     return views
 
 
@@ -228,10 +234,13 @@ class ServerPlan:
 
 def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
                 pods: Sequence[PodView], previous_ports: Mapping[str, int], placement: dict[str, Any],
-                policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = ()) -> ServerPlan:
+                policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = (),
+                taken: Mapping[str, str] | None = None) -> ServerPlan:
     """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
     arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
-    members.json as last written (read back from its ConfigMap).
+    members.json as last written (read back from its ConfigMap); `taken`: the namespace's Service
+    names the server does not own -> who holds each (a newcomer answers at its own name, so one
+    named after another's Service is refused: writing it would fail every member's writes).
 
     A newcomer is held when it can join (render.shared_server.member_problems) and the admission
     (planner.shared_server.admit) places it. A member held before stays held whatever its spec
@@ -254,33 +263,45 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     outcomes: dict[str, MemberOutcome] = {}
     notes: dict[str, list[str]] = {m.name: [] for m in members}
     shapes: dict[str, ServingShape] = {}
-    to_pack, uncounted = [], []
-    # Seats: a server holds at most MAX_MEMBERS (one port each). Held members keep theirs; newcomers
-    # are considered in arrival order while seats are left, and the rest wait before any work is
-    # spent on them (any tenant may name the server, as often as it likes).
+    to_pack, edited, newcomers, uncounted = [], [], [], []
+    # Seats: a server holds at most MAX_MEMBERS (one port each). Held members keep theirs; a newcomer
+    # that can be counted takes one, in arrival order, and once none is left the rest wait before
+    # any work is spent on them (any tenant may name the server, as often as it likes).
     seats = MAX_MEMBERS - sum(1 for m in members if m.held_version)
     for m in members:
         problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
+        if not m.held_version and m.name in (taken or {}):
+            problems.append(f"{m.name}: the Service {m.name} it would answer at is {taken[m.name]}'s: a member "
+                            "answers at its own name; rename the RankingModel")
         if problems and not m.held_version:
             outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_NOT_SHAREABLE, "; ".join(problems), None)
             continue
-        if not m.held_version:
-            if seats <= 0:
-                outcomes[m.name] = MemberOutcome(m.name, PENDING, REASON_SERVER_FULL, (
-                    f"{m.name} waits: a server holds at most {MAX_MEMBERS} members, and {MAX_MEMBERS} are held "
-                    "or ahead of it; it is considered when one leaves (or serve it on another SharedServer)"), None)
-                continue
-            seats -= 1
+        if not m.held_version and seats <= 0:
+            outcomes[m.name] = MemberOutcome(m.name, PENDING, REASON_SERVER_FULL, (
+                f"{m.name} waits: a server holds at most {MAX_MEMBERS} members, and {MAX_MEMBERS} are held "
+                "or ahead of it; it is considered when one leaves (or serve it on another SharedServer)"), None)
+            continue
         notes[m.name] += [f"its spec cannot be applied, so it serves as it was: {p}" for p in problems]
         try:
             shapes[m.name] = m.shape or resolve_shape(m.spec).shape
-            to_pack.append(ModelToPack(m.name, inputs_from_spec(m.spec, gpu_memory_mib=spec.gpu_memory_mib)))
+            counted = ModelToPack(m.name, inputs_from_spec(m.spec, gpu_memory_mib=spec.gpu_memory_mib))
         except (RenderError, ValueError) as exc:   # PlanError is a ValueError
             if not m.held_version:
                 outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_CANNOT_PACK, f"{m.name}: {exc}", None)
                 continue
             notes[m.name].append(f"its needs cannot be counted now ({exc})")
             uncounted.append(m.name)
+            continue
+        if not m.held_version:
+            seats -= 1
+            newcomers.append(counted)
+        elif m.served_digest is not None and _config_digest(m, namespace, shapes[m.name]) != m.served_digest:
+            edited.append(counted)
+        else:
+            to_pack.append(counted)
+    # Placed in this order: held members as they serve, held members whose config changed (an edit that
+    # grows one makes it the one that no longer fits, never another), newcomers in arrival order.
+    to_pack = [*to_pack, *edited, *newcomers]
     held_before = {m.name for m in members if m.held_version}
     card = server_card(spec)
     if uncounted:       # its room is taken, by how much is unknown: newcomers wait
@@ -330,14 +351,19 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             continue
         asked = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over, digests, pod.loaded,
                             pod.refused)
-        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs), asked.unload)
+        # A member over the server's room keeps what its pods loaded: its new config goes nowhere,
+        # not even to a new pod (it would overfill the card).
+        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in frozen), asked.unload)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
     held_names = {m.name for m in held}
-    lingering = [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)]
-    # A held member whose spec no longer lists its version keeps its files as last staged.
-    lingering += [s for s in previous_staged if s.model in held_names and s.model not in configs]
+    # A held member whose spec no longer lists its version keeps its files as last staged; members
+    # that left keep theirs while a pod may still hold them, at most as many as the seats (the
+    # stager's file has room for that many beside the held ones; one dropped early only loses its
+    # files, a model Triton loaded stays loaded).
+    lingering = [s for s in previous_staged if s.model in held_names and s.model not in configs]
+    lingering += [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)][:MAX_MEMBERS]
     # one card a pod; none once nothing is held or may still be loaded
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering else 0
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
@@ -355,6 +381,17 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
     return ServerPlan(tuple(objects), actions, configs, tuple(outcomes[m.name] for m in members), ports, replicas,
                       admission)
+
+
+def _config_digest(member: MemberView, namespace: str, shape: ServingShape) -> str | None:
+    """Digest of the config the held member would be loaded with now (None: none can be rendered)."""
+    from rankops.render.serving import config_hash
+    from rankops.render.shared_server import member_config
+
+    try:
+        return config_hash(member_config(member.name, namespace, member.spec, member.held_version, shape)[1])
+    except (KeyError, ValueError):
+        return None
 
 
 def _serves_on(model: str, version: int | None, pod: PodView, per_pod: Mapping[str, Mapping[str, MemberState]]) -> bool:

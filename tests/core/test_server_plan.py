@@ -279,3 +279,66 @@ def test_newcomers_past_the_servers_seats_wait_and_held_members_keep_theirs():
     second = plan(again, ports=first.ports)
     assert {m.name for m in second.members if m.state == serverplan.LOADING} == set(held) - {"m03"} | {f"m{MAX_MEMBERS:02d}"}
     assert all(second.ports[n] == first.ports[n] for n in held if n != "m03")
+
+
+def test_an_edit_that_grows_a_member_makes_it_the_one_over_never_a_member_that_did_not_change():
+    from rankops.render.serving import config_hash
+
+    first = plan([member("a", weights_mib=5000), member("b", weights_mib=5000)])
+    assert {m.state for m in first.members} == {serverplan.LOADING}
+    served = {n: config_hash(text) for n, (_, text) in first.configs.items()}
+    pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("a"), ready("b")), loaded=served)
+    grown = member("a", weights_mib=9000, held="1",
+                   batching={"maxBatchSize": 1024, "preferredBatchSizes": [512, 1024], "maxQueueDelayMicroseconds": 500},
+                   planning={"latencyProfile": {1: 1.0, 1024: 8.0},
+                             "memory": {"weightsMiB": 9000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
+    views = [dataclasses.replace(grown, served_digest=served["a"]),
+             dataclasses.replace(member("b", weights_mib=5000, held="1"), served_digest=served["b"])]
+    second = plan(views, pods=[pod], ports=first.ports)
+    assert [n for n, _ in second.admission.over] == ["a"], second.admission
+    outcome = {m.name: m for m in second.members}
+    assert outcome["b"].state == serverplan.SERVING and "more than the server has left" not in outcome["b"].message
+    assert outcome["a"].state == serverplan.SERVING and "more than the server has left" in outcome["a"].message
+    assert second.actions[pod.name].load == (), "a's grown config is sent nowhere; b is not touched"
+    fresh = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
+    assert plan(views, pods=[pod, fresh], ports=first.ports).actions[fresh.name].load == ("b",), \
+        "nor to a new pod, where it would overfill the card"
+
+
+def test_a_newcomer_that_cannot_be_counted_takes_no_seat():
+    from rankops.render.shared_server import MAX_MEMBERS
+
+    unplanned = [member(f"u{i:02d}", planning=None) for i in range(MAX_MEMBERS)]
+    result = plan([*unplanned, member("late", weights_mib=10)])
+    states = {m.name: m.state for m in result.members}
+    assert all(states[m.name] == serverplan.REFUSED for m in unplanned) and states["late"] == serverplan.LOADING
+
+
+def test_members_that_left_linger_on_the_volume_at_most_as_many_as_the_seats():
+    """A pod not read may still hold every member that left: they stay listed for the stager, but
+    never more than the file has room for beside the held ones."""
+    from rankops.fetcher.members import MAX_ENTRIES, MAX_MEMBERS, Member
+    from rankops.fetcher.stager import Wanted
+
+    departed = [Member(f"gone{i:02d}", "model.onnx", (Wanted("1", 1, f"s3://models/gone{i}/1", None),))
+                for i in range(MAX_MEMBERS + 8)]
+    unread = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", None)
+    result = plan(THREE, pods=[unread], staged=departed)
+    [config] = [o for o in result.objects if o["kind"] == "ConfigMap"]
+    listed = [m.model for m in parse_members(config["data"]["members.json"], "ranking")]
+    assert listed[:3] == ["coarse", "fine", "rerank"] and listed[3:] == [m.model for m in departed[:MAX_MEMBERS]]
+    assert len(listed) <= MAX_ENTRIES
+
+
+def test_a_newcomer_named_after_a_service_the_server_does_not_own_is_refused_alone():
+    result = plan_server("ranking", "reco", SERVER, THREE, (), {}, pool_placement(None, None),
+                         taken={"fine": "RankingModel foo"})
+    outcome = {m.name: m for m in result.members}
+    assert (outcome["fine"].state, outcome["fine"].reason) == (serverplan.REFUSED, serverplan.REASON_NOT_SHAREABLE)
+    assert "the Service fine it would answer at is RankingModel foo's" in outcome["fine"].message
+    assert {outcome["coarse"].state, outcome["rerank"].state} == {serverplan.LOADING}
+    assert ("Service", "fine") not in {(o["kind"], o["metadata"]["name"]) for o in result.objects}
+    held = [dataclasses.replace(m, held_version="1") for m in THREE]
+    assert all(m.state == serverplan.LOADING for m in plan_server(
+        "ranking", "reco", SERVER, held, (), {}, pool_placement(None, None), taken={"fine": "no owner"}).members), \
+        "a member the server holds keeps its place"

@@ -130,7 +130,8 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     placement = serving.pool_placement(spec.node_pool, requirements, spec.triton_image)
 
     found = [_member_read(body_of, memory) for body_of in members_of(models, namespace, name)]
-    views = serverplan.member_views(found, server_status.held_versions(old), memory.last_valid)
+    views = serverplan.member_views(found, server_status.held_versions(old), memory.last_valid,
+                                    {line.name: line.config_digest for line in old.members if line.config_digest})
     if isinstance(views, str):
         return _blocked(old, DegradedReason.INVALID_SPEC, views, generation, now, events)
     named = {m["metadata"]["uid"] for m in models}
@@ -143,7 +144,9 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
     pods_read = shell.read([server_pod(p) for p in pods], [v.name for v in views],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
-    plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged)
+    services = kube.list("Service", namespace)
+    plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
+                                  taken=_taken(services, uid))
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:
@@ -151,7 +154,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         result.requeue_after = REFUSED_RETRY_S
         return result
     shell.execute(plan)
-    _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None})
+    _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None}, services)
 
     decided = server_status.server_status(plan, old, generation, iso(now))
     return Result(decided.status, [*events, *decided.events],
@@ -219,12 +222,24 @@ def _api_key(kube: Kube, server: SharedServer, memory: ServerMemory) -> str:
     return key
 
 
-def _delete_departed(kube: Kube, namespace: str, server: str, held: set[str]) -> None:
-    """A member that left (or was never held) has no Service or EndpointSlice of the server's."""
+def _taken(services: Sequence[dict[str, Any]], server_uid: str) -> dict[str, str]:
+    """Service name -> who holds it, for the namespace's Services the server does not own."""
+    taken = {}
+    for service in services:
+        owner = next((o for o in service["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is None or owner.get("uid") != server_uid:
+            taken[service["metadata"]["name"]] = f"{owner['kind']} {owner['name']}" if owner else "no owner"
+    return taken
+
+
+def _delete_departed(kube: Kube, namespace: str, server: str, held: set[str], services: Sequence[dict[str, Any]]) -> None:
+    """A member that left (or was never held) has no Service or EndpointSlice of the server's.
+    `services`: the namespace's, as listed this round."""
     selector = f"{names.LABEL_SERVER}={server}"
-    for service in kube.list("Service", namespace, label_selector=selector):
-        model = (service["metadata"].get("labels") or {}).get(names.LABEL_MODEL)
-        if model and model not in held:
+    for service in services:
+        labels = service["metadata"].get("labels") or {}
+        model = labels.get(names.LABEL_MODEL)
+        if labels.get(names.LABEL_SERVER) == server and model and model not in held:
             kube.delete("Service", namespace, service["metadata"]["name"])
     for slice_ in kube.list("EndpointSlice", namespace, label_selector=selector):
         model = (slice_["metadata"].get("labels") or {}).get(names.LABEL_MODEL)

@@ -10,7 +10,7 @@ member (in the file's order), a member's old versions removed only once it has n
 fetch; a member whose fetch fails never holds up the others; a round that cannot read the file
 changes nothing. A member's directory that is a link or a file is removed, never followed.
 
-The file (`members.json`), at most stager.MAX_FILE_BYTES:
+The file (`members.json`), at most MAX_FILE_BYTES and MAX_ENTRIES members:
 
     {"server": "ranking",
      "members": [{"model": "coarse", "expect": "model.onnx",
@@ -32,10 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankops.fetcher.stager import (MAX_FILE_BYTES, Fetch, Remove, StageListError, StageRound, Wanted,
-                                    parse_document, parse_version_list, stage_plan, version_dirs)
+from rankops.fetcher.stager import (Fetch, Remove, StageListError, StageRound, Wanted, parse_document,
+                                    parse_version_list, stage_plan, version_dirs)
 
-MAX_MEMBERS = 32
+MAX_MEMBERS = 32            # a server's seats: the members it holds
+# The file lists the members held and, beside them, at most as many that left but may still be
+# loaded on a pod (serverplan.plan_server's `lingering`); each entry at its largest (a 2048-byte
+# URI and a version's other fields) is under 2.6 KB, so the most the operator writes fits.
+MAX_ENTRIES = 2 * MAX_MEMBERS
+MAX_FILE_BYTES = 256 * 1024
 # A member joins a running pod, so its artifact is fetched, never mounted; and never a file:// path,
 # which would copy the stage container's own files (its environment holds the credentials).
 FETCHED_SCHEMES = ("s3", "gs", "http", "https")
@@ -55,9 +60,9 @@ def parse_members(text: str | bytes, server: str, schemes: Collection[str] = FET
     """The file's members, each checked (a version's URI of one of `schemes`); a StageListError
     names what is wrong."""
     said = "members file: "
-    items = parse_document(text, said, "server", server, "this pod's server").get("members")
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_MEMBERS:
-        raise StageListError(f"{said}`members` must list 1 to {MAX_MEMBERS} members: an empty list would "
+    items = parse_document(text, said, "server", server, "this pod's server", MAX_FILE_BYTES).get("members")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_ENTRIES:
+        raise StageListError(f"{said}`members` must list 1 to {MAX_ENTRIES} members: an empty list would "
                              "remove every model the server serves")
     members: list[Member] = []
     for index, item in enumerate(items):

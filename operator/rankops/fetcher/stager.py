@@ -67,10 +67,11 @@ def parse_versions(text: str | bytes, model: str) -> tuple[Wanted, ...]:
     return parse_version_list(doc.get("versions"), "versions file: ", "versions")
 
 
-def parse_document(text: str | bytes, said: str, key: str, expected: str, whose: str) -> dict[str, Any]:
-    """A stager's file as a JSON object of at most MAX_FILE_BYTES whose `key` is `expected`."""
-    if len(text) > MAX_FILE_BYTES:
-        raise StageListError(f"{said}{len(text)} bytes, at most {MAX_FILE_BYTES}")
+def parse_document(text: str | bytes, said: str, key: str, expected: str, whose: str,
+                   max_bytes: int = MAX_FILE_BYTES) -> dict[str, Any]:
+    """A stager's file as a JSON object of at most `max_bytes` whose `key` is `expected`."""
+    if len(text) > max_bytes:
+        raise StageListError(f"{said}{len(text)} bytes, at most {max_bytes}")
     try:
         doc: Any = json.loads(text)
     except ValueError as exc:
