@@ -220,6 +220,10 @@ class FakeCluster:
         meta = obj.setdefault("metadata", {})
         obj["kind"] = key[0]
         obj.setdefault("apiVersion", KINDS[key[0]].group_version)
+        if key[0] == "Secret" and obj.get("stringData"):    # stored as data, base64, as the API server does
+            import base64
+            obj.setdefault("data", {}).update({k: base64.b64encode(v.encode()).decode()
+                                               for k, v in obj.pop("stringData").items()})
         meta["name"] = key[2]
         if key[1] is not None:
             meta["namespace"] = key[1]

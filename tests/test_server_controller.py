@@ -179,25 +179,49 @@ def test_a_server_image_the_cluster_does_not_allow_is_refused_before_anything_ru
     assert kube.list("Deployment", NS) == [] and kube.list("Secret", NS) == []
 
 
-def test_a_held_member_whose_spec_no_longer_validates_freezes_the_server_rather_than_unload_it():
-    """A new operator process knows no earlier spec of it: nothing is planned, applied or unloaded."""
+def test_a_held_member_whose_spec_no_longer_validates_is_frozen_and_the_others_go_on():
+    """A new operator process knows no earlier spec of it: it serves as it was (never unloaded; its
+    Service, port, files and clients kept), loaded on no new pod; the other members are planned as
+    ever, and a newcomer waits while its room cannot be counted. Fixed, it is planned again."""
+    from rankops.fetcher.members import parse_members
+    from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY
+
     kube, memory = cluster_with_memory()
     uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    config_name = names.server_name(SERVER)
     try:
         first = reconcile(kube, memory)
         kube.put({**kube.stored("SharedServer", NS, SERVER), "status": first.status.to_wire()})
+        before = kube.stored("ConfigMap", NS, config_name)["data"]
+        policy_before = kube.stored("NetworkPolicy", NS, config_name)["spec"]["ingress"]
+        good = copy.deepcopy(kube.stored("RankingModel", NS, "coarse"))
         bad = kube.stored("RankingModel", NS, "coarse")
         bad["spec"]["slo"]["p99LatencyMs"] = -5         # past the CRD (say), not past pydantic
         kube.put(bad)
+        kube.put(member_body("late", "2026-12-06T05:00:00Z"))
         memory.forget(uid)
         memory.last_valid.clear()                     # a restart
         frozen = reconcile(kube, memory)
+        after = kube.stored("ConfigMap", NS, config_name)["data"]
+        policy_after = kube.stored("NetworkPolicy", NS, config_name)["spec"]["ingress"]
+        kube.put({**kube.stored("SharedServer", NS, SERVER), "status": frozen.status.to_wire()})
+        kube.put({**good, "metadata": kube.stored("RankingModel", NS, "coarse")["metadata"]})
+        fixed = reconcile(kube, memory)
     finally:
         memory.forget(uid)
-    degraded = {c.type: c for c in frozen.status.conditions}["Degraded"]
-    assert degraded.reason == "InvalidSpec" and "member coarse" in degraded.message
-    assert kube.stored("Service", NS, "coarse") is not None
-    assert [m.name for m in frozen.status.members] == ["coarse", "fine", "wide"], "its lines kept"
+    lines = {m.name: m for m in frozen.status.members}
+    assert (lines["coarse"].state, lines["coarse"].reason, lines["coarse"].version) == ("Failed", "InvalidSpec", "1")
+    assert "its spec does not validate" in lines["coarse"].message and "until the spec is fixed" in lines["coarse"].message
+    assert lines["fine"].state == "Loading" and lines["fine"].port == first.status.members[1].port
+    assert lines["late"].state == "Pending" and "coarse" in lines["late"].message, "no newcomer while coarse is uncounted"
+    assert kube.stored("Service", NS, "coarse") is not None and kube.stored("EndpointSlice", NS, "coarse-shared")
+    assert after[ROUTES_KEY] == before[ROUTES_KEY], "every port kept"
+    assert sorted(m.model for m in parse_members(after[MEMBERS_KEY], SERVER)) == \
+        sorted(m.model for m in parse_members(before[MEMBERS_KEY], SERVER)), "its files kept"
+    by_port = lambda rules: sorted(rules, key=lambda r: r["ports"][0]["port"])  # noqa: E731
+    assert by_port(policy_after) == by_port(policy_before), "its clients kept"
+    again = {m.name: m for m in fixed.status.members}
+    assert again["coarse"].state == "Loading" and again["coarse"].reason != "InvalidSpec"
 
 
 def test_a_member_wakes_its_server_on_a_new_spec_only_and_a_pool_wakes_the_servers_on_it():

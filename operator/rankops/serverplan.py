@@ -157,14 +157,14 @@ class MemberRead:
 
 def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
                  last_valid: Mapping[str, RankingModelSpec], served: Mapping[str, str] | None = None
-                 ) -> list[MemberView] | str:
+                 ) -> tuple[list[MemberView], list[MemberRead]]:
     """The plan's members (`found` in arrival order; `held`: member -> the version the server holds,
-    from its status; `last_valid`: uid -> the spec each last validated with). A member whose spec
-    does not validate is left out, its own status says why, unless the server holds it: then it
-    serves as it was, at its last valid spec. Held and no valid spec of it known (a new process):
-    the message to block on, so nothing it serves is unloaded or loses its Service (a bad edit never
-    takes it down). `served`: member -> the digest of the config its pods serve (status)."""
-    views = []
+    from its status; `last_valid`: uid -> the spec each last validated with; `served`: member -> the
+    digest of the config its pods serve, from the status), and the held members to freeze. A member
+    whose spec does not validate is left out, its own status says why, unless the server holds it:
+    then it serves as it was, at its last valid spec; with none known (this process is new) it is
+    frozen (render.shared_server.FrozenMember): a bad edit never takes it down, nor the others."""
+    views, frozen = [], []
     for member in found:
         spec = member.spec
         if spec is None:
@@ -172,11 +172,11 @@ def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
                 continue
             spec = last_valid.get(member.uid)
             if spec is None:
-                return (f"member {member.name}: its spec does not validate ({member.error[:500]}) and the server "
-                        "holds it: the server leaves everything as it is until the spec is fixed")
+                frozen.append(member)
+                continue
         views.append(MemberView(member.name, spec, held.get(member.name),
                                 served_digest=(served or {}).get(member.name) if member.name in held else None))
-    return views
+    return views, frozen
 
 
 # While a member loads in a ready pod, or a pod's index was not read: the next look (seconds).
@@ -235,12 +235,16 @@ class ServerPlan:
 def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
                 pods: Sequence[PodView], previous_ports: Mapping[str, int], placement: dict[str, Any],
                 policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = (),
-                taken: Mapping[str, str] | None = None) -> ServerPlan:
+                taken: Mapping[str, str] | None = None, frozen: Sequence[Any] = (),
+                replicas_now: int = 0) -> ServerPlan:
     """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
     arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
     members.json as last written (read back from its ConfigMap); `taken`: the namespace's Service
     names the server does not own -> who holds each (a newcomer answers at its own name, so one
-    named after another's Service is refused: writing it would fail every member's writes).
+    named after another's Service is refused: writing it would fail every member's writes);
+    `frozen`: held members whose spec cannot be read (render.shared_server.FrozenMember): never
+    unloaded, loaded nowhere new, their Service, port and files kept, their room uncounted (so no
+    newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status').
 
     A newcomer is held when it can join (render.shared_server.member_problems) and the admission
     (planner.shared_server.admit) places it. A member held before stays held whatever its spec
@@ -257,7 +261,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     from rankops.render.shared_server import (MAX_MEMBERS, PodEndpoint, ServerMember, assign_ports, member_config,
                                               member_endpoints, member_problems, server_objects)
 
-    names = [m.name for m in members]
+    names = [m.name for m in members] + [f.name for f in frozen]
     if len(set(names)) != len(names):
         raise ValueError(f"a member is listed twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
     outcomes: dict[str, MemberOutcome] = {}
@@ -267,7 +271,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # Seats: a server holds at most MAX_MEMBERS (one port each). Held members keep theirs; a newcomer
     # that can be counted takes one, in arrival order, and once none is left the rest wait before
     # any work is spent on them (any tenant may name the server, as often as it likes).
-    seats = MAX_MEMBERS - sum(1 for m in members if m.held_version)
+    seats = MAX_MEMBERS - sum(1 for m in members if m.held_version) - len(frozen)
     for m in members:
         problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
         if not m.held_version and m.name in (taken or {}):
@@ -304,13 +308,14 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     to_pack = [*to_pack, *edited, *newcomers]
     held_before = {m.name for m in members if m.held_version}
     card = server_card(spec)
-    if uncounted:       # its room is taken, by how much is unknown: newcomers wait
+    if uncounted or frozen:       # its room is taken, by how much is unknown: newcomers wait
         blocked = [t for t in to_pack if t.name not in held_before]
         to_pack = [t for t in to_pack if t.name in held_before]
         for t in blocked:
             outcomes[t.name] = MemberOutcome(t.name, PENDING, REASON_SERVER_FULL,
-                                             f"{t.name} waits: {', '.join(uncounted)} already serve(s) here with "
-                                             "needs this plan cannot count now (see their own reason)", None)
+                                             f"{t.name} waits: {', '.join([*uncounted, *(f.name for f in frozen)])} "
+                                             "already serve(s) here with needs this plan cannot count now (see their "
+                                             "own reason)", None)
     admission = admit(to_pack, card, held_before) if to_pack else None
     kept: list[str] = []
     if admission is not None:
@@ -330,7 +335,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     by_name = {m.name: m for m in members}
     held = [by_name[n] for n in placed]
     versions = {m.name: m.held_version or m.spec.version for m in held}
-    ports = assign_ports([m.name for m in held], previous_ports)
+    ports = assign_ports([*(m.name for m in held), *(f.name for f in frozen)], previous_ports)
     configs: dict[str, tuple[int, str]] = {}
     for m in held:
         try:
@@ -341,8 +346,10 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     for m in held:      # no config (its spec no longer lists the version held): kept where loaded, never unloaded
         if m.name not in wanted:
             wanted[m.name] = triton_version(versions[m.name])
-    frozen = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
-    digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in frozen}
+    for f in frozen:    # likewise, and never loaded where it is not (`configs` has none for it)
+        wanted[f.name] = triton_version(f.version)
+    over = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
+    digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in over}
 
     actions: dict[str, PodActions] = {}
     per_pod: dict[str, dict[str, MemberState]] = {}
@@ -353,11 +360,11 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                             pod.refused)
         # A member over the server's room keeps what its pods loaded: its new config goes nowhere,
         # not even to a new pod (it would overfill the card).
-        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in frozen), asked.unload)
+        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in over), asked.unload)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
-    held_names = {m.name for m in held}
+    held_names = {m.name for m in held} | {f.name for f in frozen}
     # A held member whose spec no longer lists its version keeps its files as last staged; members
     # that left keep theirs while a pod may still hold them, at most as many as the seats (the
     # stager's file has room for that many beside the held ones; one dropped early only loses its
@@ -365,9 +372,11 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     lingering = [s for s in previous_staged if s.model in held_names and s.model not in configs]
     lingering += [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)][:MAX_MEMBERS]
     # one card a pod; none once nothing is held or may still be loaded
-    replicas = max(1, admission.cards if admission is not None else 0) if held or lingering else 0
+    replicas = max(1, admission.cards if admission is not None else 0) if held or lingering or frozen else 0
+    if frozen:          # its needs are unknown: the cards it has are kept
+        replicas = max(replicas, min(replicas_now, spec.max_replicas))
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
-                             ports, replicas, placement, policy, lingering)
+                             ports, replicas, placement, policy, lingering, frozen)
     for m in held:
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod), p.terminating)
                      for p in pods]
@@ -379,8 +388,30 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             notes[m.name].append("its new config was refused (it serves the config it loaded before) on "
                                  + "; ".join(refused_edits))
         outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
-    return ServerPlan(tuple(objects), actions, configs, tuple(outcomes[m.name] for m in members), ports, replicas,
-                      admission)
+    for f in frozen:
+        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod), p.terminating)
+                     for p in pods]
+        objects.append(member_endpoints(f.name, server, namespace, ports[f.name], endpoints))
+        outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod)
+    return ServerPlan(tuple(objects), actions, configs,
+                      tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
+                      replicas, admission)
+
+
+REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value
+
+
+def _frozen_outcome(member: Any, port: int, per_pod: Mapping[str, Mapping[str, MemberState]]) -> MemberOutcome:
+    """A frozen member (render.shared_server.FrozenMember): Serving while every pod read serves it;
+    else Failed (held still: never unloaded), saying where it serves and why no other pod loads it."""
+    states = [members[member.name] for members in per_pod.values() if member.name in members]
+    serving = sum(1 for s in states if s.state == SERVING)
+    said = (f"{member.name}: its spec does not validate ({member.error[:400]}); the server holds it and serves "
+            f"{member.version} as it was on {serving} of {len(states)} pod(s), loading it on no other until the "
+            "spec is fixed")
+    if states and serving == len(states):
+        return MemberOutcome(member.name, SERVING, REASON_SERVES, said, member.version, port)
+    return MemberOutcome(member.name, FAILED, REASON_SPEC_INVALID, said, member.version, port)
 
 
 def _config_digest(member: MemberView, namespace: str, shape: ServingShape) -> str | None:

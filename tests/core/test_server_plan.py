@@ -242,13 +242,14 @@ def test_a_member_whose_spec_stops_validating_serves_as_it_was_only_while_held()
     found = [serverplan.MemberRead("coarse", "u1", None, "spec.batching: bad"),
              serverplan.MemberRead("fine", "u2", fine.spec)]
     # Not held: left out (its own status says why); the others are planned.
-    assert [v.name for v in serverplan.member_views(found, {}, {"u1": coarse.spec})] == ["fine"]
+    views, frozen = serverplan.member_views(found, {}, {"u1": coarse.spec})
+    assert [v.name for v in views] == ["fine"] and frozen == []
     # Held: it serves as it was, at its last valid spec and the version the server holds.
-    views = serverplan.member_views(found, {"coarse": "1"}, {"u1": coarse.spec})
+    views, frozen = serverplan.member_views(found, {"coarse": "1"}, {"u1": coarse.spec})
     assert [(v.name, v.spec, v.held_version) for v in views] == [("coarse", coarse.spec, "1"), ("fine", fine.spec, None)]
-    # Held, and no valid spec of it known (a new process): nothing is planned, and the reason says so.
-    blocked = serverplan.member_views(found, {"coarse": "1"}, {})
-    assert isinstance(blocked, str) and blocked.startswith("member coarse: its spec does not validate (spec.batching: bad)")
+    # Held, and no valid spec of it known (a new process): frozen, the others planned.
+    views, frozen = serverplan.member_views(found, {"coarse": "1"}, {})
+    assert [v.name for v in views] == ["fine"] and [(f.name, f.error) for f in frozen] == [("coarse", "spec.batching: bad")]
 
 
 def test_the_next_look_is_soon_only_while_something_moves():
@@ -342,3 +343,30 @@ def test_a_newcomer_named_after_a_service_the_server_does_not_own_is_refused_alo
     assert all(m.state == serverplan.LOADING for m in plan_server(
         "ranking", "reco", SERVER, held, (), {}, pool_placement(None, None), taken={"fine": "no owner"}).members), \
         "a member the server holds keeps its place"
+
+
+def test_a_frozen_member_is_never_unloaded_nor_loaded_anew_and_keeps_its_cards():
+    from rankops.render.shared_server import FrozenMember, clients_by_port
+
+    first = plan(THREE)
+    feed = ({"podSelector": {"matchLabels": {"app": "feed"}}},)
+    frozen = [FrozenMember("coarse", "1", "spec.slo: bad", feed)]
+    held = [dataclasses.replace(m, held_version="1") for m in THREE[1:]]
+    old_pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("coarse"), ready("fine"), ready("rerank")))
+    new_pod = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
+    result = plan_server("ranking", "reco", SERVER, held, (old_pod, new_pod), first.ports, pool_placement(None, None),
+                         previous_staged=parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")
+                                                       ["data"]["members.json"], "ranking"),
+                         frozen=frozen, replicas_now=4)
+    assert result.actions[old_pod.name].unload == () and "coarse" not in result.actions[new_pod.name].load
+    assert set(result.actions[new_pod.name].load) == {"fine", "rerank"}
+    assert result.ports["coarse"] == first.ports["coarse"] and result.replicas == 4
+    outcome = {m.name: m for m in result.members}["coarse"]
+    assert (outcome.state, outcome.reason, outcome.version) == (serverplan.FAILED, "InvalidSpec", "1")
+    assert "serves 1 as it was on 1 of 2 pod(s)" in outcome.message
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
+    assert ("Service", "coarse") in objects and ("EndpointSlice", "coarse-shared") in objects
+    policy = objects[("NetworkPolicy", "ranking-shared")]
+    assert clients_by_port(policy)[first.ports["coarse"]] == feed
+    assert "coarse" in [m.model for m in parse_members(objects[("ConfigMap", "ranking-shared")]["data"]["members.json"],
+                                                        "ranking")]

@@ -3,6 +3,8 @@ an optional NetworkPolicy, bounded node disk, no ServiceAccount token, read-only
 and the operands' images set once for the cluster."""
 from __future__ import annotations
 
+import base64
+
 import pydantic
 import pytest
 
@@ -58,21 +60,21 @@ def test_the_operator_makes_each_models_key_once_random_and_owned_by_the_model()
     cluster = Cluster()
     reconcile(cluster, body())
     secret = cluster.objects[("Secret", NS, names.api_key_secret_name(NAME))]
-    key = secret["stringData"][API_KEY_SECRET_KEY]
+    key = base64.b64decode(secret["data"][API_KEY_SECRET_KEY]).decode()     # stored as data, as by the API server
     assert len(key) == 64 and int(key, 16) >= 0
     assert secret["metadata"]["ownerReferences"][0]["uid"] == UID
     created = len(cluster.requests("create"))
     reconcile(cluster, body())
     assert len(cluster.requests("create")) == created, "made once, never rewritten"
-    assert cluster.objects[("Secret", NS, names.api_key_secret_name(NAME))]["stringData"][API_KEY_SECRET_KEY] == key
+    assert cluster.objects[("Secret", NS, names.api_key_secret_name(NAME))]["data"][API_KEY_SECRET_KEY] == secret["data"][API_KEY_SECRET_KEY]
     # A new operator process finds it and leaves it.
     cluster.memory = models.ModelMemory(writes.Writes(clock=lambda: cluster.now))
     reconcile(cluster, body())
-    assert cluster.objects[("Secret", NS, names.api_key_secret_name(NAME))]["stringData"][API_KEY_SECRET_KEY] == key
+    assert cluster.objects[("Secret", NS, names.api_key_secret_name(NAME))]["data"][API_KEY_SECRET_KEY] == secret["data"][API_KEY_SECRET_KEY]
     other = body()
     other["metadata"].update(name="other", uid="uid-2")
     reconcile(cluster, other)
-    assert cluster.objects[("Secret", NS, names.api_key_secret_name("other"))]["stringData"][API_KEY_SECRET_KEY] != key
+    assert cluster.objects[("Secret", NS, names.api_key_secret_name("other"))]["data"][API_KEY_SECRET_KEY] != secret["data"][API_KEY_SECRET_KEY]
 
 
 def test_a_network_policy_is_rendered_only_when_asked_with_its_clients_on_the_inference_ports():

@@ -36,7 +36,7 @@ from rankops.fetcher.members import parse_members
 from rankops.fetcher.stager import StageListError
 from rankops.render import names, serving
 from rankops.render.policy import TenantPolicy, server_problems
-from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY
+from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY, FrozenMember, clients_by_port
 from rankops.rollout.readiness import pod_ready
 from rankops.rollout.record import Event, iso
 from rankops.triton.repository import config_json
@@ -130,23 +130,27 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     placement = serving.pool_placement(spec.node_pool, requirements, spec.triton_image)
 
     found = [_member_read(body_of, memory) for body_of in members_of(models, namespace, name)]
-    views = serverplan.member_views(found, server_status.held_versions(old), memory.last_valid,
-                                    {line.name: line.config_digest for line in old.members if line.config_digest})
-    if isinstance(views, str):
-        return _blocked(old, DegradedReason.INVALID_SPEC, views, generation, now, events)
+    held = server_status.held_versions(old)
+    views, unreadable = serverplan.member_views(found, held, memory.last_valid,
+                                                {line.name: line.config_digest for line in old.members if line.config_digest})
     named = {m["metadata"]["uid"] for m in models}
     for uid_gone in [u for u in memory.last_valid if u not in named]:
         del memory.last_valid[uid_gone]
 
     config = kube.get("ConfigMap", namespace, names.server_name(name))
     ports, staged = _written(config, name)
+    frozen = ()
+    if unreadable:      # held, and no valid spec of it known here: served as it was, its clients as admitted
+        clients = clients_by_port(kube.get("NetworkPolicy", namespace, names.server_name(name)))
+        frozen = tuple(FrozenMember(m.name, held[m.name], m.error, clients.get(ports.get(m.name), ()))
+                       for m in unreadable)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
-    pods_read = shell.read([server_pod(p) for p in pods], [v.name for v in views],
+    pods_read = shell.read([server_pod(p) for p in pods], [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
-                                  taken=_taken(services, uid))
+                                  taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0)
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:

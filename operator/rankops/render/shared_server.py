@@ -70,6 +70,29 @@ FETCHED_SCHEMES = staged_members.FETCHED_SCHEMES
 
 
 @dataclass(frozen=True)
+class FrozenMember:
+    """A held member whose spec cannot be read now (it stopped validating, and this process never saw
+    it valid): it serves as it was where it is loaded; its Service, port and files are kept, and its
+    port admits the clients the server's NetworkPolicy last admitted there (none known: none)."""
+    name: str
+    version: str                        # the version the server holds for it
+    error: str                          # why its spec does not validate
+    clients: tuple[dict[str, Any], ...] = ()
+
+
+def clients_by_port(observed_policy: dict[str, Any] | None) -> dict[int, tuple[dict[str, Any], ...]]:
+    """The peers the server's NetworkPolicy (as observed) admits on each member port: its rules of
+    one TCP port each (network_policy writes one such rule per member)."""
+    found: dict[int, tuple[dict[str, Any], ...]] = {}
+    for rule in ((observed_policy or {}).get("spec") or {}).get("ingress") or []:
+        ports, peers = rule.get("ports") or [], rule.get("from")
+        if isinstance(rule, dict) and len(ports) == 1 and isinstance(ports[0].get("port"), int) \
+                and isinstance(peers, list) and all(isinstance(p, dict) for p in peers):
+            found[ports[0]["port"]] = tuple(peers)
+    return found
+
+
+@dataclass(frozen=True)
 class ServerMember:
     """One RankingModel the server holds, at the version it serves (`version`, a spec.versions name)."""
     name: str
@@ -253,19 +276,21 @@ def server_deployment(server: str, namespace: str, spec: SharedServerSpec, repli
 def server_objects(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[ServerMember],
                    ports: Mapping[str, int], replicas: int, placement: dict[str, Any],
                    policy: TenantPolicy = TenantPolicy(),
-                   lingering: Sequence[staged_members.Member] = ()) -> list[dict[str, Any]]:
+                   lingering: Sequence[staged_members.Member] = (),
+                   frozen: Sequence[FrozenMember] = ()) -> list[dict[str, Any]]:
     """The server's ConfigMap (members.json, routes.json), Deployment, disruption budget and
     NetworkPolicy, and one Service per member. `members`: those the server holds, in admission
     order (which may join is member_problems' and the plan's to say); `ports`: assign_ports';
     `replicas`: the cards the admission needs; `lingering`: members that left but may still be
-    loaded on a pod, kept on the volume (members.json) and nowhere else."""
+    loaded on a pod, kept on the volume (members.json) and nowhere else; `frozen`: held members whose
+    spec cannot be read, routed and given their Service (their files come in `lingering`)."""
     name, labels = names.server_name(server), server_labels(server)
     staged = [s for s in (staged_member(m) for m in members) if s is not None]
     config = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {MEMBERS_KEY: members_json(server, [*staged, *lingering]),
-                 ROUTES_KEY: routes_json({m.name: ports[m.name] for m in members})},
+                 ROUTES_KEY: routes_json({m.name: ports[m.name] for m in [*members, *frozen]})},
     }
     # Shared fate: one budget for every member (every member goes with a pod).
     budget = {
@@ -276,8 +301,8 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
                  "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }
     return [config, server_deployment(server, namespace, spec, replicas, placement, policy), budget,
-            network_policy(server, namespace, members, ports, policy),
-            *(member_service(m.name, server, namespace, ports[m.name]) for m in members)]
+            network_policy(server, namespace, members, ports, policy, frozen),
+            *(member_service(m.name, server, namespace, ports[m.name]) for m in [*members, *frozen])]
 
 
 def member_service(model: str, server: str, namespace: str, port: int) -> dict[str, Any]:
@@ -322,7 +347,7 @@ def member_endpoints(model: str, server: str, namespace: str, port: int,
 
 
 def network_policy(server: str, namespace: str, members: Sequence[ServerMember], ports: Mapping[str, int],
-                   policy: TenantPolicy) -> dict[str, Any]:
+                   policy: TenantPolicy, frozen: Sequence[FrozenMember] = ()) -> dict[str, Any]:
     """Triton's own ports (its repository API, every member's metrics) from the operator only; each
     member's port from that member's clients (spec.networkPolicy.clients; any pod of the namespace
     when it names none). Always rendered: without it any pod could reach Triton past the routes."""
@@ -332,6 +357,7 @@ def network_policy(server: str, namespace: str, members: Sequence[ServerMember],
     for m in members:
         clients = [serving.policy_peer(p) for p in m.spec.network_policy.clients] or [{"podSelector": {}}]
         rules.append({"from": clients, "ports": [port(ports[m.name])]})
+    rules += [{"from": list(f.clients), "ports": [port(ports[f.name])]} for f in frozen if f.clients]
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": names.server_name(server), "namespace": namespace, "labels": server_labels(server)},
