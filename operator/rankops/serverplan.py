@@ -181,6 +181,9 @@ def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
 
 # While a member loads in a ready pod, or a pod's index was not read: the next look (seconds).
 POLL_S = 2.0
+# While a newcomer is refused for a Service name another holds (say a deleted model's, which the
+# garbage collector is about to remove): no event of the server's says when it goes.
+NAME_TAKEN_RECHECK_S = 30.0
 
 
 def next_look_s(plan: ServerPlan, unread: bool, due_s: float | None) -> float | None:
@@ -189,7 +192,8 @@ def next_look_s(plan: ServerPlan, unread: bool, due_s: float | None) -> float | 
     backoff ends (`due_s`, the pod shell's); the rest comes by events: a member or pod changing, a
     pod getting Ready, a load answered."""
     moving = unread or any(m.state == LOADING and m.reason != REASON_NO_READY_POD for m in plan.members)
-    looks = [t for t in (POLL_S if moving else None, due_s) if t is not None]
+    looks = [t for t in (POLL_S if moving else None, due_s, NAME_TAKEN_RECHECK_S if plan.name_taken else None)
+             if t is not None]
     return min(looks) if looks else None
 
 
@@ -230,6 +234,7 @@ class ServerPlan:
     ports: Mapping[str, int]
     replicas: int
     admission: Any                                  # planner.shared_server.Admission (None: nothing to admit)
+    name_taken: bool = False                        # a newcomer was refused for a Service name another holds
 
 
 def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
@@ -272,11 +277,14 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # that can be counted takes one, in arrival order, and once none is left the rest wait before
     # any work is spent on them (any tenant may name the server, as often as it likes).
     seats = MAX_MEMBERS - sum(1 for m in members if m.held_version) - len(frozen)
+    name_taken = False
     for m in members:
         problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
         if not m.held_version and m.name in (taken or {}):
             problems.append(f"{m.name}: the Service {m.name} it would answer at is {taken[m.name]}'s: a member "
-                            "answers at its own name; rename the RankingModel")
+                            "answers at its own name; rename the RankingModel (looked at again while it waits: "
+                            "a Service being deleted goes)")
+            name_taken = True
         if problems and not m.held_version:
             outcomes[m.name] = MemberOutcome(m.name, REFUSED, REASON_NOT_SHAREABLE, "; ".join(problems), None)
             continue
@@ -395,7 +403,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod)
     return ServerPlan(tuple(objects), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
-                      replicas, admission)
+                      replicas, admission, name_taken)
 
 
 REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value

@@ -339,6 +339,7 @@ def test_a_newcomer_named_after_a_service_the_server_does_not_own_is_refused_alo
     assert "the Service fine it would answer at is RankingModel foo's" in outcome["fine"].message
     assert {outcome["coarse"].state, outcome["rerank"].state} == {serverplan.LOADING}
     assert ("Service", "fine") not in {(o["kind"], o["metadata"]["name"]) for o in result.objects}
+    assert serverplan.next_look_s(result, unread=False, due_s=None) == serverplan.NAME_TAKEN_RECHECK_S
     held = [dataclasses.replace(m, held_version="1") for m in THREE]
     assert all(m.state == serverplan.LOADING for m in plan_server(
         "ranking", "reco", SERVER, held, (), {}, pool_placement(None, None), taken={"fine": "no owner"}).members), \
