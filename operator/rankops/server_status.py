@@ -46,7 +46,8 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
         was = before.get(outcome.name)
         # The config its pods serve: the planned one once it serves and no pod is asked to load it again.
         digest = config_hash(plan.configs[outcome.name][1]) if outcome.state == serverplan.SERVING \
-            and outcome.name in plan.configs and outcome.name not in asked else (was.config_digest if was else None)
+            and outcome.name in plan.configs and outcome.name not in asked and outcome.name not in plan.unconfirmed \
+            else (was.config_digest if was else None)
         line = MemberStatus(name=outcome.name, state=outcome.state, reason=outcome.reason,
                             message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
                             config_digest=digest, last_transition_time=now)

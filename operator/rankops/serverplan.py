@@ -235,6 +235,9 @@ class ServerPlan:
     replicas: int
     admission: Any                                  # planner.shared_server.Admission (None: nothing to admit)
     name_taken: bool = False                        # a newcomer was refused for a Service name another holds
+    # Held members whose planned config is not what their pods serve, whatever they answer: over the
+    # server's room (their new config goes nowhere) or refused by a pod (status keeps the old digest).
+    unconfirmed: frozenset[str] = frozenset()
 
 
 def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
@@ -361,6 +364,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
 
     actions: dict[str, PodActions] = {}
     per_pod: dict[str, dict[str, MemberState]] = {}
+    unconfirmed = set(over) | {name for pod in pods for name, refused in pod.refused.items()
+                               if name in configs and refused == config_hash(configs[name][1])}
     for pod in pods:
         if not pod.ready or pod.index is None or pod.terminating:
             continue
@@ -395,7 +400,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         if refused_edits:
             notes[m.name].append("its new config was refused (it serves the config it loaded before) on "
                                  + "; ".join(refused_edits))
-        outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name])
+        outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name],
+                                         loads_anew=m.name in configs and m.name not in over)
     for f in frozen:
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod), p.terminating)
                      for p in pods]
@@ -403,7 +409,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod)
     return ServerPlan(tuple(objects), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
-                      replicas, admission, name_taken)
+                      replicas, admission, name_taken, frozenset(unconfirmed))
 
 
 REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value
@@ -450,11 +456,22 @@ def _may_hold(model: str, pods: Sequence[PodView]) -> bool:
 
 
 def _held_outcome(member: MemberView, version: str, port: int, per_pod: Mapping[str, Mapping[str, MemberState]],
-                  pods: Sequence[PodView], notes: Sequence[str]) -> MemberOutcome:
+                  pods: Sequence[PodView], notes: Sequence[str], loads_anew: bool = True) -> MemberOutcome:
     """A held member's state over the ready pods whose index was read: Serving on all of them,
-    Failed where any refused it (Triton's reason, the pod named), else Loading."""
+    Failed where any refused it (Triton's reason, the pod named), else Loading. One that is loaded
+    on no pod that lacks it (`loads_anew` False: over the server's room, or no config to load it
+    with) is judged on the pods that hold it, and Failed where none does: nothing is on its way."""
     states = {pod: members[member.name] for pod, members in per_pod.items() if member.name in members}
     notes = list(notes)
+    if not loads_anew:
+        lacking = sorted(pod for pod, s in states.items() if s.state == ABSENT)
+        states = {pod: s for pod, s in states.items() if s.state != ABSENT}
+        if lacking:
+            notes.append(f"not loaded on {', '.join(lacking)}: no new load is sent for it")
+        if lacking and not states:
+            return MemberOutcome(member.name, FAILED, REASON_SERVER_FULL,
+                                 f"{member.name} {version} is held but loaded on no ready pod ({'; '.join(notes)})",
+                                 version, port)
     if member.held_version and member.spec.version != member.held_version:
         notes.append(f"spec.version {member.spec.version!r} waits: a shared server's member serves "
                      f"{member.held_version!r} until its new version is gated in place, which is not built yet")

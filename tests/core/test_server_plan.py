@@ -371,3 +371,48 @@ def test_a_frozen_member_is_never_unloaded_nor_loaded_anew_and_keeps_its_cards()
     assert clients_by_port(policy)[first.ports["coarse"]] == feed
     assert "coarse" in [m.model for m in parse_members(objects[("ConfigMap", "ranking-shared")]["data"]["members.json"],
                                                         "ranking")]
+
+
+def test_an_over_member_stays_over_round_after_round_and_waits_for_nothing():
+    """Its status keeps the digest its pods serve (not its new config's), so the next round still
+    places it after the members that did not change; a pod without it is not waited for."""
+    from rankops.api.sharedserver import SharedServerStatus
+    from rankops.render.serving import config_hash
+    from rankops.server_status import server_status
+
+    first = plan([member("a", weights_mib=5000), member("b", weights_mib=5000)])
+    served = {n: config_hash(text) for n, (_, text) in first.configs.items()}
+    pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("a"), ready("b")), loaded=served)
+    fresh = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", (ready("b"),))
+    grown = member("a", weights_mib=9000, held="1",
+                   batching={"maxBatchSize": 1024, "preferredBatchSizes": [512, 1024], "maxQueueDelayMicroseconds": 500},
+                   planning={"latencyProfile": {1: 1.0, 1024: 8.0},
+                             "memory": {"weightsMiB": 9000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
+    status = SharedServerStatus(members=[
+        {"name": n, "state": "Serving", "reason": "Serving", "message": "", "version": "1", "port": first.ports[n],
+         "configDigest": served[n]} for n in ("a", "b")])
+    for _ in range(3):
+        digests = {line.name: line.config_digest for line in status.members}
+        views = [dataclasses.replace(grown, served_digest=digests["a"]),
+                 dataclasses.replace(member("b", weights_mib=5000, held="1"), served_digest=digests["b"])]
+        result = plan(views, pods=[pod, fresh], ports=first.ports)
+        assert [n for n, _ in result.admission.over] == ["a"] and result.actions[fresh.name].load == ()
+        status = server_status(result, status, 1, "2026-12-06T04:00:00Z").status
+        assert {line.name: line.config_digest for line in status.members}["a"] == served["a"], "the old config serves"
+    outcome = {m.name: m for m in result.members}["a"]
+    assert outcome.state == serverplan.SERVING and "not loaded on ranking-shared-b" in outcome.message
+    assert serverplan.next_look_s(result, unread=False, due_s=None) is None, "nothing is on its way: no polling"
+
+
+def test_a_held_member_with_no_config_is_listed_once_for_the_stager():
+    from rankops.fetcher.members import parse_members as parse
+
+    first = plan(THREE)
+    staged = parse(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"]["members.json"], "ranking")
+    auto = dataclasses.replace(member("coarse", held="1", batching="auto",
+                                      slo={"p99LatencyMs": 0.01, "targetQps": 100000}))
+    result = plan([auto, *[dataclasses.replace(m, held_version="1") for m in THREE[1:]]], ports=first.ports,
+                  staged=staged)
+    [config] = [o for o in result.objects if o["kind"] == "ConfigMap"]
+    listed = [m.model for m in parse(config["data"]["members.json"], "ranking")]
+    assert sorted(listed) == ["coarse", "fine", "rerank"]

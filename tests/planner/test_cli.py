@@ -249,6 +249,17 @@ def test_a_shared_server_in_the_files_admits_its_members_on_its_own_cards(capsys
     assert "waits: rerank: rerank does not hold beside coarse, fine on 2 GPU(s)" in capsys.readouterr().out
 
 
+def test_a_member_the_operator_would_refuse_is_refused_by_plan_too(tmp_path, capsys):
+    example = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "sharedserver-ranking.yaml"
+    docs = list(yaml.safe_load_all(example.read_text()))
+    docs[1]["spec"]["warmReplicas"] = {"enabled": True}
+    changed = tmp_path / "server.yaml"
+    changed.write_text(yaml.safe_dump_all(docs))
+    assert main(["plan", "-f", str(changed)]) == 1
+    text = capsys.readouterr().out
+    assert "2 member(s) admitted on" in text and "refused: coarse: coarse: spec.warmReplicas.enabled is true" in text
+
+
 def test_burst_proof_is_a_flag_of_the_pack(tmp_path, capsys):
     both = _write(tmp_path, _model_doc("coarse", 300) + "---\n" + _model_doc("fine", 400))
     assert main(["plan", "-f", both, "-o", "json", "--burst-proof"]) == 0

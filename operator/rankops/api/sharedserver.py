@@ -73,10 +73,11 @@ class MemberStatus(ApiModel):
         "The RankingModel, in the server's namespace."))]
     state: Annotated[Literal[MEMBER_STATES], Field(description=(
         "Serving on every ready pod; Loading (or no ready pod yet); Failed where a pod refused its load (the "
-        "others serve on); Pending while it does not fit beside the members that serve (never an eviction); "
-        "Refused when it cannot share this server (its field and the fix in the message)."))]
+        "others serve on), or held and loaded nowhere while nothing will load it (over the room left, or its spec "
+        "invalid); Pending while it does not fit beside the members that serve or no seat is left (never an "
+        "eviction); Refused when it cannot share this server (its field and the fix in the message)."))]
     reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description=(
-        "Serving, Loading, NoReadyPod, MemberLoadFailed, ServerFull, NotShareable or CannotPack."))]
+        "Serving, Loading, NoReadyPod, MemberLoadFailed, ServerFull, InvalidSpec, NotShareable or CannotPack."))]
     message: Annotated[str, Field(max_length=MEMBER_MESSAGE_MAX, description=(
         "Human-readable details, with the arithmetic when it waits."))] = ""
     version: Annotated[str | None, Field(max_length=63, description=(

@@ -82,23 +82,29 @@ def run_pack(args: argparse.Namespace, docs_by_file: list[tuple[Path, list[Any]]
             raise PackInputError("--profile, --slowdown and --from-status are for one model; give each model "
                                  "its spec.planning.latencyProfile to pack several")
         server = shared_server(docs_by_file)
-        models, gpu_mib = [], set()
+        models, gpu_mib, not_shareable = [], set(), []
         for name, path, doc in several_models(docs_by_file):
             spec, note = load_spec([doc], path, [])
             if note:
                 print(f"note: {name}: {note}", file=sys.stderr)
+            if server is not None:      # who may join, as the operator says (render.shared_server)
+                from rankops.render.shared_server import ServerMember, member_problems
+                problems = member_problems(server[1], ServerMember(name, spec, spec.version))
+                if problems:
+                    not_shareable.append((name, "; ".join(problems)))
+                    continue
             inputs = inputs_from_spec(spec, gpu_memory_mib=server[1].gpu_memory_mib if server else None)
             if inputs.gpu_memory_mib is not None:
                 gpu_mib.add(inputs.gpu_memory_mib)
             models.append(ModelToPack(name, inputs))
-        if server is not None and not models:
+        if server is not None and not models and not not_shareable:
             raise PackInputError(f"no RankingModel in the files names SharedServer {server[0]} (spec.server)")
         card = _server_card(args, server[1]) if server else _card(args, gpu_mib)
     except (PackInputError, ProfileError, PlanError) as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
     if args.one_server or server is not None:
-        return _run_one_server(args, models, card, server[0] if server else None)
+        return _run_one_server(args, models, card, server[0] if server else None, tuple(not_shareable))
     try:
         result = pack(models, card)
     except PackError as exc:
@@ -138,7 +144,8 @@ def _server_card(args: argparse.Namespace, spec: Any) -> Card:
     return card
 
 
-def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: Card, server: str | None = None) -> int:
+def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: Card, server: str | None = None,
+                    not_shareable: tuple[tuple[str, str], ...] = ()) -> int:
     from rankops.planner.shared_server import admit
 
     if args.plot:
@@ -149,6 +156,9 @@ def _run_one_server(args: argparse.Namespace, models: list[ModelToPack], card: C
     except PackError as exc:
         print(f"rankops plan: {exc}", file=sys.stderr)
         return 2
+    if not_shareable:
+        import dataclasses
+        admission = dataclasses.replace(admission, refused=(*not_shareable, *admission.refused))
     print_report(args, admission, lambda: render_admission(admission, server), lambda *_: None)
     return 0 if not admission.waiting and not admission.refused and not admission.over else 1
 

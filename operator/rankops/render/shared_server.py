@@ -64,8 +64,8 @@ MEMBERS_DIR = "/etc/rankops/server"
 STARTUP_SECONDS = 600       # Triton starts with no model: its start is the server's alone
 # The route sidecar passes every member's requests: no CPU limit (it uses what is spare), a
 # bounded memory (it streams bodies, never holds them), and disk for its log only.
-ROUTE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
-                   "limits": {"memory": "256Mi", "ephemeral-storage": "64Mi"}}
+ROUTE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "128Mi"},
+                   "limits": {"memory": "256Mi", "ephemeral-storage": "128Mi"}}   # above the kubelet's log rotation
 FETCHED_SCHEMES = staged_members.FETCHED_SCHEMES
 
 
@@ -286,6 +286,8 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
     spec cannot be read, routed and given their Service (their files come in `lingering`)."""
     name, labels = names.server_name(server), server_labels(server)
     staged = [s for s in (staged_member(m) for m in members) if s is not None]
+    listed = {s.model for s in staged}
+    lingering = [s for s in lingering if s.model not in listed]     # a model is listed once
     config = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
