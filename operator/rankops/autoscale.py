@@ -114,15 +114,7 @@ def decide(inputs: Inputs) -> Outcome:
                f"one replica more than the {serving} carrying load")
     shed_up = shedding and not queue_high and need == serving + 1
     recommended = clamp(need + b.failure_tolerance, b)
-    history = _pruned((*inputs.history, (now, recommended)), now, b)
-    up_limit = min(r for t, r in history if _within(t, now, b.up_window_s))
-    down_limit = max(r for t, r in history if _within(t, now, b.down_window_s))
-    desired = current
-    if desired < up_limit:
-        desired = up_limit
-    if desired > down_limit:
-        desired = down_limit
-    desired = clamp(desired, b)
+    desired, history = stabilize(now, current, recommended, b, inputs.history)
     if desired > current:
         reason = "QueueTimeHigh" if queue_high else "Shedding" if shed_up else "ScaledUp"
     elif desired < current:
@@ -146,6 +138,22 @@ def decide(inputs: Inputs) -> Outcome:
     if per_replica > 0 and desired > 0:
         why += f"; {inputs.rate_qps / max(1, desired - b.failure_tolerance) / inputs.capacity_qps:.0%} of capacity per serving replica"
     return Outcome(desired, recommended, reason, why, history)
+
+
+def stabilize(now: dt.datetime, current: int, recommended: int, b: Bounds,
+              history: tuple[tuple[dt.datetime, int], ...] | list) -> tuple[int, tuple[tuple[dt.datetime, int], ...]]:
+    """(the replicas to run, the windows' history with `recommended` added), as the HPA's behavior:
+    up only to the fewest recommended over the scale-up window, down only to the most recommended
+    over the scale-down window, within the bounds."""
+    history = _pruned((*history, (now, recommended)), now, b)
+    up_limit = min(r for t, r in history if _within(t, now, b.up_window_s))
+    down_limit = max(r for t, r in history if _within(t, now, b.down_window_s))
+    desired = current
+    if desired < up_limit:
+        desired = up_limit
+    if desired > down_limit:
+        desired = down_limit
+    return clamp(desired, b), history
 
 
 def _within(at: dt.datetime, now: dt.datetime, window_s: float) -> bool:

@@ -69,8 +69,10 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
         if flipped(before, condition):
             warn = condition.type == DEGRADED and condition.status == "True"
             events.append(Event("Warning" if warn else "Normal", condition.reason, condition.message))
+    scaling = plan.scaling
+    events += [Event(kind, reason, message) for kind, reason, message in (scaling.events if scaling else ())]
     status = SharedServerStatus(observed_generation=generation, replicas=plan.replicas, members=members,
-                                conditions=conditions)
+                                conditions=conditions, autoscaling=scaling.status if scaling else None)
     return Decided(status, tuple(events))
 
 

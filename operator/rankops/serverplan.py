@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankops import server_autoscale
 from rankops.api.phases import DegradedReason
 from rankops.api.rankingmodel import RankingModelSpec
 from rankops.api.sharedserver import SharedServerSpec
@@ -189,10 +190,11 @@ NAME_TAKEN_RECHECK_S = 30.0
 def next_look_s(plan: ServerPlan, unread: bool, due_s: float | None) -> float | None:
     """When the server's reconcile runs again without an event (None: on events and the resync only).
     Loading in a ready pod, or a pod not read, is looked at again soon; a failed load when its
-    backoff ends (`due_s`, the pod shell's); the rest comes by events: a member or pod changing, a
-    pod getting Ready, a load answered."""
+    backoff ends (`due_s`, the pod shell's); a server that autoscales at its next reading; the rest
+    comes by events: a member or pod changing, a pod getting Ready, a load answered."""
     moving = unread or any(m.state == LOADING and m.reason != REASON_NO_READY_POD for m in plan.members)
-    looks = [t for t in (POLL_S if moving else None, due_s, NAME_TAKEN_RECHECK_S if plan.name_taken else None)
+    looks = [t for t in (POLL_S if moving else None, due_s, NAME_TAKEN_RECHECK_S if plan.name_taken else None,
+                         server_autoscale.READ_EVERY_S if plan.scaling is not None else None)
              if t is not None]
     return min(looks) if looks else None
 
@@ -238,13 +240,25 @@ class ServerPlan:
     # Held members whose planned config is not what their pods serve, whatever they answer: over the
     # server's room (their new config goes nowhere) or refused by a pod (status keeps the old digest).
     unconfirmed: frozenset[str] = frozenset()
+    scaling: Any = None                             # server_autoscale.ServerScaling (None: not autoscaled)
+
+
+@dataclass(frozen=True)
+class LoadSeen:
+    """What server_autoscale.step needs from the shell: status.autoscaling as read, this round's
+    reading of the pods (None: not read now), the pods asked and not read, the ready pods not asked."""
+    now: Any                                        # datetime.datetime
+    recorded: Any = None                            # api.sharedserver.ServerAutoscalingStatus
+    reading: Mapping[str, Any] | None = None
+    problems: tuple[str, ...] = ()
+    not_asked: int = 0
 
 
 def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Sequence[MemberView],
                 pods: Sequence[PodView], previous_ports: Mapping[str, int], placement: dict[str, Any],
                 policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = (),
                 taken: Mapping[str, str] | None = None, frozen: Sequence[Any] = (),
-                replicas_now: int = 0) -> ServerPlan:
+                replicas_now: int = 0, load: LoadSeen | None = None) -> ServerPlan:
     """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
     arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
     members.json as last written (read back from its ConfigMap); `taken`: the namespace's Service
@@ -252,7 +266,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     named after another's Service is refused: writing it would fail every member's writes);
     `frozen`: held members whose spec cannot be read (render.shared_server.FrozenMember): never
     unloaded, loaded nowhere new, their Service, port and files kept, their room uncounted (so no
-    newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status').
+    newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status');
+    `load`: the pods' load as read, for spec.autoscaling (server_autoscale.step sets the replicas).
 
     A newcomer is held when it can join (render.shared_server.member_problems) and the admission
     (planner.shared_server.admit) places it. A member held before stays held whatever its spec
@@ -386,6 +401,14 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     lingering += [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)][:MAX_MEMBERS]
     # one card a pod; none once nothing is held or may still be loaded
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering or frozen else 0
+    scaling = None
+    if spec.autoscaling.enabled and admission is not None and load is not None:
+        counted = [t for t in to_pack if t.name in admission.admitted]
+        scaling = server_autoscale.step(
+            spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, problems=load.problems,
+            uncounted=[*(n for n, _ in admission.over), *kept, *uncounted, *(f.name for f in frozen)],
+            not_asked=load.not_asked)
+        replicas = scaling.replicas
     if frozen:          # its needs are unknown: the cards it has are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
@@ -409,7 +432,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod)
     return ServerPlan(tuple(objects), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
-                      replicas, admission, name_taken, frozenset(unconfirmed))
+                      replicas, admission, name_taken, frozenset(unconfirmed), scaling)
 
 
 REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value

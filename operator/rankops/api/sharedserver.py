@@ -14,13 +14,40 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rankops.api import bounds
+from rankops.api.autoscaling import Recommendation
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
                                       FetchLimits, Resources, Storage)
+
+
+class ServerAutoscaling(ApiModel):
+    """The server's pods that follow its members' load (docs/shared-server.md, Autoscaling)."""
+    enabled: Annotated[bool, Field(description=(
+        "Set the pods from the members' observed load (each pod's Triton counters, per member): the fewest cards "
+        "on which every member's P99 holds beside the others at its load over targetUtilization, by the same "
+        "rule that admits them, within [minReplicas, maxReplicas]. Off: the pods are the cards the members "
+        "need together at their target loads."))] = False
+    min_replicas: Annotated[int, Field(ge=1, le=1000, description=(
+        "Fewest pods, whatever the load (each member's failureTolerance is in the rule already)."))] = 1
+    target_utilization: Annotated[float, Field(gt=0, le=1, description=(
+        "Each member's observed rate is sized as if it were this fraction of the load the pods must hold; the "
+        "rest is headroom for the time a new pod takes to start and load every member."))] = 0.7
+    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
+        "Scale up only to the fewest pods recommended over this window (0: at once)."))] = 0
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
+        "Scale down only to the most pods recommended over this window, so a dip in the load does not remove "
+        "pods the next peak needs."))] = 300
+
+
+SERVER_AUTOSCALING_RULES = [
+    {"rule": "!has(self.autoscaling) || !has(self.autoscaling.minReplicas) || "
+             "self.autoscaling.minReplicas <= (has(self.maxReplicas) ? self.maxReplicas : 8)",
+     "message": "autoscaling.minReplicas must not exceed maxReplicas", "fieldPath": ".autoscaling.minReplicas"},
+]
 
 
 class SharedServerSpec(ApiModel):
@@ -59,6 +86,15 @@ class SharedServerSpec(ApiModel):
         "Priority class, node spread, node-loss tolerance and the drain of each pod; Triton's exit timeout "
         "must cover every member's."), json_schema_extra={"x-kubernetes-validations": DISRUPTION_RULES})
     pod_annotations: bounds.pod_annotations("Annotations added to the server's pods.")
+    autoscaling: ServerAutoscaling = Field(default_factory=ServerAutoscaling, description=(
+        "Pods that follow the members' observed load (off: the cards their target loads need)."))
+
+    @model_validator(mode="after")
+    def _autoscaling_bounds(self) -> "SharedServerSpec":
+        if self.autoscaling.min_replicas > self.max_replicas:
+            raise ValueError(f"autoscaling.minReplicas {self.autoscaling.min_replicas} exceeds maxReplicas "
+                             f"{self.max_replicas}: lower it or raise maxReplicas")
+        return self
 
 
 MEMBER_STATES = ("Serving", "Loading", "Failed", "Pending", "Refused")
@@ -91,6 +127,26 @@ class MemberStatus(ApiModel):
         "When its state or reason last changed (RFC 3339)."))] = None
 
 
+class ServerAutoscalingStatus(ApiModel):
+    """What the last reading of the server's pods decided (server_autoscale.step), and what the next
+    decision needs across a restart (the reading, the windows' recommendations)."""
+    observed_qps: Annotated[dict[str, float], Field(default_factory=dict, description=(
+        "Each held member's request rate between the last two readings, all pods together."))]
+    desired_replicas: Annotated[int | None, Field(ge=0, description="The pods decided.")] = None
+    reason: Annotated[str | None, Field(description=(
+        "ScaledUp, ScaledDown, WithinTarget, ScaleDownStabilizing, ScaleUpStabilizing, AtMaxReplicas, "
+        "AtMinReplicas, ScaleDownHeld or NoReading."))] = None
+    message: Annotated[str | None, Field(max_length=1000, description=(
+        "The numbers behind the decision, for people."))] = None
+    last_scale_time: Annotated[str | None, Field(description="When the pods last changed (RFC 3339).")] = None
+    read_at: Annotated[str | None, Field(description="When the pods were last read (RFC 3339).")] = None
+    reading: Annotated[dict[str, Any] | None, Field(
+        description="The last reading: per pod, when, and each member's requests so far (Triton's counters).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
+    recommendations: Annotated[list[Recommendation], Field(default_factory=list, max_length=200, description=(
+        "The pods recommended at each reading of the stabilization windows."))]
+
+
 class SharedServerStatus(ApiModel):
     observed_generation: Annotated[int | None, Field(description=(
         "The metadata.generation this status was computed from."))] = None
@@ -100,6 +156,8 @@ class SharedServerStatus(ApiModel):
         f"The RankingModels that name the server, in arrival order (the first {MAX_LISTED_MEMBERS})."))]
     conditions: list[Condition] = Field(default_factory=list, description=(
         "Ready (every member serves) and Degraded (a member failed, waits or is refused)."))
+    autoscaling: ServerAutoscalingStatus | None = Field(default=None, description=(
+        "The pods that follow the members' load (spec.autoscaling.enabled)."))
 
 
 class SharedServer(ApiModel):
@@ -126,6 +184,7 @@ class SharedServer(ApiModel):
                  "message": f"metadata.name must be a DNS label of at most {bounds.SERVER_NAME_MAX} characters "
                             "starting with a letter (child objects add suffixes such as -shared)"},
             ],
+            "spec": SERVER_AUTOSCALING_RULES,
         },
     }
 

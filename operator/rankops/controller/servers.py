@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rankops import server_status, serverplan
+from rankops import server_autoscale, server_status, serverplan
 from rankops.api.base import unknown_fields_message
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool
@@ -148,9 +148,12 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
     pods_read = shell.read([server_pod(p) for p in pods], [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
+    load = _load_seen(shell, spec, old, [server_pod(p) for p in pods], [v.name for v in views if v.held_version],
+                      now)
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
-                                  taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0)
+                                  taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,
+                                  load=load)
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:
@@ -164,6 +167,17 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     return Result(decided.status, [*events, *decided.events],
                   requeue_after=serverplan.next_look_s(plan, bool(shell.unread), shell.next_due_s()),
                   changed_members=server_status.changed_members(old, decided.status))
+
+
+def _load_seen(shell: ServerPods, spec: Any, old: SharedServerStatus, pods: Sequence[ServerPod],
+               held: Sequence[str], now: dt.datetime) -> serverplan.LoadSeen | None:
+    """The pods' load for spec.autoscaling: each ready pod's metrics read when a reading is due."""
+    if not spec.autoscaling.enabled:
+        return None
+    if not server_autoscale.reading_due(spec, old.autoscaling, now):
+        return serverplan.LoadSeen(now, old.autoscaling)
+    reading, problems, not_asked = shell.read_load(pods, held, lambda: dt.datetime.now(dt.timezone.utc))
+    return serverplan.LoadSeen(now, old.autoscaling, reading, problems, not_asked)
 
 
 def _member_read(body: dict[str, Any], memory: ServerMemory) -> serverplan.MemberRead:

@@ -35,8 +35,10 @@ from typing import Any
 
 from rankops.controller.pod_work import PodWork
 from rankops.controller.workqueue import RETRY_CAP_S, RETRY_FIRST_S, Backoff
-from rankops.render.serving import HTTP_PORT, config_hash
+from rankops.render.serving import HTTP_PORT, METRICS_PORT, config_hash
+from rankops.server_autoscale import MAX_READ_PODS, pod_reading
 from rankops.serverplan import PodView, ServerPlan, not_staged
+from rankops.triton import metrics
 from rankops.triton.repository import (INDEX_DEADLINE_S, LOAD_DEADLINE_S, UNLOAD_DEADLINE_S, IndexEntry, Repository,
                                        RepositoryError, config_json)
 
@@ -209,6 +211,32 @@ class ServerPods:
                                      terminating=pod.terminating,
                                      last_index=None if index is not None else self._last_index.get(pod.uid)))
         return views
+
+    def read_load(self, pods: Sequence[ServerPod], members: Sequence[str], now: Callable[[], Any],
+                  most: int = MAX_READ_PODS) -> tuple[dict[str, Any], tuple[str, ...], int]:
+        """({pod: server_autoscale.pod_reading} of the reachable pods, the first `most` by name, each
+        metrics page read at once within its deadline and parsed for `members` only; the pods asked
+        and not read, with why; the reachable pods not asked). A page is Triton's, but a member's
+        model runs code of its tenant's in that process: every read is bounded like any pod's answer."""
+        reachable = sorted((p for p in pods if p.reachable), key=lambda p: p.name)
+        asked = reachable[:most]
+        unread = (None, f"metrics not read within {self.index_deadline_s + READ_MARGIN_S:g} s")
+        pages = self._work.read_all(lambda pod: self._metrics(pod, members, now), asked,
+                                    self.index_deadline_s + READ_MARGIN_S, unread)
+        reading = {pod.name: read for pod, (read, _) in zip(asked, pages) if read is not None}
+        problems = tuple(f"{pod.name}: {error}" for pod, (read, error) in zip(asked, pages) if read is None)
+        return reading, problems, len(reachable) - len(asked)
+
+    def _metrics(self, pod: ServerPod, members: Sequence[str], now: Callable[[], Any]) -> tuple[dict | None, str]:
+        try:
+            page = metrics.fetch(pod.ip, METRICS_PORT, self.index_deadline_s)
+            counts = {member: c.values["success"] + c.values["failure"]
+                      for member, c in metrics.parse_models(page, members).items() if c.seen}
+            return pod_reading(now(), counts), ""
+        except metrics.MetricsUnavailable as exc:
+            return None, str(exc)[:300]
+        except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
+            return None, f"metrics not read ({type(exc).__name__})"
 
     def next_due_s(self) -> float | None:
         """Seconds until a backoff or a wait of the members last read ends (None: none is running)."""

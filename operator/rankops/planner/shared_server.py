@@ -21,7 +21,9 @@ with the reason: it is its spec's problem, and it never blocks the others.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import dataclasses
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from rankops.planner.pack import (Card, ModelToPack, PackError, Server, _Alone, _fails, _memory, _plan_alone,
@@ -119,3 +121,42 @@ def _placement(placed: list[_Alone], cards: int, model: _Alone, card: Card) -> t
         return None, (f"{model.name} takes {model.result.gpus} {card.name}(s) by itself, over the server's "
                       f"{card.max_cards}")
     return None, f"{model.name} does not hold{beside} on {most} {card.name}(s): {why}"
+
+
+LOAD_STEP = 1.05         # loads are rounded up to a power of this: readings that move a little reuse the simulations
+IDLE_QPS = 0.05          # a member below this rate adds no time to the cards (its memory is on every card anyway)
+
+
+def rounded_load(qps: float) -> float:
+    """`qps` rounded up to the next power of LOAD_STEP (never below): the sizing errs toward a pod more."""
+    if qps <= IDLE_QPS:
+        return 0.0
+    return LOAD_STEP ** math.ceil(math.log(qps) / math.log(LOAD_STEP) - 1e-9)
+
+
+def cards_for_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, float]) -> tuple[int | None, str]:
+    """(the fewest cards, at most card.max_cards, on which every member's P99 holds beside the others
+    at `loads` (member -> req/s, all cards together, the caller's headroom in them), ""), or (None, why
+    not even card.max_cards hold). The admission's own time rule (_fails: the device's time shared
+    across the members' batches, each member's failureTolerance cards lost), with each member's target
+    replaced by its load and its planning.headroom by the caller's (the load is sized with it): the
+    members' memory fits on one card whatever the count, so only time decides. A member at no load
+    adds no time; every member's failureTolerance holds at any load (at least that many cards + 1)."""
+    floor = 1 + max((m.inputs.failure_tolerance for m in members), default=0)
+    group = []
+    for m in members:
+        load = rounded_load(loads.get(m.name, 0.0))
+        if load:
+            alone = _plan_alone(m, card)
+            group.append(dataclasses.replace(alone, inputs=dataclasses.replace(alone.inputs, target_qps=load,
+                                                                               headroom=0.0)))
+    most = card.max_cards if card.max_cards is not None else max(floor, sum(a.result.gpus for a in group))
+    if not group:
+        return (floor, "") if floor <= most else (None, f"failureTolerance {floor - 1} needs {floor} {card.name}(s)")
+    why = ""
+    for n in range(floor, most + 1):
+        why = _fails(group, n, burst_proof=card.burst_proof) or \
+            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
+        if not why:
+            return n, ""
+    return None, f"not even {most} {card.name}(s) hold: {why or f'failureTolerance {floor - 1} needs {floor}'}"

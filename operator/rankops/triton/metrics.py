@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -140,11 +140,18 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
     (malformed, repeated, a counter not finite, negative or over 64 bits) rejects the whole
     reading (MetricsRejected) rather than be guessed at. Lines of other names are not parsed
     beyond their name. Linear in the text."""
-    values = {k: 0.0 for k in KEYS}
-    quantiles: dict[float, float] = {}
-    seen = False
-    series: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    other_versions: set[str] = set()
+    return parse_models(text, (model,), version)[model]
+
+
+def parse_models(text: str, models: Sequence[str], version: str = "") -> dict[str, ModelCounters]:
+    """parse() of each of `models` in one pass over the text (a shared server's page holds every
+    member's series): linear in the text whatever the count."""
+    wanted = set(models)
+    values = {m: {k: 0.0 for k in KEYS} for m in wanted}
+    quantiles: dict[str, dict[float, float]] = {m: {} for m in wanted}
+    seen: set[str] = set()
+    series: dict[str, set[tuple[str, tuple[tuple[str, str], ...]]]] = {m: set() for m in wanted}
+    other_versions: dict[str, set[str]] = {m: set() for m in wanted}
     other_models = 0
     sample_lines = 0
     garbage = ""
@@ -172,21 +179,22 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
         rest = line[after:].split()
         if not 1 <= len(rest) <= 2:
             raise MetricsRejected(f"{where}: expected a value (and a timestamp) after the labels")
-        if labels.get("model") != model:
+        model = labels.get("model")
+        if model not in wanted:
             other_models += 1
             continue
         if version and labels.get("version") != version:
-            other_versions.add(labels.get("version", "none")[:20])
+            other_versions[model].add(labels.get("version", "none")[:20])
             continue
         key = (name, tuple(sorted(labels.items())))
-        if key in series:
+        if key in series[model]:
             raise MetricsRejected(f"{where}: duplicate series {_printable(str(dict(key[1])), 120)}: "
                                   "two exporters, or not Triton")
-        series.add(key)
-        if len(series) > MAX_MODEL_SERIES:
+        series[model].add(key)
+        if len(series[model]) > MAX_MODEL_SERIES:
             raise MetricsRejected(f"{where}: more than {MAX_MODEL_SERIES} series of model {model}: not Triton's page")
         value = _value(rest[0], where, name)
-        seen = True
+        seen.add(model)
         if name == SUMMARY:
             if "quantile" not in labels:
                 raise MetricsRejected(f"{where}: a summary quantile line without a quantile label")
@@ -197,26 +205,29 @@ def parse(text: str, model: str, version: str = "") -> ModelCounters:
                 continue
             if not 0.0 <= value <= MAX_COUNTER:
                 raise MetricsRejected(f"{where}: latency {rest[0][:40]} us is not a latency")
-            quantiles[q] = value
+            quantiles[model][q] = value
             continue
         if not (value == value and 0.0 <= value <= MAX_COUNTER):
             raise MetricsRejected(f"{where}: counter value {rest[0][:40]} is not a 64-bit counter "
                                   "(NaN, infinite, negative or too large)")
-        values[_NAMES[name]] += value
+        values[model][_NAMES[name]] += value
         if name == COUNTERS["failure"] and labels.get("reason") == SHED_REASON:
-            values["rejected"] += value
-    note = ""
-    if not seen:
-        if other_versions:
-            note = (f"series of model {model} only for version(s) {', '.join(sorted(other_versions)[:5])}, "
-                    f"not {version}")
-        elif sample_lines:
-            note = f"{sample_lines} series, {other_models} of them of other models, none of model {model}"
-        elif garbage:
-            note = f"not Prometheus text ({garbage})"
-        else:
-            note = "an empty metrics page"
-    return ModelCounters(values, quantiles, seen, note)
+            values[model]["rejected"] += value
+    out = {}
+    for model in wanted:
+        note = ""
+        if model not in seen:
+            if other_versions[model]:
+                note = (f"series of model {model} only for version(s) "
+                        f"{', '.join(sorted(other_versions[model])[:5])}, not {version}")
+            elif sample_lines:
+                note = f"{sample_lines} series, {other_models} of them of other models, none of model {model}"
+            elif garbage:
+                note = f"not Prometheus text ({garbage})"
+            else:
+                note = "an empty metrics page"
+        out[model] = ModelCounters(values[model], quantiles[model], model in seen, note)
+    return out
 
 
 GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"

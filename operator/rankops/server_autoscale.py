@@ -1,0 +1,177 @@
+"""A shared server's pods that follow its members' load (issue 42): the pure decision.
+
+    read (controller/servers.py, every READ_EVERY_S): each ready pod's Triton metrics page, and of it
+         each held member's requests so far (success + failure: what was asked, shed ones included)
+      -> member_rates(previous, reading)              each member's req/s, all pods together
+      -> planner.shared_server.cards_for_load          the fewest cards on which every member's P99
+                                                       holds beside the others at rate / targetUtilization
+      -> autoscale.stabilize                           the HorizontalPodAutoscaler's windows
+
+One rule sizes the server whether members arrive or the load moves: the admission's (each member
+at its per-card rate under its headroom and failureTolerance rules, the device's time shared across
+the members' batches), with the observed load in place of the targets. Within 10% of the load the
+pods run now nothing changes (noise). A member whose needs cannot be counted (over the room, its
+spec unreadable) or a pod that could not be read holds a scale-down (its load is unknown); a scale
+up stands. What the next decision needs across a restart (the last reading, the windows'
+recommendations) lives in status.autoscaling. No I/O; the clock is an argument.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rankops import autoscale
+from rankops.api.autoscaling import Recommendation
+from rankops.api.sharedserver import ServerAutoscalingStatus, SharedServerSpec
+
+READ_EVERY_S = 10.0                  # a server that autoscales reads its pods this often
+MAX_READ_PODS = 64                   # pods read per reading; the others' load is taken as the read ones' mean
+TOLERANCE = autoscale.TOLERANCE
+SCALED = autoscale.SCALED
+
+
+@dataclass(frozen=True)
+class ServerScaling:
+    replicas: int
+    status: ServerAutoscalingStatus
+    events: tuple[tuple[str, str, str], ...] = ()   # (type, reason, message)
+
+
+def reading_due(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, now: dt.datetime) -> bool:
+    """Whether this reconcile reads the pods' counters: autoscaling on, the last reading at least
+    autoscale.MIN_READING_S ago (a burst of events reads once)."""
+    if not spec.autoscaling.enabled:
+        return False
+    read_at = autoscale._time(recorded.read_at if recorded else None)
+    return read_at is None or (now - read_at).total_seconds() >= autoscale.MIN_READING_S
+
+
+def pod_reading(at: dt.datetime, requests: Mapping[str, float]) -> dict[str, Any]:
+    """One pod's reading: when, and each member's requests so far as its metrics page says."""
+    return {"at": autoscale._iso(at), "requests": dict(requests)}
+
+
+def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any], members: Sequence[str],
+                 not_asked: int = 0) -> tuple[dict[str, float] | None, list[str]]:
+    """({member: req/s over the pods read both times}, or None when no pod was, and the pods whose
+    counters moved more than a Triton pod can serve, left out). A pod counts for a member only where
+    both readings list it (one just loaded there counts from the next reading: its first counters
+    hold its warm-up). `not_asked`: ready pods left out of the reading (past MAX_READ_PODS), carrying
+    as much as the mean pod read."""
+    implausible: list[str] = []
+    rates: dict[str, float] = {}
+    for member in members:
+        before = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(previous, member).items()}
+        now = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(current, member).items()}
+        seen = autoscale.rate(before, now, implausible)
+        rates[member] = seen.qps or 0.0
+    pods_twice = sum(1 for pod in current if isinstance((previous or {}).get(pod), dict))
+    if not pods_twice:
+        return None, sorted(set(implausible))
+    scale = (pods_twice + not_asked) / pods_twice if not_asked else 1.0
+    return {m: round(r * scale, 3) for m, r in rates.items()}, sorted(set(implausible))
+
+
+def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, tuple[float, dt.datetime]]:
+    out = {}
+    for pod, read in (reading or {}).items():
+        if not isinstance(read, dict) or not isinstance(read.get("requests"), dict):
+            continue
+        at, n = autoscale._time(read.get("at")), autoscale._number(read["requests"].get(member))
+        if at is not None and n is not None:
+            out[pod] = (n, at)
+    return out
+
+
+def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, reading: Mapping[str, Any] | None,
+         members: Sequence[Any], start: int, now: dt.datetime, *, problems: Sequence[str] = (),
+         uncounted: Sequence[str] = (), not_asked: int = 0) -> ServerScaling | None:
+    """The pods to run and status.autoscaling for this reconcile; None without autoscaling.
+    `recorded`: status.autoscaling as read; `reading`: this reconcile's {pod: pod_reading} (None: not
+    read now); `members`: the admitted members as planner.pack.ModelToPack; `start`: the pods running
+    (or the admission's cards) when nothing was decided yet; `problems`: pods asked and not read;
+    `uncounted`: held members whose load this rule cannot size (over the room, frozen, no plan)."""
+    from rankops.planner.shared_server import cards_for_load, server_card
+
+    a = spec.autoscaling
+    if not a.enabled:
+        return None
+    b = autoscale.Bounds(a.min_replicas, spec.max_replicas, a.target_utilization, 0,
+                         a.scale_up_stabilization_seconds, a.scale_down_stabilization_seconds)
+    decided = recorded.desired_replicas if recorded else None
+    current = autoscale.clamp(decided if decided is not None else max(1, start), b)
+    history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
+                    if (t := autoscale._time(r.at)) is not None)
+    kept: dict[str, Any] = {k: getattr(recorded, k) if recorded else None
+                            for k in ("reading", "read_at", "last_scale_time")}
+    kept["observed_qps"] = dict(recorded.observed_qps) if recorded else {}
+    if reading is None and recorded is not None and decided == current:     # not read now: the decision stands
+        message = recorded.message or ""
+        if problems:
+            message = message.split(autoscale.NOT_READ)[0] + autoscale.NOT_READ + "; ".join(problems[:3])
+        return ServerScaling(current, recorded.model_copy(update={"message": message[:1000]}))
+    rates, implausible = (None, []) if reading is None else \
+        member_rates(recorded.reading if recorded else None, reading, [m.name for m in members], not_asked)
+    if reading is not None:
+        kept.update(reading=dict(reading), read_at=autoscale._iso(now))
+    problems = [*problems, *implausible]
+    if rates is None:
+        recommended, reason = current, "NoReading"
+        message = ("no request rate yet (a rate needs two readings of a ready pod): pods kept at "
+                   f"{current}")
+        desired, history = autoscale.stabilize(now, current, recommended, b, history)
+    else:
+        kept["observed_qps"] = {m: round(r, 3) for m, r in rates.items()}
+        card = server_card(spec)
+        loads = {m: r / a.target_utilization for m, r in rates.items()}
+        need, why = cards_for_load(members, card, loads)
+        if need is not None and need != current:
+            # within TOLERANCE of the load the pods hold now: kept (noise)
+            nudged = 1 + TOLERANCE if need < current else 1 - TOLERANCE
+            other, _ = cards_for_load(members, card, {m: x * nudged for m, x in loads.items()})
+            if (need < current and (other is None or other >= current)) or (need > current and other is not None
+                                                                             and other <= current):
+                need = current
+        recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
+        loads_said = ", ".join(f"{m} {r:.1f}" for m, r in sorted(rates.items())) or "no member"
+        message = (f"req/s {loads_said}: " + (why if need is None else
+                                              f"every member's P99 holds on {need} pod(s) at "
+                                              f"{a.target_utilization:.0%} of the pods' load"))
+        desired, history = autoscale.stabilize(now, current, recommended, b, history)
+        if desired > current:
+            reason = "ScaledUp"
+        elif desired < current:
+            reason = "ScaledDown"
+        elif recommended < current:
+            reason = "ScaleDownStabilizing"
+            message += (f"; kept at {current}, the most recommended over the last {b.down_window_s:g} s "
+                        "(autoscaling.scaleDownStabilizationSeconds)")
+        elif recommended > current:
+            reason = "ScaleUpStabilizing"
+            message += (f"; kept at {current}, the fewest recommended over the last {b.up_window_s:g} s "
+                        "(autoscaling.scaleUpStabilizationSeconds)")
+        elif need is None or need > b.max_replicas:
+            reason = "AtMaxReplicas"
+            message += f"; capped at maxReplicas {b.max_replicas}"
+        elif need < b.min_replicas:
+            reason = "AtMinReplicas"
+            message += f"; kept at autoscaling.minReplicas {b.min_replicas}"
+        else:
+            reason = "WithinTarget"
+    if desired < current and (problems or uncounted):
+        held = [f"{len(problems)} pod(s) not read"] if problems else []
+        held += [f"{', '.join(uncounted)}: needs not counted now"] if uncounted else []
+        message += f"; scale-down to {desired} held at {current}: {'; '.join(held)}"
+        desired, reason = current, "ScaleDownHeld"
+    if problems:
+        message += autoscale.NOT_READ + "; ".join(problems[:3])
+    events: tuple[tuple[str, str, str], ...] = ()
+    before = decided if decided is not None else max(1, start)
+    if desired != before:
+        kept["last_scale_time"] = autoscale._iso(now)
+        events = (("Normal", SCALED, f"server pods {before} -> {desired}: {message}"[:1000]),)
+    return ServerScaling(desired, ServerAutoscalingStatus(
+        desired_replicas=desired, reason=reason, message=message[:1000], **kept,
+        recommendations=[Recommendation(at=autoscale._iso(t), replicas=r) for t, r in history]), events)
