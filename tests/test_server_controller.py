@@ -272,3 +272,70 @@ def test_a_newcomer_named_after_another_models_service_is_refused_and_the_others
     service = kube.stored("Service", NS, "foo-stable")
     assert service["metadata"]["ownerReferences"][0]["name"] == "foo", "another model's Service is left alone"
     assert kube.stored("Service", NS, "coarse") is not None and lines["coarse"].state == "Loading"
+
+
+def test_a_server_that_autoscales_reads_each_pods_counters_and_follows_the_members_load(posted):
+    """Two ready pods whose metrics pages (real HTTP on 127.0.0.x:8002) count each member's requests:
+    the first reading keeps the pods (no rate yet); ten seconds and 20000 req/s a member later the
+    Deployment grows, said in status.autoscaling and a Scaled Event; the next look is the next reading."""
+    import datetime as dt
+
+    from hostile import Endpoint
+
+    from rankops.render.serving import METRICS_PORT
+
+    counts = {"coarse": 0.0, "fine": 0.0}
+
+    def page(conn, stop):
+        body = "".join(f'nv_inference_request_success{{model="{m}",version="1"}} {n}\n' for m, n in counts.items())
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(body)
+                     + body.encode())
+    pages = [Endpoint(page, address=f"127.0.0.{i}", port=METRICS_PORT) for i in (2, 3)]
+    kube = FakeCluster()
+    kube.put({"kind": "Namespace", "metadata": {"name": NS}})
+    body = copy.deepcopy(SERVER_BODY)
+    body["spec"].update(maxReplicas=6, autoscaling={"enabled": True})
+    kube.put(body)
+    for name, created in (("coarse", "2026-12-06T01:00:00Z"), ("fine", "2026-12-06T02:00:00Z")):
+        kube.put(member_body(name, created, slo={"p99LatencyMs": 40, "targetQps": 3000}, planning={
+            "latencyProfile": {1: 1.0, 64: 4.0}, "failureTolerance": 0,
+            "memory": {"weightsMiB": 2000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}}))
+    for i in (2, 3):
+        kube.put({"kind": "Pod", "metadata": {"name": f"ranking-shared-{i}", "namespace": NS, "uid": f"pod{i}",
+                                              "labels": {names.LABEL_SERVER: SERVER}},
+                  "spec": {"nodeName": "n1"},
+                  "status": {"podIP": f"127.0.0.{i}", "conditions": [{"type": "Ready", "status": "True"}]}})
+    clock = [dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc)]
+    memory = servers.ServerMemory(wall_clock=lambda: clock[0])
+    t0 = clock[0]
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+
+    def round_at(at):
+        clock[0] = at
+        stored = kube.stored("SharedServer", NS, SERVER)
+        result = servers.reconcile(kube, stored, kube.list("RankingModel", NS), kube.list("Pod", NS), memory, now=at)
+        stored["status"] = result.status.to_wire()
+        kube.put(stored)
+        return result
+
+    try:
+        admitted = round_at(t0)         # the members are admitted: read from the next round on
+        assert admitted.status.autoscaling.reason == "NoReading", admitted.status.autoscaling
+        first = round_at(t0 + dt.timedelta(seconds=10))
+        assert first.status.autoscaling.observed_qps == {}, "no member had a rate: none is said to be idle"
+        assert "coarse no rate yet (its target 3000)" in first.status.autoscaling.message
+        assert set(first.status.autoscaling.reading) == {"ranking-shared-2", "ranking-shared-3"}
+        start = first.status.replicas
+        assert first.requeue_after is not None and first.requeue_after <= 10
+        # 10 s at 20000 req/s a member, half on each pod: the counters each page shows
+        counts.update(coarse=100000.0, fine=100000.0)
+        busy = round_at(t0 + dt.timedelta(seconds=20))
+    finally:
+        for endpoint in pages:
+            endpoint.close()
+        memory.forget(uid)
+    scaling = busy.status.autoscaling
+    assert scaling.observed_qps["coarse"] == pytest.approx(20000, rel=0.05), scaling
+    assert busy.status.replicas > start and scaling.reason == "ScaledUp", scaling.message
+    assert kube.stored("Deployment", NS, "ranking-shared")["spec"]["replicas"] == busy.status.replicas
+    assert any(e.reason == "Scaled" for e in busy.events)

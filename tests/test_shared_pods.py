@@ -4,6 +4,7 @@ failure with a backoff, a member that leaves is forgotten, a load never answered
 index shows it), and reads bounded against pods that accept and never answer."""
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 
@@ -181,3 +182,42 @@ def test_a_new_process_takes_the_config_a_serving_member_loaded_from_the_server_
     finally:
         shell.close()
     assert view.loaded == {"m": "d0"}
+
+
+AT = datetime.datetime(2026, 12, 6, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def metrics_page(body: str):
+    def answer(conn, stop):
+        data = body.encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+    return answer
+
+
+def test_the_load_read_takes_each_members_requests_bounded_against_pods_that_stall_or_lie():
+    """Per member, success + failure; a page that stalls costs its deadline, one that is not Triton's
+    is named, a pod past the most asked is counted as not asked, a pod not ready is not asked."""
+    good = Endpoint(metrics_page('nv_inference_request_success{model="coarse",version="1"} 90\n'
+                                 'nv_inference_request_failure{model="coarse",reason="REJECTED",version="1"} 10\n'
+                                 'nv_inference_request_success{model="fine",version="1"} 5\n'
+                                 'nv_inference_request_success{model="stranger",version="1"} 7\n'))
+    liar = Endpoint(metrics_page('nv_inference_request_success{model="coarse",version="1"} -1\n'))
+    stalled = Endpoint(lambda conn, stop: stop.wait(30))
+    shell = ServerPods(None, staging_wait_s=30, index_deadline_s=0.5, workers=2)
+    try:
+        pods = [ServerPod("a", "ua", "127.0.0.1", True, metrics_port=good.port),
+                ServerPod("b", "ub", "127.0.0.1", True, metrics_port=liar.port),
+                ServerPod("c", "uc", "127.0.0.1", True, metrics_port=stalled.port),
+                ServerPod("d", "ud", "127.0.0.1", False, metrics_port=good.port),
+                ServerPod("e", "ue", "127.0.0.1", True, metrics_port=good.port)]
+        began = time.monotonic()
+        reading, problems, not_asked = shell.read_load(pods, ["coarse", "fine", "rerank"], now=lambda: AT, most=3)
+        took = time.monotonic() - began
+    finally:
+        for endpoint in (good, liar, stalled):
+            endpoint.close()
+        shell.close()
+    assert took < 0.5 + 1.0 + 1.0, took
+    assert reading == {"a": {"at": "2026-12-06T12:00:00Z", "requests": {"coarse": 100.0, "fine": 5.0}}}
+    assert [p.split(":")[0] for p in problems] == ["b", "c"] and "not a 64-bit counter" in problems[0]
+    assert not_asked == 1      # e: past the 3 asked (d is not ready)

@@ -58,7 +58,7 @@ def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
     """({member: req/s over the pods read both times}, or None when no pod was, and the pods whose
     counters moved more than a Triton pod can serve, left out). A pod counts for a member only where
     both readings list it (one just loaded there counts from the next reading: its first counters
-    hold its warm-up). `not_asked`: ready pods left out of the reading (past MAX_READ_PODS), carrying
+    hold its warm-up); a member no pod counted is not in the rates. `not_asked`: ready pods left out of the reading (past MAX_READ_PODS), carrying
     as much as the mean pod read."""
     implausible: list[str] = []
     rates: dict[str, float] = {}
@@ -66,7 +66,8 @@ def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
         before = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(previous, member).items()}
         now = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(current, member).items()}
         seen = autoscale.rate(before, now, implausible)
-        rates[member] = seen.qps or 0.0
+        if seen.qps is not None:        # a member no pod counted yet has no rate (not 0)
+            rates[member] = seen.qps
     pods_twice = sum(1 for pod in current if isinstance((previous or {}).get(pod), dict))
     if not pods_twice:
         return None, sorted(set(implausible))
@@ -124,8 +125,10 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
         desired, history = autoscale.stabilize(now, current, recommended, b, history)
     else:
         kept["observed_qps"] = {m: round(r, 3) for m, r in rates.items()}
+        # a member no pod counted yet (just admitted) is sized at its target, as its admission was
+        unknown = {m.name: float(m.inputs.target_qps or 0.0) for m in members if m.name not in rates}
         card = server_card(spec)
-        loads = {m: r / a.target_utilization for m, r in rates.items()}
+        loads = {m: r / a.target_utilization for m, r in {**rates, **unknown}.items()}
         need, why = cards_for_load(members, card, loads)
         if need is not None and need != current:
             # within TOLERANCE of the load the pods hold now: kept (noise)
@@ -135,7 +138,8 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
                                                                              and other <= current):
                 need = current
         recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
-        loads_said = ", ".join(f"{m} {r:.1f}" for m, r in sorted(rates.items())) or "no member"
+        loads_said = ", ".join([*(f"{m} {r:.1f}" for m, r in sorted(rates.items())),
+                                *(f"{m} no rate yet (its target {r:g})" for m, r in sorted(unknown.items()))])
         message = (f"req/s {loads_said}: " + (why if need is None else
                                               f"every member's P99 holds on {need} pod(s) at "
                                               f"{a.target_utilization:.0%} of the pods' load"))

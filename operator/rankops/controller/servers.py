@@ -59,8 +59,10 @@ class ServerMemory:
     """What the ServerController remembers per server (by uid), lost on a restart at the cost of a
     read: each server's pod shell, its API key, the specs its held members last validated with."""
 
-    def __init__(self, load_config: LoadConfig = config_json, kick: Callable[[str], None] = lambda uid: None):
+    def __init__(self, load_config: LoadConfig = config_json, kick: Callable[[str], None] = lambda uid: None,
+                 wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)):
         self.load_config, self.kick = load_config, kick
+        self.wall_clock = wall_clock        # when each pod's counters were read (a rate's window)
         self.shells: dict[str, ServerPods] = {}
         self.keys: dict[str, str] = {}
         self.last_valid: dict[str, Any] = {}        # member uid -> its last valid RankingModelSpec
@@ -149,7 +151,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     pods_read = shell.read([server_pod(p) for p in pods], [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
     load = _load_seen(shell, spec, old, [server_pod(p) for p in pods], [v.name for v in views if v.held_version],
-                      now)
+                      now, memory.wall_clock)
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,
@@ -170,13 +172,14 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
 
 
 def _load_seen(shell: ServerPods, spec: Any, old: SharedServerStatus, pods: Sequence[ServerPod],
-               held: Sequence[str], now: dt.datetime) -> serverplan.LoadSeen | None:
+               held: Sequence[str], now: dt.datetime, wall_clock: Callable[[], dt.datetime]
+               ) -> serverplan.LoadSeen | None:
     """The pods' load for spec.autoscaling: each ready pod's metrics read when a reading is due."""
     if not spec.autoscaling.enabled:
         return None
     if not server_autoscale.reading_due(spec, old.autoscaling, now):
         return serverplan.LoadSeen(now, old.autoscaling)
-    reading, problems, not_asked = shell.read_load(pods, held, lambda: dt.datetime.now(dt.timezone.utc))
+    reading, problems, not_asked = shell.read_load(pods, held, wall_clock)
     return serverplan.LoadSeen(now, old.autoscaling, reading, problems, not_asked)
 
 

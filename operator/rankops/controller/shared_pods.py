@@ -58,6 +58,7 @@ class ServerPod:
     node: str | None = None
     terminating: bool = False
     port: int = HTTP_PORT
+    metrics_port: int = METRICS_PORT
 
     @property
     def reachable(self) -> bool:
@@ -229,7 +230,7 @@ class ServerPods:
 
     def _metrics(self, pod: ServerPod, members: Sequence[str], now: Callable[[], Any]) -> tuple[dict | None, str]:
         try:
-            page = metrics.fetch(pod.ip, METRICS_PORT, self.index_deadline_s)
+            page = metrics.fetch(pod.ip, pod.metrics_port, self.index_deadline_s)
             counts = {member: c.values["success"] + c.values["failure"]
                       for member, c in metrics.parse_models(page, members).items() if c.seen}
             return pod_reading(now(), counts), ""
