@@ -236,6 +236,30 @@ def test_a_fourth_member_joins_and_leaves_by_the_config_map_alone(pod):
     assert all(p.poll() is None for p in pod.processes), pod.logs()
 
 
+def test_the_load_read_counts_each_members_requests_on_the_real_servers_metrics(pod):
+    """What spec.autoscaling reads (ServerPods.read_load): Triton's own metrics page, every member's
+    series in one pass; coarse's requests through its port move coarse's count alone."""
+    import datetime as dt
+
+    pod.converge(THREE)
+    _wait_listening(pod.port("coarse"))
+    metrics_pod = ServerPod("ranking-shared-0", "uid-0", pod.triton.host, True, port=pod.triton.ports["http"],
+                            metrics_port=pod.triton.ports["metrics"])
+    clock = lambda: dt.datetime.now(dt.timezone.utc)  # noqa: E731
+    before, problems, _ = pod.shell.read_load([metrics_pod], THREE, clock)
+    assert not problems and set(before["ranking-shared-0"]["requests"]) == set(THREE), before
+    for _ in range(4):
+        assert answers_on_its_port(pod, "coarse")
+    deadline = time.monotonic() + 10
+    while True:        # Triton's page is refreshed on its own interval
+        after, problems, _ = pod.shell.read_load([metrics_pod], THREE, clock)
+        moved = {n: after["ranking-shared-0"]["requests"][n] - before["ranking-shared-0"]["requests"][n] for n in THREE}
+        if moved["coarse"] >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not problems and moved == {"coarse": 4.0, "fine": 0.0, "rerank": 0.0}, moved
+
+
 def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
     """ghost's artifact is not in the store: the stager cannot fetch it, so the pod refuses its loads
     for missing files. The shell waits for them (Loading, "waiting for its files": 4 x STAGING_WAIT_S,
