@@ -115,18 +115,12 @@ def decide(inputs: Inputs) -> Outcome:
     shed_up = shedding and not queue_high and need == serving + 1
     recommended = clamp(need + b.failure_tolerance, b)
     desired, history = stabilize(now, current, recommended, b, inputs.history)
-    if desired > current:
-        reason = "QueueTimeHigh" if queue_high else "Shedding" if shed_up else "ScaledUp"
-    elif desired < current:
-        reason = "ScaledDown"
-    elif recommended < current:
-        reason = "ScaleDownStabilizing"
-        why += (f"; kept at {current}, the most recommended over the last {b.down_window_s:g} s "
-                "(autoscaling.scaleDownStabilizationSeconds)")
-    elif recommended > current:
-        reason = "ScaleUpStabilizing"
-        why += (f"; kept at {current}, the fewest recommended over the last {b.up_window_s:g} s "
-                "(autoscaling.scaleUpStabilizationSeconds)")
+    moved = window_reason(desired, current, recommended, b)
+    if moved is not None:
+        reason, note = moved
+        why += note
+        if reason == "ScaledUp":
+            reason = "QueueTimeHigh" if queue_high else "Shedding" if shed_up else reason
     elif need + b.failure_tolerance > b.max_replicas:
         reason = "AtMaxReplicas"
         why += f"; capped at autoscaling.maxReplicas {b.max_replicas}"
@@ -154,6 +148,22 @@ def stabilize(now: dt.datetime, current: int, recommended: int, b: Bounds,
     if desired > down_limit:
         desired = down_limit
     return clamp(desired, b), history
+
+
+def window_reason(desired: int, current: int, recommended: int, b: Bounds) -> tuple[str, str] | None:
+    """(reason, what to add to the message) when the count moved or a window held it; None when
+    the recommendation is the count now (the caller says why)."""
+    if desired > current:
+        return "ScaledUp", ""
+    if desired < current:
+        return "ScaledDown", ""
+    if recommended < current:
+        return "ScaleDownStabilizing", (f"; kept at {current}, the most recommended over the last {b.down_window_s:g} s "
+                                        "(autoscaling.scaleDownStabilizationSeconds)")
+    if recommended > current:
+        return "ScaleUpStabilizing", (f"; kept at {current}, the fewest recommended over the last {b.up_window_s:g} s "
+                                      "(autoscaling.scaleUpStabilizationSeconds)")
+    return None
 
 
 def _within(at: dt.datetime, now: dt.datetime, window_s: float) -> bool:

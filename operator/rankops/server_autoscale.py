@@ -144,18 +144,10 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
                                               f"every member's P99 holds on {need} pod(s) at "
                                               f"{a.target_utilization:.0%} of the pods' load"))
         desired, history = autoscale.stabilize(now, current, recommended, b, history)
-        if desired > current:
-            reason = "ScaledUp"
-        elif desired < current:
-            reason = "ScaledDown"
-        elif recommended < current:
-            reason = "ScaleDownStabilizing"
-            message += (f"; kept at {current}, the most recommended over the last {b.down_window_s:g} s "
-                        "(autoscaling.scaleDownStabilizationSeconds)")
-        elif recommended > current:
-            reason = "ScaleUpStabilizing"
-            message += (f"; kept at {current}, the fewest recommended over the last {b.up_window_s:g} s "
-                        "(autoscaling.scaleUpStabilizationSeconds)")
+        moved = autoscale.window_reason(desired, current, recommended, b)
+        if moved is not None:
+            reason, note = moved
+            message += note
         elif need is None or need > b.max_replicas:
             reason = "AtMaxReplicas"
             message += f"; capped at maxReplicas {b.max_replicas}"

@@ -20,6 +20,14 @@ class AutoscalingMode(str, Enum):
     external = "external"
 
 
+# The HorizontalPodAutoscaler's behavior windows, a model's and a shared server's alike (autoscale.stabilize).
+ScaleUpWindow = Annotated[int, Field(ge=0, le=3600, description=(
+    "Scale up only to the lowest replica count recommended over this window (0: at once)."))]
+ScaleDownWindow = Annotated[int, Field(ge=0, le=3600, description=(
+    "Scale down only to the highest replica count recommended over this window, so a dip in the load "
+    "does not remove replicas the next peak needs."))]
+
+
 class Autoscaling(ApiModel):
     """Replicas of the stable track that follow the load."""
     enabled: Annotated[bool, Field(description=(
@@ -52,11 +60,8 @@ class Autoscaling(ApiModel):
         "profile is a prior, and an optimistic one otherwise breaks the P99 budget before anything scales. A "
         "capacity from capacityPerReplicaQps is measured against the plan (when there is one) but not corrected: "
         "it is already the user's measurement. Recorded in status.autoscaling.capacityCorrection."))] = True
-    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
-        "Scale up only to the lowest replica count recommended over this window (0: at once)."))] = 0
-    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
-        "Scale down only to the highest replica count recommended over this window, so a dip in the load "
-        "does not remove replicas the next peak needs."))] = 300
+    scale_up_stabilization_seconds: ScaleUpWindow = 0
+    scale_down_stabilization_seconds: ScaleDownWindow = 300
 
     @model_validator(mode="after")
     def _bounds(self) -> "Autoscaling":

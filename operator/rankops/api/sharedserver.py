@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from rankops.api import bounds
-from rankops.api.autoscaling import Recommendation
+from rankops.api.autoscaling import Recommendation, ScaleDownWindow, ScaleUpWindow
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
@@ -36,11 +36,8 @@ class ServerAutoscaling(ApiModel):
     target_utilization: Annotated[float, Field(gt=0, le=1, description=(
         "Each member's observed rate is sized as if it were this fraction of the load the pods must hold; the "
         "rest is headroom for the time a new pod takes to start and load every member."))] = 0.7
-    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
-        "Scale up only to the fewest pods recommended over this window (0: at once)."))] = 0
-    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600, description=(
-        "Scale down only to the most pods recommended over this window, so a dip in the load does not remove "
-        "pods the next peak needs."))] = 300
+    scale_up_stabilization_seconds: ScaleUpWindow = 0
+    scale_down_stabilization_seconds: ScaleDownWindow = 300
 
 
 SERVER_AUTOSCALING_RULES = [

@@ -268,9 +268,7 @@ def _join(members: list[_Alone], cards: int, model: _Alone, card: Card,
     group = members + [model]
     why = ""
     for n in range(max(cards, model.result.gpus), cards + model.result.gpus):
-        # short simulations while searching, confirmed by long ones (as search.verified_qps does)
-        why = _fails(group, n, burst_proof=card.burst_proof) or \
-            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
+        why = _fails_confirmed(group, n, card.burst_proof)
         if not why:
             return n, ""
     return None, f"time: on {cards + model.result.gpus - 1} card(s), {why}"
@@ -315,6 +313,11 @@ def _fails(group: list[_Alone], cards: int, requests: int = SEARCH_REQUESTS, bur
                         f"{burst:.2f}) is {p99:.2f} ms at {LOAD_MARGIN:.0%} more load, over its "
                         f"{a.inputs.p99_budget_ms:g} ms budget")
     return ""
+
+
+def _fails_confirmed(group: list[_Alone], cards: int, burst_proof: bool = False) -> str:
+    """_fails with short simulations, confirmed by long ones (as search.verified_qps does)."""
+    return _fails(group, cards, burst_proof=burst_proof) or _fails(group, cards, VERIFY_REQUESTS, burst_proof=burst_proof)
 
 
 def _server(members: list[_Alone], cards: int, first: int, card: Card, reserve: float) -> Server:

@@ -26,9 +26,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from rankops.planner.pack import (Card, ModelToPack, PackError, Server, _Alone, _fails, _memory, _plan_alone,
-                                  _server, server_json)
-from rankops.planner.search import VERIFY_REQUESTS
+from rankops.planner.pack import (Card, ModelToPack, PackError, Server, _Alone, _fails_confirmed, _memory,
+                                  _plan_alone, _server, server_json)
 
 
 @dataclass(frozen=True)
@@ -112,9 +111,7 @@ def _placement(placed: list[_Alone], cards: int, model: _Alone, card: Card) -> t
     least = max(cards, model.result.gpus if not placed else 1)
     why = ""
     for n in range(least, most + 1):
-        # short simulations while searching, confirmed by long ones (as pack._join does)
-        why = _fails(group, n, burst_proof=card.burst_proof) or \
-            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
+        why = _fails_confirmed(group, n, card.burst_proof)
         if not why:
             return n, ""
     if least > most:
@@ -155,8 +152,7 @@ def cards_for_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[st
         return (floor, "") if floor <= most else (None, f"failureTolerance {floor - 1} needs {floor} {card.name}(s)")
     why = ""
     for n in range(floor, most + 1):
-        why = _fails(group, n, burst_proof=card.burst_proof) or \
-            _fails(group, n, VERIFY_REQUESTS, burst_proof=card.burst_proof)
+        why = _fails_confirmed(group, n, card.burst_proof)
         if not why:
             return n, ""
     return None, f"not even {most} {card.name}(s) hold: {why or f'failureTolerance {floor - 1} needs {floor}'}"
