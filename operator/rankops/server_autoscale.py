@@ -94,6 +94,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     read now); `members`: the admitted members as planner.pack.ModelToPack; `start`: the pods running
     (or the admission's cards) when nothing was decided yet; `problems`: pods asked and not read;
     `uncounted`: held members whose load this rule cannot size (over the room, frozen, no plan)."""
+    from rankops.planner.pack import PackError
     from rankops.planner.shared_server import cards_for_load, server_card
 
     a = spec.autoscaling
@@ -129,7 +130,12 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
         unknown = {m.name: float(m.inputs.target_qps or 0.0) for m in members if m.name not in rates}
         card = server_card(spec)
         loads = {m: r / a.target_utilization for m, r in {**rates, **unknown}.items()}
-        need, why = cards_for_load(members, card, loads)
+        try:
+            need, why = cards_for_load(members, card, loads)
+        except PackError as exc:      # never for a member the admission placed (the same plan alone); said if so
+            return ServerScaling(current, ServerAutoscalingStatus(
+                desired_replicas=current, reason="CannotCount", message=f"pods kept at {current}: {exc}"[:1000],
+                **kept, recommendations=[Recommendation(at=autoscale._iso(t), replicas=r) for t, r in history]))
         if need is not None and need != current:
             # within TOLERANCE of the load the pods hold now: kept (noise)
             nudged = 1 + TOLERANCE if need < current else 1 - TOLERANCE

@@ -235,3 +235,16 @@ def test_the_plan_runs_the_pods_the_reading_decides_and_looks_again_at_the_next_
 
 def dataclass_held(view):
     return dataclasses.replace(view, held_version="1")
+
+
+def test_a_member_whose_plan_cannot_be_made_keeps_the_pods_and_says_why():
+    spec = server()
+    broken = [member("coarse", replicas=1, planning={
+        "latencyProfile": {1: 1.0, 64: 4.0}, "failureTolerance": 1,
+        "memory": {"weightsMiB": 2000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})]
+    before = reading(T0, {"p0": {"coarse": 0}})
+    recorded = ServerAutoscalingStatus(desired_replicas=3, reading=before, read_at=before["p0"]["at"])
+    later = T0 + dt.timedelta(seconds=10)
+    kept = server_autoscale.step(spec, recorded, reading(later, {"p0": {"coarse": 1000}}), to_pack(broken, spec), 3,
+                                 later)
+    assert (kept.replicas, kept.status.reason) == (3, "CannotCount") and "failure tolerance" in kept.status.message
