@@ -218,6 +218,7 @@ def test_the_load_read_takes_each_members_requests_bounded_against_pods_that_sta
             endpoint.close()
         shell.close()
     assert took < 0.5 + 1.0 + 1.0, took
-    assert reading == {"a": {"at": "2026-12-06T12:00:00Z", "requests": {"coarse": 100.0, "fine": 5.0}}}
+    assert reading == {"a": {"at": "2026-12-06T12:00:00Z", "requests": {"coarse": 100.0, "fine": 5.0},
+                             "rejected": {"coarse": 10.0}}}
     assert [p.split(":")[0] for p in problems] == ["b", "c"] and "not a 64-bit counter" in problems[0]
     assert not_asked == 1      # e: past the 3 asked (d is not ready)

@@ -48,41 +48,50 @@ def reading_due(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None
     return read_at is None or (now - read_at).total_seconds() >= autoscale.MIN_READING_S
 
 
-def pod_reading(at: dt.datetime, requests: Mapping[str, float]) -> dict[str, Any]:
-    """One pod's reading: when, and each member's requests so far as its metrics page says."""
-    return {"at": autoscale._iso(at), "requests": dict(requests)}
+def pod_reading(at: dt.datetime, requests: Mapping[str, float],
+                rejected: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """One pod's reading: when, each member's requests so far as its metrics page says (success +
+    failure), and of them those Triton shed (only members that shed any)."""
+    read: dict[str, Any] = {"at": autoscale._iso(at), "requests": dict(requests)}
+    shed = {m: n for m, n in (rejected or {}).items() if n}
+    if shed:
+        read["rejected"] = shed
+    return read
 
 
 def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any], members: Sequence[str],
-                 not_asked: int = 0) -> tuple[dict[str, float] | None, list[str]]:
-    """({member: req/s over the pods read both times}, or None when no pod was, and the pods whose
+                 not_asked: int = 0) -> tuple[dict[str, autoscale.Rate] | None, list[str]]:
+    """({member: its Rate over the pods read both times}, or None when no pod was, and the pods whose
     counters moved more than a Triton pod can serve, left out). A pod counts for a member only where
     both readings list it (one just loaded there counts from the next reading: its first counters
-    hold its warm-up); a member no pod counted is not in the rates. `not_asked`: ready pods left out of the reading (past MAX_READ_PODS), carrying
-    as much as the mean pod read."""
+    hold its warm-up); a member no pod counted is not in the rates. `not_asked`: ready pods left out
+    of the reading (past MAX_READ_PODS), carrying as much as the mean pod read."""
     implausible: list[str] = []
-    rates: dict[str, float] = {}
+    rates: dict[str, autoscale.Rate] = {}
     for member in members:
-        before = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(previous, member).items()}
-        now = {pod: autoscale.pod_reading(n, 0.0, at) for pod, (n, at) in _counts(current, member).items()}
-        seen = autoscale.rate(before, now, implausible)
+        seen = autoscale.rate(_counts(previous, member), _counts(current, member), implausible)
         if seen.qps is not None:        # a member no pod counted yet has no rate (not 0)
-            rates[member] = seen.qps
+            rates[member] = seen
     pods_twice = sum(1 for pod in current if isinstance((previous or {}).get(pod), dict))
     if not pods_twice:
         return None, sorted(set(implausible))
-    scale = (pods_twice + not_asked) / pods_twice if not_asked else 1.0
-    return {m: round(r * scale, 3) for m, r in rates.items()}, sorted(set(implausible))
+    if not_asked:
+        scale = (pods_twice + not_asked) / pods_twice
+        rates = {m: r._replace(qps=r.qps * scale) for m, r in rates.items()}
+    return rates, sorted(set(implausible))
 
 
-def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, tuple[float, dt.datetime]]:
+def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[str, Any]]:
+    """{pod: autoscale.pod_reading} of one member, for autoscale.rate."""
     out = {}
     for pod, read in (reading or {}).items():
         if not isinstance(read, dict) or not isinstance(read.get("requests"), dict):
             continue
         at, n = autoscale._time(read.get("at")), autoscale._number(read["requests"].get(member))
-        if at is not None and n is not None:
-            out[pod] = (n, at)
+        shed = read.get("rejected") if isinstance(read.get("rejected"), dict) else {}
+        rejected = autoscale._number(shed.get(member, 0.0))
+        if at is not None and n is not None and rejected is not None:
+            out[pod] = autoscale.pod_reading(n, 0.0, at, rejected=min(rejected, n))
     return out
 
 
@@ -125,11 +134,15 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
                    f"{current}")
         desired, history = autoscale.stabilize(now, current, recommended, b, history)
     else:
-        kept["observed_qps"] = {m: round(r, 3) for m, r in rates.items()}
+        kept["observed_qps"] = {m: round(r.qps, 3) for m, r in rates.items()}
         # a member no pod counted yet (just admitted) is sized at its target, as its admission was
         unknown = {m.name: float(m.inputs.target_qps or 0.0) for m in members if m.name not in rates}
         card = server_card(spec)
-        loads = {m: r / a.target_utilization for m, r in {**rates, **unknown}.items()}
+        loads = {m: q / a.target_utilization for m, q in {**kept["observed_qps"], **unknown}.items()}
+        # Triton shed more of a member's requests than its P99 lets be late: the pods do not hold it,
+        # whatever the rule predicts (an optimistic profile): one pod more than the rule asks
+        shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
+                    if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
         try:
             need, why = cards_for_load(members, card, loads)
         except PackError as exc:      # never for a member the admission placed (the same plan alone); said if so
@@ -143,17 +156,25 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
             if (need < current and (other is None or other >= current)) or (need > current and other is not None
                                                                              and other <= current):
                 need = current
+        shed_up = bool(shedding) and need is not None and need <= current
+        if shed_up:
+            need = current + 1
         recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
-        loads_said = ", ".join([*(f"{m} {r:.1f}" for m, r in sorted(rates.items())),
+        loads_said = ", ".join([*(f"{m} {r.qps:.1f}" for m, r in sorted(rates.items())),
                                 *(f"{m} no rate yet (its target {r:g})" for m, r in sorted(unknown.items()))])
         message = (f"req/s {loads_said}: " + (why if need is None else
                                               f"every member's P99 holds on {need} pod(s) at "
                                               f"{a.target_utilization:.0%} of the pods' load"))
+        if shed_up:
+            message += ("; Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
+                        + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {current} running")
         desired, history = autoscale.stabilize(now, current, recommended, b, history)
         moved = autoscale.window_reason(desired, current, recommended, b)
         if moved is not None:
             reason, note = moved
             message += note
+            if reason == "ScaledUp" and shed_up:
+                reason = "Shedding"
         elif need is None or need > b.max_replicas:
             reason = "AtMaxReplicas"
             message += f"; capped at maxReplicas {b.max_replicas}"

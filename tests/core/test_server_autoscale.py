@@ -177,17 +177,18 @@ def test_a_pod_counts_for_a_member_from_its_second_reading_and_a_restart_is_left
     after = reading(T0 + dt.timedelta(seconds=10), {"a": {"coarse": 2000, "fine": 600},
                                                     "b": {"coarse": 10, "fine": 9999}})   # b restarted
     rates, implausible = server_autoscale.member_rates(before, after, ["coarse", "fine"])
-    assert rates == {"coarse": 100.0, "fine": 10.0} and not implausible
+    assert {m: r.qps for m, r in rates.items()} == {"coarse": 100.0, "fine": 10.0} and not implausible
     assert server_autoscale.member_rates(None, after, ["coarse"]) == (None, [])
     doubled, _ = server_autoscale.member_rates(before, after, ["coarse", "fine"], not_asked=1)
-    assert doubled == {"coarse": 150.0, "fine": 15.0}     # 2 pods read both times, 1 not asked
+    assert {m: r.qps for m, r in doubled.items()} == {"coarse": 150.0, "fine": 15.0}   # 2 read twice, 1 not asked
 
 
 def test_a_pod_whose_counters_moved_more_than_a_pod_can_serve_is_left_out_and_named():
     before = reading(T0, {"a": {"coarse": 0}, "b": {"coarse": 0}})
     after = reading(T0 + dt.timedelta(seconds=10), {"a": {"coarse": 1000}, "b": {"coarse": 1e15}})
     rates, implausible = server_autoscale.member_rates(before, after, ["coarse"])
-    assert rates == {"coarse": 100.0} and implausible and implausible[0].startswith("b: ")
+    assert {m: r.qps for m, r in rates.items()} == {"coarse": 100.0}
+    assert implausible and implausible[0].startswith("b: ")
 
 
 PAGE = """# HELP nv_inference_request_success Number of successful inference requests
@@ -248,3 +249,19 @@ def test_a_member_whose_plan_cannot_be_made_keeps_the_pods_and_says_why():
     kept = server_autoscale.step(spec, recorded, reading(later, {"p0": {"coarse": 1000}}), to_pack(broken, spec), 3,
                                  later)
     assert (kept.replicas, kept.status.reason) == (3, "CannotCount") and "failure tolerance" in kept.status.message
+
+
+def test_a_member_triton_sheds_for_adds_a_pod_the_rule_did_not_ask_for():
+    """The rule says the pods hold, but Triton shed 5% of fine's requests (its queue policy sheds what
+    would miss the budget): the pods do not hold it, so one more, said with the share."""
+    spec = server(scaleDownStabilizationSeconds=0)
+    group = to_pack(members(), spec)
+    at0, at1 = T0, T0 + dt.timedelta(seconds=10)
+    before = {p: server_autoscale.pod_reading(at0, {n: 0 for n in NAMES}) for p in ("p0", "p1")}
+    calm = {p: server_autoscale.pod_reading(at1, {n: 500 for n in NAMES}) for p in ("p0", "p1")}
+    shed = {p: server_autoscale.pod_reading(at1, {n: 500 for n in NAMES}, {"fine": 25}) for p in ("p0", "p1")}
+    recorded = ServerAutoscalingStatus(desired_replicas=2, reading=before, read_at=before["p0"]["at"])
+    assert server_autoscale.step(spec, recorded, calm, group, 2, at1).replicas <= 2
+    up = server_autoscale.step(spec, recorded, shed, group, 2, at1)
+    assert (up.replicas, up.status.reason) == (3, "Shedding"), up.status.message
+    assert "Triton shed 5.0% of fine's requests" in up.status.message

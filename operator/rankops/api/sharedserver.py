@@ -132,13 +132,14 @@ class ServerAutoscalingStatus(ApiModel):
     desired_replicas: Annotated[int | None, Field(ge=0, description="The pods decided.")] = None
     reason: Annotated[str | None, Field(description=(
         "ScaledUp, ScaledDown, WithinTarget, ScaleDownStabilizing, ScaleUpStabilizing, AtMaxReplicas, "
-        "AtMinReplicas, ScaleDownHeld, NoReading or CannotCount."))] = None
+        "AtMinReplicas, Shedding, ScaleDownHeld, NoReading or CannotCount."))] = None
     message: Annotated[str | None, Field(max_length=1000, description=(
         "The numbers behind the decision, for people."))] = None
     last_scale_time: Annotated[str | None, Field(description="When the pods last changed (RFC 3339).")] = None
     read_at: Annotated[str | None, Field(description="When the pods were last read (RFC 3339).")] = None
     reading: Annotated[dict[str, Any] | None, Field(
-        description="The last reading: per pod, when, and each member's requests so far (Triton's counters).",
+        description=("The last reading: per pod, when, each member's requests so far and of them those shed "
+                     "(Triton's counters)."),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
     recommendations: Annotated[list[Recommendation], Field(default_factory=list, max_length=200, description=(
         "The pods recommended at each reading of the stabilization windows."))]

@@ -231,9 +231,9 @@ class ServerPods:
     def _metrics(self, pod: ServerPod, members: Sequence[str], now: Callable[[], Any]) -> tuple[dict | None, str]:
         try:
             page = metrics.fetch(pod.ip, pod.metrics_port, self.index_deadline_s)
-            counts = {member: c.values["success"] + c.values["failure"]
-                      for member, c in metrics.parse_models(page, members).items() if c.seen}
-            return pod_reading(now(), counts), ""
+            seen = {member: c for member, c in metrics.parse_models(page, members).items() if c.seen}
+            return pod_reading(now(), {m: c.values["success"] + c.values["failure"] for m, c in seen.items()},
+                               {m: c.values["rejected"] for m, c in seen.items()}), ""
         except metrics.MetricsUnavailable as exc:
             return None, str(exc)[:300]
         except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
