@@ -324,7 +324,7 @@ def test_a_server_that_autoscales_reads_each_pods_counters_and_follows_the_membe
         first = round_at(t0 + dt.timedelta(seconds=10))
         assert first.status.autoscaling.observed_qps == {}, "no member had a rate: none is said to be idle"
         assert "coarse no rate yet (its target 3000)" in first.status.autoscaling.message
-        assert set(first.status.autoscaling.reading) == {"ranking-shared-2", "ranking-shared-3"}
+        assert set(memory.readings[uid]) == {"ranking-shared-2", "ranking-shared-3"}, "each pod's counters, in memory"
         start = first.status.replicas
         assert first.requeue_after is not None and first.requeue_after <= 10
         # 10 s at 20000 req/s a member, half on each pod: the counters each page shows

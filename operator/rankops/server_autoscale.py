@@ -27,6 +27,7 @@ from rankops.api.autoscaling import Recommendation
 from rankops.api.sharedserver import ServerAutoscalingStatus, SharedServerSpec
 
 READ_EVERY_S = 10.0                  # a server that autoscales reads its pods this often
+STALE_S = 3 * READ_EVERY_S           # a pod's reading older than this starts no rate (the operator was away)
 MAX_READ_PODS = 64                   # pods read per reading; the others' load is taken as the read ones' mean
 TOLERANCE = autoscale.TOLERANCE
 SCALED = autoscale.SCALED
@@ -45,13 +46,16 @@ def reading_due(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None
     if not spec.autoscaling.enabled:
         return False
     read_at = autoscale._time(recorded.read_at if recorded else None)
-    return read_at is None or (now - read_at).total_seconds() >= autoscale.MIN_READING_S
+    elapsed = (now - read_at).total_seconds() if read_at is not None else None
+    # a time ahead of the clock (skew, a clock set back) is not waited for
+    return elapsed is None or elapsed < 0 or elapsed >= autoscale.MIN_READING_S
 
 
 def pod_reading(at: dt.datetime, requests: Mapping[str, float],
                 rejected: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """One pod's reading: when, each member's requests so far as its metrics page says (success +
-    failure), and of them those Triton shed (only members that shed any)."""
+    """One pod's reading: when, each member's requests so far as its metrics page says (served +
+    shed: a request refused for bad inputs costs Triton nothing and sizes nothing), and of them those
+    Triton shed (only members that shed any)."""
     read: dict[str, Any] = {"at": autoscale._iso(at), "requests": dict(requests)}
     shed = {m: n for m, n in (rejected or {}).items() if n}
     if shed:
@@ -60,25 +64,43 @@ def pod_reading(at: dt.datetime, requests: Mapping[str, float],
 
 
 def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any], members: Sequence[str],
-                 not_asked: int = 0) -> tuple[dict[str, autoscale.Rate] | None, list[str]]:
-    """({member: its Rate over the pods read both times}, or None when no pod was, and the pods whose
-    counters moved more than a Triton pod can serve, left out). A pod counts for a member only where
-    both readings list it (one just loaded there counts from the next reading: its first counters
-    hold its warm-up); a member no pod counted is not in the rates. `not_asked`: ready pods left out
-    of the reading (past MAX_READ_PODS), carrying as much as the mean pod read."""
+                 not_asked: int = 0) -> tuple[dict[str, autoscale.Rate] | None, list[str], list[str]]:
+    """({member: its Rate}, or None when no pod was read both times within STALE_S; the pods whose
+    counters moved more than a Triton pod can serve, left out and named; the members some pod serving
+    them could not count (new since the last reading, a restarted Triton, the member just loaded
+    there: its first counters hold its warm-up), whose rate is a guess). A member's rate is what the
+    pods counted for it carry, scaled to every pod that lists it now and the ready pods not asked
+    (past MAX_READ_PODS): a pod not counted carries the mean of those counted, never nothing. A member
+    no pod counted is not in the rates."""
     implausible: list[str] = []
+    previous = {pod: read for pod, read in (previous or {}).items()
+                if pod in current and _age_s(read, current[pod]) is not None
+                and 0 < _age_s(read, current[pod]) <= STALE_S}
+    if not previous:
+        return None, [], []
     rates: dict[str, autoscale.Rate] = {}
+    guessed: list[str] = []
     for member in members:
-        seen = autoscale.rate(_counts(previous, member), _counts(current, member), implausible)
-        if seen.qps is not None:        # a member no pod counted yet has no rate (not 0)
-            rates[member] = seen
-    pods_twice = sum(1 for pod in current if isinstance((previous or {}).get(pod), dict))
-    if not pods_twice:
-        return None, sorted(set(implausible))
-    if not_asked:
-        scale = (pods_twice + not_asked) / pods_twice
-        rates = {m: r._replace(qps=r.qps * scale) for m, r in rates.items()}
-    return rates, sorted(set(implausible))
+        now = _counts(current, member)
+        seen = autoscale.rate(_counts(previous, member), now, implausible)
+        if seen.qps is None:            # no pod counted it: no rate (not 0)
+            if now:
+                guessed.append(member)
+            continue
+        serving = len(now) + not_asked
+        if serving > seen.pods:
+            if len(now) > seen.pods:
+                guessed.append(member)
+            seen = seen._replace(qps=seen.qps * serving / seen.pods)
+        rates[member] = seen
+    return rates, sorted(set(implausible)), guessed
+
+
+def _age_s(before: Any, after: Any) -> float | None:
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    then, at = autoscale._time(before.get("at")), autoscale._time(after.get("at"))
+    return (at - then).total_seconds() if then is not None and at is not None else None
 
 
 def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[str, Any]]:
@@ -96,15 +118,17 @@ def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[st
 
 
 def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, reading: Mapping[str, Any] | None,
-         members: Sequence[Any], start: int, now: dt.datetime, *, problems: Sequence[str] = (),
-         uncounted: Sequence[str] = (), not_asked: int = 0) -> ServerScaling | None:
+         members: Sequence[Any], start: int, now: dt.datetime, *, previous: Mapping[str, Any] | None = None,
+         problems: Sequence[str] = (), uncounted: Sequence[str] = (), not_asked: int = 0) -> ServerScaling | None:
     """The pods to run and status.autoscaling for this reconcile; None without autoscaling.
     `recorded`: status.autoscaling as read; `reading`: this reconcile's {pod: pod_reading} (None: not
-    read now); `members`: the admitted members as planner.pack.ModelToPack; `start`: the pods running
-    (or the admission's cards) when nothing was decided yet; `problems`: pods asked and not read;
-    `uncounted`: held members whose load this rule cannot size (over the room, frozen, no plan)."""
+    read now) and `previous` the one before it (the operator's memory: a restart takes one reading
+    before it decides again); `members`: the admitted members as planner.pack.ModelToPack; `start`:
+    the pods running (or the admission's cards) when nothing was decided yet; `problems`: pods asked
+    and not read; `uncounted`: held members whose load this rule cannot size (over the room, frozen,
+    no plan): both hold a scale-down."""
     from rankops.planner.pack import PackError
-    from rankops.planner.shared_server import cards_for_load, server_card
+    from rankops.planner.shared_server import server_card
 
     a = spec.autoscaling
     if not a.enabled:
@@ -115,77 +139,69 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     current = autoscale.clamp(decided if decided is not None else max(1, start), b)
     history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
                     if (t := autoscale._time(r.at)) is not None)
-    kept: dict[str, Any] = {k: getattr(recorded, k) if recorded else None
-                            for k in ("reading", "read_at", "last_scale_time")}
-    kept["observed_qps"] = dict(recorded.observed_qps) if recorded else {}
+    kept: dict[str, Any] = {"read_at": recorded.read_at if recorded else None,
+                            "last_scale_time": recorded.last_scale_time if recorded else None,
+                            "observed_qps": dict(recorded.observed_qps) if recorded else {}}
     if reading is None and recorded is not None and decided == current:     # not read now: the decision stands
         message = recorded.message or ""
         if problems:
             message = message.split(autoscale.NOT_READ)[0] + autoscale.NOT_READ + "; ".join(problems[:3])
         return ServerScaling(current, recorded.model_copy(update={"message": message[:1000]}))
-    rates, implausible = (None, []) if reading is None else \
-        member_rates(recorded.reading if recorded else None, reading, [m.name for m in members], not_asked)
+    rates, implausible, guessed = (None, [], []) if reading is None else \
+        member_rates(previous, reading, [m.name for m in members], not_asked)
     if reading is not None:
-        kept.update(reading=dict(reading), read_at=autoscale._iso(now))
+        kept["read_at"] = autoscale._iso(now)
     problems = [*problems, *implausible]
+    holds = [*uncounted, *(f"{m} (a pod serving it not counted yet)" for m in guessed)]
+    need: int | None = current
     if rates is None:
-        recommended, reason = current, "NoReading"
-        message = ("no request rate yet (a rate needs two readings of a ready pod): pods kept at "
-                   f"{current}")
-        desired, history = autoscale.stabilize(now, current, recommended, b, history)
+        reason = "NoReading"
+        message = (f"no request rate yet (a rate needs two readings of a ready pod at most {STALE_S:g} s apart): "
+                   f"pods kept at {current}")
     else:
         kept["observed_qps"] = {m: round(r.qps, 3) for m, r in rates.items()}
         # a member no pod counted yet (just admitted) is sized at its target, as its admission was
         unknown = {m.name: float(m.inputs.target_qps or 0.0) for m in members if m.name not in rates}
-        card = server_card(spec)
         loads = {m: q / a.target_utilization for m, q in {**kept["observed_qps"], **unknown}.items()}
-        # Triton shed more of a member's requests than its P99 lets be late: the pods do not hold it,
-        # whatever the rule predicts (an optimistic profile): one pod more than the rule asks
-        shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
-                    if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
-        try:
-            need, why = cards_for_load(members, card, loads)
-        except PackError as exc:      # never for a member the admission placed (the same plan alone); said if so
-            return ServerScaling(current, ServerAutoscalingStatus(
-                desired_replicas=current, reason="CannotCount", message=f"pods kept at {current}: {exc}"[:1000],
-                **kept, recommendations=[Recommendation(at=autoscale._iso(t), replicas=r) for t, r in history]))
-        if need is not None and need != current:
-            # within TOLERANCE of the load the pods hold now: kept (noise)
-            nudged = 1 + TOLERANCE if need < current else 1 - TOLERANCE
-            other, _ = cards_for_load(members, card, {m: x * nudged for m, x in loads.items()})
-            if (need < current and (other is None or other >= current)) or (need > current and other is not None
-                                                                             and other <= current):
-                need = current
-        shed_up = bool(shedding) and need is not None and need <= current
-        if shed_up:
-            need = current + 1
-        recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
         loads_said = ", ".join([*(f"{m} {r.qps:.1f}" for m, r in sorted(rates.items())),
                                 *(f"{m} no rate yet (its target {r:g})" for m, r in sorted(unknown.items()))])
-        message = (f"req/s {loads_said}: " + (why if need is None else
-                                              f"every member's P99 holds on {need} pod(s) at "
-                                              f"{a.target_utilization:.0%} of the pods' load"))
-        if shed_up:
-            message += ("; Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
-                        + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {current} running")
-        desired, history = autoscale.stabilize(now, current, recommended, b, history)
-        moved = autoscale.window_reason(desired, current, recommended, b)
-        if moved is not None:
-            reason, note = moved
-            message += note
-            if reason == "ScaledUp" and shed_up:
-                reason = "Shedding"
-        elif need is None or need > b.max_replicas:
-            reason = "AtMaxReplicas"
-            message += f"; capped at maxReplicas {b.max_replicas}"
-        elif need < b.min_replicas:
-            reason = "AtMinReplicas"
-            message += f"; kept at autoscaling.minReplicas {b.min_replicas}"
+        try:
+            need, why = _need(members, server_card(spec), loads, current)
+        except PackError as exc:      # never for a member the admission placed (the same plan alone); said if so
+            need, reason, message = current, "CannotCount", f"req/s {loads_said}: pods kept at {current}: {exc}"
         else:
-            reason = "WithinTarget"
-    if desired < current and (problems or uncounted):
+            message = f"req/s {loads_said}: " + (why if need is None else f"every member's P99 holds on {need} pod(s) "
+                                                 f"at {a.target_utilization:.0%} of the pods' load")
+            # Triton shed more of a member's requests than its P99 lets be late: the pods do not hold
+            # it, whatever the rule predicts (an optimistic profile): one pod more than the rule asks
+            shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
+                        if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
+            if shedding and need is not None and need <= current:
+                need = current + 1
+                message += ("; Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
+                            + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {current} running")
+                reason = "Shedding"
+            else:
+                reason = ""
+    recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
+    desired, history = autoscale.stabilize(now, current, recommended, b, history)
+    moved = autoscale.window_reason(desired, current, recommended, b)
+    if reason in ("NoReading", "CannotCount"):
+        pass
+    elif moved is not None:
+        reason = "Shedding" if moved[0] == "ScaledUp" and reason == "Shedding" else moved[0]
+        message += moved[1]
+    elif need is None or need > b.max_replicas:
+        reason = "AtMaxReplicas"
+        message += f"; capped at maxReplicas {b.max_replicas}"
+    elif need < b.min_replicas:
+        reason = "AtMinReplicas"
+        message += f"; kept at autoscaling.minReplicas {b.min_replicas}"
+    else:
+        reason = "WithinTarget"
+    if desired < current and (problems or holds):
         held = [f"{len(problems)} pod(s) not read"] if problems else []
-        held += [f"{', '.join(uncounted)}: needs not counted now"] if uncounted else []
+        held += [f"{', '.join(holds)}: load not counted now"] if holds else []
         message += f"; scale-down to {desired} held at {current}: {'; '.join(held)}"
         desired, reason = current, "ScaleDownHeld"
     if problems:
@@ -198,3 +214,26 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     return ServerScaling(desired, ServerAutoscalingStatus(
         desired_replicas=desired, reason=reason, message=message[:1000], **kept,
         recommendations=[Recommendation(at=autoscale._iso(t), replicas=r) for t, r in history]), events)
+
+
+def _need(members: Sequence[Any], card: Any, loads: Mapping[str, float], current: int) -> tuple[int | None, str]:
+    """(the pods the loads need, or None past card.max_cards, why); the pods running now when the
+    loads are within TOLERANCE of what they hold (noise): down only if 10% more would still hold on
+    fewer, up only if 10% less would not hold on these."""
+    from rankops.planner.shared_server import cards_for_load, holds_on
+
+    need, why = cards_for_load(members, card, loads, hint=current)
+    if need is not None and need < current and not holds_on(
+            members, card, {m: x * (1 + TOLERANCE) for m, x in loads.items()}, current - 1):
+        return current, why
+    if need is not None and need > current and holds_on(
+            members, card, {m: x * (1 - TOLERANCE) for m, x in loads.items()}, current):
+        return current, why
+    return need, why
+
+
+def hold(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, replicas: int, why: str) -> ServerScaling:
+    """The pods kept at `replicas` when nothing of the load can be sized (no held member counted)."""
+    kept = recorded.model_copy() if recorded else ServerAutoscalingStatus()
+    return ServerScaling(replicas, kept.model_copy(update={"desired_replicas": replicas, "reason": "CannotCount",
+                                                           "message": f"pods kept at {replicas}: {why}"[:1000]}))

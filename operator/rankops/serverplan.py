@@ -250,6 +250,7 @@ class LoadSeen:
     now: Any                                        # datetime.datetime
     recorded: Any = None                            # api.sharedserver.ServerAutoscalingStatus
     reading: Mapping[str, Any] | None = None
+    previous: Mapping[str, Any] | None = None       # the reading before it (the operator's memory)
     problems: tuple[str, ...] = ()
     not_asked: int = 0
 
@@ -402,13 +403,18 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # one card a pod; none once nothing is held or may still be loaded
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering or frozen else 0
     scaling = None
-    if spec.autoscaling.enabled and admission is not None and load is not None:
+    if spec.autoscaling.enabled and load is not None and admission is not None:
         counted = [t for t in to_pack if t.name in admission.admitted]
         scaling = server_autoscale.step(
-            spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, problems=load.problems,
-            uncounted=[*(n for n, _ in admission.over), *kept, *uncounted, *(f.name for f in frozen)],
-            not_asked=load.not_asked)
+            spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, previous=load.previous,
+            problems=load.problems, uncounted=[*(n for n, _ in admission.over), *kept, *uncounted,
+                                               *(f.name for f in frozen)], not_asked=load.not_asked)
         replicas = scaling.replicas
+    elif spec.autoscaling.enabled and load is not None and replicas:
+        # members are held and none can be counted: their load cannot be sized, the pods they run are kept
+        replicas = max(replicas, min(replicas_now, spec.max_replicas))
+        scaling = server_autoscale.hold(spec, load.recorded, replicas, "no held member's needs can be counted now "
+                                        f"({', '.join([*uncounted, *(f.name for f in frozen)]) or 'none held'})")
     if frozen:          # its needs are unknown: the cards it has are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],

@@ -50,11 +50,13 @@ def steps(spec, loads_by_time, start=2, recorded=None, views=None):
     """Run step over readings taken every 10 s at the given per-member rates; the scalings."""
     group = to_pack(views or members(), spec)
     total = {f"p{i}": {n: 0.0 for n in NAMES} for i in range(2)}
-    out = []
+    out, previous = [], None
     for i, qps in enumerate(loads_by_time):
         at = T0 + dt.timedelta(seconds=10 * i)
         total = {pod: {n: c + qps * 10 / 2 for n, c in counts.items()} for pod, counts in total.items()}
-        scaled = server_autoscale.step(spec, recorded, reading(at, total), group, start, at)
+        now = reading(at, total)
+        scaled = server_autoscale.step(spec, recorded, now, group, start, at, previous=previous)
+        previous = now
         out.append(scaled)
         # the status goes through the API and back, as a restart would read it
         recorded = ServerAutoscalingStatus.model_validate(scaled.status.model_dump(by_alias=True, exclude_none=True))
@@ -97,7 +99,7 @@ def test_loads_are_rounded_up_so_close_readings_reuse_the_simulations():
 def test_the_first_reading_gives_no_rate_and_keeps_the_pods():
     first = steps(server(), [3000])[0]
     assert (first.replicas, first.status.reason) == (2, "NoReading")
-    assert first.status.reading and first.status.read_at
+    assert first.status.read_at and "reading" not in first.status.to_wire(), "the counters stay in memory"
 
 
 def test_a_rise_scales_up_at_once_and_a_fall_waits_out_the_scale_down_window():
@@ -135,19 +137,21 @@ def test_unread_pods_or_uncounted_members_hold_a_scale_down_but_not_a_scale_up()
     spec = server(scaleDownStabilizationSeconds=0)
     group = to_pack(members(), spec)
     before = reading(T0, counters(100, 100))
-    recorded = ServerAutoscalingStatus(desired_replicas=5, reading=before, read_at=before["p0"]["at"])
+    recorded = ServerAutoscalingStatus(desired_replicas=5, read_at=before["p0"]["at"])
     later = T0 + dt.timedelta(seconds=10)
     now = reading(later, counters(110, 100))
-    held = server_autoscale.step(spec, recorded, now, group, 5, later, problems=["p2: metrics not read"])
+    held = server_autoscale.step(spec, recorded, now, group, 5, later, previous=before,
+                                 problems=["p2: metrics not read"])
     assert (held.replicas, held.status.reason) == (5, "ScaleDownHeld") and "p2: metrics not read" in held.status.message
-    frozen = server_autoscale.step(spec, recorded, now, group, 5, later, uncounted=["rerank"])
+    frozen = server_autoscale.step(spec, recorded, now, group, 5, later, previous=before, uncounted=["rerank"])
     assert (frozen.replicas, frozen.status.reason) == (5, "ScaleDownHeld") and "rerank" in frozen.status.message
-    free = server_autoscale.step(spec, recorded, now, group, 5, later)
+    free = server_autoscale.step(spec, recorded, now, group, 5, later, previous=before)
     assert free.replicas < 5 and free.status.reason == "ScaledDown"
     recorded_low = recorded.model_copy(update={"desired_replicas": 1})
     busy = reading(later, {p: {n: c + 12000 * 10 / 2 for n, c in counts.items()}
                            for p, counts in counters(100, 100).items()})
-    up = server_autoscale.step(spec, recorded_low, busy, group, 1, later, problems=["p2: metrics not read"])
+    up = server_autoscale.step(spec, recorded_low, busy, group, 1, later, previous=before,
+                               problems=["p2: metrics not read"])
     assert up.replicas > 1 and up.status.reason == "ScaledUp"
 
 
@@ -176,18 +180,22 @@ def test_a_pod_counts_for_a_member_from_its_second_reading_and_a_restart_is_left
     before = reading(T0, {"a": {"coarse": 1000, "fine": 500}, "b": {"coarse": 1000}})
     after = reading(T0 + dt.timedelta(seconds=10), {"a": {"coarse": 2000, "fine": 600},
                                                     "b": {"coarse": 10, "fine": 9999}})   # b restarted
-    rates, implausible = server_autoscale.member_rates(before, after, ["coarse", "fine"])
-    assert {m: r.qps for m, r in rates.items()} == {"coarse": 100.0, "fine": 10.0} and not implausible
-    assert server_autoscale.member_rates(None, after, ["coarse"]) == (None, [])
-    doubled, _ = server_autoscale.member_rates(before, after, ["coarse", "fine"], not_asked=1)
-    assert {m: r.qps for m, r in doubled.items()} == {"coarse": 150.0, "fine": 15.0}   # 2 read twice, 1 not asked
+    rates, implausible, guessed = server_autoscale.member_rates(before, after, ["coarse", "fine"])
+    # b restarted: its count is left out and a carries the mean for both; fine was not on b before
+    assert {m: r.qps for m, r in rates.items()} == {"coarse": 200.0, "fine": 20.0} and not implausible
+    assert guessed == ["coarse", "fine"], "a pod serving them was not counted: their rate is a guess"
+    assert server_autoscale.member_rates(None, after, ["coarse"]) == (None, [], [])
+    tripled, _, _ = server_autoscale.member_rates(before, after, ["coarse", "fine"], not_asked=1)
+    assert {m: r.qps for m, r in tripled.items()} == {"coarse": 300.0, "fine": 30.0}   # 1 counted of 2 + 1 not asked
+    stale = reading(T0 - dt.timedelta(seconds=server_autoscale.STALE_S), {"a": {"coarse": 0}})
+    assert server_autoscale.member_rates(stale, after, ["coarse"])[0] is None, "the operator was away: no rate"
 
 
 def test_a_pod_whose_counters_moved_more_than_a_pod_can_serve_is_left_out_and_named():
     before = reading(T0, {"a": {"coarse": 0}, "b": {"coarse": 0}})
     after = reading(T0 + dt.timedelta(seconds=10), {"a": {"coarse": 1000}, "b": {"coarse": 1e15}})
-    rates, implausible = server_autoscale.member_rates(before, after, ["coarse"])
-    assert {m: r.qps for m, r in rates.items()} == {"coarse": 100.0}
+    rates, implausible, _ = server_autoscale.member_rates(before, after, ["coarse"])
+    assert {m: r.qps for m, r in rates.items()} == {"coarse": 200.0}, "b is counted at a's rate"
     assert implausible and implausible[0].startswith("b: ")
 
 
@@ -218,19 +226,19 @@ def test_the_plan_runs_the_pods_the_reading_decides_and_looks_again_at_the_next_
     spec = server()
     views = [dataclass_held(v) for v in members()]
     before = reading(T0, counters(100, 100, names=NAMES))
-    recorded = ServerAutoscalingStatus(desired_replicas=1, reading=before, read_at=before["p0"]["at"])
+    recorded = ServerAutoscalingStatus(desired_replicas=1, read_at=before["p0"]["at"])
     later = T0 + dt.timedelta(seconds=10)
     busy = reading(later, {p: {n: c + 12000 * 10 / 2 for n, c in counts.items()}
                            for p, counts in counters(100, 100).items()})
     planned = serverplan.plan_server("ranking", "reco", spec, views, (), {}, pool_placement(None, None),
-                                     replicas_now=1, load=serverplan.LoadSeen(later, recorded, busy))
+                                     replicas_now=1, load=serverplan.LoadSeen(later, recorded, busy, before))
     assert planned.replicas == planned.scaling.replicas > 1
     deployment = next(o for o in planned.objects if o["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == planned.replicas
     assert serverplan.next_look_s(planned, False, None) == server_autoscale.READ_EVERY_S
     off = serverplan.plan_server("ranking", "reco", server().model_copy(update={"autoscaling": type(
         spec.autoscaling)()}), views, (), {}, pool_placement(None, None), replicas_now=1,
-        load=serverplan.LoadSeen(later, recorded, busy))
+        load=serverplan.LoadSeen(later, recorded, busy, before))
     assert off.scaling is None and off.replicas == off.admission.cards
 
 
@@ -244,10 +252,10 @@ def test_a_member_whose_plan_cannot_be_made_keeps_the_pods_and_says_why():
         "latencyProfile": {1: 1.0, 64: 4.0}, "failureTolerance": 1,
         "memory": {"weightsMiB": 2000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})]
     before = reading(T0, {"p0": {"coarse": 0}})
-    recorded = ServerAutoscalingStatus(desired_replicas=3, reading=before, read_at=before["p0"]["at"])
+    recorded = ServerAutoscalingStatus(desired_replicas=3, read_at=before["p0"]["at"])
     later = T0 + dt.timedelta(seconds=10)
     kept = server_autoscale.step(spec, recorded, reading(later, {"p0": {"coarse": 1000}}), to_pack(broken, spec), 3,
-                                 later)
+                                 later, previous=before)
     assert (kept.replicas, kept.status.reason) == (3, "CannotCount") and "failure tolerance" in kept.status.message
 
 
@@ -260,8 +268,19 @@ def test_a_member_triton_sheds_for_adds_a_pod_the_rule_did_not_ask_for():
     before = {p: server_autoscale.pod_reading(at0, {n: 0 for n in NAMES}) for p in ("p0", "p1")}
     calm = {p: server_autoscale.pod_reading(at1, {n: 500 for n in NAMES}) for p in ("p0", "p1")}
     shed = {p: server_autoscale.pod_reading(at1, {n: 500 for n in NAMES}, {"fine": 25}) for p in ("p0", "p1")}
-    recorded = ServerAutoscalingStatus(desired_replicas=2, reading=before, read_at=before["p0"]["at"])
-    assert server_autoscale.step(spec, recorded, calm, group, 2, at1).replicas <= 2
-    up = server_autoscale.step(spec, recorded, shed, group, 2, at1)
+    recorded = ServerAutoscalingStatus(desired_replicas=2, read_at=before["p0"]["at"])
+    assert server_autoscale.step(spec, recorded, calm, group, 2, at1, previous=before).replicas <= 2
+    up = server_autoscale.step(spec, recorded, shed, group, 2, at1, previous=before)
     assert (up.replicas, up.status.reason) == (3, "Shedding"), up.status.message
     assert "Triton shed 5.0% of fine's requests" in up.status.message
+
+
+def test_held_members_none_of_which_can_be_counted_keep_the_pods_they_run():
+    """Every held member's planning removed: nothing of the load can be sized, so the pods stay
+    (never the one pod an empty admission would give), said in status.autoscaling."""
+    spec = server()
+    unplanned = [dataclass_held(member(n, planning=None)) for n in ("coarse", "fine")]
+    planned = serverplan.plan_server("ranking", "reco", spec, unplanned, (), {}, pool_placement(None, None),
+                                     replicas_now=5, load=serverplan.LoadSeen(T0))
+    assert planned.replicas == 5 and planned.scaling.status.reason == "CannotCount"
+    assert "coarse, fine" in planned.scaling.status.message

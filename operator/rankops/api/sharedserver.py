@@ -126,7 +126,9 @@ class MemberStatus(ApiModel):
 
 class ServerAutoscalingStatus(ApiModel):
     """What the last reading of the server's pods decided (server_autoscale.step), and what the next
-    decision needs across a restart (the reading, the windows' recommendations)."""
+    decision needs across a restart (the windows' recommendations). The pods' counters themselves
+    (up to 64 pods x 32 members) stay in the operator's memory: a restarted operator reads twice
+    (10 s) before it decides again."""
     observed_qps: Annotated[dict[str, float], Field(default_factory=dict, description=(
         "Each held member's request rate between the last two readings, all pods together."))]
     desired_replicas: Annotated[int | None, Field(ge=0, description="The pods decided.")] = None
@@ -137,10 +139,6 @@ class ServerAutoscalingStatus(ApiModel):
         "The numbers behind the decision, for people."))] = None
     last_scale_time: Annotated[str | None, Field(description="When the pods last changed (RFC 3339).")] = None
     read_at: Annotated[str | None, Field(description="When the pods were last read (RFC 3339).")] = None
-    reading: Annotated[dict[str, Any] | None, Field(
-        description=("The last reading: per pod, when, each member's requests so far and of them those shed "
-                     "(Triton's counters)."),
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = None
     recommendations: Annotated[list[Recommendation], Field(default_factory=list, max_length=200, description=(
         "The pods recommended at each reading of the stabilization windows."))]
 

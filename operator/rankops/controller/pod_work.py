@@ -41,6 +41,8 @@ class PodWork:
         if timeout_s is None:
             return [future.result() for future in futures]
         wait(futures, timeout=timeout_s)
+        for future in futures:      # still queued behind stalled pods: never started late for nobody
+            future.cancel()
         return [future.result() if future.done() and not future.cancelled() else unread for future in futures]
 
     def in_flight(self) -> list:

@@ -63,6 +63,7 @@ class ServerMemory:
                  wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)):
         self.load_config, self.kick = load_config, kick
         self.wall_clock = wall_clock        # when each pod's counters were read (a rate's window)
+        self.readings: dict[str, dict[str, Any]] = {}   # server uid -> its pods' last counters (autoscaling)
         self.shells: dict[str, ServerPods] = {}
         self.keys: dict[str, str] = {}
         self.last_valid: dict[str, Any] = {}        # member uid -> its last valid RankingModelSpec
@@ -82,6 +83,7 @@ class ServerMemory:
         if shell is not None:
             shell.close()
         self.keys.pop(uid, None)
+        self.readings.pop(uid, None)
         self.writes.forget(uid)
 
 
@@ -151,7 +153,9 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     pods_read = shell.read([server_pod(p) for p in pods], [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
     load = _load_seen(shell, spec, old, [server_pod(p) for p in pods], [v.name for v in views if v.held_version],
-                      now, memory.wall_clock)
+                      now, memory.wall_clock, memory.readings.get(uid))
+    if load is not None and load.reading is not None:
+        memory.readings[uid] = dict(load.reading)
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,
@@ -172,15 +176,15 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
 
 
 def _load_seen(shell: ServerPods, spec: Any, old: SharedServerStatus, pods: Sequence[ServerPod],
-               held: Sequence[str], now: dt.datetime, wall_clock: Callable[[], dt.datetime]
-               ) -> serverplan.LoadSeen | None:
+               held: Sequence[str], now: dt.datetime, wall_clock: Callable[[], dt.datetime],
+               previous: dict[str, Any] | None) -> serverplan.LoadSeen | None:
     """The pods' load for spec.autoscaling: each ready pod's metrics read when a reading is due."""
     if not spec.autoscaling.enabled:
         return None
     if not server_autoscale.reading_due(spec, old.autoscaling, now):
         return serverplan.LoadSeen(now, old.autoscaling)
     reading, problems, not_asked = shell.read_load(pods, held, wall_clock)
-    return serverplan.LoadSeen(now, old.autoscaling, reading, problems, not_asked)
+    return serverplan.LoadSeen(now, old.autoscaling, reading, previous, problems, not_asked)
 
 
 def _member_read(body: dict[str, Any], memory: ServerMemory) -> serverplan.MemberRead:

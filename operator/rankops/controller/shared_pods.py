@@ -152,6 +152,7 @@ class ServerPods:
         self.index_deadline_s, self.load_deadline_s = index_deadline_s, load_deadline_s
         self.retry_first_s, self.retry_cap_s, self.clock, self.on_done = retry_first_s, retry_cap_s, clock, on_done
         self._work = PodWork(workers, "shared")
+        self._metrics_work = PodWork(workers, "shared-metrics")   # a slow metrics page never delays an index read
         self._lock = threading.Lock()
         self._records: dict[str, PodRecord] = {}                   # pod uid -> its record
         self._pods: dict[str, ServerPod] = {}                      # pod name -> as last read
@@ -222,7 +223,7 @@ class ServerPods:
         reachable = sorted((p for p in pods if p.reachable), key=lambda p: p.name)
         asked = reachable[:most]
         unread = (None, f"metrics not read within {self.index_deadline_s + READ_MARGIN_S:g} s")
-        pages = self._work.read_all(lambda pod: self._metrics(pod, members, now), asked,
+        pages = self._metrics_work.read_all(lambda pod: self._metrics(pod, members, now), asked,
                                     self.index_deadline_s + READ_MARGIN_S, unread)
         reading = {pod.name: read for pod, (read, _) in zip(asked, pages) if read is not None}
         problems = tuple(f"{pod.name}: {error}" for pod, (read, error) in zip(asked, pages) if read is None)
@@ -231,8 +232,10 @@ class ServerPods:
     def _metrics(self, pod: ServerPod, members: Sequence[str], now: Callable[[], Any]) -> tuple[dict | None, str]:
         try:
             page = metrics.fetch(pod.ip, pod.metrics_port, self.index_deadline_s)
+            at = now()          # when the counters were Triton's: the rate's window, whatever parsing takes
             seen = {member: c for member, c in metrics.parse_models(page, members).items() if c.seen}
-            return pod_reading(now(), {m: c.values["success"] + c.values["failure"] for m, c in seen.items()},
+            # served + shed: what was asked and could be served (a request refused for bad inputs is no load)
+            return pod_reading(at, {m: c.values["success"] + c.values["rejected"] for m, c in seen.items()},
                                {m: c.values["rejected"] for m, c in seen.items()}), ""
         except metrics.MetricsUnavailable as exc:
             return None, str(exc)[:300]
@@ -298,6 +301,7 @@ class ServerPods:
 
     def close(self) -> None:
         self._work.close()
+        self._metrics_work.close()
 
     def _submit(self, pod: ServerPod, action: str, member: str, run: Callable[[], None]) -> bool:
         def then_say() -> None:

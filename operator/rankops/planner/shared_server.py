@@ -131,14 +131,56 @@ def rounded_load(qps: float) -> float:
     return LOAD_STEP ** math.ceil(math.log(qps) / math.log(LOAD_STEP) - 1e-9)
 
 
-def cards_for_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, float]) -> tuple[int | None, str]:
+def cards_for_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, float],
+                   hint: int | None = None) -> tuple[int | None, str]:
     """(the fewest cards, at most card.max_cards, on which every member's P99 holds beside the others
     at `loads` (member -> req/s, all cards together, the caller's headroom in them), ""), or (None, why
     not even card.max_cards hold). The admission's own time rule (_fails: the device's time shared
     across the members' batches, each member's failureTolerance cards lost), with each member's target
     replaced by its load and its planning.headroom by the caller's (the load is sized with it): the
     members' memory fits on one card whatever the count, so only time decides. A member at no load
-    adds no time; every member's failureTolerance holds at any load (at least that many cards + 1)."""
+    adds no time; every member's failureTolerance holds at any load (at least that many cards + 1).
+    `hint`: the cards running now; the search starts there (loads move slowly: two checks, most times)."""
+    floor, group, most = _at_load(members, card, loads)
+    if floor > most:
+        return None, f"failureTolerance {floor - 1} needs {floor} {card.name}(s), over the {most} allowed"
+    if not group:
+        return floor, ""
+    # More cards never hold less (each member's per-card rate only falls): gallop from the hint to a
+    # count that holds, then bisect below it; log2(maxReplicas) checks at worst.
+    fails = lambda n: _fails_confirmed(group, n, card.burst_proof)  # noqa: E731
+    start = min(max(hint or floor, floor), most)
+    if fails(start):
+        low, step, high = start + 1, 1, None
+        while high is None:
+            n = min(start + step, most)
+            why = fails(n)
+            if not why:
+                high = n
+            elif n == most:
+                return None, f"not even {most} {card.name}(s) hold: {why}"
+            else:
+                low, step = n + 1, step * 2
+    else:
+        low, high = floor, start
+    while low < high:
+        middle = (low + high) // 2
+        if fails(middle):
+            low = middle + 1
+        else:
+            high = middle
+    return high, ""
+
+
+def holds_on(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, float], cards: int) -> bool:
+    """Whether every member's P99 holds on `cards` cards at `loads` (cards_for_load's rule, one check)."""
+    floor, group, most = _at_load(members, card, loads)
+    return floor <= cards and (not group or not _fails_confirmed(group, cards, card.burst_proof))
+
+
+def _at_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, float]) -> tuple[int, list[_Alone], int]:
+    """(the fewest cards every member's failureTolerance allows, the members under load as the rule
+    sees them, the most cards)."""
     floor = 1 + max((m.inputs.failure_tolerance for m in members), default=0)
     group = []
     for m in members:
@@ -148,11 +190,4 @@ def cards_for_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[st
             group.append(dataclasses.replace(alone, inputs=dataclasses.replace(alone.inputs, target_qps=load,
                                                                                headroom=0.0)))
     most = card.max_cards if card.max_cards is not None else max(floor, sum(a.result.gpus for a in group))
-    if not group:
-        return (floor, "") if floor <= most else (None, f"failureTolerance {floor - 1} needs {floor} {card.name}(s)")
-    why = ""
-    for n in range(floor, most + 1):
-        why = _fails_confirmed(group, n, card.burst_proof)
-        if not why:
-            return n, ""
-    return None, f"not even {most} {card.name}(s) hold: {why or f'failureTolerance {floor - 1} needs {floor}'}"
+    return floor, group, most
