@@ -201,6 +201,10 @@ def _shared_member(real: RealCluster, name: str) -> dict:
                   "memory": {"weightsMiB": 500, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
 
 
+def server_replicas(k8s: Any, ns: str) -> int:
+    return k8s.apps.read_namespaced_deployment(names.server_name(SERVER), ns).spec.replicas
+
+
 def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster, k8s: Any,
                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     """Three RankingModels naming one SharedServer, on real containers, all by the operator (its
@@ -228,7 +232,9 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "SharedServer", "metadata": {"name": SERVER},
         "spec": {"gpuMemoryMiB": 15360, "tritonImage": real.refs["rankops-triton-test"],
                  "fetcherImage": real.refs["rankops-operator"], "modelCredentialsSecret": "model-store",
-                 "resources": {"cpu": "500m", "memory": "1Gi"}}})
+                 "resources": {"cpu": "500m", "memory": "1Gi"},
+                 # the operator reads each pod's metrics page (the pod network, the server's NetworkPolicy)
+                 "autoscaling": {"enabled": True}}})
     for name in SHARED_MEMBERS:
         models.create(k8s, ns, _shared_member(real, name))
 
@@ -269,3 +275,13 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
     for pod in pods:
         after = k8s.core.read_namespaced_pod(pod.metadata.name, ns)
         assert all(c.restart_count == 0 for c in after.status.container_statuses), after.status.container_statuses
+
+    # spec.autoscaling: the operator reads each ready pod's Triton metrics (port 8002 through the server's
+    # NetworkPolicy) and has a rate for every member; every pod read, none named as not read
+    def scaling() -> dict:
+        found = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "sharedservers", SERVER)
+        return (found.get("status") or {}).get("autoscaling") or {}
+    wait_until(lambda: set(scaling().get("observedQps") or {}) == set(SHARED_MEMBERS), 60,
+               "a rate for every member in status.autoscaling")
+    assert "not read" not in scaling().get("message", ""), scaling()
+    assert scaling()["desiredReplicas"] == server_replicas(k8s, ns), scaling()

@@ -25,6 +25,7 @@ from typing import Any
 from rankops import autoscale
 from rankops.api.autoscaling import Recommendation
 from rankops.api.sharedserver import ServerAutoscalingStatus, SharedServerSpec
+from rankops.triton.metrics import implausible as implausible_move
 
 READ_EVERY_S = 10.0                  # a server that autoscales reads its pods this often
 STALE_S = 3 * READ_EVERY_S           # a pod's reading older than this starts no rate (the operator was away)
@@ -78,6 +79,14 @@ def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
                 and 0 < _age_s(read, current[pod]) <= STALE_S}
     if not previous:
         return None, [], []
+    for pod in list(previous):      # one Triton serves every member: its sum is bounded as one pod's
+        moved = sum(max(0.0, n - b) for m in members
+                    if (n := _request_count(current[pod], m)) is not None and (b := _request_count(previous[pod], m))
+                    is not None)
+        wrong = implausible_move({"success": moved}, _age_s(previous[pod], current[pod]))
+        if wrong:
+            implausible.append(f"{pod}: {wrong} (all members)")
+            del previous[pod]
     rates: dict[str, autoscale.Rate] = {}
     guessed: list[str] = []
     for member in members:
@@ -94,6 +103,10 @@ def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
             seen = seen._replace(qps=seen.qps * serving / seen.pods)
         rates[member] = seen
     return rates, sorted(set(implausible)), guessed
+
+
+def _request_count(read: Mapping[str, Any], member: str) -> float | None:
+    return autoscale._number((read.get("requests") or {}).get(member)) if isinstance(read.get("requests"), dict) else None
 
 
 def _age_s(before: Any, after: Any) -> float | None:

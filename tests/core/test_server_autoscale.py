@@ -284,3 +284,13 @@ def test_held_members_none_of_which_can_be_counted_keep_the_pods_they_run():
                                      replicas_now=5, load=serverplan.LoadSeen(T0))
     assert planned.replicas == 5 and planned.scaling.status.reason == "CannotCount"
     assert "coarse, fine" in planned.scaling.status.message
+
+
+def test_a_pod_whose_members_together_moved_more_than_one_triton_serves_is_left_out():
+    """Each member's count within one pod's bound, their sum over it: one Triton serves them all."""
+    names = [f"m{i}" for i in range(4)]
+    before = reading(T0, {"a": {n: 0 for n in names}, "b": {n: 0 for n in names}})
+    after = reading(T0 + dt.timedelta(seconds=10), {"a": {n: 1000 for n in names}, "b": {n: 400_000 for n in names}})
+    rates, implausible, _ = server_autoscale.member_rates(before, after, names)
+    assert implausible == ["b: 1.6e+06 requests in 10s, over 100000/s: not a reading (all members)"], implausible
+    assert {m: r.qps for m, r in rates.items()} == {n: 200.0 for n in names}, "b carries a's rate"
