@@ -404,7 +404,10 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering or frozen else 0
     scaling = None
     if spec.autoscaling.enabled and load is not None and admission is not None:
-        counted = [t for t in to_pack if t.name in admission.admitted]
+        # an over member serves its old config: its new needs stand in for it (the safe side), and it
+        # still holds a scale-down (uncounted below)
+        over_names = {n for n, _ in admission.over}
+        counted = [t for t in to_pack if t.name in admission.admitted or t.name in over_names]
         scaling = server_autoscale.step(
             spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, previous=load.previous,
             problems=load.problems, uncounted=[*(n for n, _ in admission.over), *kept, *uncounted,

@@ -294,3 +294,30 @@ def test_a_pod_whose_members_together_moved_more_than_one_triton_serves_is_left_
     rates, implausible, _ = server_autoscale.member_rates(before, after, names)
     assert implausible == ["b: 1.6e+06 requests in 10s, over 100000/s: not a reading (all members)"], implausible
     assert {m: r.qps for m, r in rates.items()} == {n: 200.0 for n in names}, "b carries a's rate"
+
+
+def test_a_member_over_the_room_is_counted_with_its_new_needs_and_holds_a_scale_down():
+    from rankops.render.serving import config_hash
+    from rankops.serverplan import PodView
+    from tests.core.test_server_plan import plan, ready
+
+    first = plan([member("a", weights_mib=5000), member("b", weights_mib=5000)])
+    served = {n: config_hash(text) for n, (_, text) in first.configs.items()}
+    pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("a"), ready("b")), loaded=served)
+    grown = member("a", weights_mib=9000, held="1",
+                   batching={"maxBatchSize": 1024, "preferredBatchSizes": [512, 1024], "maxQueueDelayMicroseconds": 500},
+                   planning={"latencyProfile": {1: 1.0, 1024: 8.0},
+                             "memory": {"weightsMiB": 9000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
+    views = [dataclasses.replace(grown, served_digest=served["a"]),
+             dataclasses.replace(member("b", weights_mib=5000, held="1"), served_digest=served["b"])]
+    before = reading(T0, {"ranking-shared-a": {"a": 0, "b": 0}})
+    later = T0 + dt.timedelta(seconds=10)
+    now = reading(later, {"ranking-shared-a": {"a": 10, "b": 10}})
+    recorded = ServerAutoscalingStatus(desired_replicas=4, read_at=before["ranking-shared-a"]["at"])
+    spec = server(scaleDownStabilizationSeconds=0)
+    planned = serverplan.plan_server("ranking", "reco", spec, views, [pod], first.ports, pool_placement(None, None),
+                                     replicas_now=4, load=serverplan.LoadSeen(later, recorded, now, before))
+    assert [n for n, _ in planned.admission.over] == ["a"]
+    assert set(planned.scaling.status.observed_qps) == {"a", "b"}, "a's load is in the rule"
+    assert (planned.replicas, planned.scaling.status.reason) == (4, "ScaleDownHeld")
+    assert "a: load not counted now" in planned.scaling.status.message
