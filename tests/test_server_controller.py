@@ -339,3 +339,48 @@ def test_a_server_that_autoscales_reads_each_pods_counters_and_follows_the_membe
     assert busy.status.replicas > start and scaling.reason == "ScaledUp", scaling.message
     assert kube.stored("Deployment", NS, "ranking-shared")["spec"]["replicas"] == busy.status.replicas
     assert any(e.reason == "Scaled" for e in busy.events)
+
+
+def test_a_frozen_member_is_loaded_on_new_pods_with_the_config_its_pods_serve_never_an_edited_one():
+    """configs.json keeps each member's config as its pods serve it; after a restart with its spec
+    broken, a frozen member is loaded on a pod without it with that config, but only while the text
+    is what the server's status says its pods serve (anyone who may edit the ConfigMap could write
+    another)."""
+    import json
+
+    from rankops.render.serving import config_hash
+    from rankops.render.shared_server import CONFIGS_KEY
+
+    kube, memory = cluster_with_memory()
+    uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
+    config_name = names.server_name(SERVER)
+
+    def restart_with(configs_text: str) -> servers.Result:
+        stored = kube.stored("ConfigMap", NS, config_name)
+        stored["data"][CONFIGS_KEY] = configs_text
+        kube.put(stored)
+        memory.forget(uid)
+        memory.last_valid.clear()
+        return reconcile(kube, memory)
+    try:
+        first = reconcile(kube, memory)
+        written = json.loads(kube.stored("ConfigMap", NS, config_name)["data"][CONFIGS_KEY])
+        assert set(written) == {"coarse", "fine"}, "each held member's config, none of the refused one's"
+        status = first.status.to_wire()
+        for line in status["members"]:        # as if their pods served them
+            if line["name"] in written:
+                line["configDigest"] = config_hash(written[line["name"]])
+        kube.put({**kube.stored("SharedServer", NS, SERVER), "status": status})
+        bad = kube.stored("RankingModel", NS, "coarse")
+        bad["spec"]["slo"]["p99LatencyMs"] = -5
+        kube.put(bad)
+        known = restart_with(json.dumps(written))
+        assert json.loads(kube.stored("ConfigMap", NS, config_name)["data"][CONFIGS_KEY])["coarse"] == \
+            written["coarse"], "kept while frozen"
+        edited = restart_with(json.dumps({**written, "coarse": written["coarse"].replace("max_batch_size", "#")}))
+    finally:
+        memory.forget(uid)
+    line = {m.name: m for m in known.status.members}["coarse"]
+    assert line.reason == "InvalidSpec" and "loads it with the config its pods serve" in line.message, line.message
+    line = {m.name: m for m in edited.status.members}["coarse"]
+    assert "loading it on no other until the spec is fixed" in line.message, line.message

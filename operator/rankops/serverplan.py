@@ -259,7 +259,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 pods: Sequence[PodView], previous_ports: Mapping[str, int], placement: dict[str, Any],
                 policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = (),
                 taken: Mapping[str, str] | None = None, frozen: Sequence[Any] = (),
-                replicas_now: int = 0, load: LoadSeen | None = None) -> ServerPlan:
+                replicas_now: int = 0, load: LoadSeen | None = None,
+                previous_configs: Mapping[str, str] | None = None) -> ServerPlan:
     """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
     arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
     members.json as last written (read back from its ConfigMap); `taken`: the namespace's Service
@@ -268,7 +269,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     `frozen`: held members whose spec cannot be read (render.shared_server.FrozenMember): never
     unloaded, loaded nowhere new, their Service, port and files kept, their room uncounted (so no
     newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status');
-    `load`: the pods' load as read, for spec.autoscaling (server_autoscale.step sets the replicas).
+    `load`: the pods' load as read, for spec.autoscaling (server_autoscale.step sets the replicas);
+    `previous_configs`: configs.json as last written (each member's config as its pods serve it).
 
     A newcomer is held when it can join (render.shared_server.member_problems) and the admission
     (planner.shared_server.admit) places it. A member held before stays held whatever its spec
@@ -373,9 +375,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     for m in held:      # no config (its spec no longer lists the version held): kept where loaded, never unloaded
         if m.name not in wanted:
             wanted[m.name] = triton_version(versions[m.name])
-    for f in frozen:    # likewise, and never loaded where it is not (`configs` has none for it)
+    rendered = set(configs)
+    for f in frozen:    # likewise; loaded where it is not only with the config its pods serve (configs.json)
         wanted[f.name] = triton_version(f.version)
+        if f.config:
+            configs[f.name] = (wanted[f.name], f.config)
     over = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
+    served_configs = _served_configs(held, configs, over, previous_configs or {}, frozen)
     digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in over}
 
     actions: dict[str, PodActions] = {}
@@ -398,7 +404,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # that left keep theirs while a pod may still hold them, at most as many as the seats (the
     # stager's file has room for that many beside the held ones; one dropped early only loses its
     # files, a model Triton loaded stays loaded).
-    lingering = [s for s in previous_staged if s.model in held_names and s.model not in configs]
+    lingering = [s for s in previous_staged if s.model in held_names and s.model not in rendered]
     lingering += [s for s in previous_staged if s.model not in held_names and _may_hold(s.model, pods)][:MAX_MEMBERS]
     # one card a pod; none once nothing is held or may still be loaded
     replicas = max(1, admission.cards if admission is not None else 0) if held or lingering or frozen else 0
@@ -421,7 +427,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     if frozen:          # its needs are unknown: the cards it has are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
-                             ports, replicas, placement, policy, lingering, frozen)
+                             ports, replicas, placement, policy, lingering, frozen, served_configs)
     for m in held:
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod), p.terminating)
                      for p in pods]
@@ -438,7 +444,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod), p.terminating)
                      for p in pods]
         objects.append(member_endpoints(f.name, server, namespace, ports[f.name], endpoints))
-        outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod)
+        outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod, bool(f.config))
     return ServerPlan(tuple(objects), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
                       replicas, admission, name_taken, frozenset(unconfirmed), scaling)
@@ -447,17 +453,37 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
 REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value
 
 
-def _frozen_outcome(member: Any, port: int, per_pod: Mapping[str, Mapping[str, MemberState]]) -> MemberOutcome:
+def _frozen_outcome(member: Any, port: int, per_pod: Mapping[str, Mapping[str, MemberState]],
+                    config_known: bool) -> MemberOutcome:
     """A frozen member (render.shared_server.FrozenMember): Serving while every pod read serves it;
-    else Failed (held still: never unloaded), saying where it serves and why no other pod loads it."""
+    else Failed (held still: never unloaded), saying where it serves and what another pod loads."""
     states = [members[member.name] for members in per_pod.values() if member.name in members]
     serving = sum(1 for s in states if s.state == SERVING)
+    others = ("a pod without it loads it with the config its pods serve (configs.json, its digest checked)"
+              if config_known else "loading it on no other until the spec is fixed (the config its pods serve is "
+                                   "not known here)")
     said = (f"{member.name}: its spec does not validate ({member.error[:400]}); the server holds it and serves "
-            f"{member.version} as it was on {serving} of {len(states)} pod(s), loading it on no other until the "
-            "spec is fixed")
+            f"{member.version} as it was on {serving} of {len(states)} pod(s); {others}")
     if states and serving == len(states):
         return MemberOutcome(member.name, SERVING, REASON_SERVES, said, member.version, port)
     return MemberOutcome(member.name, FAILED, REASON_SPEC_INVALID, said, member.version, port)
+
+
+def _served_configs(held: Sequence[MemberView], configs: Mapping[str, tuple[int, str]], over: Collection[str],
+                    previous: Mapping[str, str], frozen: Sequence[Any]) -> dict[str, str]:
+    """Each held member's config.pbtxt as its pods serve it, for configs.json: the planned one where it is
+    what serves (or nothing serves yet), else the one last written where its digest is what serves."""
+    from rankops.render.serving import config_hash
+
+    served = {}
+    for m in held:
+        planned = configs.get(m.name)
+        if planned and m.name not in over and (m.served_digest is None or config_hash(planned[1]) == m.served_digest):
+            served[m.name] = planned[1]
+        elif previous.get(m.name) and m.served_digest and config_hash(previous[m.name]) == m.served_digest:
+            served[m.name] = previous[m.name]
+    served.update({f.name: f.config for f in frozen if f.config})
+    return served
 
 
 def _config_digest(member: MemberView, namespace: str, shape: ServingShape) -> str | None:

@@ -416,3 +416,44 @@ def test_a_held_member_with_no_config_is_listed_once_for_the_stager():
     [config] = [o for o in result.objects if o["kind"] == "ConfigMap"]
     listed = [m.model for m in parse(config["data"]["members.json"], "ranking")]
     assert sorted(listed) == ["coarse", "fine", "rerank"]
+
+
+def test_a_frozen_member_whose_served_config_is_known_is_loaded_on_a_pod_without_it():
+    import json
+
+    from rankops.render.shared_server import CONFIGS_KEY, FrozenMember
+
+    first = plan(THREE)
+    served = json.loads(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
+    assert set(served) == set(n.name for n in THREE) and served["coarse"] == first.configs["coarse"][1]
+    frozen = [FrozenMember("coarse", "1", "spec.slo: bad", (), served["coarse"])]
+    held = [dataclasses.replace(m, held_version="1") for m in THREE[1:]]
+    old_pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("coarse"), ready("fine"), ready("rerank")))
+    new_pod = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
+    result = plan_server("ranking", "reco", SERVER, held, (old_pod, new_pod), first.ports, pool_placement(None, None),
+                         previous_staged=parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")
+                                                       ["data"]["members.json"], "ranking"),
+                         frozen=frozen, replicas_now=4, previous_configs=served)
+    assert set(result.actions[new_pod.name].load) == {"coarse", "fine", "rerank"}
+    assert result.actions[old_pod.name].unload == () and result.configs["coarse"] == (1, served["coarse"])
+    data = next(o for o in result.objects if o["kind"] == "ConfigMap")["data"]
+    assert json.loads(data[CONFIGS_KEY])["coarse"] == served["coarse"]
+    assert "coarse" in [m.model for m in parse_members(data["members.json"], "ranking")], "its files stay listed"
+
+
+def test_the_configs_written_are_those_the_pods_serve_while_an_edit_is_not_yet_served():
+    import json
+
+    from rankops.render.serving import config_hash
+    from rankops.render.shared_server import CONFIGS_KEY
+
+    first = plan(THREE)
+    old_text = first.configs["coarse"][1]
+    edited = member("coarse", held="1", batching={"maxBatchSize": 32, "preferredBatchSizes": [32],
+                                                   "maxQueueDelayMicroseconds": 500})
+    views = [dataclasses.replace(edited, served_digest=config_hash(old_text)),
+             *(dataclasses.replace(m, held_version="1") for m in THREE[1:])]
+    result = plan_server("ranking", "reco", SERVER, views, (), first.ports, pool_placement(None, None),
+                         previous_configs={"coarse": old_text})
+    written = json.loads(next(o for o in result.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
+    assert result.configs["coarse"][1] != old_text and written["coarse"] == old_text, "the old one serves yet"

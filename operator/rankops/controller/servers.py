@@ -36,7 +36,8 @@ from rankops.fetcher.members import parse_members
 from rankops.fetcher.stager import StageListError
 from rankops.render import names, serving
 from rankops.render.policy import TenantPolicy, server_problems
-from rankops.render.shared_server import MEMBERS_KEY, ROUTES_KEY, FrozenMember, clients_by_port
+from rankops.render.shared_server import (CONFIGS_KEY, MEMBERS_KEY, ROUTES_KEY, FrozenMember, clients_by_port,
+                                          parse_configs)
 from rankops.rollout.readiness import pod_ready
 from rankops.rollout.record import Event, iso
 from rankops.triton.repository import config_json
@@ -142,11 +143,13 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         del memory.last_valid[uid_gone]
 
     config = kube.get("ConfigMap", namespace, names.server_name(name))
-    ports, staged = _written(config, name)
+    ports, staged, configs = _written(config, name)
     frozen = ()
     if unreadable:      # held, and no valid spec of it known here: served as it was, its clients as admitted
         clients = clients_by_port(kube.get("NetworkPolicy", namespace, names.server_name(name)))
-        frozen = tuple(FrozenMember(m.name, held[m.name], m.error, clients.get(ports.get(m.name), ()))
+        digests = {line.name: line.config_digest for line in old.members}
+        frozen = tuple(FrozenMember(m.name, held[m.name], m.error, clients.get(ports.get(m.name), ()),
+                                    _served_config(configs.get(m.name), digests.get(m.name)))
                        for m in unreadable)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
@@ -159,7 +162,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,
-                                  load=load)
+                                  load=load, previous_configs=configs)
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:
@@ -204,8 +207,15 @@ def _blocked(old: SharedServerStatus, reason: str, message: str, generation: int
     return Result(decided.status, [*events, *decided.events])
 
 
-def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int], tuple[Any, ...]]:
-    """The ports (member -> port) and staged members the ConfigMap holds; nothing of what cannot be read."""
+def _served_config(text: str | None, digest: str | None) -> str | None:
+    """A frozen member's config from configs.json, only when it is what its pods serve (the digest the
+    operator wrote in the server's status): anyone who may edit the ConfigMap could write another."""
+    return text if text is not None and digest is not None and serving.config_hash(text) == digest else None
+
+
+def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int], tuple[Any, ...], dict[str, str]]:
+    """The ports (member -> port), staged members and served configs the ConfigMap holds; nothing of
+    what cannot be read."""
     data = (config or {}).get("data") or {}
     try:
         ports = {model: port for port, model in parse_routes(data.get(ROUTES_KEY) or "{}").items()}
@@ -215,7 +225,7 @@ def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int]
         staged = parse_members(data[MEMBERS_KEY], server) if data.get(MEMBERS_KEY) else ()
     except StageListError:
         staged = ()
-    return ports, staged
+    return ports, staged, parse_configs(data.get(CONFIGS_KEY))
 
 
 def _owned(obj: dict[str, Any], server: SharedServer) -> dict[str, Any]:

@@ -78,6 +78,7 @@ class FrozenMember:
     version: str                        # the version the server holds for it
     error: str                          # why its spec does not validate
     clients: tuple[dict[str, Any], ...] = ()
+    config: str | None = None           # the config.pbtxt its pods serve (configs.json, checked against its digest)
 
 
 def clients_by_port(observed_policy: dict[str, Any] | None) -> dict[int, tuple[dict[str, Any], ...]]:
@@ -187,6 +188,33 @@ def members_json(server: str, staged: Sequence[staged_members.Member]) -> str:
     return json.dumps(staged_members.members_document(server, staged), sort_keys=True)
 
 
+CONFIGS_KEY = "configs.json"
+MAX_CONFIGS_BYTES = 512 * 1024      # of the ConfigMap's 1 MiB: members.json and routes.json take the rest
+
+
+def configs_json(configs: Mapping[str, str]) -> str:
+    """{member: the config.pbtxt its pods serve}, in name order while they fit MAX_CONFIGS_BYTES: what
+    a frozen member is loaded with on a new pod (one left out is loaded on none, as before)."""
+    kept, size = {}, 2
+    for name in sorted(configs):
+        entry = len(json.dumps({name: configs[name]})) + 1
+        if size + entry <= MAX_CONFIGS_BYTES:
+            kept[name], size = configs[name], size + entry
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+
+def parse_configs(text: str | None) -> dict[str, str]:
+    """configs.json as written (an unreadable one is nothing: every config in it is checked against
+    the member's digest in the server's status before it is loaded anyway)."""
+    try:
+        found = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def routes_json(ports: Mapping[str, int]) -> str:
     """The route sidecar's routes file: {"PORT": "MODEL"}."""
     return json.dumps({str(port): model for model, port in ports.items()}, sort_keys=True)
@@ -277,13 +305,15 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
                    ports: Mapping[str, int], replicas: int, placement: dict[str, Any],
                    policy: TenantPolicy = TenantPolicy(),
                    lingering: Sequence[staged_members.Member] = (),
-                   frozen: Sequence[FrozenMember] = ()) -> list[dict[str, Any]]:
-    """The server's ConfigMap (members.json, routes.json), Deployment, disruption budget and
+                   frozen: Sequence[FrozenMember] = (), served_configs: Mapping[str, str] | None = None
+                   ) -> list[dict[str, Any]]:
+    """The server's ConfigMap (members.json, routes.json, configs.json), Deployment, disruption budget and
     NetworkPolicy, and one Service per member. `members`: those the server holds, in admission
     order (which may join is member_problems' and the plan's to say); `ports`: assign_ports';
     `replicas`: the cards the admission needs; `lingering`: members that left but may still be
     loaded on a pod, kept on the volume (members.json) and nowhere else; `frozen`: held members whose
-    spec cannot be read, routed and given their Service (their files come in `lingering`)."""
+    spec cannot be read, routed and given their Service (their files come in `lingering`);
+    `served_configs`: each held member's config.pbtxt as its pods serve it (configs.json)."""
     name, labels = names.server_name(server), server_labels(server)
     staged = [s for s in (staged_member(m) for m in members) if s is not None]
     listed = {s.model for s in staged}
@@ -292,7 +322,8 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {MEMBERS_KEY: members_json(server, [*staged, *lingering]),
-                 ROUTES_KEY: routes_json({m.name: ports[m.name] for m in [*members, *frozen]})},
+                 ROUTES_KEY: routes_json({m.name: ports[m.name] for m in [*members, *frozen]}),
+                 CONFIGS_KEY: configs_json(served_configs or {})},
     }
     # Shared fate: one budget for every member (every member goes with a pod).
     budget = {
