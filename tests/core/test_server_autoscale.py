@@ -297,19 +297,9 @@ def test_a_pod_whose_members_together_moved_more_than_one_triton_serves_is_left_
 
 
 def test_a_member_over_the_room_is_counted_with_its_new_needs_and_holds_a_scale_down():
-    from rankops.render.serving import config_hash
-    from rankops.serverplan import PodView
-    from tests.core.test_server_plan import plan, ready
+    from tests.core.test_server_plan import grown_past_the_room
 
-    first = plan([member("a", weights_mib=5000), member("b", weights_mib=5000)])
-    served = {n: config_hash(text) for n, (_, text) in first.configs.items()}
-    pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("a"), ready("b")), loaded=served)
-    grown = member("a", weights_mib=9000, held="1",
-                   batching={"maxBatchSize": 1024, "preferredBatchSizes": [512, 1024], "maxQueueDelayMicroseconds": 500},
-                   planning={"latencyProfile": {1: 1.0, 1024: 8.0},
-                             "memory": {"weightsMiB": 9000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
-    views = [dataclasses.replace(grown, served_digest=served["a"]),
-             dataclasses.replace(member("b", weights_mib=5000, held="1"), served_digest=served["b"])]
+    first, pod, views = grown_past_the_room()
     before = reading(T0, {"ranking-shared-a": {"a": 0, "b": 0}})
     later = T0 + dt.timedelta(seconds=10)
     now = reading(later, {"ranking-shared-a": {"a": 10, "b": 10}})

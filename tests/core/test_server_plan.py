@@ -282,11 +282,12 @@ def test_newcomers_past_the_servers_seats_wait_and_held_members_keep_theirs():
     assert all(second.ports[n] == first.ports[n] for n in held if n != "m03")
 
 
-def test_an_edit_that_grows_a_member_makes_it_the_one_over_never_a_member_that_did_not_change():
+def grown_past_the_room():
+    """a and b serve on one pod; a's spec then grows past what the card has left. (the first plan, the
+    pod, the members as the next round reads them)"""
     from rankops.render.serving import config_hash
 
     first = plan([member("a", weights_mib=5000), member("b", weights_mib=5000)])
-    assert {m.state for m in first.members} == {serverplan.LOADING}
     served = {n: config_hash(text) for n, (_, text) in first.configs.items()}
     pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("a"), ready("b")), loaded=served)
     grown = member("a", weights_mib=9000, held="1",
@@ -295,6 +296,12 @@ def test_an_edit_that_grows_a_member_makes_it_the_one_over_never_a_member_that_d
                              "memory": {"weightsMiB": 9000, "activationMiBPerItem": 1, "runtimeReserveMiB": 1024}})
     views = [dataclasses.replace(grown, served_digest=served["a"]),
              dataclasses.replace(member("b", weights_mib=5000, held="1"), served_digest=served["b"])]
+    return first, pod, views
+
+
+def test_an_edit_that_grows_a_member_makes_it_the_one_over_never_a_member_that_did_not_change():
+    first, pod, views = grown_past_the_room()
+    assert {m.state for m in first.members} == {serverplan.LOADING}
     second = plan(views, pods=[pod], ports=first.ports)
     assert [n for n, _ in second.admission.over] == ["a"], second.admission
     outcome = {m.name: m for m in second.members}
@@ -346,19 +353,27 @@ def test_a_newcomer_named_after_a_service_the_server_does_not_own_is_refused_alo
         "a member the server holds keeps its place"
 
 
+OLD_POD = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("coarse"), ready("fine"), ready("rerank")))
+NEW_POD = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
+
+
+def coarse_frozen(first, frozen, **kw):
+    """The round after a restart with coarse's spec broken: fine and rerank held, a pod that serves all
+    three and a new one that holds none."""
+    held = [dataclasses.replace(m, held_version="1") for m in THREE[1:]]
+    return plan_server("ranking", "reco", SERVER, held, (OLD_POD, NEW_POD), first.ports, pool_placement(None, None),
+                       previous_staged=parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")
+                                                     ["data"]["members.json"], "ranking"),
+                       frozen=frozen, replicas_now=4, **kw)
+
+
 def test_a_frozen_member_is_never_unloaded_nor_loaded_anew_and_keeps_its_cards():
     from rankops.render.shared_server import FrozenMember, clients_by_port
 
     first = plan(THREE)
     feed = ({"podSelector": {"matchLabels": {"app": "feed"}}},)
-    frozen = [FrozenMember("coarse", "1", "spec.slo: bad", feed)]
-    held = [dataclasses.replace(m, held_version="1") for m in THREE[1:]]
-    old_pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("coarse"), ready("fine"), ready("rerank")))
-    new_pod = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
-    result = plan_server("ranking", "reco", SERVER, held, (old_pod, new_pod), first.ports, pool_placement(None, None),
-                         previous_staged=parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")
-                                                       ["data"]["members.json"], "ranking"),
-                         frozen=frozen, replicas_now=4)
+    result = coarse_frozen(first, [FrozenMember("coarse", "1", "spec.slo: bad", feed)])
+    old_pod, new_pod = OLD_POD, NEW_POD
     assert result.actions[old_pod.name].unload == () and "coarse" not in result.actions[new_pod.name].load
     assert set(result.actions[new_pod.name].load) == {"fine", "rerank"}
     assert result.ports["coarse"] == first.ports["coarse"] and result.replicas == 4
@@ -426,14 +441,9 @@ def test_a_frozen_member_whose_served_config_is_known_is_loaded_on_a_pod_without
     first = plan(THREE)
     served = json.loads(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
     assert set(served) == set(n.name for n in THREE) and served["coarse"] == first.configs["coarse"][1]
-    frozen = [FrozenMember("coarse", "1", "spec.slo: bad", (), served["coarse"])]
-    held = [dataclasses.replace(m, held_version="1") for m in THREE[1:]]
-    old_pod = PodView("ranking-shared-a", True, "10.0.0.1", "node-1", (ready("coarse"), ready("fine"), ready("rerank")))
-    new_pod = PodView("ranking-shared-b", True, "10.0.0.2", "node-2", ())
-    result = plan_server("ranking", "reco", SERVER, held, (old_pod, new_pod), first.ports, pool_placement(None, None),
-                         previous_staged=parse_members(next(o for o in first.objects if o["kind"] == "ConfigMap")
-                                                       ["data"]["members.json"], "ranking"),
-                         frozen=frozen, replicas_now=4, previous_configs=served)
+    result = coarse_frozen(first, [FrozenMember("coarse", "1", "spec.slo: bad", (), served["coarse"])],
+                           previous_configs=served)
+    old_pod, new_pod = OLD_POD, NEW_POD
     assert set(result.actions[new_pod.name].load) == {"coarse", "fine", "rerank"}
     assert result.actions[old_pod.name].unload == () and result.configs["coarse"] == (1, served["coarse"])
     data = next(o for o in result.objects if o["kind"] == "ConfigMap")["data"]
