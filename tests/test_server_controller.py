@@ -342,45 +342,52 @@ def test_a_server_that_autoscales_reads_each_pods_counters_and_follows_the_membe
 
 
 def test_a_frozen_member_is_loaded_on_new_pods_with_the_config_its_pods_serve_never_an_edited_one():
-    """configs.json keeps each member's config as its pods serve it; after a restart with its spec
-    broken, a frozen member is loaded on a pod without it with that config, but only while the text
-    is what the server's status says its pods serve (anyone who may edit the ConfigMap could write
-    another)."""
+    """After a restart with its spec broken, a frozen member is loaded on a pod without it with the
+    config configs.json keeps, but only while that text and its members.json entry hash to the
+    servedSha256 the operator wrote in the server's status: whoever may edit the ConfigMap cannot
+    load another config, or other files; a ConfigMap nested past any parser stops nothing."""
     import json
 
-    from rankops.render.serving import config_hash
-    from rankops.render.shared_server import CONFIGS_KEY
+    from rankops.fetcher.members import parse_members
+    from rankops.render.shared_server import CONFIGS_KEY, MEMBERS_KEY, served_sha256
 
     kube, memory = cluster_with_memory()
     uid = kube.stored("SharedServer", NS, SERVER)["metadata"]["uid"]
     config_name = names.server_name(SERVER)
+    first = reconcile(kube, memory)
+    data = kube.stored("ConfigMap", NS, config_name)["data"]
+    entry = next(m for m in parse_members(data[MEMBERS_KEY], SERVER) if m.model == "coarse")
+    text = "name: \"coarse\"\nmax_batch_size: 64\n"     # as a previous round wrote it, its pods serving it
+    status = first.status.to_wire()
+    for line in status["members"]:
+        if line["name"] == "coarse":
+            line["servedSha256"] = served_sha256(SERVER, text, entry)
+    kube.put({**kube.stored("SharedServer", NS, SERVER), "status": status})
+    bad = kube.stored("RankingModel", NS, "coarse")
+    bad["spec"]["slo"]["p99LatencyMs"] = -5
+    kube.put(bad)
 
-    def restart_with(configs_text: str) -> servers.Result:
+    def restart_with(configs_text: str, members_text: str | None = None) -> str:
         stored = kube.stored("ConfigMap", NS, config_name)
         stored["data"][CONFIGS_KEY] = configs_text
+        stored["data"][MEMBERS_KEY] = members_text or data[MEMBERS_KEY]
         kube.put(stored)
         memory.forget(uid)
         memory.last_valid.clear()
-        return reconcile(kube, memory)
+        return {m.name: m for m in reconcile(kube, memory).status.members}["coarse"].message
     try:
-        first = reconcile(kube, memory)
-        written = json.loads(kube.stored("ConfigMap", NS, config_name)["data"][CONFIGS_KEY])
-        assert set(written) == {"coarse", "fine"}, "each held member's config, none of the refused one's"
-        status = first.status.to_wire()
-        for line in status["members"]:        # as if their pods served them
-            if line["name"] in written:
-                line["configDigest"] = config_hash(written[line["name"]])
-        kube.put({**kube.stored("SharedServer", NS, SERVER), "status": status})
-        bad = kube.stored("RankingModel", NS, "coarse")
-        bad["spec"]["slo"]["p99LatencyMs"] = -5
-        kube.put(bad)
-        known = restart_with(json.dumps(written))
-        assert json.loads(kube.stored("ConfigMap", NS, config_name)["data"][CONFIGS_KEY])["coarse"] == \
-            written["coarse"], "kept while frozen"
-        edited = restart_with(json.dumps({**written, "coarse": written["coarse"].replace("max_batch_size", "#")}))
+        known = restart_with(json.dumps({"coarse": text}))
+        kept = json.loads(kube.stored("ConfigMap", NS, config_name)["data"][CONFIGS_KEY])
+        edited = restart_with(json.dumps({"coarse": text + "instance_group [{count: 64}]\n"}))
+        moved = json.loads(data[MEMBERS_KEY])
+        for m in moved["members"]:
+            if m["model"] == "coarse":
+                m["versions"][0]["uri"] = "s3://elsewhere/coarse/1"
+        other_files = restart_with(json.dumps({"coarse": text}), json.dumps(moved))
+        nested = restart_with("[" * 100_000)
     finally:
         memory.forget(uid)
-    line = {m.name: m for m in known.status.members}["coarse"]
-    assert line.reason == "InvalidSpec" and "loads it with the config its pods serve" in line.message, line.message
-    line = {m.name: m for m in edited.status.members}["coarse"]
-    assert "loading it on no other until the spec is fixed" in line.message, line.message
+    assert "loads it with the config its pods serve" in known, known
+    assert kept == {"coarse": text}, "kept while frozen"
+    for message in (edited, other_files, nested):
+        assert "loading it on no other until the spec is fixed" in message, message

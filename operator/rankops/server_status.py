@@ -45,12 +45,13 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
     for outcome in listed(plan.members):
         was = before.get(outcome.name)
         # The config its pods serve: the planned one once it serves and no pod is asked to load it again.
-        digest = config_hash(plan.configs[outcome.name][1]) if outcome.state == serverplan.SERVING \
-            and outcome.name in plan.configs and outcome.name not in asked and outcome.name not in plan.unconfirmed \
-            else (was.config_digest if was else None)
+        if serverplan.planned_is_served(outcome, plan.configs, asked, plan.unconfirmed):
+            digest, full = config_hash(plan.configs[outcome.name][1]), plan.served_sha256.get(outcome.name)
+        else:
+            digest, full = (was.config_digest, was.served_sha256) if was else (None, None)
         line = MemberStatus(name=outcome.name, state=outcome.state, reason=outcome.reason,
                             message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
-                            config_digest=digest, last_transition_time=now)
+                            config_digest=digest, served_sha256=full, last_transition_time=now)
         if was is not None and (was.state, was.reason) == (line.state, line.reason):
             line = line.model_copy(update={"last_transition_time": was.last_transition_time or now})
         else:

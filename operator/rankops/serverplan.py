@@ -241,6 +241,7 @@ class ServerPlan:
     # server's room (their new config goes nowhere) or refused by a pod (status keeps the old digest).
     unconfirmed: frozenset[str] = frozenset()
     scaling: Any = None                             # server_autoscale.ServerScaling (None: not autoscaled)
+    served_sha256: Mapping[str, str] = field(default_factory=dict)   # member -> render.shared_server.served_sha256
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     from rankops.render.desired import RenderError, resolve_shape
     from rankops.render.serving import config_hash
     from rankops.render.shared_server import (MAX_MEMBERS, PodEndpoint, ServerMember, assign_ports, member_config,
-                                              member_endpoints, member_problems, server_objects)
+                                              member_endpoints, member_problems, served_sha256, server_objects,
+                                              staged_member)
 
     names = [m.name for m in members] + [f.name for f in frozen]
     if len(set(names)) != len(names):
@@ -381,7 +383,6 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         if f.config:
             configs[f.name] = (wanted[f.name], f.config)
     over = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
-    served_configs = _served_configs(held, configs, over, previous_configs or {}, frozen)
     digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in over}
 
     actions: dict[str, PodActions] = {}
@@ -426,12 +427,11 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                         f"({', '.join([*uncounted, *(f.name for f in frozen)]) or 'none held'})")
     if frozen:          # its needs are unknown: the cards it has are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
-    objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
-                             ports, replicas, placement, policy, lingering, frozen, served_configs)
+    routed: list[dict[str, Any]] = []        # each member's EndpointSlice
     for m in held:
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod), p.terminating)
                      for p in pods]
-        objects.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
+        routed.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
         refused_edits = [f"{p.name}: {p.load_errors[m.name]}" for p in pods if p.name in per_pod
                          and per_pod[p.name].get(m.name, MemberState(m.name, ABSENT)).state == SERVING
                          and p.load_errors.get(m.name)]
@@ -443,11 +443,37 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     for f in frozen:
         endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod), p.terminating)
                      for p in pods]
-        objects.append(member_endpoints(f.name, server, namespace, ports[f.name], endpoints))
+        routed.append(member_endpoints(f.name, server, namespace, ports[f.name], endpoints))
         outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod, bool(f.config))
-    return ServerPlan(tuple(objects), actions, configs,
+    # What each member's pods serve, by the rule its status line's digest is written with (one round,
+    # one rule: configs.json and the status never disagree after a restart)
+    asked = {name for a in actions.values() for name in a.load}
+    staged_of = {m.name: staged_member(ServerMember(m.name, m.spec, versions[m.name])) for m in held}
+    staged_of.update({s.model: s for s in lingering if s.model in {f.name for f in frozen}})
+    served_configs, served = {}, {}
+    frozen_config = {f.name: f.config for f in frozen if f.config}
+    for name in [*(m.name for m in held), *(f.name for f in frozen)]:
+        if planned_is_served(outcomes[name], configs, asked, unconfirmed):
+            served_configs[name] = configs[name][1]
+            served[name] = served_sha256(server, configs[name][1], staged_of.get(name))
+        elif name in by_name and (previous_configs or {}).get(name) is not None and by_name[name].served_digest \
+                and config_hash(previous_configs[name]) == by_name[name].served_digest:
+            served_configs[name] = previous_configs[name]      # an edit not served yet: the old one serves
+        elif name in frozen_config:                            # checked against the status' full hash
+            served_configs[name] = frozen_config[name]
+    objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
+                             ports, replicas, placement, policy, lingering, frozen, served_configs)
+    return ServerPlan(tuple([*objects, *routed]), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
-                      replicas, admission, name_taken, frozenset(unconfirmed), scaling)
+                      replicas, admission, name_taken, frozenset(unconfirmed), scaling, served)
+
+
+def planned_is_served(outcome: MemberOutcome, configs: Mapping[str, tuple[int, str]], asked: Collection[str],
+                      unconfirmed: Collection[str]) -> bool:
+    """Whether a member's pods serve its planned config: it serves, and no pod is asked to load it again
+    or refused it (what its status line's configDigest and configs.json record)."""
+    return outcome.state == SERVING and outcome.name in configs and outcome.name not in asked \
+        and outcome.name not in unconfirmed
 
 
 REASON_SPEC_INVALID = DegradedReason.INVALID_SPEC.value
@@ -467,23 +493,6 @@ def _frozen_outcome(member: Any, port: int, per_pod: Mapping[str, Mapping[str, M
     if states and serving == len(states):
         return MemberOutcome(member.name, SERVING, REASON_SERVES, said, member.version, port)
     return MemberOutcome(member.name, FAILED, REASON_SPEC_INVALID, said, member.version, port)
-
-
-def _served_configs(held: Sequence[MemberView], configs: Mapping[str, tuple[int, str]], over: Collection[str],
-                    previous: Mapping[str, str], frozen: Sequence[Any]) -> dict[str, str]:
-    """Each held member's config.pbtxt as its pods serve it, for configs.json: the planned one where it is
-    what serves (or nothing serves yet), else the one last written where its digest is what serves."""
-    from rankops.render.serving import config_hash
-
-    served = {}
-    for m in held:
-        planned = configs.get(m.name)
-        if planned and m.name not in over and (m.served_digest is None or config_hash(planned[1]) == m.served_digest):
-            served[m.name] = planned[1]
-        elif previous.get(m.name) and m.served_digest and config_hash(previous[m.name]) == m.served_digest:
-            served[m.name] = previous[m.name]
-    served.update({f.name: f.config for f in frozen if f.config})
-    return served
 
 
 def _config_digest(member: MemberView, namespace: str, shape: ServingShape) -> str | None:

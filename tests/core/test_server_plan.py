@@ -436,18 +436,26 @@ def test_a_held_member_with_no_config_is_listed_once_for_the_stager():
 def test_a_frozen_member_whose_served_config_is_known_is_loaded_on_a_pod_without_it():
     import json
 
+    from rankops.render.serving import config_hash
     from rankops.render.shared_server import CONFIGS_KEY, FrozenMember
 
     first = plan(THREE)
-    served = json.loads(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
-    assert set(served) == set(n.name for n in THREE) and served["coarse"] == first.configs["coarse"][1]
-    result = coarse_frozen(first, [FrozenMember("coarse", "1", "spec.slo: bad", (), served["coarse"])],
-                           previous_configs=served)
+    assert json.loads(next(o for o in first.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY]) == {}, \
+        "nothing serves yet: nothing is written"
+    loaded = {n: config_hash(text) for n, (_, text) in first.configs.items()}
+    serving = dataclasses.replace(OLD_POD, loaded=loaded)
+    held = [dataclasses.replace(m, held_version="1", served_digest=loaded[m.name]) for m in THREE]
+    second = plan_server("ranking", "reco", SERVER, held, (serving,), first.ports, pool_placement(None, None))
+    served = json.loads(next(o for o in second.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
+    assert served == {n: text for n, (_, text) in first.configs.items()}, "each as its pods serve it"
+    assert set(second.served_sha256) == set(served)
+    frozen = [FrozenMember("coarse", "1", "spec.slo: bad", (), served["coarse"])]
+    result = coarse_frozen(second, frozen, previous_configs=served)
     old_pod, new_pod = OLD_POD, NEW_POD
     assert set(result.actions[new_pod.name].load) == {"coarse", "fine", "rerank"}
     assert result.actions[old_pod.name].unload == () and result.configs["coarse"] == (1, served["coarse"])
     data = next(o for o in result.objects if o["kind"] == "ConfigMap")["data"]
-    assert json.loads(data[CONFIGS_KEY])["coarse"] == served["coarse"]
+    assert "coarse" in json.loads(data[CONFIGS_KEY]), "kept while frozen"
     assert "coarse" in [m.model for m in parse_members(data["members.json"], "ranking")], "its files stay listed"
 
 
@@ -463,7 +471,9 @@ def test_the_configs_written_are_those_the_pods_serve_while_an_edit_is_not_yet_s
                                                    "maxQueueDelayMicroseconds": 500})
     views = [dataclasses.replace(edited, served_digest=config_hash(old_text)),
              *(dataclasses.replace(m, held_version="1") for m in THREE[1:])]
-    result = plan_server("ranking", "reco", SERVER, views, (), first.ports, pool_placement(None, None),
+    pod = dataclasses.replace(OLD_POD, loaded={"coarse": config_hash(old_text)})
+    result = plan_server("ranking", "reco", SERVER, views, (pod,), first.ports, pool_placement(None, None),
                          previous_configs={"coarse": old_text})
     written = json.loads(next(o for o in result.objects if o["kind"] == "ConfigMap")["data"][CONFIGS_KEY])
+    assert result.actions[pod.name].load == ("coarse",), "the edit is being loaded"
     assert result.configs["coarse"][1] != old_text and written["coarse"] == old_text, "the old one serves yet"

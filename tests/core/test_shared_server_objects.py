@@ -135,3 +135,17 @@ def test_a_members_endpoints_are_ready_only_where_it_serves_and_the_pod_is_not_d
     six = member_endpoints("coarse", "ranking", "reco", 9000, [PodEndpoint("a", "fd00::1", None, True),
                                                                PodEndpoint("b", "10.0.0.2", None, True)])
     assert six["addressType"] == "IPv6" and [e["addresses"] for e in six["endpoints"]] == [["fd00::1"]]
+
+
+def test_configs_json_keeps_the_frozen_first_then_the_smallest_and_reads_back_only_maps_of_text():
+    import json
+
+    from rankops.render.shared_server import MAX_CONFIGS_BYTES, configs_json, parse_configs
+
+    big = "x" * (MAX_CONFIGS_BYTES // 2)
+    configs = {"a-large": big, "b-large": big, "c-small": "small", "z-frozen": big}
+    kept = json.loads(configs_json(configs, first={"z-frozen"}))
+    assert set(kept) == {"z-frozen", "c-small"}, "a frozen member's entry cannot be written again: it goes first"
+    assert parse_configs(configs_json({"m": "text"})) == {"m": "text"}
+    for hostile in ("[" * 100_000, '{"m": "\\ud800"}', '["m"]', '{"m": 1}', "not json", "x" * (3 * MAX_CONFIGS_BYTES)):
+        assert parse_configs(hostile) == {}, hostile[:20]

@@ -120,6 +120,11 @@ class MemberStatus(ApiModel):
     config_digest: Annotated[str | None, Field(max_length=64, pattern=r"^[0-9a-f]+$", description=(
         "Digest of the config.pbtxt its serving pods loaded: what an edit is compared with, whatever the "
         "operator process remembers."))] = None
+    served_sha256: Annotated[str | None, Field(alias="servedSha256", max_length=64, pattern=r"^[0-9a-f]{64}$",
+                                               description=(
+        "SHA-256 of the config its serving pods loaded and of the files it was staged with: a member frozen "
+        "after a restart (its spec invalid) is loaded on a new pod from the server's ConfigMap only while "
+        "both hash to this."))] = None
     last_transition_time: Annotated[str | None, Field(description=(
         "When its state or reason last changed (RFC 3339)."))] = None
 

@@ -37,7 +37,7 @@ from rankops.fetcher.stager import StageListError
 from rankops.render import names, serving
 from rankops.render.policy import TenantPolicy, server_problems
 from rankops.render.shared_server import (CONFIGS_KEY, MEMBERS_KEY, ROUTES_KEY, FrozenMember, clients_by_port,
-                                          parse_configs)
+                                          parse_configs, served_sha256)
 from rankops.rollout.readiness import pod_ready
 from rankops.rollout.record import Event, iso
 from rankops.triton.repository import config_json
@@ -147,9 +147,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     frozen = ()
     if unreadable:      # held, and no valid spec of it known here: served as it was, its clients as admitted
         clients = clients_by_port(kube.get("NetworkPolicy", namespace, names.server_name(name)))
-        digests = {line.name: line.config_digest for line in old.members}
+        served = {line.name: line.served_sha256 for line in old.members}
+        entries = {s.model: s for s in staged}
         frozen = tuple(FrozenMember(m.name, held[m.name], m.error, clients.get(ports.get(m.name), ()),
-                                    _served_config(configs.get(m.name), digests.get(m.name)))
+                                    _served_config(name, configs.get(m.name), entries.get(m.name), served.get(m.name)))
                        for m in unreadable)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
@@ -207,10 +208,13 @@ def _blocked(old: SharedServerStatus, reason: str, message: str, generation: int
     return Result(decided.status, [*events, *decided.events])
 
 
-def _served_config(text: str | None, digest: str | None) -> str | None:
-    """A frozen member's config from configs.json, only when it is what its pods serve (the digest the
-    operator wrote in the server's status): anyone who may edit the ConfigMap could write another."""
-    return text if text is not None and digest is not None and serving.config_hash(text) == digest else None
+def _served_config(server: str, text: str | None, entry: Any, full: str | None) -> str | None:
+    """A frozen member's config from configs.json, only when it and its members.json entry are what its
+    pods serve (the full hash the operator wrote in the server's status): anyone who may edit the
+    ConfigMap could write another config, or other files."""
+    if text is None or entry is None or full is None:
+        return None
+    return text if served_sha256(server, text, entry) == full else None
 
 
 def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int], tuple[Any, ...], dict[str, str]]:
@@ -219,7 +223,7 @@ def _written(config: dict[str, Any] | None, server: str) -> tuple[dict[str, int]
     data = (config or {}).get("data") or {}
     try:
         ports = {model: port for port, model in parse_routes(data.get(ROUTES_KEY) or "{}").items()}
-    except RouteError:
+    except (RouteError, RecursionError):     # whoever may edit the ConfigMap may nest it past the parser
         ports = {}
     try:
         staged = parse_members(data[MEMBERS_KEY], server) if data.get(MEMBERS_KEY) else ()

@@ -17,8 +17,9 @@ by `member_problems`, naming the field and the fix.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,11 +193,12 @@ CONFIGS_KEY = "configs.json"
 MAX_CONFIGS_BYTES = 512 * 1024      # of the ConfigMap's 1 MiB: members.json and routes.json take the rest
 
 
-def configs_json(configs: Mapping[str, str]) -> str:
-    """{member: the config.pbtxt its pods serve}, in name order while they fit MAX_CONFIGS_BYTES: what
-    a frozen member is loaded with on a new pod (one left out is loaded on none, as before)."""
+def configs_json(configs: Mapping[str, str], first: Collection[str] = ()) -> str:
+    """{member: the config.pbtxt its pods serve} while they fit MAX_CONFIGS_BYTES: what a frozen member
+    is loaded with on a new pod (one left out is loaded on none). `first` (the frozen members, whose
+    entry cannot be written again) come first, then the smallest: one large config crowds out no other."""
     kept, size = {}, 2
-    for name in sorted(configs):
+    for name in sorted(configs, key=lambda n: (n not in first, len(configs[n]), n)):
         entry = len(json.dumps({name: configs[name]})) + 1
         if size + entry <= MAX_CONFIGS_BYTES:
             kept[name], size = configs[name], size + entry
@@ -204,15 +206,35 @@ def configs_json(configs: Mapping[str, str]) -> str:
 
 
 def parse_configs(text: str | None) -> dict[str, str]:
-    """configs.json as written (an unreadable one is nothing: every config in it is checked against
-    the member's digest in the server's status before it is loaded anyway)."""
+    """configs.json as written; whoever may edit the ConfigMap may write anything here, so a document
+    that is too large, too deep or not a map of texts is nothing (each text is checked against the
+    server's status before it is loaded anyway)."""
+    if not text or len(text) > 2 * MAX_CONFIGS_BYTES:
+        return {}
     try:
-        found = json.loads(text or "{}")
-    except ValueError:
+        found = json.loads(text)
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(found, dict):
         return {}
-    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str) and _utf8(v)}
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:      # a lone surrogate JSON lets through
+        return False
+    return True
+
+
+def served_sha256(server: str, config_text: str, staged: staged_members.Member | None) -> str:
+    """The full SHA-256 of what a member's pods serve: its config and the files it was staged with
+    (its members.json entry). A frozen member is loaded on a new pod from the ConfigMap only while
+    both hash to this, as the operator wrote it in the server's status (configDigest is 64 bits: a
+    tenant steering both texts could find a collision)."""
+    document = [config_text, staged_members.members_document(server, [staged]) if staged else None]
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def routes_json(ports: Mapping[str, int]) -> str:
@@ -323,7 +345,7 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {MEMBERS_KEY: members_json(server, [*staged, *lingering]),
                  ROUTES_KEY: routes_json({m.name: ports[m.name] for m in [*members, *frozen]}),
-                 CONFIGS_KEY: configs_json(served_configs or {})},
+                 CONFIGS_KEY: configs_json(served_configs or {}, {f.name for f in frozen})},
     }
     # Shared fate: one budget for every member (every member goes with a pod).
     budget = {
