@@ -268,7 +268,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     names the server does not own -> who holds each (a newcomer answers at its own name, so one
     named after another's Service is refused: writing it would fail every member's writes);
     `frozen`: held members whose spec cannot be read (render.shared_server.FrozenMember): never
-    unloaded, loaded nowhere new, their Service, port and files kept, their room uncounted (so no
+    unloaded, loaded anew only with the config their pods serve (FrozenMember.config, checked by the
+    caller), their Service, port and files kept, their room uncounted (so no
     newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status');
     `load`: the pods' load as read, for spec.autoscaling (server_autoscale.step sets the replicas);
     `previous_configs`: configs.json as last written (each member's config as its pods serve it).

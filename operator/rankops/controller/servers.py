@@ -154,9 +154,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
                        for m in unreadable)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
-    pods_read = shell.read([server_pod(p) for p in pods], [*(v.name for v in views), *(f.name for f in frozen)],
+    seen_pods = [server_pod(p) for p in pods]
+    pods_read = shell.read(seen_pods, [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
-    load = _load_seen(shell, spec, old, [server_pod(p) for p in pods], [v.name for v in views if v.held_version],
+    load = _load_seen(shell, spec, old, seen_pods, [v.name for v in views if v.held_version],
                       now, memory.wall_clock, memory.readings.get(uid))
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
