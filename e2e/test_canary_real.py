@@ -191,16 +191,16 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
 
 def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_read_is_never_promoted(
         real, real_k8s, real_namespace_in, tmp_path):
-    """v1 -> v2 under traffic: the canary pod is deleted 15 s into its 40 s hold; its replacement
+    """v1 -> v2 under traffic: the canary pod is deleted 15 s into its 30 s hold; its replacement
     must serve a whole hold of its own before promotion (the hold counts only served time). Then
     v2 -> v3 with the operator unable to read any pod's metrics: no verdict, so no promotion; the
     analysis says why (Degraded CanaryNotJudged) and onNoVerdict's default rolls it back."""
-    k8s, ns, name, hold = real_k8s, real_namespace_in, "ranker", 40
+    k8s, ns, name, hold = real_k8s, real_namespace_in, "ranker", 30
     body = models.model_manifest(
         name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
         rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
                  "canary": {"weight": 50, "durationSeconds": hold,
-                            "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 20}},
+                            "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 10}},
                  "gateJobs": GATE_JOBS}, tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
     serve_real_model(k8s, ns, real.store, tmp_path, body)
     traffic = production_traffic(k8s, ns, name, bad_fraction=0.0, real=real)

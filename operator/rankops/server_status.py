@@ -18,7 +18,7 @@ from rankops.api.conditions import DEGRADED, READY, flipped, get_condition, set_
 from rankops.api.sharedserver import MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX, MemberStatus, SharedServerStatus
 from rankops.render.serving import config_hash
 from rankops.rollout.record import Event
-from rankops import serverplan
+from rankops import server_switch, serverplan
 
 # A member's change to these is a Warning; any other is Normal.
 WARNING_STATES = (serverplan.FAILED, serverplan.PENDING, serverplan.REFUSED)
@@ -49,9 +49,13 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
             digest, full = config_hash(plan.configs[outcome.name][1]), plan.served_sha256.get(outcome.name)
         else:
             digest, full = (was.config_digest, was.served_sha256) if was else (None, None)
+        switch = plan.switches.get(outcome.name)
         line = MemberStatus(name=outcome.name, state=outcome.state, reason=outcome.reason,
                             message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
-                            config_digest=digest, served_sha256=full, last_transition_time=now)
+                            config_digest=digest, served_sha256=full, last_transition_time=now,
+                            switch=server_switch.status_of(switch) if switch is not None else None)
+        if switch is not None:
+            events += switch.events
         if was is not None and (was.state, was.reason) == (line.state, line.reason):
             line = line.model_copy(update={"last_transition_time": was.last_transition_time or now})
         else:

@@ -18,6 +18,7 @@ a member serving its version beside another READY one is loaded again, which dro
 """
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ UNLOADED = "unloaded"           # the reason Triton gives a version it unloaded 
 # counts only while the pod's index lists no such model (its directory is not there).
 NO_MODEL_DIRECTORY = "failed to poll from model repository"
 NO_VERSION_DIRECTORY = "at least one version must be available under the version policy"
+HELD_STATES = ("READY", "LOADING", "UNLOADING")     # a version a pod's index holds
 
 
 @dataclass(frozen=True)
@@ -92,18 +94,25 @@ def member_state(model: str, version: int, index: Iterable[IndexEntry], load_err
 def pod_actions(members: Mapping[str, int], index: Iterable[IndexEntry], load_errors: Mapping[str, str] | None = None,
                 retry_failed: bool | Collection[str] = False, staging_over: Collection[str] = (),
                 configs: Mapping[str, str] | None = None, loaded: Mapping[str, str] | None = None,
-                refused: Mapping[str, str] | None = None) -> PodActions:
+                refused: Mapping[str, str] | None = None, switching: Mapping[str, int] | None = None) -> PodActions:
     """The loads and unloads that make the pod hold exactly `members` (model -> Triton version);
     `load_errors`: member -> the pod's refusal of its last load; `retry_failed`: every failed member,
     or those named (whose backoff is over), is loaded again; `configs` / `loaded` / `refused`:
     member -> the digest of the config it should have / was last loaded with on this pod / whose
     load this pod refused (the shell's record). A member serving an older config is loaded again
     (Triton swaps it in once loaded); a refused load is sent again once its backoff is over, or at
-    once for another config (the tenant fixed it). A member with no record is not reloaded."""
+    once for another config (the tenant fixed it). A member with no record is not reloaded.
+    `switching`: member -> the Triton version its switch loads beside the wanted one (server_switch.py):
+    its loads are the switch's wherever the pod holds either version; only a pod holding neither gets
+    the wanted one here."""
     entries, errors = list(index), load_errors or {}
     wanted_configs, had, refusals = configs or {}, loaded or {}, refused or {}
     load = []
     for model, version in sorted(members.items()):
+        incoming = (switching or {}).get(model)
+        if incoming is not None and any(e.name == model and e.version in (version, incoming) and e.state in HELD_STATES
+                                        for e in entries):
+            continue
         state = member_state(model, version, entries, errors.get(model, ""), model in staging_over).state
         stale = any(e.name == model and e.version != version and e.state == "READY" for e in entries)
         edited = model in had and model in wanted_configs and had[model] != wanted_configs[model]
@@ -145,6 +154,7 @@ class MemberView:
     # config changed since is placed after those whose did not, so an edit that grows it cannot
     # push out a member that did not change.
     served_digest: str | None = None
+    switch: Any = None          # rollout.inplace.Record: its last version switch (its status line's)
 
 
 @dataclass(frozen=True)
@@ -157,11 +167,12 @@ class MemberRead:
 
 
 def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
-                 last_valid: Mapping[str, RankingModelSpec], served: Mapping[str, str] | None = None
-                 ) -> tuple[list[MemberView], list[MemberRead]]:
+                 last_valid: Mapping[str, RankingModelSpec], served: Mapping[str, str] | None = None,
+                 switches: Mapping[str, Any] | None = None) -> tuple[list[MemberView], list[MemberRead]]:
     """The plan's members (`found` in arrival order; `held`: member -> the version the server holds,
     from its status; `last_valid`: uid -> the spec each last validated with; `served`: member -> the
-    digest of the config its pods serve, from the status), and the held members to freeze. A member
+    digest of the config its pods serve, from the status; `switches`: member -> its version switch's
+    record, from the status), and the held members to freeze. A member
     whose spec does not validate is left out, its own status says why, unless the server holds it:
     then it serves as it was, at its last valid spec; with none known (this process is new) it is
     frozen (render.shared_server.FrozenMember): a bad edit never takes it down, nor the others."""
@@ -176,7 +187,8 @@ def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
                 frozen.append(member)
                 continue
         views.append(MemberView(member.name, spec, held.get(member.name),
-                                served_digest=(served or {}).get(member.name) if member.name in held else None))
+                                served_digest=(served or {}).get(member.name) if member.name in held else None,
+                                switch=(switches or {}).get(member.name) if member.name in held else None))
     return views, frozen
 
 
@@ -215,6 +227,7 @@ class PodView:
     refused: Mapping[str, str] = field(default_factory=dict)       # member -> digest of the config refused here
     last_index: tuple[IndexEntry, ...] | None = None   # index None: the last one read while Ready (for endpoints only)
     terminating: bool = False                      # deletionTimestamp set: draining
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -242,6 +255,9 @@ class ServerPlan:
     unconfirmed: frozenset[str] = frozenset()
     scaling: Any = None                             # server_autoscale.ServerScaling (None: not autoscaled)
     served_sha256: Mapping[str, str] = field(default_factory=dict)   # member -> render.shared_server.served_sha256
+    switches: Mapping[str, Any] = field(default_factory=dict)        # held member -> server_switch.MemberSwitch
+    # member switching -> its config.pbtxt at the incoming version: the base of its switch's loads
+    switch_configs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -261,7 +277,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 policy: TenantPolicy = TenantPolicy(), previous_staged: Sequence[Any] = (),
                 taken: Mapping[str, str] | None = None, frozen: Sequence[Any] = (),
                 replicas_now: int = 0, load: LoadSeen | None = None,
-                previous_configs: Mapping[str, str] | None = None) -> ServerPlan:
+                previous_configs: Mapping[str, str] | None = None, switch_seen: Mapping[str, Any] | None = None,
+                now: Any = None) -> ServerPlan:
     """Everything one reconcile of a shared server does. `members`: the RankingModels naming it, in
     arrival order; `pods`: its pods as read; `previous_ports` and `previous_staged`: its routes and
     members.json as last written (read back from its ConfigMap); `taken`: the namespace's Service
@@ -272,7 +289,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     caller), their Service, port and files kept, their room uncounted (so no
     newcomer is admitted and the replicas do not fall below `replicas_now`, the server's status');
     `load`: the pods' load as read, for spec.autoscaling (server_autoscale.step sets the replicas);
-    `previous_configs`: configs.json as last written (each member's config as its pods serve it).
+    `previous_configs`: configs.json as last written (each member's config as its pods serve it);
+    `switch_seen`: member -> server_switch.SwitchSeen, what the shell read for each switch in flight
+    (a held member whose spec.version is not the version held switches in place: server_switch.step).
 
     A newcomer is held when it can join (render.shared_server.member_problems) and the admission
     (planner.shared_server.admit) places it. A member held before stays held whatever its spec
@@ -286,6 +305,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     from rankops.planner.shared_server import admit, server_card
     from rankops.render.desired import RenderError, resolve_shape
     from rankops.render.serving import config_hash
+    from rankops import server_switch
+    from rankops.planner.shared_server import switch_fits
     from rankops.render.shared_server import (MAX_MEMBERS, PodEndpoint, ServerMember, assign_ports, member_config,
                                               member_endpoints, member_problems, served_sha256, server_objects,
                                               staged_member)
@@ -302,6 +323,7 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # any work is spent on them (any tenant may name the server, as often as it likes).
     seats = MAX_MEMBERS - sum(1 for m in members if m.held_version) - len(frozen)
     name_taken = False
+    unappliable = set()
     for m in members:
         problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
         if not m.held_version and m.name in (taken or {}):
@@ -318,6 +340,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 "or ahead of it; it is considered when one leaves (or serve it on another SharedServer)"), None)
             continue
         notes[m.name] += [f"its spec cannot be applied, so it serves as it was: {p}" for p in problems]
+        if problems:
+            unappliable.add(m.name)
         try:
             shapes[m.name] = m.shape or resolve_shape(m.spec).shape
             counted = ModelToPack(m.name, inputs_from_spec(m.spec, gpu_memory_mib=spec.gpu_memory_mib))
@@ -367,6 +391,26 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     by_name = {m.name: m for m in members}
     held = [by_name[n] for n in placed]
     versions = {m.name: m.held_version or m.spec.version for m in held}
+    switches: dict[str, Any] = {}
+    now = now or (load.now if load is not None else None) or dt.datetime.now(dt.timezone.utc)
+    for m in held:
+        if m.held_version and (m.spec.version != m.held_version or m.switch is not None):
+            counted = m.name in (admission.admitted if admission else ()) and m.name not in unappliable
+            fit = switch_fits(admission, card, m.name) if counted else \
+                (None, f"{m.name}'s spec cannot be counted or applied now")
+            switches[m.name] = server_switch.step(m.name, m.spec, m.held_version, m.switch,
+                                                  (switch_seen or {}).get(m.name), fit,
+                                                  max(1, admission.cards if admission else 0), now)
+            versions[m.name] = switches[m.name].held
+            if switches[m.name].note:
+                notes[m.name].append(switches[m.name].note)
+    incoming = {name: sw.incoming for name, sw in switches.items() if sw.incoming}
+    switch_configs = {}
+    for name in incoming:
+        try:
+            switch_configs[name] = member_config(name, namespace, by_name[name].spec, incoming[name], shapes[name])[1]
+        except (KeyError, ValueError) as exc:
+            notes[name].append(f"no config for {incoming[name]} ({exc})")
     ports = assign_ports([*(m.name for m in held), *(f.name for f in frozen)], previous_ports)
     configs: dict[str, tuple[int, str]] = {}
     for m in held:
@@ -394,13 +438,17 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         if not pod.ready or pod.index is None or pod.terminating:
             continue
         asked = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over, digests, pod.loaded,
-                            pod.refused)
+                            pod.refused, {n: triton_version(v) for n, v in incoming.items()})
         # A member over the server's room keeps what its pods loaded: its new config goes nowhere,
         # not even to a new pod (it would overfill the card).
         actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in over), asked.unload)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
+        for name, version in incoming.items():     # either version READY serves the member's requests
+            if per_pod[pod.name][name].state != SERVING and \
+                    member_state(name, triton_version(version), pod.index).state == SERVING:
+                per_pod[pod.name][name] = MemberState(name, SERVING)
     held_names = {m.name for m in held} | {f.name for f in frozen}
     # A held member whose spec no longer lists its version keeps its files as last staged; members
     # that left keep theirs while a pod may still hold them, at most as many as the seats (the
@@ -449,7 +497,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     # What each member's pods serve, by the rule its status line's digest is written with (one round,
     # one rule: configs.json and the status never disagree after a restart)
     asked = {name for a in actions.values() for name in a.load}
-    staged_of = {m.name: staged_member(ServerMember(m.name, m.spec, versions[m.name])) for m in held}
+    staged_of = {m.name: staged_member(ServerMember(m.name, m.spec, versions[m.name], incoming.get(m.name)))
+                 for m in held}
     staged_of.update({s.model: s for s in lingering if s.model in {f.name for f in frozen}})
     served_configs, served = {}, {}
     frozen_config = {f.name: f.config for f in frozen if f.config}
@@ -462,11 +511,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             served_configs[name] = previous_configs[name]      # an edit not served yet: the old one serves
         elif name in frozen_config:                            # checked against the status' full hash
             served_configs[name] = frozen_config[name]
-    objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name]) for m in held],
+    objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name],
+                                                                    incoming.get(m.name)) for m in held],
                              ports, replicas, placement, policy, lingering, frozen, served_configs)
     return ServerPlan(tuple([*objects, *routed]), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
-                      replicas, admission, name_taken, frozenset(unconfirmed), scaling, served)
+                      replicas, admission, name_taken, frozenset(unconfirmed), scaling, served, switches,
+                      switch_configs)
 
 
 def planned_is_served(outcome: MemberOutcome, configs: Mapping[str, tuple[int, str]], asked: Collection[str],
@@ -540,9 +591,6 @@ def _held_outcome(member: MemberView, version: str, port: int, per_pod: Mapping[
             return MemberOutcome(member.name, FAILED, REASON_SERVER_FULL,
                                  f"{member.name} {version} is held but loaded on no ready pod ({'; '.join(notes)})",
                                  version, port)
-    if member.held_version and member.spec.version != member.held_version:
-        notes.append(f"spec.version {member.spec.version!r} waits: a shared server's member serves "
-                     f"{member.held_version!r} until its new version is gated in place, which is not built yet")
     unread = [f"{p.name}: {p.index_error}" for p in pods if p.ready and p.index is None and p.index_error]
     if unread:
         notes.append("index unreadable on " + "; ".join(unread))

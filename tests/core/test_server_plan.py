@@ -111,12 +111,12 @@ def test_a_member_that_cannot_share_the_pod_is_refused_and_not_staged():
     assert (unplannable.state, unplannable.reason) == (serverplan.REFUSED, serverplan.REASON_CANNOT_PACK)
 
 
-def test_a_held_member_keeps_its_version_and_says_the_new_one_waits():
+def test_a_held_member_keeps_its_version_while_its_new_one_begins_to_switch_in():
     result = plan([member("coarse", held="1", version="2")],
                   [PodView("ranking-shared-a", True, "10.0.0.1", None, (ready("coarse"),))])
     coarse, = result.members
     assert coarse.state == serverplan.SERVING and coarse.version == "1"
-    assert "spec.version '2' waits" in coarse.message
+    assert "switching to 2 in place (Loading)" in coarse.message
     assert result.configs["coarse"][0] == 1 and result.actions["ranking-shared-a"].nothing
 
 

@@ -174,9 +174,10 @@ def test_candidate_whose_requests_error_fails_equivalence(capsys, tmp_path, mlse
 
 def test_unreachable_reference_cannot_be_judged(capsys, tmp_path, mlserver, golden_samples):
     code, verdict = _equivalence(capsys, tmp_path, mlserver, "fp16", golden_samples,
-                                 "--reference-url", "127.0.0.1:1", "--reference-model", "reference")
+                                 "--reference-url", "127.0.0.1:1", "--reference-model", "reference",
+                                 "--reach-within-s", "2")
     assert (code, verdict["outcome"], verdict["reason"]) == (2, "error", "ServerUnreachable")
-    assert "reference" in verdict["summary"]
+    assert "reference" in verdict["summary"] and "waited 2s" in verdict["summary"]
 
 
 def test_missing_reference_is_a_bad_argument(capsys, tmp_path, mlserver, golden_samples):

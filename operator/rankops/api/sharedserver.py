@@ -21,7 +21,7 @@ from rankops.api.autoscaling import Recommendation, ScaleDownWindow, ScaleUpWind
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
-                                      FetchLimits, Resources, Storage)
+                                      FetchLimits, InPlaceSwitchStatus, Resources, Storage)
 
 
 class ServerAutoscaling(ApiModel):
@@ -125,6 +125,10 @@ class MemberStatus(ApiModel):
         "SHA-256 of the config its serving pods loaded and of the files it was staged with: a member frozen "
         "after a restart (its spec invalid) is loaded on a new pod from the server's ConfigMap only while "
         "both hash to this."))] = None
+    switch: Annotated[InPlaceSwitchStatus | None, Field(description=(
+        "Its last version switch inside the running pods (server_switch.py): a new spec.version is loaded "
+        "beside the held one in one pod, gated there, then loaded pod by pod; the held one is unloaded last. "
+        "A switch that cannot fit or fails leaves the held version serving."))] = None
     last_transition_time: Annotated[str | None, Field(description=(
         "When its state or reason last changed (RFC 3339)."))] = None
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rankops import server_autoscale, server_status, serverplan
+from rankops import server_autoscale, server_status, server_switch, serverplan
 from rankops.api.base import unknown_fields_message
 from rankops.api.errors import describe
 from rankops.api.gpunodepool import GpuNodePool
@@ -31,6 +31,7 @@ from rankops.api.rankingmodel import RankingModel
 from rankops.api.sharedserver import SharedServer, SharedServerStatus
 from rankops.controller import writes
 from rankops.controller.kube import ApiError, Kube
+from rankops.controller.server_switches import Switches
 from rankops.controller.shared_pods import LoadConfig, ServerPod, ServerPods
 from rankops.fetcher.members import parse_members
 from rankops.fetcher.stager import StageListError
@@ -66,6 +67,7 @@ class ServerMemory:
         self.wall_clock = wall_clock        # when each pod's counters were read (a rate's window)
         self.readings: dict[str, dict[str, Any]] = {}   # server uid -> its pods' last counters (autoscaling)
         self.shells: dict[str, ServerPods] = {}
+        self.switches: dict[str, Switches] = {}        # server uid -> its members' switches in flight
         self.keys: dict[str, str] = {}
         self.last_valid: dict[str, Any] = {}        # member uid -> its last valid RankingModelSpec
         self.writes = writes.Writes()
@@ -85,6 +87,9 @@ class ServerMemory:
             shell.close()
         self.keys.pop(uid, None)
         self.readings.pop(uid, None)
+        switches = self.switches.pop(uid, None)
+        if switches is not None:
+            switches.close()
         self.writes.forget(uid)
 
 
@@ -137,7 +142,9 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     found = [_member_read(body_of, memory) for body_of in members_of(models, namespace, name)]
     held = server_status.held_versions(old)
     views, unreadable = serverplan.member_views(found, held, memory.last_valid,
-                                                {line.name: line.config_digest for line in old.members if line.config_digest})
+                                                {line.name: line.config_digest for line in old.members if line.config_digest},
+                                                {line.name: record for line in old.members
+                                                 if (record := server_switch.record_of(line)) is not None})
     named = {m["metadata"]["uid"] for m in models}
     for uid_gone in [u for u in memory.last_valid if u not in named]:
         del memory.last_valid[uid_gone]
@@ -161,10 +168,12 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
                       now, memory.wall_clock, memory.readings.get(uid))
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
+    switches = memory.switches.setdefault(uid, Switches())
+    seen = switches.seen(views, seen_pods, shell, namespace, {serving.API_KEY_HEADER: key})
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,
-                                  load=load, previous_configs=configs)
+                                  load=load, previous_configs=configs, switch_seen=seen, now=now)
     try:         # the objects first: a refused write sends no load or unload either
         memory.writes.apply_all(kube, meta, [_owned(obj, server) for obj in plan.objects])
     except writes.ChildRefused as exc:
@@ -172,6 +181,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         result.requeue_after = REFUSED_RETRY_S
         return result
     shell.execute(plan)
+    switches.execute(plan.switches, plan.switch_configs)
     _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None}, services)
 
     decided = server_status.server_status(plan, old, generation, iso(now))

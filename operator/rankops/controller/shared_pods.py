@@ -211,7 +211,8 @@ class ServerPods:
                                      staging_over=record.staging_over(members, now, self.staging_wait_s),
                                      loaded=dict(record.loaded), refused=dict(record.refused),
                                      terminating=pod.terminating,
-                                     last_index=None if index is not None else self._last_index.get(pod.uid)))
+                                     last_index=None if index is not None else self._last_index.get(pod.uid),
+                                     uid=pod.uid))
         return views
 
     def read_load(self, pods: Sequence[ServerPod], members: Sequence[str], now: Callable[[], Any],
@@ -241,6 +242,24 @@ class ServerPods:
             return None, str(exc)[:300]
         except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
             return None, f"metrics not read ({type(exc).__name__})"
+
+    def read_p99_ms(self, pods: Sequence[ServerPod], member: str, version: int,
+                    most: int = MAX_READ_PODS) -> float | None:
+        """The worst P99 (ms) of `member` at Triton `version` over the reachable pods' latency windows
+        (their metrics pages, read at once, each bounded); None when no pod reports one."""
+        asked = sorted((p for p in pods if p.reachable), key=lambda p: p.name)[:most]
+
+        def p99(pod: ServerPod) -> float | None:
+            try:
+                page = metrics.fetch(pod.ip, pod.metrics_port, self.index_deadline_s)
+                quantile = metrics.parse_models(page, [member], str(version))[member].quantiles_us.get(0.99)
+            except Exception:  # noqa: BLE001 - unread is None: the switch starts no load without a P99
+                return None
+            return quantile / 1000 if quantile is not None else None
+
+        read = [v for v in self._metrics_work.read_all(p99, asked, self.index_deadline_s + READ_MARGIN_S)
+                if v is not None]
+        return max(read) if read else None
 
     def next_due_s(self) -> float | None:
         """Seconds until a backoff or a wait of the members last read ends (None: none is running)."""

@@ -191,3 +191,22 @@ def _at_load(members: Sequence[ModelToPack], card: Card, loads: Mapping[str, flo
                                                                                headroom=0.0)))
     most = card.max_cards if card.max_cards is not None else max(floor, sum(a.result.gpus for a in group))
     return floor, group, most
+
+
+def switch_fits(admission: Admission | None, card: Card, member: str) -> tuple[bool | None, str]:
+    """(fits, the arithmetic) of `member`'s next version loaded beside every admitted member on each
+    of the server's cards: its instances once more, on the card's memory as the admission counts it
+    (each member's instances + the runtime reserve once), + the margin. None: the member is not
+    counted in the server's pack now (its needs unknown), so nothing can be said."""
+    server = admission.server if admission is not None else None
+    packed = next((m for m in server.models if m.name == member), None) if server is not None else None
+    if packed is None:
+        return None, f"{member}'s memory is not counted in the server's pack now"
+    used = server.memory_mib + packed.memory_mib
+    with_margin = used * (1 + card.margin)
+    fits = with_margin <= card.memory_mib
+    verdict = (f"fits ({card.memory_mib - with_margin:.0f} MiB spare)" if fits
+               else f"does not fit ({with_margin - card.memory_mib:.0f} MiB short)")
+    return fits, (f"the card holds {server.memory_mib:.0f} MiB (every member's instances + runtime reserve) + "
+                  f"{packed.memory_mib:.0f} MiB ({member}'s next version) = {used:.0f} MiB, + {card.margin:.0%} "
+                  f"margin = {with_margin:.0f} MiB of {card.memory_mib:.0f} MiB: {verdict}")

@@ -100,6 +100,7 @@ class ServerMember:
     name: str
     spec: RankingModelSpec
     version: str
+    switching_to: str | None = None     # a version being switched in beside it (server_switch.py)
 
 
 def member_problems(server: SharedServerSpec, member: ServerMember) -> list[str]:
@@ -175,13 +176,16 @@ def server_labels(server: str) -> dict[str, str]:
 
 
 def staged_member(member: ServerMember) -> staged_members.Member | None:
-    """What the stager keeps on the volume for `member`: its held version (None when its spec no
-    longer lists that version: nothing to fetch it from)."""
+    """What the stager keeps on the volume for `member`: its held version, and the one switched in
+    beside it while a switch needs it (None when its spec no longer lists the held version: nothing to
+    fetch it from)."""
     version = member.spec.version_named(member.version)
     if version is None:
         return None
-    return staged_members.Member(member.name, MODEL_FILENAMES[version.format], (Wanted(
-        version.name, triton_version(version.name), version.model_uri, version.sha256),))
+    incoming = member.spec.version_named(member.switching_to) if member.switching_to else None
+    listed = [version, *([incoming] if incoming is not None and incoming.name != version.name else [])]
+    return staged_members.Member(member.name, MODEL_FILENAMES[version.format], tuple(
+        Wanted(v.name, triton_version(v.name), v.model_uri, v.sha256) for v in listed))
 
 
 def members_json(server: str, staged: Sequence[staged_members.Member]) -> str:

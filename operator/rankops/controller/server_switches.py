@@ -1,0 +1,83 @@
+"""The shell of the members' version switches on a shared server (server_switch.py): what each
+switch in flight reads from the server's pods, and carrying out what it asks of them.
+
+One controller.inplace_pods.Executor per member switching (ServerMemory.switches), the model
+path's own: its loads are the member's config at the incoming version with a version policy
+listing exactly the versions kept, sent through the server's restricted repository API; its gates
+(warm-up on the incoming version, equivalence against the held one in the same pod) run from the
+operator against the gate pod by version, with the member's own rollout settings. Each pod's index
+of the member is read by the executor (bounded, on its own threads); the held version's P99 is the
+worst of the pods' latency windows for that version (ServerPods.read_p99_ms). A switch that ends, or
+a member that leaves, lets its executor go, and with it its verdicts: a switch begun again is gated
+anew.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rankops import server_switch
+from rankops.api.rankingmodel import RankingModel
+from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
+from rankops.controller.shared_pods import ServerPod, ServerPods
+from rankops.render.tritonconfig import triton_version
+from rankops.rollout import inplace
+from rankops.triton.repository import config_json
+
+
+class Switches:
+    """The executors of one server's switches in flight, by member (kept in ServerMemory)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[tuple[str, str], Executor]] = {}   # member -> ((version, from), executor)
+
+    def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], shell: ServerPods, namespace: str,
+             headers: Mapping[str, str]) -> dict[str, server_switch.SwitchSeen]:
+        """What each switch in flight reads this round (`views`: the plan's MemberViews)."""
+        seen = {}
+        switching = {v.name: v for v in views if v.switch is not None and v.switch.phase in server_switch.IN_FLIGHT}
+        for member in [m for m in self._held if m not in switching]:
+            self.forget(member)
+        for name, view in switching.items():
+            record = view.switch
+            executor = self._executor(name, record)
+            executor.pods = {p.name: PodTarget(p.name, p.uid, p.ip, p.port, None, p.metrics_port, headers,
+                                               serving=p.reachable) for p in pods if p.ip}
+            executor.gates = PodGates(RankingModel.model_construct(metadata={"name": name, "namespace": namespace},
+                                                                   spec=view.spec), window_wait_s=0.0)
+            executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
+            seen[name] = server_switch.SwitchSeen(
+                executor.read(), executor.gate_verdicts(record.version),
+                shell.read_p99_ms(pods, name, triton_version(record.from_version)))
+        return seen
+
+    def execute(self, switches: Mapping[str, server_switch.MemberSwitch], configs: Mapping[str, str]) -> None:
+        """Start what each switch asks (`configs`: member -> its config at the incoming version)."""
+        for name, switch in switches.items():
+            if not switch.in_flight:
+                self.forget(name)
+                continue
+            if not switch.actions or name not in configs:
+                continue
+            executor = self._executor(name, switch.record, configs[name])
+            executor.submit(switch.actions, switch.record)
+
+    def _executor(self, name: str, record: inplace.Record, config_text: str | None = None) -> Executor:
+        """The member's executor for this switch (another switch's, its verdicts with it, is let go)."""
+        key = (record.version, record.from_version)
+        held = self._held.get(name)
+        if held is None or held[0] != key:
+            self.forget(name)
+            held = self._held[name] = (key, Executor(name, {}, None, gates=lambda *_: None))
+        if config_text is not None:
+            held[1].config = config_json(config_text)
+        return held[1]
+
+    def forget(self, member: str) -> None:
+        held = self._held.pop(member, None)
+        if held is not None:
+            held[1].close()
+
+    def close(self) -> None:
+        for member in list(self._held):
+            self.forget(member)

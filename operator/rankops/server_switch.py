@@ -1,0 +1,147 @@
+"""A member's version switch inside a shared server's running pods (issue 42), pure: its new
+spec.version loaded beside the version the server holds in one pod, gated there by version (warm-up,
+and equivalence against the held version in the same pod), then loaded pod by pod, the held version
+unloaded last. It is rollout/inplace.py's machine, run on the member's entries of each pod's index;
+its record lives in the member's line of the server's status (`switch`), so a restarted operator
+carries on from it.
+
+A member of a shared server has no pods of its own to fall back to: a switch that cannot be in place
+(the next version does not fit beside every member on the card, the two cannot be one Triton
+model's versions, the equivalence reference is not the held version) or that stops (a gate failed,
+a load failed or ran out of time, the held version's P99 over its bound while it loaded) leaves the
+held version serving, and the member's message says why and what to do. A stopped switch is not
+tried again for the same spec.version: set spec.version back to the held version (which clears it),
+or to another version.
+
+    held 1, spec.version 2:  begin -> Loading -> Gating -> Promoting -> Unloading -> Switched: held 2
+                                          \\-> RollingBack -> RolledBack: held 1 (a gate, an abort)
+                                          \\-> FallingBack -> FellBack: held 1 (memory, interference, a load)
+    spec.version changed mid-switch: the switch rolls back (its version unloaded everywhere), then
+    the next one begins.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rankops.api.rankingmodel import RankingModelSpec
+from rankops.planner.two_versions import SideBySide
+from rankops.rollout import inplace, inplace_phase
+from rankops.rollout.record import Event
+
+IN_FLIGHT = (*inplace.FORWARD, *inplace.CLEANING)
+STOPPED = (inplace.ROLLED_BACK, inplace.FELL_BACK)
+
+
+@dataclass(frozen=True)
+class SwitchSeen:
+    """What the shell read for one member's switch in flight: the member's entries of each pod's
+    index, the gates' verdicts on their pod, the held version's P99 (worst pod, Triton's window)."""
+    pods: tuple[inplace.PodIndex, ...]
+    gates: Mapping[str, inplace.GateVerdict]
+    stable_p99_ms: float | None
+
+
+@dataclass(frozen=True)
+class MemberSwitch:
+    record: inplace.Record | None       # the member's status line's `switch`
+    held: str                           # the version the server holds for it after this round
+    actions: tuple[Any, ...] = ()       # inplace.Load / Unload / RunGate, for the shell
+    events: tuple[Event, ...] = ()
+    note: str = ""                      # for the member's message
+
+    @property
+    def in_flight(self) -> bool:
+        return self.record is not None and self.record.phase in IN_FLIGHT
+
+    @property
+    def incoming(self) -> str | None:
+        """The version loaded beside the held one while the switch needs its files and its loads."""
+        return self.record.version if self.in_flight else None
+
+
+def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
+         fit: tuple[bool | None, str], replicas: int, now: dt.datetime) -> MemberSwitch:
+    """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
+    flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
+    where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the server's."""
+    target = spec.version
+    if record is not None and record.phase in IN_FLIGHT:
+        if seen is None:
+            return MemberSwitch(record, held, note=f"switching to {record.version}: {record.message}")
+        abort = None if record.version == target else (
+            f"spec.version is back to {target}" if target == record.from_version else
+            f"spec.version changed to {target}")
+        observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
+        switch = inplace.step(record, observed, inplace_phase.policy(spec, replicas))
+        record = switch.record
+        done = record.phase == inplace.SWITCHED
+        actions = tuple(a for a in switch.actions if not isinstance(a, inplace.FallBack))
+        events = tuple(Event(e.type, e.reason, f"{member}: {e.message}") for e in switch.events)
+        return MemberSwitch(record, record.version if done else held, actions, events,
+                            _note(record, target, held if not done else record.version))
+    if target == held:
+        # Nothing to switch; a stopped switch's record is cleared by setting spec.version back
+        return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held)
+    if record is not None and record.version == target and record.phase in STOPPED:
+        return MemberSwitch(record, held, note=_note(record, target, held))
+    fits, arithmetic = fit
+    if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
+        return MemberSwitch(record, held, note=f"spec.version {target!r} waits to switch in place: {arithmetic}")
+    side = SideBySide(fits, arithmetic, () if fits else (f"the server's memory: {arithmetic}",))
+    started = inplace_phase.start(spec, target, held, now, _shareable(spec, held, target, side))
+    record = inplace.Record.from_status(started.record.to_wire())
+    if record.phase == inplace.FELL_BACK:
+        record = replace(record, message=f"{record.reason}; {held} serves on")
+        events = (Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"),)
+        return MemberSwitch(record, held, (), events, _note(record, target, held))
+    return MemberSwitch(record, held, (), tuple(Event(e.type, e.reason, f"{member}: {e.message}")
+                                                for e in started.events), _note(record, target, held))
+
+
+def _shareable(spec: RankingModelSpec, held: str, target: str, side: SideBySide) -> SideBySide:
+    """`side` with every reason the two versions cannot be one Triton model's (formats, precisions,
+    both Triton version 1), from the spec (planner.two_versions.cannot_share)."""
+    from rankops.planner.two_versions import VersionOnGpu, cannot_share
+    from rankops.render.tritonconfig import triton_version
+
+    by_name = {v.name: v for v in spec.versions}
+    if held not in by_name or target not in by_name:
+        missing = held if held not in by_name else target
+        return SideBySide(side.fits, side.arithmetic, (*side.problems, f"{missing} is not in spec.versions"))
+
+    def on_gpu(version: Any) -> VersionOnGpu:
+        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
+                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
+        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
+                            version.precision.value, engine=engine)
+
+    return SideBySide(side.fits, side.arithmetic, (*side.problems, *cannot_share(on_gpu(by_name[held]),
+                                                                                  on_gpu(by_name[target]))))
+
+
+def _note(record: inplace.Record, target: str, held: str) -> str:
+    """What the member's message says of its switch."""
+    if record.phase in IN_FLIGHT:
+        return f"switching to {record.version} in place ({record.phase}): {record.message}"
+    if record.phase in STOPPED and record.version == target:
+        return (f"spec.version {target!r} was not switched in ({record.phase}: {record.reason or record.message}); "
+                f"{held} serves: a shared server's member switches only in place. Set spec.version back to "
+                f"{held!r} (which clears this) and then to a version that can switch, make room on the server, "
+                "or serve the model on pods of its own (no spec.server)")
+    return ""
+
+
+def record_of(line: Any) -> inplace.Record | None:
+    """The switch record of a member's status line (api.sharedserver.MemberStatus), None without one."""
+    switch = getattr(line, "switch", None)
+    return inplace.Record.from_status(switch.to_wire()) if switch is not None else None
+
+
+def status_of(switch: MemberSwitch) -> Any:
+    """The record as the member's status line keeps it (api.rankingmodel.InPlaceSwitchStatus)."""
+    from rankops.api.rankingmodel import InPlaceSwitchStatus
+
+    return None if switch.record is None else InPlaceSwitchStatus.model_validate(switch.record.to_status())

@@ -1,0 +1,153 @@
+"""A member's version switch inside a shared server's running pods (server_switch.py through
+serverplan.plan_server), pure: begun when spec.version is not the held version, loaded beside it in
+one pod, gated there, loaded pod by pod, the held version unloaded last; or stopped (memory, a gate)
+with the held version serving. Each round is fed what the previous one asked, as the shell would read it."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+from rankops import serverplan
+from rankops.fetcher.members import parse_members
+from rankops.render.serving import pool_placement
+from rankops.render.shared_server import MEMBERS_KEY
+from rankops.rollout import inplace
+from rankops.server_switch import SwitchSeen
+from rankops.serverplan import PodView, plan_server
+from rankops.triton.repository import IndexEntry
+from tests.core.test_server_plan import SERVER, member
+
+NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc)
+PODS = ("ranking-shared-a", "ranking-shared-b")
+
+
+def entry(version: int, state: str = "READY", reason: str = "") -> IndexEntry:
+    return IndexEntry("coarse", version, state, reason)
+
+
+def pods(holding: dict[str, tuple[IndexEntry, ...]]) -> list[PodView]:
+    return [PodView(name, True, f"10.0.0.{i}", None, (*holding[name], IndexEntry("fine", 1, "READY", "")),
+                    uid=f"uid-{name}") for i, name in enumerate(PODS, 1)]
+
+
+def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | None = 5.0) -> SwitchSeen:
+    return SwitchSeen(tuple(inplace.PodIndex(name, f"uid-{name}", True,
+                                             {e.version: inplace.VersionState(e.state, e.reason) for e in holding[name]})
+                            for name in PODS), gates or {}, p99)
+
+
+def round_(held: str, record, holding, gates=None, p99=5.0, version="2", weights_mib=2000, server=SERVER):
+    coarse = dataclasses.replace(member("coarse", weights_mib, held=held, version=version), switch=record)
+    members = [coarse, member("fine", held="1")]
+    return plan_server("ranking", "reco", server, members, pods(holding), {}, pool_placement(None, None),
+                       switch_seen={"coarse": seen(holding, gates, p99)} if record is not None else None, now=NOW)
+
+
+def staged_versions(result) -> list[int]:
+    config_map = next(o for o in result.objects if o["kind"] == "ConfigMap")
+    entry_, = [m for m in parse_members(config_map["data"][MEMBERS_KEY], "ranking") if m.model == "coarse"]
+    return [v.dir for v in entry_.versions]
+
+
+def line(result):
+    return next(o for o in result.members if o.name == "coarse")
+
+
+def test_a_new_version_is_loaded_beside_gated_in_one_pod_then_loaded_everywhere_and_the_old_one_unloaded():
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both)
+    switch = begun.switches["coarse"]
+    assert switch.record.phase == inplace.LOADING and switch.held == "1" and not switch.actions
+    assert [e.reason for e in switch.events] == ["InPlaceSwitchStarted"] and "coarse:" in switch.events[0].message
+    assert staged_versions(begun) == [1, 2], "the incoming version's files are listed beside the held one's"
+    assert line(begun).version == "1" and line(begun).state == serverplan.SERVING
+
+    loading = round_("1", switch.record, both)
+    assert loading.switches["coarse"].actions == (inplace.Load(PODS[0], "2", ("1", "2")),)
+    assert "coarse" in loading.switch_configs
+    assert all(a.nothing for a in loading.actions.values()), "the server's own loads leave a switching member alone"
+
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    gating = round_("1", loading.switches["coarse"].record, one)
+    assert gating.switches["coarse"].record.phase == inplace.GATING
+    assert gating.switches["coarse"].actions == (inplace.RunGate("warmup", PODS[0], "2"),)
+    assert all(a.nothing for a in gating.actions.values()), "two versions READY: no reload drops either"
+    assert line(gating).state == serverplan.SERVING
+
+    passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
+    promoting = round_("1", gating.switches["coarse"].record, one, passed)
+    assert promoting.switches["coarse"].record.phase == inplace.PROMOTING
+    assert promoting.switches["coarse"].actions == (inplace.Load(PODS[1], "2", ("1", "2")),)
+
+    everywhere = {p: (entry(1), entry(2)) for p in PODS}
+    unloading = round_("1", promoting.switches["coarse"].record, everywhere, passed)
+    assert unloading.switches["coarse"].record.phase == inplace.UNLOADING
+    assert set(unloading.switches["coarse"].actions) == {inplace.Unload(p, "1", ("2",)) for p in PODS}
+
+    # The held version unloaded everywhere: still Serving (its new version answers), never reloaded at 1.
+    gone = {p: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)) for p in PODS}
+    assert line(round_("1", unloading.switches["coarse"].record, gone, passed)).state == serverplan.SERVING
+    switched = round_("1", unloading.switches["coarse"].record, gone, passed)
+    assert switched.switches["coarse"].record.phase == inplace.SWITCHED and switched.switches["coarse"].held == "2"
+    assert line(switched).version == "2" and switched.configs["coarse"][0] == 2
+    assert staged_versions(switched) == [2]
+    assert [e.reason for e in switched.switches["coarse"].events] == ["InPlaceSwitched"]
+
+    # The next round holds 2 and keeps the record; nothing more is asked of the pods.
+    after = round_("2", switched.switches["coarse"].record, gone, passed)
+    assert after.switches["coarse"].record.phase == inplace.SWITCHED and not after.switches["coarse"].actions
+    assert all(a.nothing for a in after.actions.values())
+
+
+def test_a_failing_gate_unloads_the_new_version_and_the_held_one_serves_on_until_spec_version_changes():
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    record = inplace.Record(version="2", from_version="1", phase=inplace.GATING, since="2026-12-06T11:59:00Z",
+                            gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],))
+    failed = {"warmup": inplace.GateVerdict("fail", "p99 90 ms > 40 ms", f"uid-{PODS[0]}")}
+    rolling = round_("1", record, one, failed)
+    assert rolling.switches["coarse"].record.phase == inplace.ROLLING_BACK
+    assert rolling.switches["coarse"].actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+    back = {PODS[0]: (entry(1), entry(2, "UNAVAILABLE", "unloaded")), PODS[1]: (entry(1),)}
+    done = round_("1", rolling.switches["coarse"].record, back, failed)
+    assert done.switches["coarse"].record.phase == inplace.ROLLED_BACK and line(done).version == "1"
+    assert staged_versions(done) == [1]
+    # Not tried again for the same spec.version: the message says what to do.
+    again = round_("1", done.switches["coarse"].record, back)
+    assert again.switches["coarse"].record.phase == inplace.ROLLED_BACK and not again.switches["coarse"].actions
+    assert "was not switched in" in line(again).message and "Set spec.version back to '1'" in line(again).message
+    # spec.version back to the held one clears it; a new spec.version begins anew.
+    cleared = round_("1", done.switches["coarse"].record, back, version="1")
+    assert cleared.switches["coarse"].record is None and "switch" not in line(cleared).message
+
+
+def test_a_next_version_that_does_not_fit_beside_the_members_is_not_loaded_and_says_the_arithmetic():
+    both = {p: (entry(1),) for p in PODS}
+    result = round_("1", None, both, weights_mib=6000)
+    switch = result.switches["coarse"]
+    assert switch.record.phase == inplace.FELL_BACK and not switch.actions and switch.held == "1"
+    assert "does not fit" in switch.record.reason and "MiB" in switch.record.reason
+    assert [e.reason for e in switch.events] == ["InPlaceNotPossible"]
+    assert staged_versions(result) == [1] and line(result).version == "1"
+    assert "serve the model on pods of its own" in line(result).message
+
+
+def test_a_spec_version_changed_mid_switch_rolls_the_switch_back_first():
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    record = inplace.Record(version="2", from_version="1", phase=inplace.GATING, since="2026-12-06T11:59:00Z",
+                            gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],))
+    result = round_("1", record, one, version="1")
+    switch = result.switches["coarse"]
+    assert switch.record.phase == inplace.ROLLING_BACK and "spec.version is back to 1" in switch.record.reason
+    assert switch.actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+
+
+def test_no_load_starts_without_the_held_versions_p99_and_a_round_that_read_nothing_moves_nothing():
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both).switches["coarse"].record
+    blind = round_("1", begun, both, p99=None).switches["coarse"]
+    assert not blind.actions and "stable P99 is not read" in blind.record.message
+    coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=begun)
+    unread = plan_server("ranking", "reco", SERVER, [coarse], pods(both), {}, pool_placement(None, None), now=NOW)
+    assert unread.switches["coarse"].record == begun and not unread.switches["coarse"].actions
+    assert json.dumps(unread.switches["coarse"].record.to_status())
