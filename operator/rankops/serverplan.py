@@ -400,7 +400,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 (None, f"{m.name}'s spec cannot be counted or applied now")
             switches[m.name] = server_switch.step(m.name, m.spec, m.held_version, m.switch,
                                                   (switch_seen or {}).get(m.name), fit,
-                                                  max(1, admission.cards if admission else 0), now)
+                                                  # the pods the Deployment runs now: what a promotion waits for
+                                                  max(1, replicas_now or (admission.cards if admission else 0)), now)
             versions[m.name] = switches[m.name].held
             if switches[m.name].note:
                 notes[m.name].append(switches[m.name].note)

@@ -296,3 +296,98 @@ def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):
         pod.converge(THREE)         # it leaves: the others untouched
         pod.models.pop("ghost")
     assert all(answers_on_its_port(pod, n) for n in THREE)
+
+
+def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traffic_and_a_failing_one_is_not(
+        pod, store):
+    """coarse 1 -> 2 (the same weights: equivalent) in place, by the operator's switch shell
+    (controller/server_switches.py) on the real server: 2 staged beside 1 by the pod's stager,
+    loaded beside it, gated there by version (warm-up, equivalence against 1 in the same pod), then
+    1 unloaded, while requests run through coarse's port: none fails, Triton keeps its process and
+    the others serve on. Then 2 -> 3 (other weights): equivalence fails, 3 is unloaded, 2 serves."""
+    import datetime as dt
+
+    from rankops.controller.server_switches import Switches
+
+    root, url = store
+    pod.converge(THREE)
+    base = pod.models["coarse"]
+    for version, seed in (("2", 0), ("3", 7)):
+        spec_models.export(base.spec, base.spec.versions[0].format, root / "coarse" / version, seed=seed)
+    doc = base.to_wire()
+    doc["spec"]["versions"] = [{"name": v, "modelUri": f"{url}/coarse/{v}/model.onnx", "format": "onnx"}
+                               for v in ("1", "2", "3")]
+    doc["spec"]["rollout"] = {"warmup": {"requests": 40, "concurrency": 2, "maxP99Ms": 5000}}
+    server_pod = ServerPod("ranking-shared-0", "uid-0", pod.triton.host, True, port=pod.triton.ports["http"],
+                           metrics_port=pod.triton.ports["metrics"])
+    switches = Switches(pod.shell.load_config)
+    held = {name: "1" for name in THREE}
+    records: dict = {}
+    sent, failures, stop = [0], [], threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            try:
+                assert answers_on_its_port(pod, "coarse")
+                sent[0] += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                failures.append(repr(exc))
+            time.sleep(0.02)
+
+    def switch_to(version: str, until: set[str], timeout_s: float = 150.0) -> serverplan.ServerPlan:
+        doc["spec"]["version"] = version
+        pod.models["coarse"] = RankingModel.model_validate(doc)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            members = [serverplan.MemberView(n, pod.models[n].spec, held[n], switch=records.get(n)) for n in THREE]
+            read = pod.shell.read([server_pod], THREE)
+            seen = switches.seen(members, [server_pod], pod.shell, "reco", pod.shell.headers)
+            staged = parse_members((pod.mount / "members.json").read_text(), "ranking")
+            plan = serverplan.plan_server("ranking", "reco", SERVER, members, read, pod.ports,
+                                          serving.pool_placement(None, None), previous_staged=staged,
+                                          switch_seen=seen, now=dt.datetime.now(dt.timezone.utc),
+                                          replicas_now=1)     # the one pod this harness runs
+            pod.written(plan)
+            pod.shell.execute(plan)
+            switches.execute(plan.switches, plan.switch_configs)
+            held.update({o.name: o.version for o in plan.members if o.version})
+            records.update({n: s.record for n, s in plan.switches.items()})
+            record = records.get("coarse")
+            if record is not None and record.phase in until:
+                return plan
+            assert time.monotonic() < deadline, (record, plan.members, pod.logs()[-4000:])
+            time.sleep(0.3)
+
+    pid = pod.triton.process.pid
+    sender = threading.Thread(target=traffic, daemon=True)
+    sender.start()
+    try:
+        plan = switch_to("2", {"Switched", "RolledBack", "FellBack"})
+        record = records["coarse"]
+        assert record.phase == "Switched" and held["coarse"] == "2", record
+        coarse = next(o for o in plan.members if o.name == "coarse")
+        assert coarse.version == "2" and coarse.state == serverplan.SERVING, coarse
+        index = {(e.name, e.version): e.state for e in pod.repo.index()}
+        assert index[("coarse", 2)] == "READY" and index.get(("coarse", 1)) != "READY", index
+        served_before = sent[0]
+
+        plan = switch_to("3", {"Switched", "RolledBack", "FellBack"})
+        record = records["coarse"]
+        assert record.phase == "RolledBack" and record.failed_gate == "equivalence" and held["coarse"] == "2", record
+        index = {(e.name, e.version): e.state for e in pod.repo.index()}
+        assert index[("coarse", 2)] == "READY" and index.get(("coarse", 3)) != "READY", index
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        sender.join(30)
+        switches.close()
+        pod.models["coarse"] = base
+    print(f"\n2 -> 3: {record.reason}\ncoarse requests during both switches: {sent[0]}, {len(failures)} failed")
+    assert sent[0] > served_before > 10 and not failures, (sent[0], failures[:5])
+    assert pod.triton.process.poll() is None and pod.triton.process.pid == pid
+    assert all(answers_on_its_port(pod, n) for n in ("fine", "rerank"))
+    # 3's files go once the record stops listing it; 1's went with the switch
+    deadline = time.monotonic() + 30
+    while (pod.repository / "coarse" / "3").exists() or (pod.repository / "coarse" / "1").exists():
+        assert time.monotonic() < deadline, sorted(p.name for p in (pod.repository / "coarse").iterdir())
+        time.sleep(0.3)

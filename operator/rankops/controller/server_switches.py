@@ -13,7 +13,7 @@ anew.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rankops import server_switch
@@ -28,7 +28,8 @@ from rankops.triton.repository import config_json
 class Switches:
     """The executors of one server's switches in flight, by member (kept in ServerMemory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, load_config: Callable[[str], dict[str, Any]] = config_json) -> None:
+        self.load_config = load_config      # a config text -> the load's override (the server shell's own)
         self._held: dict[str, tuple[tuple[str, str], Executor]] = {}   # member -> ((version, from), executor)
 
     def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], shell: ServerPods, namespace: str,
@@ -70,7 +71,7 @@ class Switches:
             self.forget(name)
             held = self._held[name] = (key, Executor(name, {}, None, gates=lambda *_: None))
         if config_text is not None:
-            held[1].config = config_json(config_text)
+            held[1].config = self.load_config(config_text)
         return held[1]
 
     def forget(self, member: str) -> None:

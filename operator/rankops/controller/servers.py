@@ -168,7 +168,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
                       now, memory.wall_clock, memory.readings.get(uid))
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
-    switches = memory.switches.setdefault(uid, Switches())
+    switches = memory.switches.setdefault(uid, Switches(memory.load_config))
     seen = switches.seen(views, seen_pods, shell, namespace, {serving.API_KEY_HEADER: key})
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
