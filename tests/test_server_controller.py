@@ -391,3 +391,46 @@ def test_a_frozen_member_is_loaded_on_new_pods_with_the_config_its_pods_serve_ne
     assert kept == {"coarse": text}, "kept while frozen"
     for message in (edited, other_files, nested):
         assert "loading it on no other until the spec is fixed" in message, message
+
+
+def test_a_held_members_new_version_begins_its_switch_in_the_servers_status_and_lists_both_versions():
+    """coarse holds 1; its spec.version moves to 2. The server's status line keeps the switch's
+    record (what a restarted operator carries on from), members.json lists 2 beside 1 for the pods'
+    stager, the switch is said in an Event and on the member's own status; the Deployment's template
+    does not change (no pod restarts). A new process carries on from the status alone."""
+    import json
+
+    kube = FakeCluster()
+    kube.put({"kind": "Namespace", "metadata": {"name": NS}})
+    kube.put(copy.deepcopy(SERVER_BODY))
+    versions = [{"name": v, "modelUri": f"s3://models/coarse/{v}", "format": "onnx"} for v in ("1", "2")]
+    kube.put(member_body("coarse", "2026-12-06T01:00:00Z", versions=versions))
+    memory = servers.ServerMemory()
+
+    def round_(memory):
+        stored = kube.stored("SharedServer", NS, SERVER)
+        result = reconcile(kube, memory)
+        stored["status"] = result.status.to_wire()
+        kube.put(stored)
+        return result
+
+    first = round_(memory)
+    assert first.status.members[0].version == "1" and first.status.members[0].switch is None
+    template = kube.stored("Deployment", NS, "ranking-shared")["spec"]["template"]
+    body = kube.stored("RankingModel", NS, "coarse")
+    body["spec"]["version"] = "2"
+    kube.put(body)
+    begun = round_(memory)
+    line = begun.status.members[0]
+    assert line.version == "1" and line.switch.phase == "Loading" and line.switch.version == "2", line
+    assert "switching to 2 in place" in line.message
+    assert begun.requeue_after is not None and begun.requeue_after <= 2, "its loads and gates answer no event"
+    assert any(e.reason == "InPlaceSwitchStarted" and e.message.startswith("coarse:") for e in begun.events)
+    staged = json.loads(kube.stored("ConfigMap", NS, "ranking-shared")["data"]["members.json"])
+    assert [v["name"] for v in staged["members"][0]["versions"]] == ["1", "2"]
+    assert kube.stored("Deployment", NS, "ranking-shared")["spec"]["template"] == template
+    own = member_status(kube, "coarse", kube.stored("SharedServer", NS, SERVER))
+    assert "switching to 2 in place" in json.dumps(own.status.to_wire())
+    # A new process: the record comes back from the status (no pod to read: nothing moves, nothing lost)
+    again = round_(servers.ServerMemory())
+    assert again.status.members[0].switch.phase == "Loading" and again.status.members[0].version == "1"

@@ -76,6 +76,11 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
             f"spec.version changed to {target}")
         observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
         switch = inplace.step(record, observed, inplace_phase.policy(spec, replicas))
+        if spec.rollout.paused and not abort and record.phase not in inplace.CLEANING \
+                and switch.record.phase not in (*inplace.CLEANING, *inplace.CLEANING.values()):
+            # rollout.paused: only what makes the switch safer moves (a rollback and its unloads)
+            return MemberSwitch(record, held, note=f"switching to {record.version} is paused (rollout.paused) at "
+                                                   f"{record.phase}: {record.message}")
         record = switch.record
         done = record.phase == inplace.SWITCHED
         actions = tuple(a for a in switch.actions if not isinstance(a, inplace.FallBack))
@@ -87,6 +92,8 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held)
     if record is not None and record.version == target and record.phase in STOPPED:
         return MemberSwitch(record, held, note=_note(record, target, held))
+    if spec.rollout.paused:
+        return MemberSwitch(record, held, note=f"spec.version {target!r} waits: rollout.paused")
     fits, arithmetic = fit
     if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
         return MemberSwitch(record, held, note=f"spec.version {target!r} waits to switch in place: {arithmetic}")

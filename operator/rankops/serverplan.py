@@ -201,10 +201,11 @@ NAME_TAKEN_RECHECK_S = 30.0
 
 def next_look_s(plan: ServerPlan, unread: bool, due_s: float | None) -> float | None:
     """When the server's reconcile runs again without an event (None: on events and the resync only).
-    Loading in a ready pod, or a pod not read, is looked at again soon; a failed load when its
+    Loading in a ready pod, a pod not read, or a member's version switch in flight is looked at again soon; a failed load when its
     backoff ends (`due_s`, the pod shell's); a server that autoscales at its next reading; the rest
     comes by events: a member or pod changing, a pod getting Ready, a load answered."""
-    moving = unread or any(m.state == LOADING and m.reason != REASON_NO_READY_POD for m in plan.members)
+    moving = unread or any(m.state == LOADING and m.reason != REASON_NO_READY_POD for m in plan.members) \
+        or any(switch.in_flight for switch in plan.switches.values())   # its loads and gates answer no event
     looks = [t for t in (POLL_S if moving else None, due_s, NAME_TAKEN_RECHECK_S if plan.name_taken else None,
                          server_autoscale.READ_EVERY_S if plan.scaling is not None else None)
              if t is not None]

@@ -151,3 +151,26 @@ def test_no_load_starts_without_the_held_versions_p99_and_a_round_that_read_noth
     unread = plan_server("ranking", "reco", SERVER, [coarse], pods(both), {}, pool_placement(None, None), now=NOW)
     assert unread.switches["coarse"].record == begun and not unread.switches["coarse"].actions
     assert json.dumps(unread.switches["coarse"].record.to_status())
+
+
+def test_a_paused_rollout_holds_a_switch_where_it_is_but_still_rolls_a_failed_gate_back():
+    both = {p: (entry(1),) for p in PODS}
+    paused = dict(rollout={"paused": True})
+    coarse = dataclasses.replace(member("coarse", held="1", version="2", **paused), switch=None)
+    waits = plan_server("ranking", "reco", SERVER, [coarse], pods(both), {}, pool_placement(None, None), now=NOW)
+    assert waits.switches["coarse"].record is None and "rollout.paused" in line(waits).message
+    begun = round_("1", None, both).switches["coarse"].record
+    held_back = _paused_round(begun, both)
+    assert held_back.record == begun and not held_back.actions
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    gating = dataclasses.replace(begun, phase=inplace.GATING, gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}",
+                                 touched=(PODS[0],))
+    failed = {"warmup": inplace.GateVerdict("fail", "p99 90 ms", f"uid-{PODS[0]}")}
+    rolled = _paused_round(gating, one, failed)
+    assert rolled.record.phase == inplace.ROLLING_BACK and rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+
+
+def _paused_round(record, holding, gates=None):
+    coarse = dataclasses.replace(member("coarse", held="1", version="2", rollout={"paused": True}), switch=record)
+    return plan_server("ranking", "reco", SERVER, [coarse], pods(holding), {}, pool_placement(None, None),
+                       switch_seen={"coarse": seen(holding, gates)}, now=NOW).switches["coarse"]
