@@ -32,6 +32,7 @@ from rankops.rollout import inplace, inplace_phase
 from rankops.rollout.record import Event
 
 IN_FLIGHT = (*inplace.FORWARD, *inplace.CLEANING)
+MAX_SAID = 1000             # a record's message and reason in status (one line per member)
 STOPPED = (inplace.ROLLED_BACK, inplace.FELL_BACK)
 
 
@@ -63,10 +64,12 @@ class MemberSwitch:
 
 
 def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
-         fit: tuple[bool | None, str], replicas: int, now: dt.datetime) -> MemberSwitch:
+         fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None) -> MemberSwitch:
     """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
     flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
-    where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the server's."""
+    where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the pods the
+    server runs; `busy`: another member whose switch is in flight (one at a time: the cards have room
+    for one member's version twice, as switch_fits counts it), so none begins."""
     target = spec.version
     if record is not None and record.phase in IN_FLIGHT:
         if seen is None:
@@ -94,6 +97,9 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         return MemberSwitch(record, held, note=_note(record, target, held))
     if spec.rollout.paused:
         return MemberSwitch(record, held, note=f"spec.version {target!r} waits: rollout.paused")
+    if busy is not None:
+        return MemberSwitch(record, held, note=f"spec.version {target!r} waits: {busy}'s version switch is in "
+                                               "flight on this server (one at a time)")
     fits, arithmetic = fit
     if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
         return MemberSwitch(record, held, note=f"spec.version {target!r} waits to switch in place: {arithmetic}")
@@ -151,4 +157,10 @@ def status_of(switch: MemberSwitch) -> Any:
     """The record as the member's status line keeps it (api.rankingmodel.InPlaceSwitchStatus)."""
     from rankops.api.rankingmodel import InPlaceSwitchStatus
 
-    return None if switch.record is None else InPlaceSwitchStatus.model_validate(switch.record.to_status())
+    if switch.record is None:
+        return None
+    wire = switch.record.to_status()
+    for key in ("message", "reason"):          # gate summaries and Triton's words: bounded like a member's message
+        if len(wire.get(key) or "") > MAX_SAID:
+            wire[key] = wire[key][:MAX_SAID - 1] + "…"
+    return InPlaceSwitchStatus.model_validate(wire)

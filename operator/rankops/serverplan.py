@@ -18,6 +18,7 @@ a member serving its version beside another READY one is loaded again, which dro
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -259,6 +260,8 @@ class ServerPlan:
     switches: Mapping[str, Any] = field(default_factory=dict)        # held member -> server_switch.MemberSwitch
     # member switching -> its config.pbtxt at the incoming version: the base of its switch's loads
     switch_configs: Mapping[str, str] = field(default_factory=dict)
+    # (pod, member) -> the digest of the config a switch that ended this round left it loaded with
+    adopted: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -365,14 +368,19 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     to_pack = [*to_pack, *edited, *newcomers]
     held_before = {m.name for m in members if m.held_version}
     card = server_card(spec)
-    if uncounted or frozen:       # its room is taken, by how much is unknown: newcomers wait
+    # A switch in flight holds one member's version twice on its cards (switch_fits): a newcomer waits for it
+    switching_now = [m.name for m in members if m.held_version and _in_flight(m.switch)] + \
+        [f.name for f in frozen if _in_flight(f.switch)]
+    if uncounted or frozen or switching_now:      # room is taken, by how much is not counted: newcomers wait
         blocked = [t for t in to_pack if t.name not in held_before]
         to_pack = [t for t in to_pack if t.name in held_before]
+        unknown = [*uncounted, *(f.name for f in frozen)]
+        why = "; ".join([*([f"{', '.join(unknown)} already serve(s) here with needs this plan cannot count now (see "
+                            "their own reason)"] if unknown else []),
+                         *([f"{', '.join(switching_now)}'s version switch holds room on the cards until it ends"]
+                           if switching_now else [])])
         for t in blocked:
-            outcomes[t.name] = MemberOutcome(t.name, PENDING, REASON_SERVER_FULL,
-                                             f"{t.name} waits: {', '.join([*uncounted, *(f.name for f in frozen)])} "
-                                             "already serve(s) here with needs this plan cannot count now (see their "
-                                             "own reason)", None)
+            outcomes[t.name] = MemberOutcome(t.name, PENDING, REASON_SERVER_FULL, f"{t.name} waits: {why}", None)
     admission = admit(to_pack, card, held_before) if to_pack else None
     kept: list[str] = []
     if admission is not None:
@@ -394,7 +402,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     versions = {m.name: m.held_version or m.spec.version for m in held}
     switches: dict[str, Any] = {}
     now = now or (load.now if load is not None else None) or dt.datetime.now(dt.timezone.utc)
-    for m in held:
+    busy = switching_now[0] if switching_now else None
+    # the switch in flight steps first; then, one at a time, a member whose spec.version moved may begin
+    for m in sorted(held, key=lambda m: not _in_flight(m.switch)):
         if m.held_version and (m.spec.version != m.held_version or m.switch is not None):
             counted = m.name in (admission.admitted if admission else ()) and m.name not in unappliable
             fit = switch_fits(admission, card, m.name) if counted else \
@@ -402,17 +412,17 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             switches[m.name] = server_switch.step(m.name, m.spec, m.held_version, m.switch,
                                                   (switch_seen or {}).get(m.name), fit,
                                                   # the pods the Deployment runs now: what a promotion waits for
-                                                  max(1, replicas_now or (admission.cards if admission else 0)), now)
+                                                  max(1, replicas_now or (admission.cards if admission else 0)), now,
+                                                  busy=busy if busy != m.name else None)
+            if switches[m.name].in_flight:
+                busy = busy or m.name
             versions[m.name] = switches[m.name].held
             if switches[m.name].note:
                 notes[m.name].append(switches[m.name].note)
+    for f in frozen:    # its spec unreadable: its switch is held where it is (nothing moves), its record kept
+        if _in_flight(f.switch):
+            switches[f.name] = server_switch.MemberSwitch(f.switch, f.version)
     incoming = {name: sw.incoming for name, sw in switches.items() if sw.incoming}
-    switch_configs = {}
-    for name in incoming:
-        try:
-            switch_configs[name] = member_config(name, namespace, by_name[name].spec, incoming[name], shapes[name])[1]
-        except (KeyError, ValueError) as exc:
-            notes[name].append(f"no config for {incoming[name]} ({exc})")
     ports = assign_ports([*(m.name for m in held), *(f.name for f in frozen)], previous_ports)
     configs: dict[str, tuple[int, str]] = {}
     for m in held:
@@ -420,6 +430,17 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             configs[m.name] = member_config(m.name, namespace, m.spec, versions[m.name], shapes[m.name])
         except (KeyError, ValueError) as exc:
             notes[m.name].append(f"no config to load it with on a new pod ({exc})")
+    # The base of a switch's loads (their version policy is the switch's): the config at the incoming
+    # version, else the held one's (a rollback must unload whatever the spec now lists)
+    switch_configs = {}
+    for name in incoming:
+        if name not in by_name:
+            continue
+        try:
+            switch_configs[name] = member_config(name, namespace, by_name[name].spec, incoming[name], shapes[name])[1]
+        except (KeyError, ValueError):
+            if name in configs:
+                switch_configs[name] = configs[name][1]
     wanted = {name: version for name, (version, _) in configs.items()}
     for m in held:      # no config (its spec no longer lists the version held): kept where loaded, never unloaded
         if m.name not in wanted:
@@ -432,6 +453,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     over = {n for n, _ in (admission.over if admission else ())}     # keep what they loaded
     digests = {name: config_hash(text) for name, (_, text) in configs.items() if name not in over}
 
+    # A switch that ended this round left its pods with the new version, loaded with the config now
+    # wanted (its last loads'): the shell records that (ShellPods.adopt), so no pod loads it again
+    adopted = {(pod.name, name): digests[name] for name, sw in switches.items()
+               if name in digests and name in by_name and sw.record is not None
+               and sw.record.phase == server_switch.inplace.SWITCHED and _in_flight(by_name[name].switch)
+               for pod in pods if pod.index is not None
+               and member_state(name, triton_version(sw.held), pod.index).state == SERVING}
     actions: dict[str, PodActions] = {}
     per_pod: dict[str, dict[str, MemberState]] = {}
     unconfirmed = set(over) | {name for pod in pods for name, refused in pod.refused.items()
@@ -439,7 +467,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     for pod in pods:
         if not pod.ready or pod.index is None or pod.terminating:
             continue
-        asked = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over, digests, pod.loaded,
+        loaded = {**pod.loaded, **{name: d for (at, name), d in adopted.items() if at == pod.name}}
+        asked = pod_actions(wanted, pod.index, pod.load_errors, pod.retry, pod.staging_over, digests, loaded,
                             pod.refused, {n: triton_version(v) for n, v in incoming.items()})
         # A member over the server's room keeps what its pods loaded: its new config goes nowhere,
         # not even to a new pod (it would overfill the card).
@@ -451,6 +480,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             if per_pod[pod.name][name].state != SERVING and \
                     member_state(name, triton_version(version), pod.index).state == SERVING:
                 per_pod[pod.name][name] = MemberState(name, SERVING)
+    # A pod that holds neither version (new) loads the held one first; the switch's load waits for it
+    for name in incoming:
+        fresh = {pod for pod, a in actions.items() if name in a.load}
+        if fresh and name in switches:
+            sw = switches[name]
+            switches[name] = dataclasses.replace(sw, actions=tuple(
+                a for a in sw.actions if not (isinstance(a, server_switch.inplace.Load) and a.pod in fresh)))
     held_names = {m.name for m in held} | {f.name for f in frozen}
     # A held member whose spec no longer lists its version keeps its files as last staged; members
     # that left keep theirs while a pod may still hold them, at most as many as the seats (the
@@ -519,7 +555,14 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     return ServerPlan(tuple([*objects, *routed]), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
                       replicas, admission, name_taken, frozenset(unconfirmed), scaling, served, switches,
-                      switch_configs)
+                      switch_configs, adopted)
+
+
+def _in_flight(record: Any) -> bool:
+    """A member's switch record (rollout.inplace.Record) says a switch is under way."""
+    from rankops.server_switch import IN_FLIGHT
+
+    return record is not None and record.phase in IN_FLIGHT
 
 
 def planned_is_served(outcome: MemberOutcome, configs: Mapping[str, tuple[int, str]], asked: Collection[str],

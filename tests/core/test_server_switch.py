@@ -174,3 +174,87 @@ def _paused_round(record, holding, gates=None):
     coarse = dataclasses.replace(member("coarse", held="1", version="2", rollout={"paused": True}), switch=record)
     return plan_server("ranking", "reco", SERVER, [coarse], pods(holding), {}, pool_placement(None, None),
                        switch_seen={"coarse": seen(holding, gates)}, now=NOW).switches["coarse"]
+
+
+GATING = inplace.Record(version="2", from_version="1", phase=inplace.GATING, since="2026-12-06T11:59:00Z",
+                        gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],))
+
+
+def test_one_switch_at_a_time_and_no_newcomer_while_one_holds_room_on_the_cards():
+    """Two members' versions twice on one card would not fit (switch_fits counts one): fine waits for
+    coarse's switch, and a newcomer waits for the room it holds."""
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=GATING)
+    fine = member("fine", held="1", version="2")
+    result = plan_server("ranking", "reco", SERVER, [coarse, fine, member("rerank")], pods(one), {},
+                         pool_placement(None, None), switch_seen={"coarse": seen(one)}, now=NOW)
+    assert result.switches["coarse"].in_flight and not result.switches["fine"].in_flight
+    fine_line = next(o for o in result.members if o.name == "fine")
+    assert "coarse's version switch is in flight" in fine_line.message and fine_line.version == "1"
+    rerank = next(o for o in result.members if o.name == "rerank")
+    assert rerank.state == serverplan.PENDING and "coarse's version switch holds room" in rerank.message
+    # two that begin in the same round: the first in arrival order
+    both = {p: (entry(1),) for p in PODS}
+    begun = plan_server("ranking", "reco", SERVER, [member("coarse", held="1", version="2"), fine], pods(both), {},
+                        pool_placement(None, None), now=NOW)
+    assert begun.switches["coarse"].in_flight and begun.switches["fine"].record is None
+
+
+def test_a_rollback_still_unloads_when_the_spec_no_longer_lists_the_version_switched_in():
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    only_one = [{"name": "1", "modelUri": "s3://models/coarse/1", "format": "onnx"}]
+    coarse = dataclasses.replace(member("coarse", held="1", version="1", versions=only_one), switch=GATING)
+    result = plan_server("ranking", "reco", SERVER, [coarse], pods(one), {}, pool_placement(None, None),
+                         switch_seen={"coarse": seen(one)}, now=NOW)
+    assert result.switches["coarse"].actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+    assert result.switch_configs["coarse"] == result.configs["coarse"][1], "the held version's config is the base"
+
+
+def test_a_member_frozen_mid_switch_keeps_serving_from_either_version_and_keeps_its_record():
+    from rankops.render.shared_server import FrozenMember
+
+    unloading = dataclasses.replace(GATING, phase=inplace.UNLOADING, touched=PODS)
+    only_new = {p: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)) for p in PODS}
+    frozen = FrozenMember("coarse", "1", "spec.inputs: bad", config=None, switch=unloading)
+    result = plan_server("ranking", "reco", SERVER, [member("fine", held="1")], pods(only_new), {},
+                         pool_placement(None, None), frozen=(frozen,), now=NOW)
+    assert line(result).state == serverplan.SERVING, line(result)
+    assert all("coarse" not in a.load for a in result.actions.values()), "1 is not loaded over 2"
+    assert result.switches["coarse"].record == unloading and not result.switches["coarse"].actions
+    slice_ = next(o for o in result.objects if o["kind"] == "EndpointSlice" and o["metadata"]["name"] == "coarse-shared")
+    assert all(e["conditions"]["ready"] for e in slice_["endpoints"])
+
+
+def test_the_round_a_switch_ends_the_pods_keep_what_it_loaded_and_a_new_pod_loads_the_held_version_first():
+    from rankops.render.serving import config_hash
+
+    unloading = dataclasses.replace(GATING, phase=inplace.UNLOADING, touched=PODS)
+    passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
+    gone = {p: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)) for p in PODS}
+    coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=unloading)
+    before = plan_server("ranking", "reco", SERVER, [member("coarse", held="1"), member("fine", held="1")],
+                         pods(gone), {}, pool_placement(None, None), now=NOW)
+    old_digest = config_hash(before.configs["coarse"][1])
+    loaded = [dataclasses.replace(p, loaded={"coarse": old_digest}) for p in pods(gone)]
+    ended = plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], loaded, {},
+                        pool_placement(None, None), switch_seen={"coarse": seen(gone, passed)}, now=NOW)
+    assert ended.switches["coarse"].record.phase == inplace.SWITCHED
+    assert all(a.nothing for a in ended.actions.values()), "no pod reloads what the switch loaded"
+    assert ended.adopted == {(p, "coarse"): config_hash(ended.configs["coarse"][1]) for p in PODS}
+
+    # Promoting, and a new pod with neither version: the server loads 1 there; the switch waits for it
+    promoting = dataclasses.replace(GATING, phase=inplace.PROMOTING)
+    fresh = {PODS[0]: (entry(1), entry(2)), PODS[1]: ()}
+    coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=promoting)
+    result = plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], pods(fresh), {},
+                         pool_placement(None, None), switch_seen={"coarse": seen(fresh, passed)}, now=NOW)
+    assert result.actions[PODS[1]].load == ("coarse",)
+    assert not [a for a in result.switches["coarse"].actions if getattr(a, "pod", None) == PODS[1]]
+
+
+def test_a_records_message_in_status_is_bounded():
+    from rankops.server_switch import MAX_SAID, MemberSwitch, status_of
+
+    said = "x" * 100_000
+    wire = status_of(MemberSwitch(dataclasses.replace(GATING, message=said, reason=said), "1"))
+    assert len(wire.message) == len(wire.reason) == MAX_SAID

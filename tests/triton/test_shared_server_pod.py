@@ -348,6 +348,7 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
                                           switch_seen=seen, now=dt.datetime.now(dt.timezone.utc),
                                           replicas_now=1)     # the one pod this harness runs
             pod.written(plan)
+            pod.shell.adopt(plan.adopted)      # as controller/servers.reconcile does
             pod.shell.execute(plan)
             switches.execute(plan.switches, plan.switch_configs)
             held.update({o.name: o.version for o in plan.members if o.version})
@@ -358,7 +359,7 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
             assert time.monotonic() < deadline, (record, plan.members, pod.logs()[-4000:])
             time.sleep(0.3)
 
-    pid = pod.triton.process.pid
+    pid, shell_sent = pod.triton.process.pid, len(pod.shell.sent)
     sender = threading.Thread(target=traffic, daemon=True)
     sender.start()
     try:
@@ -386,6 +387,8 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
     assert sent[0] > served_before > 10 and not failures, (sent[0], failures[:5])
     assert pod.triton.process.poll() is None and pod.triton.process.pid == pid
     assert all(answers_on_its_port(pod, n) for n in ("fine", "rerank"))
+    # every load of coarse was the switch's: the server's shell reloaded it nowhere, not even once it ended
+    assert not [a for a in pod.shell.sent[shell_sent:] if a[2] == "coarse"], pod.shell.sent[shell_sent:]
     # 3's files go once the record stops listing it; 1's went with the switch
     deadline = time.monotonic() + 30
     while (pod.repository / "coarse" / "3").exists() or (pod.repository / "coarse" / "1").exists():

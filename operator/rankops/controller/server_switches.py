@@ -20,9 +20,23 @@ from rankops import server_switch
 from rankops.api.rankingmodel import RankingModel
 from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
 from rankops.controller.shared_pods import ServerPod, ServerPods
+from rankops.server_autoscale import MAX_READ_PODS
 from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
 from rankops.triton.repository import config_json
+
+
+# The operator runs a member's warm-up itself, against a pod every member shares: bounded below
+# the API's bounds (a gate Job's are the tenant's own pod's cost, not the operator's or the others').
+MAX_GATE_REQUESTS, MAX_GATE_CONCURRENCY = 2000, 8
+
+
+def gate_spec(spec: Any) -> Any:
+    """The member's spec with its warm-up held to what the operator sends on a shared pod."""
+    warmup = spec.rollout.warmup
+    bounded = warmup.model_copy(update={"requests": min(warmup.requests, MAX_GATE_REQUESTS),
+                                        "concurrency": min(warmup.concurrency, MAX_GATE_CONCURRENCY)})
+    return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"warmup": bounded})})
 
 
 class Switches:
@@ -43,9 +57,10 @@ class Switches:
             record = view.switch
             executor = self._executor(name, record)
             executor.pods = {p.name: PodTarget(p.name, p.uid, p.ip, p.port, None, p.metrics_port, headers,
-                                               serving=p.reachable) for p in pods if p.ip}
+                                               serving=p.reachable)
+                             for p in sorted((p for p in pods if p.ip), key=lambda p: p.name)[:MAX_READ_PODS]}
             executor.gates = PodGates(RankingModel.model_construct(metadata={"name": name, "namespace": namespace},
-                                                                   spec=view.spec), window_wait_s=0.0)
+                                                                   spec=gate_spec(view.spec)), window_wait_s=0.0)
             executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
             seen[name] = server_switch.SwitchSeen(
                 executor.read(), executor.gate_verdicts(record.version),

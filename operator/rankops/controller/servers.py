@@ -156,8 +156,10 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         clients = clients_by_port(kube.get("NetworkPolicy", namespace, names.server_name(name)))
         served = {line.name: line.served_sha256 for line in old.members}
         entries = {s.model: s for s in staged}
+        records = {line.name: server_switch.record_of(line) for line in old.members}
         frozen = tuple(FrozenMember(m.name, held[m.name], m.error, clients.get(ports.get(m.name), ()),
-                                    _served_config(name, configs.get(m.name), entries.get(m.name), served.get(m.name)))
+                                    _served_config(name, configs.get(m.name), entries.get(m.name), served.get(m.name)),
+                                    records.get(m.name))
                        for m in unreadable)
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
@@ -180,6 +182,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         result = _blocked(old, DegradedReason.CHILD_REFUSED, str(exc), generation, now, events)
         result.requeue_after = REFUSED_RETRY_S
         return result
+    shell.adopt(plan.adopted)
     shell.execute(plan)
     switches.execute(plan.switches, plan.switch_configs)
     _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None}, services)

@@ -243,6 +243,16 @@ class ServerPods:
         except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
             return None, f"metrics not read ({type(exc).__name__})"
 
+    def adopt(self, adopted: Mapping[tuple[str, str], str]) -> None:
+        """(pod, member) -> the digest of the config a member's version switch left it loaded with
+        (serverplan.ServerPlan.adopted): this shell's record of the pod, so it is not loaded again."""
+        with self._lock:
+            for (pod_name, member), digest in adopted.items():
+                pod = self._pods.get(pod_name)
+                record = self._records.get(pod.uid) if pod is not None else None
+                if record is not None:
+                    record.loaded[member] = digest
+
     def read_p99_ms(self, pods: Sequence[ServerPod], member: str, version: int,
                     most: int = MAX_READ_PODS) -> float | None:
         """The worst P99 (ms) of `member` at Triton `version` over the reachable pods' latency windows

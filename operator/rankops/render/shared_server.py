@@ -80,6 +80,7 @@ class FrozenMember:
     error: str                          # why its spec does not validate
     clients: tuple[dict[str, Any], ...] = ()
     config: str | None = None           # the config.pbtxt its pods serve (configs.json, checked against its digest)
+    switch: Any = None                  # rollout.inplace.Record: its version switch, as its status line kept it
 
 
 def clients_by_port(observed_policy: dict[str, Any] | None) -> dict[int, tuple[dict[str, Any], ...]]:
