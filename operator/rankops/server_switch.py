@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankops.api.rankingmodel import RankingModelSpec
@@ -43,6 +43,7 @@ class SwitchSeen:
     pods: tuple[inplace.PodIndex, ...]
     gates: Mapping[str, inplace.GateVerdict]
     stable_p99_ms: float | None
+    others_p99_ms: Mapping[str, float] = field(default_factory=dict)   # the other members' worst P99, any pod
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,16 @@ class MemberSwitch:
 
 
 def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
-         fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None) -> MemberSwitch:
+         fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None,
+         others_slo_ms: Mapping[str, float] | None = None) -> MemberSwitch:
     """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
     flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
     where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the pods the
     server runs; `busy`: another member whose switch is in flight (one at a time: the cards have room
-    for one member's version twice, as switch_fits counts it), so none begins."""
+    for one member's version twice, as switch_fits counts it), so none begins; `others_slo_ms`: each other
+    member's slo.p99LatencyMs. The other members share the card: while another member's P99 is over
+    its SLO, no load starts, and a switch that has loaded in a pod is rolled back (the interference
+    bound held for them, as maxStableP99Ms holds it for the member's own serving version)."""
     target = spec.version
     if record is not None and record.phase in IN_FLIGHT:
         if seen is None:
@@ -77,6 +82,15 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         abort = None if record.version == target else (
             f"spec.version is back to {target}" if target == record.from_version else
             f"spec.version changed to {target}")
+        over = [f"{name}'s P99 {p99:.1f} ms > its slo.p99LatencyMs {(others_slo_ms or {})[name]:g} ms"
+                for name, p99 in sorted(seen.others_p99_ms.items())
+                if name in (others_slo_ms or {}) and p99 > (others_slo_ms or {})[name]]
+        if over and abort is None and record.phase in (inplace.LOADING, inplace.GATING, inplace.PROMOTING):
+            if not record.touched:      # nothing loaded yet: it waits
+                waiting = replace(record, message=f"waiting to load {record.version}: {'; '.join(over)} (no load "
+                                                  "starts while a member it shares the cards with misses its P99)")
+                return MemberSwitch(waiting, held, note=_note(waiting, target, held))
+            abort = f"{'; '.join(over)} while {record.version} loaded beside {record.from_version}"
         observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
         switch = inplace.step(record, observed, inplace_phase.policy(spec, replicas))
         if spec.rollout.paused and not abort and record.phase not in inplace.CLEANING \

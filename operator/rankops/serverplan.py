@@ -413,7 +413,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                                   (switch_seen or {}).get(m.name), fit,
                                                   # the pods the Deployment runs now: what a promotion waits for
                                                   max(1, replicas_now or (admission.cards if admission else 0)), now,
-                                                  busy=busy if busy != m.name else None)
+                                                  busy=busy if busy != m.name else None,
+                                                  others_slo_ms={o.name: o.spec.slo.p99_latency_ms for o in held
+                                                                 if o.name != m.name and o.spec.slo})
             if switches[m.name].in_flight:
                 busy = busy or m.name
             versions[m.name] = switches[m.name].held

@@ -258,3 +258,24 @@ def test_a_records_message_in_status_is_bounded():
     said = "x" * 100_000
     wire = status_of(MemberSwitch(dataclasses.replace(GATING, message=said, reason=said), "1"))
     assert len(wire.message) == len(wire.reason) == MAX_SAID
+
+
+def test_while_another_member_misses_its_p99_no_load_starts_and_a_loaded_switch_rolls_back():
+    """fine shares the cards: its P99 over its SLO (40 ms) holds coarse's switch before its first load,
+    and rolls it back once 2 is loaded in a pod (coarse's own P99 is within its bound)."""
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both).switches["coarse"].record
+    slow_fine = dataclasses.replace(seen(both), others_p99_ms={"fine": 95.0})
+
+    def with_seen(record, what, holding=both):
+        coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=record)
+        return plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], pods(holding), {},
+                           pool_placement(None, None), switch_seen={"coarse": what}, now=NOW).switches["coarse"]
+    waits = with_seen(begun, slow_fine)
+    assert not waits.actions and waits.record.phase == inplace.LOADING
+    assert "fine's P99 95.0 ms > its slo.p99LatencyMs 40 ms" in waits.record.message
+    assert with_seen(begun, dataclasses.replace(slow_fine, others_p99_ms={"fine": 12.0})).actions, "within: it loads"
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    rolled = with_seen(GATING, dataclasses.replace(seen(one), others_p99_ms={"fine": 95.0}), one)
+    assert rolled.record.phase == inplace.ROLLING_BACK and "fine's P99 95.0 ms" in rolled.record.reason
+    assert rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)

@@ -7,9 +7,9 @@ listing exactly the versions kept, sent through the server's restricted reposito
 (warm-up on the incoming version, equivalence against the held one in the same pod) run from the
 operator against the gate pod by version, with the member's own rollout settings. Each pod's index
 of the member is read by the executor (bounded, on its own threads); the held version's P99 is the
-worst of the pods' latency windows for that version (ServerPods.read_p99_ms). A switch that ends, or
-a member that leaves, lets its executor go, and with it its verdicts: a switch begun again is gated
-anew.
+worst of the pods' latency windows for that version, and every other member's P99 likewise
+(ServerPods.read_p99s: each page read once). A switch that ends, or a member that leaves, lets its
+executor go, and with it its verdicts: a switch begun again is gated anew.
 """
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ class Switches:
             executor.gates = PodGates(RankingModel.model_construct(metadata={"name": name, "namespace": namespace},
                                                                    spec=gate_spec(view.spec)), window_wait_s=0.0)
             executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
-            seen[name] = server_switch.SwitchSeen(
-                executor.read(), executor.gate_verdicts(record.version),
-                shell.read_p99_ms(pods, name, triton_version(record.from_version)))
+            own, others = shell.read_p99s(pods, name, triton_version(record.from_version),
+                                          [v.name for v in views if v.name != name and v.held_version])
+            seen[name] = server_switch.SwitchSeen(executor.read(), executor.gate_verdicts(record.version), own, others)
         return seen
 
     def execute(self, switches: Mapping[str, server_switch.MemberSwitch], configs: Mapping[str, str]) -> None:

@@ -253,23 +253,28 @@ class ServerPods:
                 if record is not None:
                     record.loaded[member] = digest
 
-    def read_p99_ms(self, pods: Sequence[ServerPod], member: str, version: int,
-                    most: int = MAX_READ_PODS) -> float | None:
+    def read_p99s(self, pods: Sequence[ServerPod], member: str, version: int, others: Sequence[str] = (),
+                  most: int = MAX_READ_PODS) -> tuple[float | None, dict[str, float]]:
         """The worst P99 (ms) of `member` at Triton `version` over the reachable pods' latency windows
-        (their metrics pages, read at once, each bounded); None when no pod reports one."""
+        (None when no pod reports one), and each of `others`' worst (any version), from each pod's
+        metrics page read once, at once, each bounded."""
         asked = sorted((p for p in pods if p.reachable), key=lambda p: p.name)[:most]
 
-        def p99(pod: ServerPod) -> float | None:
+        def p99s(pod: ServerPod) -> dict[str, float] | None:
             try:
                 page = metrics.fetch(pod.ip, pod.metrics_port, self.index_deadline_s)
-                quantile = metrics.parse_models(page, [member], str(version))[member].quantiles_us.get(0.99)
-            except Exception:  # noqa: BLE001 - unread is None: the switch starts no load without a P99
+                found = {**metrics.parse_models(page, list(others)), member: metrics.parse_models(
+                    page, [member], str(version))[member]}
+            except Exception:  # noqa: BLE001 - unread: the switch starts no load without its P99
                 return None
-            return quantile / 1000 if quantile is not None else None
+            return {m: c.quantiles_us[0.99] / 1000 for m, c in found.items() if c.quantiles_us.get(0.99) is not None}
 
-        read = [v for v in self._metrics_work.read_all(p99, asked, self.index_deadline_s + READ_MARGIN_S)
-                if v is not None]
-        return max(read) if read else None
+        worst: dict[str, float] = {}
+        for read in self._metrics_work.read_all(p99s, asked, self.index_deadline_s + READ_MARGIN_S):
+            for m, value in (read or {}).items():
+                worst[m] = max(value, worst.get(m, 0.0))
+        own = worst.pop(member, None)
+        return own, worst
 
     def next_due_s(self) -> float | None:
         """Seconds until a backoff or a wait of the members last read ends (None: none is running)."""
