@@ -430,7 +430,33 @@ def test_a_held_members_new_version_begins_its_switch_in_the_servers_status_and_
     assert [v["name"] for v in staged["members"][0]["versions"]] == ["1", "2"]
     assert kube.stored("Deployment", NS, "ranking-shared")["spec"]["template"] == template
     own = member_status(kube, "coarse", kube.stored("SharedServer", NS, SERVER))
-    assert "switching to 2 in place" in json.dumps(own.status.to_wire())
+    progressing = next(c for c in own.status.conditions if c.type == "Progressing")
+    assert progressing.status == "True" and "switching to 2 in place" in progressing.message, progressing
     # A new process: the record comes back from the status (no pod to read: nothing moves, nothing lost)
     again = round_(servers.ServerMemory())
     assert again.status.members[0].switch.phase == "Loading" and again.status.members[0].version == "1"
+
+
+def test_a_serving_members_progressing_says_where_its_version_switch_is():
+    """model_status.member_status: serving 1 with spec.version 2, by the line's switch record."""
+    import datetime as dt
+
+    from rankops.api.rankingmodel import RankingModel, RankingModelStatus
+    from rankops.api.sharedserver import MemberStatus
+    from rankops.model_status import member_status
+
+    versions = [{"name": v, "modelUri": f"s3://models/coarse/{v}", "format": "onnx"} for v in ("1", "2")]
+    spec = RankingModel.model_validate({**member_body("coarse", "2026-12-06T01:00:00Z", versions=versions,
+                                                      version="2")}).spec
+    now = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc).isoformat()
+
+    def progressing(phase):
+        switch = None if phase is None else {"version": "2", "fromVersion": "1", "phase": phase, "since": now}
+        line = MemberStatus.model_validate({"name": "coarse", "state": "Serving", "reason": "Serving", "version": "1",
+                                            "message": "m", **({"switch": switch} if switch else {})})
+        decided = member_status(RankingModelStatus(), spec, SERVER, line, True, 1, now)
+        condition = next(c for c in decided.status.conditions if c.type == "Progressing")
+        return condition.status, condition.reason
+    assert progressing("Gating") == ("True", "SwitchingInPlace")
+    assert progressing("RolledBack") == ("False", "SwitchStopped")
+    assert progressing(None) == ("True", "VersionWaits")

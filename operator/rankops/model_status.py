@@ -313,10 +313,15 @@ def member_status(old: RankingModelStatus, spec: RankingModelSpec, server: str, 
         problem = (reason, f"SharedServer {server}: {line.message}") if reason else None
         ready_note = f"SharedServer {server}: {line.message}"
     waits = serving and line.version is not None and line.version != spec.version
+    switch = getattr(line, "switch", None) if waits else None
+    # its new version: switched in place by the server (server_switch.py), stopped, or waiting its turn
+    moving = "SwitchingInPlace" if switch is not None and switch.version == spec.version and \
+        switch.phase not in ("Switched", "RolledBack", "FellBack") else \
+        "SwitchStopped" if switch is not None and switch.version == spec.version else "VersionWaits"
     conditions = set_condition(old.conditions, READY, serving, SERVED_BY_SERVER if serving else WAITING_FOR_SERVER,
                                ready_note, generation, now)
-    conditions = set_condition(conditions, PROGRESSING, not serving or waits,
-                               "VersionWaits" if waits else "Stable" if serving else "Loading",
+    conditions = set_condition(conditions, PROGRESSING, not serving or (waits and moving != "SwitchStopped"),
+                               moving if waits else "Stable" if serving else "Loading",
                                ready_note, generation, now)
     reason, message = problem or (R.AS_EXPECTED, "no problem seen")
     conditions = set_condition(conditions, DEGRADED, problem is not None, reason, message, generation, now)
