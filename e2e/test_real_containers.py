@@ -285,3 +285,59 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
                "a rate for every member in status.autoscaling")
     assert "not read" not in scaling().get("message", ""), scaling()
     assert scaling()["desiredReplicas"] == server_replicas(k8s, ns), scaling()
+
+    # coarse 1 -> 2 switched inside the running server pods (server_switch.py) while requests run through
+    # its own port: 2 staged beside 1 by each pod's stager from S3, loaded beside it in one pod, gated
+    # there by the operator (warm-up; equivalence against 1 in the same pod), loaded in the others, 1 unloaded
+    _switch_a_member_in_place(real, k8s, ns, specs["coarse"], tmp_path_factory, lines)
+
+
+def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: RankingModelSpec,
+                              tmp_path_factory: pytest.TempPathFactory, lines: Any) -> None:
+    from rankops.triton.samples import Sample
+    from rankops_dev import traffic
+
+    directory = tmp_path_factory.mktemp("shared-coarse") / "2"
+    spec_models.export(spec, ModelFormat.onnx, directory)          # the same weights: equivalent
+    real.store.upload_tree(BUCKET, "coarse/2", directory)
+    # a promotion waits for every pod the Deployment runs: the pods asked for, all running
+    wait_until(lambda: len(_running_server_pods(k8s, ns)) == server_replicas(k8s, ns), 120,
+               "every server pod running before the switch")
+    template = k8s.apps.read_namespaced_deployment(names.server_name(SERVER), ns).spec.template.to_dict()
+    port = lines()["coarse"]["port"]
+
+    def addresses() -> list[str]:
+        return [p.status.pod_ip for p in _running_server_pods(k8s, ns)]
+    sender = traffic.Traffic(addresses, "coarse", lambda rng: Sample(
+        line=1, inputs=spec_models.request_arrays(spec, candidates=5, seed=int(rng.integers(1 << 30)))),
+        netns=real.netns, port=port, rate=20)
+    sender.start()
+    held = _shared_member(real, "coarse")["spec"]["versions"]         # as created: nothing else of it changes
+    try:
+        time.sleep(3)        # the held version's P99 in Triton's window before the first load
+        models.patch_spec(k8s, ns, "coarse", {
+            "version": "2", "versions": [*held, {**held[0], "name": "2", "modelUri": f"s3://{BUCKET}/coarse/2"}],
+            "rollout": {"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 2000}}})
+        wait_until(lambda: (lines()["coarse"].get("switch") or {}).get("phase") in ("Switched", "RolledBack",
+                                                                                     "FellBack"),
+                   240, "coarse's switch to 2 ended")
+    except AssertionError as exc:
+        from e2e.conftest import real_operator_log
+        raise AssertionError(f"{exc}\ncoarse: {json.dumps(lines()['coarse'], indent=1)}\n"
+                             f"operator log (tail):\n{real_operator_log(real)[-6000:]}") from None
+    finally:
+        sender.stop.set()
+        sender.join(30)
+    line = lines()["coarse"]
+    print(f"\ncoarse: {line['switch']['message']}; {sender.sent} requests, {sender.failed} failed")
+    assert line["switch"]["phase"] == "Switched" and line["version"] == "2" and line["state"] == "Serving", line
+    assert sender.sent > 20 and sender.failed == 0, sender.failures[:5]
+    assert k8s.apps.read_namespaced_deployment(names.server_name(SERVER), ns).spec.template.to_dict() == template
+    for pod in _running_server_pods(k8s, ns):
+        assert all(c.restart_count == 0 for c in pod.status.container_statuses), pod.metadata.name
+    models.wait_ready(k8s, ns, "coarse", timeout=60)
+
+
+def _running_server_pods(k8s: Any, ns: str) -> list[Any]:
+    return [p for p in k8s.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_SERVER}={SERVER}").items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None and p.status.pod_ip]

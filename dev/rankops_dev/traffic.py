@@ -48,7 +48,7 @@ class Traffic(threading.Thread):
 
     def __init__(self, addresses: Callable[[], Sequence[str]], model: str, make_sample: Callable[[Any], Any], *,
                  rate: float | None = None, max_requests: int = 1_000_000, max_seconds: float = 900.0,
-                 netns: str | None, timeout_s: float = 5.0, seed: int = 5) -> None:
+                 netns: str | None, timeout_s: float = 5.0, seed: int = 5, port: int = 8000) -> None:
         super().__init__(daemon=True, name=f"traffic-{model}")
         if rate is not None and not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate must be in (0, {MAX_RATE:g}] requests/s, got {rate}")
@@ -57,7 +57,7 @@ class Traffic(threading.Thread):
         self.addresses, self.model, self.make_sample = addresses, model, make_sample
         self.rate, self.max_requests, self.max_seconds, self.timeout_s, self.seed = \
             rate, max_requests, max_seconds, timeout_s, seed
-        self.netns = netns
+        self.netns, self.port = netns, port      # port: a shared server member's own port
         self.stop = threading.Event()
         self.sent = self.failed = 0
         self.served: list[Answer] = []
@@ -97,7 +97,7 @@ class Traffic(threading.Thread):
                 at = time.time()
                 try:
                     if address not in connections:
-                        connection = Endpoint(f"{address}:8000", self.model, timeout_s=self.timeout_s).connect()
+                        connection = Endpoint(f"{address}:{self.port}", self.model, timeout_s=self.timeout_s).connect()
                         connections[address] = (connection, connection.model_info())
                     connection, info = connections[address]
                     request = connection.build_request(self.make_sample(rng), info)
