@@ -53,14 +53,18 @@ def reading_due(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None
 
 
 def pod_reading(at: dt.datetime, requests: Mapping[str, float],
-                rejected: Mapping[str, float] | None = None) -> dict[str, Any]:
+                rejected: Mapping[str, float] | None = None, served: Mapping[str, float] | None = None,
+                queue_us: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One pod's reading: when, each member's requests so far as its metrics page says (served +
-    shed: a request refused for bad inputs costs Triton nothing and sizes nothing), and of them those
-    Triton shed (only members that shed any)."""
+    shed: a request refused for bad inputs costs Triton nothing and sizes nothing), of them those
+    Triton shed (only members that shed any), those it served, and the time they queued (the
+    member's autoscaling.maxAvgQueueMs reads it)."""
     read: dict[str, Any] = {"at": autoscale._iso(at), "requests": dict(requests)}
     shed = {m: n for m, n in (rejected or {}).items() if n}
     if shed:
         read["rejected"] = shed
+    if served is not None and queue_us is not None:
+        read["served"], read["queueUs"] = dict(served), dict(queue_us)
     return read
 
 
@@ -125,21 +129,29 @@ def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[st
         at, n = autoscale._time(read.get("at")), autoscale._number(read["requests"].get(member))
         shed = read.get("rejected") if isinstance(read.get("rejected"), dict) else {}
         rejected = autoscale._number(shed.get(member, 0.0))
-        if at is not None and n is not None and rejected is not None:
-            out[pod] = autoscale.pod_reading(n, 0.0, at, rejected=min(rejected, n))
+        if at is None or n is None or rejected is None:
+            continue
+        # a reading without queue counters (or with a bad one) times nothing: queued 0, served as asked
+        served, queue = (autoscale._number(read[k].get(member)) if isinstance(read.get(k), dict) else None
+                         for k in ("served", "queueUs"))
+        timed = served is not None and queue is not None and 0 <= served <= n
+        out[pod] = autoscale.pod_reading(n, queue if timed else 0.0, at, rejected=min(rejected, n),
+                                         served=served if timed else None)
     return out
 
 
 def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, reading: Mapping[str, Any] | None,
          members: Sequence[Any], start: int, now: dt.datetime, *, previous: Mapping[str, Any] | None = None,
-         problems: Sequence[str] = (), uncounted: Sequence[str] = (), not_asked: int = 0) -> ServerScaling | None:
+         problems: Sequence[str] = (), uncounted: Sequence[str] = (), not_asked: int = 0,
+         max_queue_ms: Mapping[str, float] | None = None) -> ServerScaling | None:
     """The pods to run and status.autoscaling for this reconcile; None without autoscaling.
     `recorded`: status.autoscaling as read; `reading`: this reconcile's {pod: pod_reading} (None: not
     read now) and `previous` the one before it (the operator's memory: a restart takes one reading
     before it decides again); `members`: the admitted members as planner.pack.ModelToPack; `start`:
     the pods running (or the admission's cards) when nothing was decided yet; `problems`: pods asked
     and not read; `uncounted`: held members whose load this rule cannot size (over the room, frozen,
-    no plan): both hold a scale-down."""
+    no plan): both hold a scale-down; `max_queue_ms`: member -> its autoscaling.maxAvgQueueMs (its
+    requests' mean time in Triton's queue over it: one pod more, as for shedding)."""
     from rankops.planner.pack import PackError
     from rankops.planner.shared_server import server_card
 
@@ -189,11 +201,17 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
             # it, whatever the rule predicts (an optimistic profile): one pod more than the rule asks
             shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
                         if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
-            if shedding and need is not None and need <= current:
+            bounds = max_queue_ms or {}
+            queueing = {m: r.avg_queue_ms for m, r in sorted(rates.items())
+                        if m in bounds and r.served and r.avg_queue_ms is not None and r.avg_queue_ms > bounds[m]}
+            if (shedding or queueing) and need is not None and need <= current:
                 need = current + 1
-                message += ("; Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
-                            + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {current} running")
-                reason = "Shedding"
+                said = [*(f"Triton shed {r:.1%} of {m}'s requests (over {autoscale.SHED_RATIO_HIGH:.0%})"
+                          for m, r in shedding.items()),
+                        *(f"{m}'s requests queued {q:.1f} ms on average (over its autoscaling.maxAvgQueueMs "
+                          f"{bounds[m]:g})" for m, q in queueing.items())]
+                message += f"; {'; '.join(said)}: one pod more than the {current} running"
+                reason = "Shedding" if shedding else "Queueing"
             else:
                 reason = ""
     recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
@@ -202,7 +220,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     if reason in ("NoReading", "CannotCount"):
         pass
     elif moved is not None:
-        reason = "Shedding" if moved[0] == "ScaledUp" and reason == "Shedding" else moved[0]
+        reason = reason if moved[0] == "ScaledUp" and reason in ("Shedding", "Queueing") else moved[0]
         message += moved[1]
     elif need is None or need > b.max_replicas:
         reason = "AtMaxReplicas"

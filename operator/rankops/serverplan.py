@@ -507,7 +507,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         scaling = server_autoscale.step(
             spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, previous=load.previous,
             problems=load.problems, uncounted=[*(n for n, _ in admission.over), *kept, *uncounted,
-                                               *(f.name for f in frozen)], not_asked=load.not_asked)
+                                               *(f.name for f in frozen)], not_asked=load.not_asked,
+            max_queue_ms={m.name: m.spec.autoscaling.max_avg_queue_ms for m in held
+                          if m.spec.autoscaling.max_avg_queue_ms is not None})
         replicas = scaling.replicas
     elif spec.autoscaling.enabled and load is not None and replicas:
         # members are held and none can be counted: their load cannot be sized, the pods they run are kept

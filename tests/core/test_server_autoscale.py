@@ -275,6 +275,32 @@ def test_a_member_triton_sheds_for_adds_a_pod_the_rule_did_not_ask_for():
     assert "Triton shed 5.0% of fine's requests" in up.status.message
 
 
+def test_a_member_whose_requests_queue_over_its_max_avg_queue_adds_a_pod_and_one_without_a_bound_does_not():
+    """fine's requests waited 30 ms on average in Triton's queue (nv_inference_queue_duration_us over
+    the requests served), over its own autoscaling.maxAvgQueueMs 20: the pods do not hold it. A
+    member without the bound, and a reading without queue counters (an older operator's), add nothing."""
+    spec = server(scaleDownStabilizationSeconds=0)
+    group = to_pack(members(), spec)
+    at0, at1 = T0, T0 + dt.timedelta(seconds=10)
+
+    def pods(at, n, queue_ms=None):
+        served = {m: n for m in NAMES}
+        queue = {m: n * (queue_ms if m == "fine" else 1.0) * 1000 for m in NAMES} if queue_ms is not None else None
+        return {p: server_autoscale.pod_reading(at, {m: n for m in NAMES}, None, served if queue else None, queue)
+                for p in ("p0", "p1")}
+    before, queued = pods(at0, 0, 0.0), pods(at1, 500, 30.0)
+    recorded = ServerAutoscalingStatus(desired_replicas=2, read_at=before["p0"]["at"])
+    up = server_autoscale.step(spec, recorded, queued, group, 2, at1, previous=before, max_queue_ms={"fine": 20.0})
+    assert (up.replicas, up.status.reason) == (3, "Queueing"), up.status.message
+    assert "fine's requests queued 30.0 ms on average (over its autoscaling.maxAvgQueueMs 20)" in up.status.message
+    unbounded = server_autoscale.step(spec, recorded, queued, group, 2, at1, previous=before,
+                                      max_queue_ms={"coarse": 20.0})
+    assert unbounded.replicas <= 2 and unbounded.status.reason != "Queueing", unbounded.status.message
+    untimed = server_autoscale.step(spec, recorded, pods(at1, 500), group, 2, at1, previous=pods(at0, 0),
+                                    max_queue_ms={"fine": 20.0})
+    assert untimed.replicas <= 2, untimed.status.message
+
+
 def test_held_members_none_of_which_can_be_counted_keep_the_pods_they_run():
     """Every held member's planning removed: nothing of the load can be sized, so the pods stay
     (never the one pod an empty admission would give), said in status.autoscaling."""

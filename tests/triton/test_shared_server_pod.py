@@ -258,6 +258,10 @@ def test_the_load_read_counts_each_members_requests_on_the_real_servers_metrics(
             break
         time.sleep(0.5)
     assert not problems and moved == {"coarse": 4.0, "fine": 0.0, "rerank": 0.0}, moved
+    # each member's served requests and their queue time (autoscaling.maxAvgQueueMs), Triton's own counters
+    served = {n: after["ranking-shared-0"]["served"][n] - before["ranking-shared-0"]["served"][n] for n in THREE}
+    queued = {n: after["ranking-shared-0"]["queueUs"][n] - before["ranking-shared-0"]["queueUs"][n] for n in THREE}
+    assert served == moved and queued["coarse"] >= 0 and queued["fine"] == queued["rerank"] == 0, (served, queued)
 
 
 def test_a_member_whose_files_never_come_waits_then_fails_alone(pod):

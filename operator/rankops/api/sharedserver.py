@@ -143,7 +143,7 @@ class ServerAutoscalingStatus(ApiModel):
     desired_replicas: Annotated[int | None, Field(ge=0, description="The pods decided.")] = None
     reason: Annotated[str | None, Field(description=(
         "ScaledUp, ScaledDown, WithinTarget, ScaleDownStabilizing, ScaleUpStabilizing, AtMaxReplicas, "
-        "AtMinReplicas, Shedding, ScaleDownHeld, NoReading or CannotCount."))] = None
+        "AtMinReplicas, Shedding, Queueing, ScaleDownHeld, NoReading or CannotCount."))] = None
     message: Annotated[str | None, Field(max_length=1000, description=(
         "The numbers behind the decision, for people."))] = None
     last_scale_time: Annotated[str | None, Field(description="When the pods last changed (RFC 3339).")] = None

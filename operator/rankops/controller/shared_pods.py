@@ -237,7 +237,9 @@ class ServerPods:
             seen = {member: c for member, c in metrics.parse_models(page, members).items() if c.seen}
             # served + shed: what was asked and could be served (a request refused for bad inputs is no load)
             return pod_reading(at, {m: c.values["success"] + c.values["rejected"] for m, c in seen.items()},
-                               {m: c.values["rejected"] for m, c in seen.items()}), ""
+                               {m: c.values["rejected"] for m, c in seen.items()},
+                               {m: c.values["success"] for m, c in seen.items()},
+                               {m: c.values["queue_us"] for m, c in seen.items()}), ""
         except metrics.MetricsUnavailable as exc:
             return None, str(exc)[:300]
         except Exception as exc:  # noqa: BLE001 - a pod answers what it likes: never an exception out of a read
