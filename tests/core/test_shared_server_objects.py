@@ -86,6 +86,8 @@ def test_ports_are_kept_and_freed():
     ({"warmReplicas": {"enabled": True}}, "coarse: spec.warmReplicas.enabled is true"),
     ({"latencyIsolation": True, "resources": {"cpu": "2", "memory": "2Gi"}}, "coarse: spec.latencyIsolation is true"),
     ({"gpusPerReplica": 2}, "coarse: spec.gpusPerReplica is 2"),
+    ({"autoscaling": {"enabled": True, "maxReplicas": 4}}, "coarse: spec.autoscaling.enabled is true: a member's pods "
+                                                          "are the server's"),
     ({"networkPolicy": {"metricsClients": [{"podSelector": {"app": "prometheus"}}]}},
      "coarse: spec.networkPolicy.metricsClients is set: Triton's metrics port shows every member's counters"),
     ({"versions": [{"name": "1", "modelUri": "file:///models/coarse/1", "format": "onnx"}]},
@@ -96,6 +98,7 @@ def test_a_member_needing_what_the_server_does_not_give_is_refused_naming_the_fi
     assert len(problems) == 1 and expected in problems[0], problems
     assert member_problems(SERVER, member("coarse", modelCredentialsSecret="store")) == []
     assert member_problems(SERVER, member("coarse", warmReplicas={"enabled": False})) == []
+    assert member_problems(SERVER, member("coarse", autoscaling={"maxAvgQueueMs": 20})) == []
 
 
 def test_the_server_spreads_and_keeps_its_own_budget():

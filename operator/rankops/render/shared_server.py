@@ -139,6 +139,10 @@ def member_problems(server: SharedServerSpec, member: ServerMember) -> list[str]
     if spec.latency_isolation:
         problems.append(f"{member.name}: spec.latencyIsolation is true: pinned cores are a pod's, not a member's; "
                         "serve the model on its own pods")
+    if spec.autoscaling.enabled:
+        problems.append(f"{member.name}: spec.autoscaling.enabled is true: a member's pods are the server's, which "
+                        "follow every member's load; set the SharedServer's spec.autoscaling, and the member's to "
+                        "false (its autoscaling.maxAvgQueueMs is still read)")
     if spec.gpus_per_replica != 1:
         problems.append(f"{member.name}: spec.gpusPerReplica is {spec.gpus_per_replica}: a member takes room on the "
                         "server's cards (one a pod), not cards of its own; set it to 1")
