@@ -294,6 +294,7 @@ def test_a_shared_server_serves_each_member_on_its_own_service(real: RealCluster
 
 def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: RankingModelSpec,
                               tmp_path_factory: pytest.TempPathFactory, lines: Any) -> None:
+    from rankops.api.crdgen import GROUP, VERSION
     from rankops.triton.samples import Sample
     from rankops_dev import traffic
 
@@ -336,6 +337,10 @@ def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: Rankin
     for pod in _running_server_pods(k8s, ns):
         assert all(c.restart_count == 0 for c in pod.status.container_statuses), pod.metadata.name
     models.wait_ready(k8s, ns, "coarse", timeout=60)
+    # the evidence it was promoted on, on the member's own status: both gates passed on the gate pod
+    own = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "rankingmodels", "coarse")
+    assert {(g["gate"], g["version"], g["outcome"]) for g in own["status"]["gates"]} == \
+        {("warmup", "2", "pass"), ("equivalence", "2", "pass")}, own["status"]
 
 
 def _running_server_pods(k8s: Any, ns: str) -> list[Any]:

@@ -333,5 +333,5 @@ def member_status(old: RankingModelStatus, spec: RankingModelSpec, server: str, 
     phase = ModelPhase.READY if serving else ModelPhase.DEGRADED if problem else ModelPhase.PENDING
     version = line.version if line is not None and line.state in ("Serving", "Loading", "Failed") else None
     status = RankingModelStatus(observed_generation=generation, phase=phase, stable_version=version or old.stable_version,
-                                conditions=conditions)
+                                conditions=conditions, gates=list(getattr(line, "gates", None) or []))
     return StatusDecision(status, tuple(events))

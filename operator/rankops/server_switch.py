@@ -53,6 +53,8 @@ class MemberSwitch:
     actions: tuple[Any, ...] = ()       # inplace.Load / Unload / RunGate, for the shell
     events: tuple[Event, ...] = ()
     note: str = ""                      # for the member's message
+    # gate -> (outcome, summary) of this switch's verdicts on its gate pod (the status line's gates)
+    verdicts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> bool:
@@ -102,8 +104,10 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         done = record.phase == inplace.SWITCHED
         actions = tuple(a for a in switch.actions if not isinstance(a, inplace.FallBack))
         events = tuple(Event(e.type, e.reason, f"{member}: {e.message}") for e in switch.events)
+        verdicts = {gate: (v.outcome, f"{v.summary} (on pod {record.gate_pod})") for gate, v in seen.gates.items()
+                    if v.pod_uid and v.pod_uid == record.gate_pod_uid}
         return MemberSwitch(record, record.version if done else held, actions, events,
-                            _note(record, target, held if not done else record.version))
+                            _note(record, target, held if not done else record.version), verdicts)
     if target == held:
         # Nothing to switch; a stopped switch's record is cleared by setting spec.version back
         return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held)
@@ -165,6 +169,25 @@ def record_of(line: Any) -> inplace.Record | None:
     """The switch record of a member's status line (api.sharedserver.MemberStatus), None without one."""
     switch = getattr(line, "switch", None)
     return inplace.Record.from_status(switch.to_wire()) if switch is not None else None
+
+
+def gates_of(switch: MemberSwitch | None, line: Any, now: str) -> list[Any]:
+    """The status line's gates (api.rankingmodel.GateResult): this round's verdicts on the switch's gate
+    pod, else those the line had for the same version (a verdict is kept, not read again; a restart
+    gates again, its new verdicts replacing these); none once no switch is recorded."""
+    from rankops.api.rankingmodel import GateResult
+
+    if switch is None or switch.record is None:
+        return []
+    kept = [g for g in getattr(line, "gates", None) or [] if g.version == switch.record.version]
+    known = {g.gate: g for g in kept}
+    for gate, (outcome, summary) in sorted(switch.verdicts.items()):
+        said = summary if len(summary) <= MAX_SAID else summary[:MAX_SAID - 1] + "…"
+        was = known.get(gate)
+        if was is None or (was.outcome, was.summary) != (outcome, said):
+            known[gate] = GateResult(gate=gate, version=switch.record.version, outcome=outcome, reason="InPlace",
+                                     summary=said, finished_at=now)
+    return [known[g] for g in sorted(known)][:4]
 
 
 def status_of(switch: MemberSwitch) -> Any:

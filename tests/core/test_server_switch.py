@@ -279,3 +279,28 @@ def test_while_another_member_misses_its_p99_no_load_starts_and_a_loaded_switch_
     rolled = with_seen(GATING, dataclasses.replace(seen(one), others_p99_ms={"fine": 95.0}), one)
     assert rolled.record.phase == inplace.ROLLING_BACK and "fine's P99 95.0 ms" in rolled.record.reason
     assert rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+
+
+def test_the_gates_verdicts_on_the_gate_pod_are_the_lines_and_the_members_own_status_gates():
+    from rankops.api.rankingmodel import RankingModelStatus
+    from rankops.api.sharedserver import MemberStatus
+    from rankops.model_status import member_status
+    from rankops.server_switch import gates_of
+
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    verdicts = {"warmup": inplace.GateVerdict("pass", "warm P99 12 ms", f"uid-{PODS[0]}"),
+                "equivalence": inplace.GateVerdict("fail", "top-50 overlap 0.4", f"uid-{PODS[1]}")}
+    gated = round_("1", GATING, one, verdicts).switches["coarse"]
+    assert set(gated.verdicts) == {"warmup"}, "a verdict on another pod is no evidence"
+    lines = gates_of(gated, None, "2026-12-06T12:00:00Z")
+    assert [(g.gate, g.version, g.outcome) for g in lines] == [("warmup", "2", "pass")]
+    assert "(on pod ranking-shared-a)" in lines[0].summary
+    # a round without verdicts (a new process) keeps the line's for the same version; none without a record
+    line = MemberStatus(name="coarse", state="Serving", reason="Serving", version="1", gates=lines)
+    later = round_("1", gated.record, one).switches["coarse"]
+    assert gates_of(later, line, "2026-12-06T12:01:00Z") == lines
+    assert gates_of(round_("1", None, {p: (entry(1),) for p in PODS}, version="1").switches.get("coarse"), line,
+                    "now") == []
+    own = member_status(RankingModelStatus(), member("coarse", held="1", version="2").spec, "ranking", line, True, 1,
+                        "2026-12-06T12:01:00Z")
+    assert [g.gate for g in own.status.gates] == ["warmup"]

@@ -21,7 +21,7 @@ from rankops.api.autoscaling import Recommendation, ScaleDownWindow, ScaleUpWind
 from rankops.api.base import ApiModel
 from rankops.api.conditions import Condition
 from rankops.api.rankingmodel import (DEFAULT_FETCHER_IMAGE, DEFAULT_TRITON_IMAGE, DISRUPTION_RULES, Disruption,
-                                      FetchLimits, InPlaceSwitchStatus, Resources, Storage)
+                                      FetchLimits, GateResult, InPlaceSwitchStatus, Resources, Storage)
 
 
 class ServerAutoscaling(ApiModel):
@@ -129,6 +129,9 @@ class MemberStatus(ApiModel):
         "Its last version switch inside the running pods (server_switch.py): a new spec.version is loaded "
         "beside the held one in one pod, gated there, then loaded pod by pod; the held one is unloaded last. "
         "A switch that cannot fit or fails leaves the held version serving."))] = None
+    gates: Annotated[list[GateResult], Field(default_factory=list, max_length=4, description=(
+        "The gates' verdicts on its last version switch, each on the switch's gate pod (what its own "
+        "status.gates shows)."))]
     last_transition_time: Annotated[str | None, Field(description=(
         "When its state or reason last changed (RFC 3339)."))] = None
 
