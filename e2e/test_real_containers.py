@@ -338,9 +338,11 @@ def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: Rankin
         assert all(c.restart_count == 0 for c in pod.status.container_statuses), pod.metadata.name
     models.wait_ready(k8s, ns, "coarse", timeout=60)
     # the evidence it was promoted on, on the member's own status: both gates passed on the gate pod
-    own = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "rankingmodels", "coarse")
-    assert {(g["gate"], g["version"], g["outcome"]) for g in own["status"]["gates"]} == \
-        {("warmup", "2", "pass"), ("equivalence", "2", "pass")}, own["status"]
+    def gates() -> set[tuple[str, str, str]]:
+        own = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "rankingmodels", "coarse")
+        return {(g["gate"], g["version"], g["outcome"]) for g in (own.get("status") or {}).get("gates") or []}
+    wait_until(lambda: gates() == {("warmup", "2", "pass"), ("equivalence", "2", "pass")}, 30,
+               f"coarse's own status.gates: both passed on 2 (has {gates()})")
 
 
 def _running_server_pods(k8s: Any, ns: str) -> list[Any]:
