@@ -342,7 +342,7 @@ def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: Rankin
         own = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "rankingmodels", "coarse")
         return {(g["gate"], g["version"], g["outcome"]) for g in (own.get("status") or {}).get("gates") or []}
     wait_until(lambda: gates() == {("warmup", "2", "pass"), ("equivalence", "2", "pass")}, 30,
-               f"coarse's own status.gates: both passed on 2 (has {gates()})")
+               "coarse's own status.gates: both gates passed on 2")
 
 
 def _running_server_pods(k8s: Any, ns: str) -> list[Any]:
