@@ -64,7 +64,12 @@ def pod_reading(at: dt.datetime, requests: Mapping[str, float],
     if shed:
         read["rejected"] = shed
     if served is not None and queue_us is not None:
-        read["served"], read["queueUs"] = dict(served), dict(queue_us)
+        # a member that served with no queue time at all: its queue series was not on the page (a
+        # Triton queues every request a little): untimed here, so no window is measured across it
+        timed = [m for m in served if m in queue_us and not (served[m] > 0 and queue_us[m] <= 0)]
+        if timed:
+            read["served"] = {m: served[m] for m in timed}
+            read["queueUs"] = {m: queue_us[m] for m in timed}
     return read
 
 
@@ -129,15 +134,36 @@ def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[st
         at, n = autoscale._time(read.get("at")), autoscale._number(read["requests"].get(member))
         shed = read.get("rejected") if isinstance(read.get("rejected"), dict) else {}
         rejected = autoscale._number(shed.get(member, 0.0))
-        if at is None or n is None or rejected is None:
-            continue
-        # a reading without queue counters (or with a bad one) times nothing: queued 0, served as asked
-        served, queue = (autoscale._number(read[k].get(member)) if isinstance(read.get(k), dict) else None
-                         for k in ("served", "queueUs"))
-        timed = served is not None and queue is not None and 0 <= served <= n
-        out[pod] = autoscale.pod_reading(n, queue if timed else 0.0, at, rejected=min(rejected, n),
-                                         served=served if timed else None)
+        if at is not None and n is not None and rejected is not None:
+            out[pod] = autoscale.pod_reading(n, 0.0, at, rejected=min(rejected, n))
     return out
+
+
+# A member's mean queue time is judged over at least this many requests served (all pods together).
+MIN_QUEUE_SAMPLE = 100
+
+
+def queue_ms(previous: Mapping[str, Any] | None, current: Mapping[str, Any], member: str) -> tuple[float | None, float]:
+    """(The member's mean time in Triton's queue, ms, over the requests its pods served between two
+    readings, or None; those requests). Only pods whose both readings hold its served and queue counters,
+    moved forward, count; a pod's queue time per request served is at most the window's length (a
+    request served in it queued within it, or just before: a counter that jumped is no reading)."""
+    queued = served = 0.0
+    for pod, now_read in current.items():
+        before = (previous or {}).get(pod)
+        seconds = _age_s(before, now_read)
+        if seconds is None or not 0 < seconds <= STALE_S:
+            continue
+        values = [autoscale._number(read[key].get(member)) if isinstance(read.get(key), dict) else None
+                  for read in (before, now_read) for key in ("served", "queueUs")]
+        if None in values:
+            continue
+        moved_served, moved_queue = values[2] - values[0], values[3] - values[1]
+        if moved_served <= 0 or moved_queue < 0 or moved_queue > moved_served * (seconds + STALE_S) * 1e6:
+            continue
+        queued += moved_queue
+        served += moved_served
+    return (queued / served / 1000.0 if served else None), served
 
 
 def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, reading: Mapping[str, Any] | None,
@@ -151,7 +177,8 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     the pods running (or the admission's cards) when nothing was decided yet; `problems`: pods asked
     and not read; `uncounted`: held members whose load this rule cannot size (over the room, frozen,
     no plan): both hold a scale-down; `max_queue_ms`: member -> its autoscaling.maxAvgQueueMs (its
-    requests' mean time in Triton's queue over it: one pod more, as for shedding)."""
+    requests' mean time in Triton's queue over it, over at least MIN_QUEUE_SAMPLE requests: one pod
+    more than the rule asks, never more than one: a tenant's bound does not size everyone's pods)."""
     from rankops.planner.pack import PackError
     from rankops.planner.shared_server import server_card
 
@@ -202,18 +229,21 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
             shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
                         if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
             bounds = max_queue_ms or {}
-            queueing = {m: r.avg_queue_ms for m, r in sorted(rates.items())
-                        if m in bounds and r.served and r.avg_queue_ms is not None and r.avg_queue_ms > bounds[m]}
-            if (shedding or queueing) and need is not None and need <= current:
+            queues = {m: queue_ms(previous, reading, m) for m in sorted(bounds) if m in rates}
+            queueing = {m: q for m, (q, n) in queues.items() if q is not None and n >= MIN_QUEUE_SAMPLE
+                        and q > bounds[m]}
+            reason = ""
+            if shedding and need is not None and need <= current:
                 need = current + 1
-                said = [*(f"Triton shed {r:.1%} of {m}'s requests (over {autoscale.SHED_RATIO_HIGH:.0%})"
-                          for m, r in shedding.items()),
-                        *(f"{m}'s requests queued {q:.1f} ms on average (over its autoscaling.maxAvgQueueMs "
-                          f"{bounds[m]:g})" for m, q in queueing.items())]
-                message += f"; {'; '.join(said)}: one pod more than the {current} running"
-                reason = "Shedding" if shedding else "Queueing"
-            else:
-                reason = ""
+                message += ("; Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
+                            + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {current} running")
+                reason = "Shedding"
+            elif queueing and need is not None and need <= current:
+                message += ("; " + "; ".join(f"{m}'s requests queued {q:.1f} ms on average (over its "
+                                             f"autoscaling.maxAvgQueueMs {bounds[m]:g})" for m, q in queueing.items())
+                            + f": one pod more than the {need} the rule asks")
+                need += 1
+                reason = "Queueing"
     recommended = autoscale.clamp(spec.max_replicas if need is None else need, b)
     desired, history = autoscale.stabilize(now, current, recommended, b, history)
     moved = autoscale.window_reason(desired, current, recommended, b)
@@ -229,7 +259,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
         reason = "AtMinReplicas"
         message += f"; kept at autoscaling.minReplicas {b.min_replicas}"
     else:
-        reason = "WithinTarget"
+        reason = "Queueing" if reason == "Queueing" else "WithinTarget"     # the pod it holds, said
     if desired < current and (problems or holds):
         held = [f"{len(problems)} pod(s) not read"] if problems else []
         held += [f"{', '.join(holds)}: load not counted now"] if holds else []

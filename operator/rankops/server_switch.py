@@ -53,8 +53,9 @@ class MemberSwitch:
     actions: tuple[Any, ...] = ()       # inplace.Load / Unload / RunGate, for the shell
     events: tuple[Event, ...] = ()
     note: str = ""                      # for the member's message
-    # gate -> (outcome, summary) of this switch's verdicts on its gate pod (the status line's gates)
-    verdicts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # gate -> (outcome, summary) of this switch's verdicts on its gate pod (the status line's gates);
+    # None: the pods were not read this round (what the line holds stands)
+    verdicts: Mapping[str, tuple[str, str]] | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -180,8 +181,11 @@ def gates_of(switch: MemberSwitch | None, line: Any, now: str) -> list[Any]:
     if switch is None or switch.record is None:
         return []
     kept = [g for g in getattr(line, "gates", None) or [] if g.version == switch.record.version]
+    if switch.verdicts is not None and switch.record.phase == inplace.GATING:
+        # gating now, on what the machine holds: a verdict it does not hold (a new process gates again) goes
+        kept = [g for g in kept if g.gate in switch.verdicts]
     known = {g.gate: g for g in kept}
-    for gate, (outcome, summary) in sorted(switch.verdicts.items()):
+    for gate, (outcome, summary) in sorted((switch.verdicts or {}).items()):
         said = summary if len(summary) <= MAX_SAID else summary[:MAX_SAID - 1] + "…"
         was = known.get(gate)
         if was is None or (was.outcome, was.summary) != (outcome, said):

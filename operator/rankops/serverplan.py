@@ -329,7 +329,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     name_taken = False
     unappliable = set()
     for m in members:
-        problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version))
+        problems = member_problems(spec, ServerMember(m.name, m.spec, m.held_version or m.spec.version),
+                                   joining=not m.held_version)
         if not m.held_version and m.name in (taken or {}):
             problems.append(f"{m.name}: the Service {m.name} it would answer at is {taken[m.name]}'s: a member "
                             "answers at its own name; rename the RankingModel (looked at again while it waits: "
@@ -344,6 +345,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 "or ahead of it; it is considered when one leaves (or serve it on another SharedServer)"), None)
             continue
         notes[m.name] += [f"its spec cannot be applied, so it serves as it was: {p}" for p in problems]
+        if m.held_version and m.spec.autoscaling.enabled:
+            notes[m.name].append("spec.autoscaling.enabled has no effect on a shared server (its SharedServer's "
+                                 "spec.autoscaling scales the pods): set it to false")
         if problems:
             unappliable.add(m.name)
         try:
@@ -508,8 +512,10 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             spec, load.recorded, load.reading, counted, replicas_now or replicas, load.now, previous=load.previous,
             problems=load.problems, uncounted=[*(n for n, _ in admission.over), *kept, *uncounted,
                                                *(f.name for f in frozen)], not_asked=load.not_asked,
-            max_queue_ms={m.name: m.spec.autoscaling.max_avg_queue_ms for m in held
-                          if m.spec.autoscaling.max_avg_queue_ms is not None})
+            # a bound below the member's own batching delay asks for less than its batcher waits by design
+            max_queue_ms={m.name: max(m.spec.autoscaling.max_avg_queue_ms,
+                                      shapes[m.name].max_queue_delay_microseconds / 1000.0)
+                          for m in held if m.spec.autoscaling.max_avg_queue_ms is not None and m.name in shapes})
         replicas = scaling.replicas
     elif spec.autoscaling.enabled and load is not None and replicas:
         # members are held and none can be counted: their load cannot be sized, the pods they run are kept

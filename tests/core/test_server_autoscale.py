@@ -289,16 +289,35 @@ def test_a_member_whose_requests_queue_over_its_max_avg_queue_adds_a_pod_and_one
         return {p: server_autoscale.pod_reading(at, {m: n for m in NAMES}, None, served if queue else None, queue)
                 for p in ("p0", "p1")}
     before, queued = pods(at0, 0, 0.0), pods(at1, 500, 30.0)
-    recorded = ServerAutoscalingStatus(desired_replicas=2, read_at=before["p0"]["at"])
-    up = server_autoscale.step(spec, recorded, queued, group, 2, at1, previous=before, max_queue_ms={"fine": 20.0})
-    assert (up.replicas, up.status.reason) == (3, "Queueing"), up.status.message
+
+    def decide(desired, after=queued, previous=before, bounds={"fine": 20.0}):
+        recorded = ServerAutoscalingStatus(desired_replicas=desired, read_at=previous["p0"]["at"])
+        return server_autoscale.step(spec, recorded, after, group, desired, at1, previous=previous,
+                                     max_queue_ms=bounds)
+    up = decide(1)          # the rule asks 1 pod here
+    assert (up.replicas, up.status.reason) == (2, "Queueing"), up.status.message
     assert "fine's requests queued 30.0 ms on average (over its autoscaling.maxAvgQueueMs 20)" in up.status.message
-    unbounded = server_autoscale.step(spec, recorded, queued, group, 2, at1, previous=before,
-                                      max_queue_ms={"coarse": 20.0})
-    assert unbounded.replicas <= 2 and unbounded.status.reason != "Queueing", unbounded.status.message
-    untimed = server_autoscale.step(spec, recorded, pods(at1, 500), group, 2, at1, previous=pods(at0, 0),
-                                    max_queue_ms={"fine": 20.0})
-    assert untimed.replicas <= 2, untimed.status.message
+    assert (decide(2).replicas, decide(2).status.reason) == (2, "Queueing"), "it holds the pod it added"
+    assert decide(4).replicas < 4, "never more than one pod above the rule: one tenant's bound sizes no one else's"
+    assert decide(1, bounds={"coarse": 20.0}).replicas == 1, "a member without the bound adds nothing"
+    assert decide(1, pods(at1, 500), pods(at0, 0)).replicas == 1, "a reading without queue counters times nothing"
+    few = decide(1, pods(at1, 40, 30.0))        # 80 requests served: too few to judge a mean
+    assert few.replicas == 1, few.status.message
+
+
+def test_a_queue_counter_missing_from_one_page_measures_no_window_across_it():
+    """A page without fine's queue series (parse_models reads 0) while it served: that reading holds no
+    queue for fine, so neither window touching it is judged; its request rate stands."""
+    at = [T0 + dt.timedelta(seconds=10 * i) for i in range(3)]
+    full = lambda t, n, q: {"p0": server_autoscale.pod_reading(t, {"fine": n}, None, {"fine": n}, {"fine": q})}  # noqa: E731
+    first, dip, back = full(at[0], 1000, 5e5), full(at[1], 1100, 0.0), full(at[2], 1200, 6e5)
+    assert "fine" not in dip["p0"].get("queueUs", {}), "served with no queue time at all: untimed"
+    assert server_autoscale.queue_ms(first, dip, "fine") == (None, 0.0)
+    assert server_autoscale.queue_ms(dip, back, "fine") == (None, 0.0), "no window across the gap"
+    rates, _, _ = server_autoscale.member_rates(dip, back, ["fine"])
+    assert rates["fine"].qps == pytest.approx(10.0)
+    jumped = full(at[2], 1200, 5e5 + 200 * 120e6)        # 120 s a request served in a 20 s window: no reading
+    assert server_autoscale.queue_ms(first, jumped, "fine")[0] is None
 
 
 def test_held_members_none_of_which_can_be_counted_keep_the_pods_they_run():

@@ -295,12 +295,32 @@ def test_the_gates_verdicts_on_the_gate_pod_are_the_lines_and_the_members_own_st
     lines = gates_of(gated, None, "2026-12-06T12:00:00Z")
     assert [(g.gate, g.version, g.outcome) for g in lines] == [("warmup", "2", "pass")]
     assert "(on pod ranking-shared-a)" in lines[0].summary
-    # a round without verdicts (a new process) keeps the line's for the same version; none without a record
+    # past gating, the line's verdicts for the same version stand; gating again with none held (a new
+    # process gates again), they go; none without a record
     line = MemberStatus(name="coarse", state="Serving", reason="Serving", version="1", gates=lines)
-    later = round_("1", gated.record, one).switches["coarse"]
-    assert gates_of(later, line, "2026-12-06T12:01:00Z") == lines
+    promoting = dataclasses.replace(gated.record, phase=inplace.PROMOTING)
+    passed = {"warmup": verdicts["warmup"], "equivalence": inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}")}
+    later = round_("1", promoting, one, passed).switches["coarse"]
+    assert [g for g in gates_of(later, line, "2026-12-06T12:01:00Z") if g.gate == "warmup"] == lines
+    regating = round_("1", gated.record, one).switches["coarse"]
+    assert regating.record.phase == inplace.GATING and gates_of(regating, line, "2026-12-06T12:01:00Z") == []
     assert gates_of(round_("1", None, {p: (entry(1),) for p in PODS}, version="1").switches.get("coarse"), line,
                     "now") == []
     own = member_status(RankingModelStatus(), member("coarse", held="1", version="2").spec, "ranking", line, True, 1,
                         "2026-12-06T12:01:00Z")
     assert [g.gate for g in own.status.gates] == ["warmup"]
+
+
+def test_a_held_member_with_autoscaling_enabled_is_told_it_has_no_effect_and_still_switches():
+    """Refused to a newcomer (render.shared_server.member_problems), said to a member held from before."""
+    both = {p: (entry(1),) for p in PODS}
+    coarse = member("coarse", held="1", version="2", autoscaling={"enabled": True, "maxReplicas": 4})
+    result = plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], pods(both), {},
+                         pool_placement(None, None), now=NOW)
+    assert result.switches["coarse"].record.phase == inplace.LOADING
+    assert "spec.autoscaling.enabled has no effect on a shared server" in line(result).message
+    assert "cannot be applied" not in line(result).message
+    newcomer = plan_server("ranking", "reco", SERVER, [member("coarse", autoscaling={"enabled": True,
+                                                                                    "maxReplicas": 4})],
+                           (), {}, pool_placement(None, None), now=NOW)
+    assert line(newcomer).state == serverplan.REFUSED

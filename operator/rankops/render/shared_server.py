@@ -104,9 +104,10 @@ class ServerMember:
     switching_to: str | None = None     # a version being switched in beside it (server_switch.py)
 
 
-def member_problems(server: SharedServerSpec, member: ServerMember) -> list[str]:
+def member_problems(server: SharedServerSpec, member: ServerMember, joining: bool = True) -> list[str]:
     """What `member` needs from the pod that the server does not give, or cannot have on a shared
-    server: each line names the member, its field and the fix. Empty when it can join."""
+    server: each line names the member, its field and the fix. Empty when it can join. `joining`: a
+    newcomer (what has no effect on a held member is said to it, not held against it)."""
     spec, problems = member.spec, []
 
     def same(field: str, mine: object, servers: object) -> None:
@@ -139,7 +140,7 @@ def member_problems(server: SharedServerSpec, member: ServerMember) -> list[str]
     if spec.latency_isolation:
         problems.append(f"{member.name}: spec.latencyIsolation is true: pinned cores are a pod's, not a member's; "
                         "serve the model on its own pods")
-    if spec.autoscaling.enabled:
+    if spec.autoscaling.enabled and joining:
         problems.append(f"{member.name}: spec.autoscaling.enabled is true: a member's pods are the server's, which "
                         "follow every member's load; set the SharedServer's spec.autoscaling, and the member's to "
                         "false (its autoscaling.maxAvgQueueMs is still read)")
