@@ -141,7 +141,7 @@ def test_a_healthy_version_walks_its_canary_steps_and_its_promoted_pods_serve_wa
     """Progressive weights under real traffic, each step judged on its own window; then the
     stable pods that promotion rolls to v2 take their first requests only once warm."""
     k8s, ns = real_k8s, real_namespace_in
-    steps = [{"weight": 20, "durationSeconds": 40}, {"weight": 50, "durationSeconds": 40}]
+    steps = [{"weight": 20, "durationSeconds": 30}, {"weight": 50, "durationSeconds": 30}]
     watch = PodWatch(k8s, ns, "ranker")
     watch.start()
     try:

@@ -415,8 +415,10 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                 (None, f"{m.name}'s spec cannot be counted or applied now")
             switches[m.name] = server_switch.step(m.name, m.spec, m.held_version, m.switch,
                                                   (switch_seen or {}).get(m.name), fit,
-                                                  # the pods the Deployment runs now: what a promotion waits for
-                                                  max(1, replicas_now or (admission.cards if admission else 0)), now,
+                                                  # the pods that run now (an address, not going): a pod not
+                                                  # started yet loads the version held when it starts, so a
+                                                  # promotion waits for no pod that cannot be scheduled
+                                                  max(1, sum(1 for p in pods if p.ip and not p.terminating)), now,
                                                   busy=busy if busy != m.name else None,
                                                   others_slo_ms={o.name: o.spec.slo.p99_latency_ms for o in held
                                                                  if o.name != m.name and o.spec.slo})

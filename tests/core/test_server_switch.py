@@ -324,3 +324,16 @@ def test_a_held_member_with_autoscaling_enabled_is_told_it_has_no_effect_and_sti
                                                                                     "maxReplicas": 4})],
                            (), {}, pool_placement(None, None), now=NOW)
     assert line(newcomer).state == serverplan.REFUSED
+
+
+def test_a_pod_not_started_holds_no_promotion_it_loads_the_version_held_when_it_starts():
+    """A third pod Pending (no GPU free: no address): promotion completes on the pods that run."""
+    passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
+    everywhere = {p: (entry(1), entry(2)) for p in PODS}
+    coarse = dataclasses.replace(member("coarse", held="1", version="2"), switch=dataclasses.replace(
+        GATING, phase=inplace.PROMOTING))
+    pending = PodView("ranking-shared-c", False, "", None, None, uid="uid-c")
+    result = plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], [*pods(everywhere), pending],
+                         {}, pool_placement(None, None), switch_seen={"coarse": seen(everywhere, passed)}, now=NOW)
+    switch = result.switches["coarse"]
+    assert switch.record.phase == inplace.UNLOADING, switch.record.message

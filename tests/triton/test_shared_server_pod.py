@@ -349,8 +349,7 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
             staged = parse_members((pod.mount / "members.json").read_text(), "ranking")
             plan = serverplan.plan_server("ranking", "reco", SERVER, members, read, pod.ports,
                                           serving.pool_placement(None, None), previous_staged=staged,
-                                          switch_seen=seen, now=dt.datetime.now(dt.timezone.utc),
-                                          replicas_now=1)     # the one pod this harness runs
+                                          switch_seen=seen, now=dt.datetime.now(dt.timezone.utc))
             pod.written(plan)
             pod.shell.adopt(plan.adopted)      # as controller/servers.reconcile does
             pod.shell.execute(plan)
