@@ -305,7 +305,12 @@ def _switch_a_member_in_place(real: RealCluster, k8s: Any, ns: str, spec: Rankin
     port = lines()["coarse"]["port"]
 
     def addresses() -> list[str]:
-        return [p.status.pod_ip for p in _running_server_pods(k8s, ns)]
+        """What coarse's Service sends to: its EndpointSlice's ready endpoints (a pod that starts mid-switch
+        joins once it serves coarse)."""
+        found = k8s.custom.get_namespaced_custom_object("discovery.k8s.io", "v1", ns, "endpointslices",
+                                                        "coarse-shared")
+        return sorted(a for e in found.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
+                      for a in e.get("addresses") or [])
     sender = traffic.Traffic(addresses, "coarse", lambda rng: Sample(
         line=1, inputs=spec_models.request_arrays(spec, candidates=5, seed=int(rng.integers(1 << 30)))),
         netns=real.netns, port=port, rate=20)
