@@ -224,7 +224,7 @@ def test_a_held_member_whose_spec_no_longer_validates_is_frozen_and_the_others_g
     assert again["coarse"].state == "Loading" and again["coarse"].reason != "InvalidSpec"
 
 
-def test_a_member_wakes_its_server_on_a_new_spec_only_and_a_pool_wakes_the_servers_on_it():
+def test_a_member_wakes_its_server_on_a_new_spec_or_manual_control_only_and_a_pool_wakes_the_servers_on_it():
     kube, _ = cluster_with_memory()
     model_controller, _ = runtime.build(OperatorContext(kube=kube))
     controller = model_controller.servers
@@ -240,8 +240,13 @@ def test_a_member_wakes_its_server_on_a_new_spec_only_and_a_pool_wakes_the_serve
         assert kicked == []
         coarse["metadata"]["generation"] = 2
         controller.member_event(coarse, "MODIFIED")
+        coarse["metadata"]["annotations"] = {"other": "x"}
+        controller.member_event(coarse, "MODIFIED")           # an annotation the server does not read
+        assert len(kicked) == 1
+        coarse["metadata"]["annotations"] = {"rankops.io/abort": "2"}
+        controller.member_event(coarse, "MODIFIED")           # its switch's manual control: read by the server
         controller.member_event(coarse, "DELETED")
-        assert len(kicked) == 2
+        assert len(kicked) == 3
         kicked.clear()
         pooled = {**server, "spec": {**server["spec"], "nodePool": "t4"}}
         controller.server_event({"type": "MODIFIED", "object": pooled})
@@ -435,6 +440,15 @@ def test_a_held_members_new_version_begins_its_switch_in_the_servers_status_and_
     # A new process: the record comes back from the status (no pod to read: nothing moves, nothing lost)
     again = round_(servers.ServerMemory())
     assert again.status.members[0].switch.phase == "Loading" and again.status.members[0].version == "1"
+    # The member's rankops.io/abort naming 2 rolls the switch back; the value acted on is kept in its line
+    body = kube.stored("RankingModel", NS, "coarse")
+    body["metadata"]["annotations"] = {"rankops.io/abort": "2"}
+    kube.put(body)
+    aborted = round_(servers.ServerMemory()).status.members[0]
+    assert aborted.aborted == "2" and aborted.switch.phase in ("RollingBack", "RolledBack"), aborted
+    assert "rankops.io/abort=2" in aborted.switch.reason and aborted.version == "1"
+    kept = round_(servers.ServerMemory()).status.members[0]
+    assert kept.aborted == "2" and kept.switch.phase == "RolledBack" and "rankops.io/retry=2" in kept.message
 
 
 def test_a_serving_members_progressing_says_where_its_version_switch_is():

@@ -54,7 +54,8 @@ def server_status(plan: serverplan.ServerPlan, old: SharedServerStatus, generati
                             message=_bounded(outcome.message), version=outcome.version, port=outcome.port,
                             config_digest=digest, served_sha256=full, last_transition_time=now,
                             switch=server_switch.status_of(switch) if switch is not None else None,
-                            gates=server_switch.gates_of(switch, was, now))
+                            gates=server_switch.gates_of(switch, was, now),
+                            **server_switch.acted_of(switch, was))
         if switch is not None:
             events += switch.events
         if was is not None and (was.state, was.reason) == (line.state, line.reason):

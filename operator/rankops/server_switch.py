@@ -11,7 +11,12 @@ model's versions, the equivalence reference is not the held version) or that sto
 a load failed or ran out of time, the held version's P99 over its bound while it loaded) leaves the
 held version serving, and the member's message says why and what to do. A stopped switch is not
 tried again for the same spec.version: set spec.version back to the held version (which clears it),
-or to another version.
+or to another version, or ask again with the member's rankops.io/retry annotation naming the version.
+
+The member's manual controls are the model path's (rollout/record.py): rankops.io/abort naming the
+version switching in rolls the switch back, in any phase, paused or not; rankops.io/retry naming a
+version whose switch stopped begins it again. Each acts once per value: the value acted on is kept
+in the member's status line (aborted, retried), so one left in place never acts again.
 
     held 1, spec.version 2:  begin -> Loading -> Gating -> Promoting -> Unloading -> Switched: held 2
                                           \\-> RollingBack -> RolledBack: held 1 (a gate, an abort)
@@ -27,11 +32,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankops.api.rankingmodel import RankingModelSpec
+from rankops.api.sharedserver import MANUAL_VALUE_MAX
 from rankops.planner.two_versions import SideBySide
 from rankops.rollout import inplace, inplace_phase
-from rankops.rollout.record import Event
+from rankops.rollout.record import ABORT_ANNOTATION, CONSUMED, RETRY_ANNOTATION, Event
 
 IN_FLIGHT = (*inplace.FORWARD, *inplace.CLEANING)
+MANUAL_ANNOTATIONS = (ABORT_ANNOTATION, RETRY_ANNOTATION)     # what a member's switch reads of its annotations
 MAX_SAID = 1000             # a record's message and reason in status (one line per member)
 STOPPED = (inplace.ROLLED_BACK, inplace.FELL_BACK)
 
@@ -56,6 +63,8 @@ class MemberSwitch:
     # gate -> (outcome, summary) of this switch's verdicts on its gate pod (the status line's gates);
     # None: the pods were not read this round (what the line holds stands)
     verdicts: Mapping[str, tuple[str, str]] | None = None
+    # the manual values acted on, kept in the status line ("aborted", "retried": the annotation's value)
+    acted: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> bool:
@@ -69,7 +78,8 @@ class MemberSwitch:
 
 def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
          fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None,
-         others_slo_ms: Mapping[str, float] | None = None) -> MemberSwitch:
+         others_slo_ms: Mapping[str, float] | None = None, manual: Mapping[str, str] | None = None,
+         acted: Mapping[str, str] | None = None) -> MemberSwitch:
     """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
     flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
     where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the pods the
@@ -77,14 +87,21 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     for one member's version twice, as switch_fits counts it), so none begins; `others_slo_ms`: each other
     member's slo.p99LatencyMs. The other members share the card: while another member's P99 is over
     its SLO, no load starts, and a switch that has loaded in a pod is rolled back (the interference
-    bound held for them, as maxStableP99Ms holds it for the member's own serving version)."""
+    bound held for them, as maxStableP99Ms holds it for the member's own serving version).
+    `manual`: the member's rankops.io/abort and rankops.io/retry values; `acted`: the values its status
+    line says were acted on ("aborted", "retried"), each acting once."""
     target = spec.version
+    acted = dict(acted or {})
+    aborting = _asked(manual, acted, ABORT_ANNOTATION, record.version if record is not None else None)
     if record is not None and record.phase in IN_FLIGHT:
         if seen is None:
-            return MemberSwitch(record, held, note=f"switching to {record.version}: {record.message}")
+            return MemberSwitch(record, held, note=f"switching to {record.version}: {record.message}", acted=acted)
         abort = None if record.version == target else (
             f"spec.version is back to {target}" if target == record.from_version else
             f"spec.version changed to {target}")
+        if abort is None and aborting is not None and record.phase not in inplace.CLEANING:
+            abort = f"aborted by annotation {ABORT_ANNOTATION}={aborting}"
+            acted[record_key(ABORT_ANNOTATION)] = aborting
         over = [f"{name}'s P99 {p99:.1f} ms > its slo.p99LatencyMs {(others_slo_ms or {})[name]:g} ms"
                 for name, p99 in sorted(seen.others_p99_ms.items())
                 if name in (others_slo_ms or {}) and p99 > (others_slo_ms or {})[name]]
@@ -92,7 +109,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
             if not record.touched:      # nothing loaded yet: it waits
                 waiting = replace(record, message=f"waiting to load {record.version}: {'; '.join(over)} (no load "
                                                   "starts while a member it shares the cards with misses its P99)")
-                return MemberSwitch(waiting, held, note=_note(waiting, target, held))
+                return MemberSwitch(waiting, held, note=_note(waiting, target, held), acted=acted)
             abort = f"{'; '.join(over)} while {record.version} loaded beside {record.from_version}"
         observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
         switch = inplace.step(record, observed, inplace_phase.policy(spec, replicas))
@@ -100,7 +117,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
                 and switch.record.phase not in (*inplace.CLEANING, *inplace.CLEANING.values()):
             # rollout.paused: only what makes the switch safer moves (a rollback and its unloads)
             return MemberSwitch(record, held, note=f"switching to {record.version} is paused (rollout.paused) at "
-                                                   f"{record.phase}: {record.message}")
+                                                   f"{record.phase}: {record.message}", acted=acted)
         record = switch.record
         done = record.phase == inplace.SWITCHED
         actions = tuple(a for a in switch.actions if not isinstance(a, inplace.FallBack))
@@ -108,29 +125,54 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         verdicts = {gate: (v.outcome, f"{v.summary} (on pod {record.gate_pod})") for gate, v in seen.gates.items()
                     if v.pod_uid and v.pod_uid == record.gate_pod_uid}
         return MemberSwitch(record, record.version if done else held, actions, events,
-                            _note(record, target, held if not done else record.version), verdicts)
+                            _note(record, target, held if not done else record.version), verdicts, acted)
     if target == held:
         # Nothing to switch; a stopped switch's record is cleared by setting spec.version back
-        return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held)
+        return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held, acted=acted)
+    retried: tuple[Event, ...] = ()
     if record is not None and record.version == target and record.phase in STOPPED:
-        return MemberSwitch(record, held, note=_note(record, target, held))
+        again = _asked(manual, acted, RETRY_ANNOTATION, target)
+        if again is None:
+            return MemberSwitch(record, held, note=_note(record, target, held), acted=acted)
+        acted[record_key(RETRY_ANNOTATION)] = again          # the stopped switch is let go: it begins anew when it can
+        retried = (Event("Normal", "InPlaceSwitchRetried",
+                         f"{member}: switching {target} in again, asked by {RETRY_ANNOTATION}={again}"),)
+        record = None
+    waits = lambda why: MemberSwitch(record, held, events=retried, note=f"spec.version {target!r} waits{why}",  # noqa: E731
+                                     acted=acted)
     if spec.rollout.paused:
-        return MemberSwitch(record, held, note=f"spec.version {target!r} waits: rollout.paused")
+        return waits(": rollout.paused")
     if busy is not None:
-        return MemberSwitch(record, held, note=f"spec.version {target!r} waits: {busy}'s version switch is in "
-                                               "flight on this server (one at a time)")
+        return waits(f": {busy}'s version switch is in flight on this server (one at a time)")
     fits, arithmetic = fit
     if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
-        return MemberSwitch(record, held, note=f"spec.version {target!r} waits to switch in place: {arithmetic}")
+        return waits(f" to switch in place: {arithmetic}")
     side = SideBySide(fits, arithmetic, () if fits else (f"the server's memory: {arithmetic}",))
     started = inplace_phase.start(spec, target, held, now, _shareable(spec, held, target, side))
     record = inplace.Record.from_status(started.record.to_wire())
     if record.phase == inplace.FELL_BACK:
         record = replace(record, message=f"{record.reason}; {held} serves on")
-        events = (Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"),)
-        return MemberSwitch(record, held, (), events, _note(record, target, held))
-    return MemberSwitch(record, held, (), tuple(Event(e.type, e.reason, f"{member}: {e.message}")
-                                                for e in started.events), _note(record, target, held))
+        events = (*retried, Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"))
+        return MemberSwitch(record, held, (), events, _note(record, target, held), acted=acted)
+    return MemberSwitch(record, held, (), (*retried, *(Event(e.type, e.reason, f"{member}: {e.message}")
+                                                       for e in started.events)),
+                        _note(record, target, held), acted=acted)
+
+
+def _asked(manual: Mapping[str, str] | None, acted: Mapping[str, str], annotation: str,
+           version: str | None) -> str | None:
+    """The annotation's value when it names `version` ("<version>" or "<version>/<anything>") and was
+    not acted on yet; None otherwise (a leftover value, or one naming another version, does nothing)."""
+    value = (manual or {}).get(annotation)
+    if value is None or version is None or value.split("/", 1)[0] != version or len(value) > MANUAL_VALUE_MAX:
+        return None
+    return None if acted.get(record_key(annotation)) == value else value
+
+
+def record_key(annotation: str) -> str:
+    """Where a member's status line keeps the value of `annotation` acted on (the model's rollout
+    record's names: aborted, retried)."""
+    return CONSUMED[annotation]
 
 
 def _shareable(spec: RankingModelSpec, held: str, target: str, side: SideBySide) -> SideBySide:
@@ -161,8 +203,9 @@ def _note(record: inplace.Record, target: str, held: str) -> str:
     if record.phase in STOPPED and record.version == target:
         return (f"spec.version {target!r} was not switched in ({record.phase}: {record.reason or record.message}); "
                 f"{held} serves: a shared server's member switches only in place. Set spec.version back to "
-                f"{held!r} (which clears this) and then to a version that can switch, make room on the server, "
-                "or serve the model on pods of its own (no spec.server)")
+                f"{held!r} (which clears this) and then to a version that can switch, ask again with "
+                f"{RETRY_ANNOTATION}={target}, make room on the server, or serve the model on pods of its own "
+                "(no spec.server)")
     return ""
 
 
@@ -192,6 +235,17 @@ def gates_of(switch: MemberSwitch | None, line: Any, now: str) -> list[Any]:
             known[gate] = GateResult(gate=gate, version=switch.record.version, outcome=outcome, reason="InPlace",
                                      summary=said, finished_at=now)
     return [known[g] for g in sorted(known)][:4]
+
+
+def acted_of(switch: MemberSwitch | None, line: Any) -> dict[str, str | None]:
+    """The status line's manual values acted on (aborted, retried): this round's, else those the line had."""
+    kept = {record_key(a): getattr(line, record_key(a), None) for a in MANUAL_ANNOTATIONS}
+    return {**kept, **(switch.acted if switch is not None else {})}
+
+
+def acted_in(line: Any) -> dict[str, str]:
+    """The manual values a member's status line says were acted on (MemberView.acted)."""
+    return {key: value for key, value in acted_of(None, line).items() if value is not None}
 
 
 def status_of(switch: MemberSwitch) -> Any:

@@ -156,6 +156,10 @@ class MemberView:
     # push out a member that did not change.
     served_digest: str | None = None
     switch: Any = None          # rollout.inplace.Record: its last version switch (its status line's)
+    # its rankops.io/abort and rankops.io/retry values (server_switch.MANUAL_ANNOTATIONS), and the values
+    # its status line says were acted on ("aborted", "retried"): each acts on its switch once
+    manual: Mapping[str, str] = field(default_factory=dict)
+    acted: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,15 +169,18 @@ class MemberRead:
     uid: str
     spec: RankingModelSpec | None       # None: its spec does not validate now
     error: str = ""                     # why it does not
+    manual: Mapping[str, str] = field(default_factory=dict)    # its manual controls' values (MemberView.manual)
 
 
 def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
                  last_valid: Mapping[str, RankingModelSpec], served: Mapping[str, str] | None = None,
-                 switches: Mapping[str, Any] | None = None) -> tuple[list[MemberView], list[MemberRead]]:
+                 switches: Mapping[str, Any] | None = None,
+                 acted: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[MemberView], list[MemberRead]]:
     """The plan's members (`found` in arrival order; `held`: member -> the version the server holds,
     from its status; `last_valid`: uid -> the spec each last validated with; `served`: member -> the
     digest of the config its pods serve, from the status; `switches`: member -> its version switch's
-    record, from the status), and the held members to freeze. A member
+    record, from the status; `acted`: member -> the manual values its status line says were acted on),
+    and the held members to freeze. A member
     whose spec does not validate is left out, its own status says why, unless the server holds it:
     then it serves as it was, at its last valid spec; with none known (this process is new) it is
     frozen (render.shared_server.FrozenMember): a bad edit never takes it down, nor the others."""
@@ -189,7 +196,8 @@ def member_views(found: Sequence[MemberRead], held: Mapping[str, str],
                 continue
         views.append(MemberView(member.name, spec, held.get(member.name),
                                 served_digest=(served or {}).get(member.name) if member.name in held else None,
-                                switch=(switches or {}).get(member.name) if member.name in held else None))
+                                switch=(switches or {}).get(member.name) if member.name in held else None,
+                                manual=member.manual, acted=(acted or {}).get(member.name, {})))
     return views, frozen
 
 
@@ -421,7 +429,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                                   max(1, sum(1 for p in pods if p.ip and not p.terminating)), now,
                                                   busy=busy if busy != m.name else None,
                                                   others_slo_ms={o.name: o.spec.slo.p99_latency_ms for o in held
-                                                                 if o.name != m.name and o.spec.slo})
+                                                                 if o.name != m.name and o.spec.slo},
+                                                  manual=m.manual, acted=m.acted)
             if switches[m.name].in_flight:
                 busy = busy or m.name
             versions[m.name] = switches[m.name].held

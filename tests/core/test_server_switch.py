@@ -37,8 +37,10 @@ def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | No
                             for name in PODS), gates or {}, p99)
 
 
-def round_(held: str, record, holding, gates=None, p99=5.0, version="2", weights_mib=2000, server=SERVER):
-    coarse = dataclasses.replace(member("coarse", weights_mib, held=held, version=version), switch=record)
+def round_(held: str, record, holding, gates=None, p99=5.0, version="2", weights_mib=2000, server=SERVER,
+           manual=None, acted=None):
+    coarse = dataclasses.replace(member("coarse", weights_mib, held=held, version=version), switch=record,
+                                 manual=manual or {}, acted=acted or {})
     members = [coarse, member("fine", held="1")]
     return plan_server("ranking", "reco", server, members, pods(holding), {}, pool_placement(None, None),
                        switch_seen={"coarse": seen(holding, gates, p99)} if record is not None else None, now=NOW)
@@ -337,3 +339,47 @@ def test_a_pod_not_started_holds_no_promotion_it_loads_the_version_held_when_it_
                          {}, pool_placement(None, None), switch_seen={"coarse": seen(everywhere, passed)}, now=NOW)
     switch = result.switches["coarse"]
     assert switch.record.phase == inplace.UNLOADING, switch.record.message
+
+
+ABORT, RETRY = "rankops.io/abort", "rankops.io/retry"
+
+
+def test_the_abort_annotation_naming_the_version_switching_in_rolls_it_back_once_per_value():
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    # a value naming another version, or one already acted on, does nothing
+    for manual, acted in (({ABORT: "3"}, {}), ({ABORT: "2"}, {"aborted": "2"})):
+        left = round_("1", GATING, one, manual=manual, acted=acted).switches["coarse"]
+        assert left.record.phase == inplace.GATING and left.actions == (inplace.RunGate("warmup", PODS[0], "2"),)
+    aborted = round_("1", GATING, one, manual={ABORT: "2"})
+    switch = aborted.switches["coarse"]
+    assert switch.record.phase == inplace.ROLLING_BACK and "rankops.io/abort=2" in switch.record.reason
+    assert switch.actions == (inplace.Unload(PODS[0], "2", ("1",)),) and switch.acted == {"aborted": "2"}
+    assert [e.reason for e in switch.events] == ["InPlaceRollingBack"]
+    assert line(aborted).version == "1"
+    # paused: an abort still acts (it only makes the switch safer)
+    paused = dataclasses.replace(member("coarse", held="1", version="2", rollout={"paused": True}), switch=GATING,
+                                 manual={ABORT: "2/now"})
+    held = plan_server("ranking", "reco", SERVER, [paused], pods(one), {}, pool_placement(None, None),
+                       switch_seen={"coarse": seen(one)}, now=NOW).switches["coarse"]
+    assert held.record.phase == inplace.ROLLING_BACK and held.acted == {"aborted": "2/now"}
+
+
+def test_the_retry_annotation_begins_a_stopped_switch_again_once_per_value():
+    both = {p: (entry(1),) for p in PODS}
+    stopped = dataclasses.replace(GATING, phase=inplace.ROLLED_BACK, reason="warmup failed", touched=())
+    kept = round_("1", stopped, both, manual={RETRY: "2"}, acted={"retried": "2"}).switches["coarse"]
+    assert kept.record == stopped and "rankops.io/retry=2" in kept.note, "a value acted on stays acted on"
+    again = round_("1", stopped, both, manual={RETRY: "2/again"}, acted={"retried": "2", "aborted": "2"})
+    switch = again.switches["coarse"]
+    assert switch.record.phase == inplace.LOADING and switch.record.touched == ()
+    assert [e.reason for e in switch.events] == ["InPlaceSwitchRetried", "InPlaceSwitchStarted"]
+    assert switch.acted == {"retried": "2/again", "aborted": "2"}
+    assert staged_versions(again) == [1, 2]
+    # the values acted on are the member's status line's, and stay there once the switch is cleared
+    from rankops import server_switch
+    from rankops.api.sharedserver import MemberStatus
+    status = MemberStatus(name="coarse", state="Serving", reason="Serving",
+                          **server_switch.acted_of(switch, None))
+    assert (status.aborted, status.retried) == ("2", "2/again")
+    assert server_switch.acted_of(None, status) == {"aborted": "2", "retried": "2/again"}
+    assert server_switch.acted_in(MemberStatus(name="coarse", state="Serving", reason="Serving")) == {}

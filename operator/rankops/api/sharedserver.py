@@ -99,6 +99,10 @@ MEMBER_STATES = ("Serving", "Loading", "Failed", "Pending", "Refused")
 MAX_LISTED_MEMBERS, MEMBER_MESSAGE_MAX = 128, 1024
 
 
+# A manual control's value that names a version: "<version>" or "<version>/<anything>" (longer ones act on nothing).
+MANUAL_VALUE_MAX = 253
+
+
 class MemberStatus(ApiModel):
     """One member of the server as its last reconcile found it (serverplan.MemberOutcome): what the
     member's own RankingModel status reads."""
@@ -132,6 +136,12 @@ class MemberStatus(ApiModel):
     gates: Annotated[list[GateResult], Field(default_factory=list, max_length=4, description=(
         "The gates' verdicts on its last version switch, each on the switch's gate pod (what its own "
         "status.gates shows)."))]
+    aborted: Annotated[str | None, Field(max_length=MANUAL_VALUE_MAX, description=(
+        "The member's rankops.io/abort value acted on last (it rolled that version's switch back), kept from "
+        "switch to switch: a value acts once."))] = None
+    retried: Annotated[str | None, Field(max_length=MANUAL_VALUE_MAX, description=(
+        "The member's rankops.io/retry value acted on last (it began a stopped switch again), kept from switch "
+        "to switch: a value acts once."))] = None
     last_transition_time: Annotated[str | None, Field(description=(
         "When its state or reason last changed (RFC 3339)."))] = None
 

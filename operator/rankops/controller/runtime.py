@@ -45,7 +45,7 @@ from rankops.controller.plans import Plans
 from rankops.controller.pod_metrics import PodMetrics
 from rankops.nodelabels import VALIDATOR_APP
 from rankops.render import names
-from rankops import model_status, modelplan
+from rankops import model_status, modelplan, server_switch
 from rankops.rollout.machine import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 
 log = logging.getLogger("rankops.handlers")
@@ -755,7 +755,8 @@ class ServerController(_Reconciles):
                                            kick=self._kick_uid)
         self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
         self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
-        self.member_generations: dict[str, int | None] = {}   # member uid -> the generation its server planned
+        # member uid -> what its server planned from: its generation and manual controls (member_event)
+        self.member_generations: dict[str, tuple[Any, ...]] = {}
         self.queue_and_clock(4, delay_s=0.25)
 
     # --- reads for others
@@ -840,16 +841,19 @@ class ServerController(_Reconciles):
                 self._kick_member(namespace, model["metadata"]["name"])
 
     def member_event(self, model: dict, event_type: str | None) -> None:
-        """A RankingModel naming a server was created, given a new spec or deleted: its server plans
-        again (its status writes and annotations wake nothing: the server reads neither)."""
+        """A RankingModel naming a server was created, given a new spec or deleted, or its manual controls
+        changed (server_switch.MANUAL_ANNOTATIONS): its server plans again (its status writes and other
+        annotations wake nothing: the server reads neither)."""
         meta = model["metadata"]
-        uid, generation = meta["uid"], meta.get("generation")
+        annotations = meta.get("annotations") or {}
+        uid, inputs = meta["uid"], (meta.get("generation"),
+                                    *(annotations.get(k) for k in server_switch.MANUAL_ANNOTATIONS))
         if event_type == "DELETED":
             self.member_generations.pop(uid, None)
-        elif self.member_generations.get(uid) == generation:
+        elif self.member_generations.get(uid) == inputs:
             return
         else:
-            self.member_generations[uid] = generation
+            self.member_generations[uid] = inputs
         if event_type is not None:
             self._kick_server(meta["namespace"], model["spec"]["server"])
 

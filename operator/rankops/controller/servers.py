@@ -144,7 +144,8 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     views, unreadable = serverplan.member_views(found, held, memory.last_valid,
                                                 {line.name: line.config_digest for line in old.members if line.config_digest},
                                                 {line.name: record for line in old.members
-                                                 if (record := server_switch.record_of(line)) is not None})
+                                                 if (record := server_switch.record_of(line)) is not None},
+                                                {line.name: server_switch.acted_in(line) for line in old.members})
     named = {m["metadata"]["uid"] for m in models}
     for uid_gone in [u for u in memory.last_valid if u not in named]:
         del memory.last_valid[uid_gone]
@@ -208,12 +209,14 @@ def _load_seen(shell: ServerPods, spec: Any, old: SharedServerStatus, pods: Sequ
 def _member_read(body: dict[str, Any], memory: ServerMemory) -> serverplan.MemberRead:
     """A member as read, its spec validated; a valid spec is remembered (memory.last_valid)."""
     meta = body["metadata"]
+    manual = {k: v for k in server_switch.MANUAL_ANNOTATIONS
+              if isinstance(v := (meta.get("annotations") or {}).get(k), str)}
     try:
         spec = RankingModel.model_validate({"metadata": meta, "spec": body.get("spec") or {}}).spec
     except ValidationError as exc:
-        return serverplan.MemberRead(meta["name"], meta["uid"], None, "; ".join(describe(exc)))
+        return serverplan.MemberRead(meta["name"], meta["uid"], None, "; ".join(describe(exc)), manual)
     memory.last_valid[meta["uid"]] = spec
-    return serverplan.MemberRead(meta["name"], meta["uid"], spec)
+    return serverplan.MemberRead(meta["name"], meta["uid"], spec, manual=manual)
 
 
 def _blocked(old: SharedServerStatus, reason: str, message: str, generation: int | None, now: dt.datetime,
