@@ -176,7 +176,8 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     before it decides again); `members`: the admitted members as planner.pack.ModelToPack; `start`:
     the pods running (or the admission's cards) when nothing was decided yet; `problems`: pods asked
     and not read; `uncounted`: held members whose load this rule cannot size (over the room, frozen,
-    no plan): both hold a scale-down; `max_queue_ms`: member -> its autoscaling.maxAvgQueueMs (its
+    no plan): both hold a scale-down, and Triton shedding an uncounted member's requests adds a pod as
+    for a counted one; `max_queue_ms`: member -> its autoscaling.maxAvgQueueMs (its
     requests' mean time in Triton's queue over it, over at least MIN_QUEUE_SAMPLE requests: one pod
     more than the rule asks, never more than one: a tenant's bound does not size everyone's pods)."""
     from rankops.planner.pack import PackError
@@ -226,7 +227,11 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
                                                  f"at {a.target_utilization:.0%} of the pods' load")
             # Triton shed more of a member's requests than its P99 lets be late: the pods do not hold
             # it, whatever the rule predicts (an optimistic profile): one pod more than the rule asks
-            shedding = {m: r.shed_ratio for m, r in sorted(rates.items())
+            # A member this rule cannot size (frozen, over the room, no plan) counts here too: its load is
+            # not sized, but Triton shedding its requests says the pods do not hold it
+            shed_rates = {**(member_rates(previous, reading, [m for m in uncounted if m not in rates], not_asked)[0]
+                             or {}), **rates}
+            shedding = {m: r.shed_ratio for m, r in sorted(shed_rates.items())
                         if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
             bounds = max_queue_ms or {}
             queues = {m: queue_ms(previous, reading, m) for m in sorted(bounds) if m in rates}

@@ -178,22 +178,14 @@ def record_key(annotation: str) -> str:
 def _shareable(spec: RankingModelSpec, held: str, target: str, side: SideBySide) -> SideBySide:
     """`side` with every reason the two versions cannot be one Triton model's (formats, precisions,
     both Triton version 1), from the spec (planner.two_versions.cannot_share)."""
-    from rankops.planner.two_versions import VersionOnGpu, cannot_share
-    from rankops.render.tritonconfig import triton_version
+    from rankops.planner.two_versions import cannot_share
 
     by_name = {v.name: v for v in spec.versions}
     if held not in by_name or target not in by_name:
         missing = held if held not in by_name else target
         return SideBySide(side.fits, side.arithmetic, (*side.problems, f"{missing} is not in spec.versions"))
-
-    def on_gpu(version: Any) -> VersionOnGpu:
-        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
-                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
-        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
-                            version.precision.value, engine=engine)
-
-    return SideBySide(side.fits, side.arithmetic, (*side.problems, *cannot_share(on_gpu(by_name[held]),
-                                                                                  on_gpu(by_name[target]))))
+    return SideBySide(side.fits, side.arithmetic, (*side.problems, *cannot_share(
+        inplace_phase.version_on_gpu(by_name[held]), inplace_phase.version_on_gpu(by_name[target]))))
 
 
 def _note(record: inplace.Record, target: str, held: str) -> str:

@@ -273,6 +273,13 @@ def test_a_member_triton_sheds_for_adds_a_pod_the_rule_did_not_ask_for():
     up = server_autoscale.step(spec, recorded, shed, group, 2, at1, previous=before)
     assert (up.replicas, up.status.reason) == (3, "Shedding"), up.status.message
     assert "Triton shed 5.0% of fine's requests" in up.status.message
+    # a member the rule cannot size (frozen: its spec unreadable) is not sized, but its shed requests count
+    counted = [m for m in group if m.name != "fine"]
+    frozen = server_autoscale.step(spec, recorded, shed, counted, 2, at1, previous=before, uncounted=["fine"])
+    assert (frozen.replicas, frozen.status.reason) == (3, "Shedding"), frozen.status.message
+    assert "Triton shed 5.0% of fine's requests" in frozen.status.message
+    quiet = server_autoscale.step(spec, recorded, calm, counted, 2, at1, previous=before, uncounted=["fine"])
+    assert quiet.replicas == 2 and quiet.status.reason != "Shedding"
 
 
 def test_a_member_whose_requests_queue_over_its_max_avg_queue_adds_a_pod_and_one_without_a_bound_does_not():

@@ -344,8 +344,9 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
         deadline = time.monotonic() + timeout_s
         while True:
             members = [serverplan.MemberView(n, pod.models[n].spec, held[n], switch=records.get(n)) for n in THREE]
+            read_began = time.monotonic()
             read = pod.shell.read([server_pod], THREE)
-            seen = switches.seen(members, [server_pod], pod.shell, "reco", pod.shell.headers)
+            seen = switches.seen(members, [server_pod], read, read_began, pod.shell, "reco", pod.shell.headers)
             staged = parse_members((pod.mount / "members.json").read_text(), "ranking")
             plan = serverplan.plan_server("ranking", "reco", SERVER, members, read, pod.ports,
                                           serving.pool_placement(None, None), previous_staged=staged,

@@ -187,10 +187,14 @@ class Executor:
         self._read_at = 0.0
 
     # --- reads
-    def read(self) -> tuple[inplace.PodIndex, ...]:
-        """Every pod's repository index, read at once, each within the index deadline."""
-        self._read_at = time.monotonic()
-        return tuple(self._work.read_all(self._index, [self.pods[name] for name in sorted(self.pods)]))
+    def read(self, known: Mapping[str, inplace.PodIndex] | None = None,
+             read_at: float | None = None) -> tuple[inplace.PodIndex, ...]:
+        """Every pod's repository index, read at once, each within the index deadline. `known`: pod ->
+        its index as the caller read it this round, from `read_at` (time.monotonic) on: not read again."""
+        self._read_at = time.monotonic() if read_at is None else min(read_at, time.monotonic())
+        missing = [self.pods[name] for name in sorted(self.pods) if name not in (known or {})]
+        read = {pod.name: index for pod, index in zip(missing, self._work.read_all(self._index, missing))}
+        return tuple((known or {}).get(name) or read[name] for name in sorted(self.pods))
 
     def _index(self, pod: PodTarget) -> inplace.PodIndex:
         try:

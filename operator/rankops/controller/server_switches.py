@@ -6,7 +6,9 @@ path's own: its loads are the member's config at the incoming version with a ver
 listing exactly the versions kept, sent through the server's restricted repository API; its gates
 (warm-up on the incoming version, equivalence against the held one in the same pod) run from the
 operator against the gate pod by version, with the member's own rollout settings. Each pod's index
-of the member is read by the executor (bounded, on its own threads); the held version's P99 is the
+of the member is the server's read of that pod this round (ServerPods.read: bounded, on its own
+threads), not read again (a pod the server does not ask, not Ready, is read by the executor); the
+held version's P99 is the
 worst of the pods' latency windows for that version, and every other member's P99 likewise
 (ServerPods.read_p99s: each page read once). A switch that ends, or a member that leaves, lets its
 executor go, and with it its verdicts: a switch begun again is gated anew.
@@ -21,6 +23,7 @@ from rankops.api.rankingmodel import RankingModel
 from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
 from rankops.controller.shared_pods import ServerPod, ServerPods
 from rankops.server_autoscale import MAX_READ_PODS
+from rankops.serverplan import PodView
 from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
 from rankops.triton.repository import config_json
@@ -39,6 +42,15 @@ def gate_spec(spec: Any) -> Any:
     return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"warmup": bounded})})
 
 
+def member_index(member: str, target: PodTarget, view: PodView) -> inplace.PodIndex:
+    """`member`'s entries of a pod's index as the server read it (the switch's PodIndex)."""
+    if view.index is None:
+        return inplace.PodIndex(target.name, target.uid, target.serving, None,
+                                unread=view.index_error or f"{target.name}: index not read")
+    return inplace.PodIndex(target.name, target.uid, target.serving,
+                            {e.version: inplace.VersionState(e.state, e.reason) for e in view.index if e.name == member})
+
+
 class Switches:
     """The executors of one server's switches in flight, by member (kept in ServerMemory)."""
 
@@ -46,9 +58,10 @@ class Switches:
         self.load_config = load_config      # a config text -> the load's override (the server shell's own)
         self._held: dict[str, tuple[tuple[str, str], Executor]] = {}   # member -> ((version, from), executor)
 
-    def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], shell: ServerPods, namespace: str,
-             headers: Mapping[str, str]) -> dict[str, server_switch.SwitchSeen]:
-        """What each switch in flight reads this round (`views`: the plan's MemberViews)."""
+    def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], pods_read: Sequence[PodView], read_began: float,
+             shell: ServerPods, namespace: str, headers: Mapping[str, str]) -> dict[str, server_switch.SwitchSeen]:
+        """What each switch in flight reads this round (`views`: the plan's MemberViews; `pods_read`: the
+        server's read of its pods, begun at `read_began` (time.monotonic))."""
         seen = {}
         switching = {v.name: v for v in views if v.switch is not None and v.switch.phase in server_switch.IN_FLIGHT}
         for member in [m for m in self._held if m not in switching]:
@@ -64,7 +77,11 @@ class Switches:
             executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
             own, others = shell.read_p99s(pods, name, triton_version(record.from_version),
                                           [v.name for v in views if v.name != name and v.held_version])
-            seen[name] = server_switch.SwitchSeen(executor.read(), executor.gate_verdicts(record.version), own, others)
+            read = {p.name: p for p in pods_read}
+            known = {target.name: member_index(name, target, read[target.name]) for target in executor.pods.values()
+                     if target.name in read and (read[target.name].index is not None or target.serving)}
+            seen[name] = server_switch.SwitchSeen(executor.read(known, read_began),
+                                                  executor.gate_verdicts(record.version), own, others)
         return seen
 
     def execute(self, switches: Mapping[str, server_switch.MemberSwitch], configs: Mapping[str, str]) -> None:

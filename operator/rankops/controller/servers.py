@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,6 +166,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     key = _api_key(kube, server, memory)
     shell = memory.shell(uid, key, float(spec.fetch.deadline_seconds))
     seen_pods = [server_pod(p) for p in pods]
+    read_began = time.monotonic()       # a switch's load that ended after this is not in this read's indexes
     pods_read = shell.read(seen_pods, [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
     load = _load_seen(shell, spec, old, seen_pods, [v.name for v in views if v.held_version],
@@ -172,7 +174,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
     switches = memory.switches.setdefault(uid, Switches(memory.load_config))
-    seen = switches.seen(views, seen_pods, shell, namespace, {serving.API_KEY_HEADER: key})
+    seen = switches.seen(views, seen_pods, pods_read, read_began, shell, namespace, {serving.API_KEY_HEADER: key})
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,

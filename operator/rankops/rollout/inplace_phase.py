@@ -59,16 +59,18 @@ def versions_side_by_side(spec: Any, result: Any, serving_name: str, incoming_na
         return None
     memory = result.inputs.memory
     per_instance = memory.per_instance_mib(result.max_batch_size) if memory is not None else None
-
-    def on_gpu(version: Any) -> VersionOnGpu:
-        engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
-                  f"Triton {version.built_with_triton}" if version.built_with_triton else None)
-        return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
-                            version.precision.value, per_instance, result.instances_per_gpu, engine)
-
     reserve = memory.runtime_reserve_mib if memory is not None else 0.0
-    return side_by_side(on_gpu(by_name[serving_name]), on_gpu(by_name[incoming_name]),
+    return side_by_side(version_on_gpu(by_name[serving_name], per_instance, result.instances_per_gpu),
+                        version_on_gpu(by_name[incoming_name], per_instance, result.instances_per_gpu),
                         result.inputs.gpu_memory_mib, reserve)
+
+
+def version_on_gpu(version: Any, per_instance_mib: float | None = None, instances: int = 1) -> VersionOnGpu:
+    """One of spec.versions as Triton holds it on a GPU (planner.two_versions), what built its engine included."""
+    engine = (f"TensorRT {version.tensorrt_version}" if version.tensorrt_version else
+              f"Triton {version.built_with_triton}" if version.built_with_triton else None)
+    return VersionOnGpu(version.name, triton_version(version.name), version.format.value,
+                        version.precision.value, per_instance_mib, instances, engine)
 
 
 def start(spec: RankingModelSpec, target: str, stable: str, now, fit) -> InPlaceStart:
