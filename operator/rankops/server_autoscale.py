@@ -229,10 +229,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
             # it, whatever the rule predicts (an optimistic profile): one pod more than the rule asks
             # A member this rule cannot size (frozen, over the room, no plan) counts here too: its load is
             # not sized, but Triton shedding its requests says the pods do not hold it
-            shed_rates = {**(member_rates(previous, reading, [m for m in uncounted if m not in rates], not_asked)[0]
-                             or {}), **rates}
-            shedding = {m: r.shed_ratio for m, r in sorted(shed_rates.items())
-                        if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
+            shedding = shed_over(previous, reading, [*(m.name for m in members), *uncounted], not_asked)
             bounds = max_queue_ms or {}
             queues = {m: queue_ms(previous, reading, m) for m in sorted(bounds) if m in rates}
             queueing = {m: q for m, (q, n) in queues.items() if q is not None and n >= MIN_QUEUE_SAMPLE
@@ -298,8 +295,24 @@ def _need(members: Sequence[Any], card: Any, loads: Mapping[str, float], current
     return need, why
 
 
-def hold(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, replicas: int, why: str) -> ServerScaling:
-    """The pods kept at `replicas` when nothing of the load can be sized (no held member counted)."""
+def shed_over(previous: Mapping[str, Any] | None, reading: Mapping[str, Any] | None, members: Sequence[str],
+              not_asked: int = 0) -> dict[str, float]:
+    """member -> the share of its requests Triton shed between two readings, for those over
+    autoscale.SHED_RATIO_HIGH (the pods do not hold them, whatever a profile predicts)."""
+    rates = member_rates(previous, reading, list(dict.fromkeys(members)), not_asked)[0] if reading else None
+    return {m: r.shed_ratio for m, r in sorted((rates or {}).items())
+            if r.shed_ratio is not None and r.shed_ratio > autoscale.SHED_RATIO_HIGH}
+
+
+def hold(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, replicas: int, why: str,
+         shedding: Mapping[str, float] | None = None) -> ServerScaling:
+    """The pods kept at `replicas` when nothing of the load can be sized (no held member counted); one
+    more (up to maxReplicas) while Triton sheds a member's requests (`shedding`: shed_over)."""
     kept = recorded.model_copy() if recorded else ServerAutoscalingStatus()
-    return ServerScaling(replicas, kept.model_copy(update={"desired_replicas": replicas, "reason": "CannotCount",
-                                                           "message": f"pods kept at {replicas}: {why}"[:1000]}))
+    message, reason, desired = f"pods kept at {replicas}: {why}", "CannotCount", replicas
+    if shedding and replicas < spec.max_replicas:
+        desired, reason = replicas + 1, "Shedding"
+        message = ("Triton shed " + ", ".join(f"{r:.1%} of {m}'s requests" for m, r in shedding.items())
+                   + f" (over {autoscale.SHED_RATIO_HIGH:.0%}): one pod more than the {replicas} running; {why}")
+    return ServerScaling(desired, kept.model_copy(update={"desired_replicas": desired, "reason": reason,
+                                                          "message": message[:1000]}))

@@ -99,9 +99,10 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         abort = None if record.version == target else (
             f"spec.version is back to {target}" if target == record.from_version else
             f"spec.version changed to {target}")
-        if abort is None and aborting is not None and record.phase not in inplace.CLEANING:
-            abort = f"aborted by annotation {ABORT_ANNOTATION}={aborting}"
+        if aborting is not None:     # acted on, or moot (the switch already rolls back): never again
             acted[record_key(ABORT_ANNOTATION)] = aborting
+            if abort is None and record.phase not in inplace.CLEANING:
+                abort = f"aborted by annotation {ABORT_ANNOTATION}={aborting}"
         over = [f"{name}'s P99 {p99:.1f} ms > its slo.p99LatencyMs {(others_slo_ms or {})[name]:g} ms"
                 for name, p99 in sorted(seen.others_p99_ms.items())
                 if name in (others_slo_ms or {}) and p99 > (others_slo_ms or {})[name]]
@@ -125,7 +126,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         verdicts = {gate: (v.outcome, f"{v.summary} (on pod {record.gate_pod})") for gate, v in seen.gates.items()
                     if v.pod_uid and v.pod_uid == record.gate_pod_uid}
         return MemberSwitch(record, record.version if done else held, actions, events,
-                            _note(record, target, held if not done else record.version), verdicts, acted)
+                            _note(record, target, held if not done else record.version, acted), verdicts, acted)
     if target == held:
         # Nothing to switch; a stopped switch's record is cleared by setting spec.version back
         return MemberSwitch(None if record is not None and record.phase in STOPPED else record, held, acted=acted)
@@ -133,7 +134,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     if record is not None and record.version == target and record.phase in STOPPED:
         again = _asked(manual, acted, RETRY_ANNOTATION, target)
         if again is None:
-            return MemberSwitch(record, held, note=_note(record, target, held), acted=acted)
+            return MemberSwitch(record, held, note=_note(record, target, held, acted), acted=acted)
         acted[record_key(RETRY_ANNOTATION)] = again          # the stopped switch is let go: it begins anew when it can
         retried = (Event("Normal", "InPlaceSwitchRetried",
                          f"{member}: switching {target} in again, asked by {RETRY_ANNOTATION}={again}"),)
@@ -148,15 +149,20 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
         return waits(f" to switch in place: {arithmetic}")
     side = SideBySide(fits, arithmetic, () if fits else (f"the server's memory: {arithmetic}",))
+    # A switch begins: a retry or an abort naming its version, set before it, is used up (a leftover
+    # value neither aborts it nor begins it again once it stops: write <version>/<word> to ask again)
+    for annotation in MANUAL_ANNOTATIONS:
+        if (value := _asked(manual, acted, annotation, target)) is not None:
+            acted[record_key(annotation)] = value
     started = inplace_phase.start(spec, target, held, now, _shareable(spec, held, target, side))
     record = inplace.Record.from_status(started.record.to_wire())
     if record.phase == inplace.FELL_BACK:
         record = replace(record, message=f"{record.reason}; {held} serves on")
         events = (*retried, Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"))
-        return MemberSwitch(record, held, (), events, _note(record, target, held), acted=acted)
+        return MemberSwitch(record, held, (), events, _note(record, target, held, acted), acted=acted)
     return MemberSwitch(record, held, (), (*retried, *(Event(e.type, e.reason, f"{member}: {e.message}")
                                                        for e in started.events)),
-                        _note(record, target, held), acted=acted)
+                        _note(record, target, held, acted), acted=acted)
 
 
 def _asked(manual: Mapping[str, str] | None, acted: Mapping[str, str], annotation: str,
@@ -188,15 +194,19 @@ def _shareable(spec: RankingModelSpec, held: str, target: str, side: SideBySide)
         inplace_phase.version_on_gpu(by_name[held]), inplace_phase.version_on_gpu(by_name[target]))))
 
 
-def _note(record: inplace.Record, target: str, held: str) -> str:
-    """What the member's message says of its switch."""
+def _note(record: inplace.Record, target: str, held: str, acted: Mapping[str, str] | None = None) -> str:
+    """What the member's message says of its switch (`acted`: the manual values used up, so the retry
+    it suggests is one that acts)."""
     if record.phase in IN_FLIGHT:
         return f"switching to {record.version} in place ({record.phase}): {record.message}"
     if record.phase in STOPPED and record.version == target:
+        retry = target if _asked({RETRY_ANNOTATION: target}, acted or {}, RETRY_ANNOTATION, target) else \
+            f"{target}/again" if (acted or {}).get(record_key(RETRY_ANNOTATION)) != f"{target}/again" else \
+            f"{target}/<a new word>"
         return (f"spec.version {target!r} was not switched in ({record.phase}: {record.reason or record.message}); "
                 f"{held} serves: a shared server's member switches only in place. Set spec.version back to "
                 f"{held!r} (which clears this) and then to a version that can switch, ask again with "
-                f"{RETRY_ANNOTATION}={target}, make room on the server, or serve the model on pods of its own "
+                f"{RETRY_ANNOTATION}={retry}, make room on the server, or serve the model on pods of its own "
                 "(no spec.server)")
     return ""
 

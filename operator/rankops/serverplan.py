@@ -531,8 +531,11 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
     elif spec.autoscaling.enabled and load is not None and replicas:
         # members are held and none can be counted: their load cannot be sized, the pods they run are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
+        unsized = [*uncounted, *(f.name for f in frozen)]
+        shedding = server_autoscale.shed_over(load.previous, load.reading, unsized, load.not_asked)
         scaling = server_autoscale.hold(spec, load.recorded, replicas, "no held member's needs can be counted now "
-                                        f"({', '.join([*uncounted, *(f.name for f in frozen)]) or 'none held'})")
+                                        f"({', '.join(unsized) or 'none held'})", shedding)
+        replicas = scaling.replicas
     if frozen:          # its needs are unknown: the cards it has are kept
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
     routed: list[dict[str, Any]] = []        # each member's EndpointSlice

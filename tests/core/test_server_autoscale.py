@@ -336,6 +336,14 @@ def test_held_members_none_of_which_can_be_counted_keep_the_pods_they_run():
                                      replicas_now=5, load=serverplan.LoadSeen(T0))
     assert planned.replicas == 5 and planned.scaling.status.reason == "CannotCount"
     assert "coarse, fine" in planned.scaling.status.message
+    # none can be sized, but Triton sheds 5% of fine's requests: one pod more than the pods running
+    at0, at1 = T0, T0 + dt.timedelta(seconds=10)
+    before = {p: server_autoscale.pod_reading(at0, {n: 0 for n in NAMES}) for p in ("p0", "p1")}
+    shed = {p: server_autoscale.pod_reading(at1, {n: 500 for n in NAMES}, {"fine": 25}) for p in ("p0", "p1")}
+    shedding = serverplan.plan_server("ranking", "reco", spec, unplanned, (), {}, pool_placement(None, None),
+                                      replicas_now=5, load=serverplan.LoadSeen(at1, None, shed, before))
+    assert (shedding.replicas, shedding.scaling.status.reason) == (6, "Shedding"), shedding.scaling.status.message
+    assert "Triton shed 5.0% of fine's requests" in shedding.scaling.status.message
 
 
 def test_a_pod_whose_members_together_moved_more_than_one_triton_serves_is_left_out():

@@ -368,7 +368,8 @@ def test_the_retry_annotation_begins_a_stopped_switch_again_once_per_value():
     both = {p: (entry(1),) for p in PODS}
     stopped = dataclasses.replace(GATING, phase=inplace.ROLLED_BACK, reason="warmup failed", touched=())
     kept = round_("1", stopped, both, manual={RETRY: "2"}, acted={"retried": "2"}).switches["coarse"]
-    assert kept.record == stopped and "rankops.io/retry=2" in kept.note, "a value acted on stays acted on"
+    assert kept.record == stopped, "a value acted on stays acted on"
+    assert "rankops.io/retry=2/again" in kept.note, "the retry it suggests is one that acts"
     again = round_("1", stopped, both, manual={RETRY: "2/again"}, acted={"retried": "2", "aborted": "2"})
     switch = again.switches["coarse"]
     assert switch.record.phase == inplace.LOADING and switch.record.touched == ()
@@ -383,3 +384,22 @@ def test_the_retry_annotation_begins_a_stopped_switch_again_once_per_value():
     assert (status.aborted, status.retried) == ("2", "2/again")
     assert server_switch.acted_of(None, status) == {"aborted": "2", "retried": "2/again"}
     assert server_switch.acted_in(MemberStatus(name="coarse", state="Serving", reason="Serving")) == {}
+
+
+def test_a_value_set_before_a_switch_begins_is_used_up_by_it_and_an_abort_while_it_rolls_back_too():
+    """rankops.io/retry: "2" and rankops.io/abort: "2" kept in a manifest beside spec.version 2 neither
+    abort the switch that begins nor begin it again once it stops; an abort that arrives while the
+    switch already rolls back is used up there, so it does not abort a switch retried later."""
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both, manual={RETRY: "2", ABORT: "2"}).switches["coarse"]
+    assert begun.record.phase == inplace.LOADING and begun.acted == {"retried": "2", "aborted": "2"}
+    loading = round_("1", begun.record, both, manual={RETRY: "2", ABORT: "2"}, acted=begun.acted)
+    assert loading.switches["coarse"].record.phase == inplace.LOADING and loading.switches["coarse"].actions
+    stopped = dataclasses.replace(GATING, phase=inplace.ROLLED_BACK, reason="warmup failed", touched=())
+    again = round_("1", stopped, both, manual={RETRY: "2"}, acted=begun.acted).switches["coarse"]
+    assert again.record == stopped and not again.actions
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    rolling = dataclasses.replace(GATING, phase=inplace.ROLLING_BACK, reason="warmup failed")
+    late = round_("1", rolling, one, manual={ABORT: "2/late"}).switches["coarse"]
+    assert late.record.phase == inplace.ROLLING_BACK and late.acted == {"aborted": "2/late"}
+    assert "aborted" not in (late.record.reason or "")

@@ -169,7 +169,8 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     read_began = time.monotonic()       # a switch's load that ended after this is not in this read's indexes
     pods_read = shell.read(seen_pods, [*(v.name for v in views), *(f.name for f in frozen)],
                            {line.name: line.config_digest for line in old.members if line.config_digest})
-    load = _load_seen(shell, spec, old, seen_pods, [v.name for v in views if v.held_version],
+    load = _load_seen(shell, spec, old, seen_pods,
+                      [*(v.name for v in views if v.held_version), *(f.name for f in frozen)],
                       now, memory.wall_clock, memory.readings.get(uid))
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
