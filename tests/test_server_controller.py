@@ -245,8 +245,16 @@ def test_a_member_wakes_its_server_on_a_new_spec_or_manual_control_only_and_a_po
         assert len(kicked) == 1
         coarse["metadata"]["annotations"] = {"rankops.io/abort": "2"}
         controller.member_event(coarse, "MODIFIED")           # its switch's manual control: read by the server
+        assert len(kicked) == 2
+        # it leaves: spec.server dropped, its server (which still holds its seat) is woken
+        left = {**coarse, "metadata": {**coarse["metadata"], "generation": 3}, "spec": {**coarse["spec"]}}
+        del left["spec"]["server"]
+        assert controller.was_member(coarse["metadata"]["uid"])
+        controller.member_event(left, "MODIFIED")
+        assert len(kicked) == 3 and kicked[-1][1] == SERVER and not controller.was_member(coarse["metadata"]["uid"])
+        controller.member_event(coarse, "MODIFIED")           # back on it
         controller.member_event(coarse, "DELETED")
-        assert len(kicked) == 3
+        assert len(kicked) == 5
         kicked.clear()
         pooled = {**server, "spec": {**server["spec"], "nodePool": "t4"}}
         controller.server_event({"type": "MODIFIED", "object": pooled})

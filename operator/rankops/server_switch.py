@@ -35,11 +35,12 @@ from rankops.api.rankingmodel import RankingModelSpec
 from rankops.api.sharedserver import MANUAL_VALUE_MAX
 from rankops.planner.two_versions import SideBySide
 from rankops.rollout import inplace, inplace_phase
-from rankops.rollout.record import ABORT_ANNOTATION, CONSUMED, RETRY_ANNOTATION, Event
+from rankops.rollout.record import ABORT_ANNOTATION, CONSUMED, RETRY_ANNOTATION, Event, iso, parse_time
 
 IN_FLIGHT = (*inplace.FORWARD, *inplace.CLEANING)
 MANUAL_ANNOTATIONS = (ABORT_ANNOTATION, RETRY_ANNOTATION)     # what a member's switch reads of its annotations
 MAX_SAID = 1000             # a record's message and reason in status (one line per member)
+MAX_LOAD_TIMEOUT_S = 1800   # a member's rollout.inPlace.loadTimeoutSeconds, at most, on a shared server
 STOPPED = (inplace.ROLLED_BACK, inplace.FELL_BACK)
 
 
@@ -79,7 +80,7 @@ class MemberSwitch:
 def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
          fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None,
          others_slo_ms: Mapping[str, float] | None = None, manual: Mapping[str, str] | None = None,
-         acted: Mapping[str, str] | None = None) -> MemberSwitch:
+         acted: Mapping[str, str] | None = None, server_tolerance: int | None = None) -> MemberSwitch:
     """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
     flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
     where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the pods the
@@ -89,7 +90,9 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     its SLO, no load starts, and a switch that has loaded in a pod is rolled back (the interference
     bound held for them, as maxStableP99Ms holds it for the member's own serving version).
     `manual`: the member's rankops.io/abort and rankops.io/retry values; `acted`: the values its status
-    line says were acted on ("aborted", "retried"), each acting once."""
+    line says were acted on ("aborted", "retried"), each acting once; `server_tolerance`: the server's
+    failureTolerance (_policy). A switch that loaded nothing holds the server's one switch at a time
+    for at most one load's deadline: paused, it is let go; waiting on another member's P99, it stops."""
     target = spec.version
     acted = dict(acted or {})
     aborting = _asked(manual, acted, ABORT_ANNOTATION, record.version if record is not None else None)
@@ -99,21 +102,41 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         abort = None if record.version == target else (
             f"spec.version is back to {target}" if target == record.from_version else
             f"spec.version changed to {target}")
+        if abort is None and record.artifact and record.phase not in inplace.CLEANING \
+                and version_digest(spec, record.version) not in (None, record.artifact):
+            abort = (f"spec.versions' {record.version} changed mid-switch (its modelUri, sha256 or format): what "
+                     "was gated is not what a pod would fetch")
         if aborting is not None:     # acted on, or moot (the switch already rolls back): never again
             acted[record_key(ABORT_ANNOTATION)] = aborting
             if abort is None and record.phase not in inplace.CLEANING:
                 abort = f"aborted by annotation {ABORT_ANNOTATION}={aborting}"
-        over = [f"{name}'s P99 {p99:.1f} ms > its slo.p99LatencyMs {(others_slo_ms or {})[name]:g} ms"
-                for name, p99 in sorted(seen.others_p99_ms.items())
-                if name in (others_slo_ms or {}) and p99 > (others_slo_ms or {})[name]]
+        policy = _policy(spec, replicas, server_tolerance)
+        if spec.rollout.paused and abort is None and record.phase == inplace.LOADING and not record.touched:
+            # paused before anything loaded: no switch is under way (it holds no room on the cards, nor
+            # the server's one switch at a time); it begins again once the rollout is unpaused
+            return MemberSwitch(None, held, note=f"spec.version {target!r} waits: rollout.paused (nothing of "
+                                                 f"{record.version} was loaded)", acted=acted)
+        slos = others_slo_ms or {}
+        missing = {name: p99 for name, p99 in sorted(seen.others_p99_ms.items()) if name in slos and p99 > slos[name]}
+        over = [f"{name}'s P99 {p99:.1f} ms > its slo.p99LatencyMs {slos[name]:g} ms" for name, p99 in missing.items()]
+        # while it waits, no figure that moves each round (each round would rewrite the status)
+        over_said = [f"{name}'s P99 over its slo.p99LatencyMs {slos[name]:g} ms" for name in missing]
         if over and abort is None and record.phase in (inplace.LOADING, inplace.GATING, inplace.PROMOTING):
-            if not record.touched:      # nothing loaded yet: it waits
-                waiting = replace(record, message=f"waiting to load {record.version}: {'; '.join(over)} (no load "
+            if not record.touched:      # nothing loaded yet: it waits, as long as one load may take
+                waited = (now - parse_time(record.since)).total_seconds()
+                if waited > policy.load_timeout_s:
+                    stopped = replace(record, phase=inplace.FELL_BACK, since=iso(now), reason=(
+                        f"nothing of {record.version} loaded in {waited:.0f} s (loadTimeout {policy.load_timeout_s:g} "
+                        f"s): {'; '.join(over)}"), message=f"{'; '.join(over_said)}: {record.from_version} serves on")
+                    return MemberSwitch(stopped, held, (), (Event("Warning", "InPlaceNotPossible",
+                                                                  f"{member}: {stopped.reason}"),),
+                                        _note(stopped, target, held, acted), acted=acted)
+                waiting = replace(record, message=f"waiting to load {record.version}: {'; '.join(over_said)} (no load "
                                                   "starts while a member it shares the cards with misses its P99)")
                 return MemberSwitch(waiting, held, note=_note(waiting, target, held), acted=acted)
             abort = f"{'; '.join(over)} while {record.version} loaded beside {record.from_version}"
         observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
-        switch = inplace.step(record, observed, inplace_phase.policy(spec, replicas))
+        switch = inplace.step(record, observed, policy)
         if spec.rollout.paused and not abort and record.phase not in inplace.CLEANING \
                 and switch.record.phase not in (*inplace.CLEANING, *inplace.CLEANING.values()):
             # rollout.paused: only what makes the switch safer moves (a rollback and its unloads)
@@ -155,7 +178,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
         if (value := _asked(manual, acted, annotation, target)) is not None:
             acted[record_key(annotation)] = value
     started = inplace_phase.start(spec, target, held, now, _shareable(spec, held, target, side))
-    record = inplace.Record.from_status(started.record.to_wire())
+    record = replace(inplace.Record.from_status(started.record.to_wire()), artifact=version_digest(spec, target))
     if record.phase == inplace.FELL_BACK:
         record = replace(record, message=f"{record.reason}; {held} serves on")
         events = (*retried, Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"))
@@ -179,6 +202,29 @@ def record_key(annotation: str) -> str:
     """Where a member's status line keeps the value of `annotation` acted on (the model's rollout
     record's names: aborted, retried)."""
     return CONSUMED[annotation]
+
+
+def version_digest(spec: RankingModelSpec, version: str) -> str | None:
+    """Digest of spec.versions' entry named `version` (None: not listed): what its pods fetch and load."""
+    import hashlib
+    import json
+
+    entry = next((v for v in spec.versions if v.name == version), None)
+    if entry is None:
+        return None
+    wire = json.dumps(entry.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(wire.encode()).hexdigest()[:32]
+
+
+def _policy(spec: RankingModelSpec, replicas: int, server_tolerance: int | None) -> inplace.Policy:
+    """The in-place machine's policy for a member's switch: the pods a load may take out of serving are
+    the fewer of the member's failureTolerance and the server's (a load that kills a pod takes every
+    member in it), and one load's deadline is at most MAX_LOAD_TIMEOUT_S (the server's one switch at a
+    time is not one tenant's to hold for a day)."""
+    policy = inplace_phase.policy(spec, replicas)
+    tolerance = policy.failure_tolerance if server_tolerance is None else min(policy.failure_tolerance,
+                                                                              server_tolerance)
+    return replace(policy, failure_tolerance=tolerance, load_timeout_s=min(policy.load_timeout_s, MAX_LOAD_TIMEOUT_S))
 
 
 def _shareable(spec: RankingModelSpec, held: str, target: str, side: SideBySide) -> SideBySide:

@@ -430,7 +430,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                                   busy=busy if busy != m.name else None,
                                                   others_slo_ms={o.name: o.spec.slo.p99_latency_ms for o in held
                                                                  if o.name != m.name and o.spec.slo},
-                                                  manual=m.manual, acted=m.acted)
+                                                  manual=m.manual, acted=m.acted,
+                                                  server_tolerance=spec.failure_tolerance)
             if switches[m.name].in_flight:
                 busy = busy or m.name
             versions[m.name] = switches[m.name].held
@@ -497,9 +498,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             if per_pod[pod.name][name].state != SERVING and \
                     member_state(name, triton_version(version), pod.index).state == SERVING:
                 per_pod[pod.name][name] = MemberState(name, SERVING)
-    # A pod that holds neither version (new) loads the held one first; the switch's load waits for it
+    # A pod that holds neither version (new) loads the held one first; the switch's load waits for it,
+    # and for a load of the held version under way (the two loads would race: the last one wins)
     for name in incoming:
         fresh = {pod for pod, a in actions.items() if name in a.load}
+        fresh |= {pod.name for pod in pods if any(e.name == name and e.version == wanted[name] and
+                                                  e.state == server_switch.inplace.LOADING_STATE
+                                                  for e in pod.index or ())}
         if fresh and name in switches:
             sw = switches[name]
             switches[name] = dataclasses.replace(sw, actions=tuple(

@@ -162,8 +162,13 @@ def test_a_paused_rollout_holds_a_switch_where_it_is_but_still_rolls_a_failed_ga
     waits = plan_server("ranking", "reco", SERVER, [coarse], pods(both), {}, pool_placement(None, None), now=NOW)
     assert waits.switches["coarse"].record is None and "rollout.paused" in line(waits).message
     begun = round_("1", None, both).switches["coarse"].record
-    held_back = _paused_round(begun, both)
-    assert held_back.record == begun and not held_back.actions
+    # paused before anything loaded: no switch is under way (it holds neither room nor the server's lock)
+    let_go = _paused_round(begun, both)
+    assert let_go.record is None and not let_go.actions and "rollout.paused" in let_go.note
+    loading = dataclasses.replace(begun, gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],),
+                                  load_pod=PODS[0], load_since="2026-12-06T11:59:30Z")
+    held_back = _paused_round(loading, {PODS[0]: (entry(1), entry(2, "LOADING")), PODS[1]: (entry(1),)})
+    assert held_back.record == loading and not held_back.actions, "a load under way is held where it is"
     one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
     gating = dataclasses.replace(begun, phase=inplace.GATING, gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}",
                                  touched=(PODS[0],))
@@ -275,7 +280,15 @@ def test_while_another_member_misses_its_p99_no_load_starts_and_a_loaded_switch_
                            pool_placement(None, None), switch_seen={"coarse": what}, now=NOW).switches["coarse"]
     waits = with_seen(begun, slow_fine)
     assert not waits.actions and waits.record.phase == inplace.LOADING
-    assert "fine's P99 95.0 ms > its slo.p99LatencyMs 40 ms" in waits.record.message
+    assert "fine's P99 over its slo.p99LatencyMs 40 ms" in waits.record.message
+    slower = with_seen(begun, dataclasses.replace(slow_fine, others_p99_ms={"fine": 97.3}))
+    assert slower.record == waits.record, "no figure that moves each round: no status write each round"
+    # waiting holds the server's one switch at a time: at most one load's deadline, then it stops
+    long_ago = dataclasses.replace(begun, since="2026-12-06T11:49:00Z")
+    stopped = with_seen(long_ago, slow_fine)
+    assert stopped.record.phase == inplace.FELL_BACK and not stopped.actions and stopped.held == "1"
+    assert "nothing of 2 loaded in 660 s (loadTimeout 600 s): fine's P99 95.0 ms" in stopped.record.reason
+    assert [e.reason for e in stopped.events] == ["InPlaceNotPossible"]
     assert with_seen(begun, dataclasses.replace(slow_fine, others_p99_ms={"fine": 12.0})).actions, "within: it loads"
     one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
     rolled = with_seen(GATING, dataclasses.replace(seen(one), others_p99_ms={"fine": 95.0}), one)
@@ -403,3 +416,76 @@ def test_a_value_set_before_a_switch_begins_is_used_up_by_it_and_an_abort_while_
     late = round_("1", rolling, one, manual={ABORT: "2/late"}).switches["coarse"]
     assert late.record.phase == inplace.ROLLING_BACK and late.acted == {"aborted": "2/late"}
     assert "aborted" not in (late.record.reason or "")
+
+
+def test_a_load_takes_no_more_pods_out_than_the_server_tolerates_and_its_deadline_is_bounded():
+    """coarse tolerates one pod lost (its planning), the server none: with one of two pods not serving,
+    no load starts (a load that kills a pod takes every member in it). A day's loadTimeoutSeconds is
+    held to MAX_LOAD_TIMEOUT_S."""
+    from rankops import server_switch
+
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both).switches["coarse"].record
+    coarse = dataclasses.replace(member("coarse", held="1", version="2",
+                                        rollout={"inPlace": {"loadTimeoutSeconds": 86400}}), switch=begun)
+    down = [dataclasses.replace(p, ready=p.name == PODS[0]) for p in pods(both)]
+    half = SwitchSeen(tuple(dataclasses.replace(i, serving=i.name == PODS[0]) for i in seen(both).pods), {}, 5.0)
+    for tolerance, loads in ((0, False), (1, True)):
+        spec = SERVER.model_copy(update={"failure_tolerance": tolerance})
+        planned = plan_server("ranking", "reco", spec, [coarse], down, {}, pool_placement(None, None),
+                              switch_seen={"coarse": half}, now=NOW).switches["coarse"]
+        assert bool(planned.actions) == loads, (tolerance, planned.record.message)
+    policy = server_switch._policy(coarse.spec, 2, 0)
+    assert policy.load_timeout_s == server_switch.MAX_LOAD_TIMEOUT_S and policy.failure_tolerance == 0
+
+
+def test_the_switch_waits_for_a_load_of_the_held_version_under_way_on_a_new_pod():
+    """A new pod loading the held version (LOADING in its index): the switch's load there would race it."""
+    record = inplace.Record(version="2", from_version="1", phase=inplace.PROMOTING, since="2026-12-06T11:59:00Z",
+                            gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],))
+    passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
+    racing = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1, "LOADING"),)}
+    held_back = round_("1", record, racing, passed).switches["coarse"]
+    assert not [a for a in held_back.actions if getattr(a, "pod", None) == PODS[1]]
+    ready = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    goes = round_("1", record, ready, passed).switches["coarse"]
+    assert goes.actions == (inplace.Load(PODS[1], "2", ("1", "2")),)
+
+
+def test_only_a_config_the_switch_sent_is_taken_as_loaded_when_it_ends():
+    """ServerPlan.adopted names the config wanted now; one edited after the switch's last loads (or
+    a switch whose loads another process sent) is loaded again, not taken as loaded."""
+    from rankops.controller.server_switches import Switches
+    from rankops.render.serving import config_hash
+
+    switches = Switches(load_config=lambda text: {"text": text})
+    record = dataclasses.replace(GATING, phase=inplace.UNLOADING)
+    try:
+        assert switches.confirmed({("pod-a", "coarse"): config_hash("sent")}) == {}, "nothing sent by this process"
+        switches._executor("coarse", record, "sent")
+        assert switches.confirmed({("pod-a", "coarse"): config_hash("sent"),
+                                   ("pod-a", "fine"): config_hash("sent")}) == {("pod-a", "coarse"): config_hash("sent")}
+        assert switches.confirmed({("pod-a", "coarse"): config_hash("edited since")}) == {}
+        switches.forget("coarse")
+        assert switches.confirmed({("pod-a", "coarse"): config_hash("sent")}) == {}
+    finally:
+        switches.close()
+
+
+def test_an_edit_of_the_incoming_versions_entry_mid_switch_rolls_it_back():
+    """What was gated is what the pods load: spec.versions[2].modelUri edited after the gate pod loaded
+    2 rolls the switch back (a pod that fetches later would load files never gated)."""
+    both = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, both).switches["coarse"].record
+    assert begun.artifact and begun.to_status()["artifact"] == begun.artifact
+    gating = dataclasses.replace(GATING, artifact=begun.artifact)
+    one = {PODS[0]: (entry(1), entry(2)), PODS[1]: (entry(1),)}
+    same = round_("1", gating, one).switches["coarse"]
+    assert same.record.phase == inplace.GATING
+    versions = [{"name": v, "modelUri": f"s3://models/coarse/{v}{'-retrained' if v == '2' else ''}", "format": "onnx"}
+                for v in ("1", "2")]
+    edited = dataclasses.replace(member("coarse", held="1", version="2", versions=versions), switch=gating)
+    rolled = plan_server("ranking", "reco", SERVER, [edited, member("fine", held="1")], pods(one), {},
+                         pool_placement(None, None), switch_seen={"coarse": seen(one)}, now=NOW).switches["coarse"]
+    assert rolled.record.phase == inplace.ROLLING_BACK and "changed mid-switch" in rolled.record.reason
+    assert rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)

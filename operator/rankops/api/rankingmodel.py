@@ -821,6 +821,10 @@ class InPlaceSwitchStatus(ApiModel):
     served_by: Annotated[str | None, Field(max_length=1024, description=(
         "Which version the pods hold READY, as their repository indexes said at the last step, e.g. "
         "'2 on 1/3 pods, 1 on 3/3' (kubectl get rm: In-Place)."))] = None
+    artifact: Annotated[str | None, Field(max_length=64, pattern=r"^[0-9a-f]+$", description=(
+        "A shared server's member: digest of the incoming version's spec.versions entry (modelUri, sha256, "
+        "format...) when the switch began. An edit of it mid-switch rolls the switch back: what was gated is "
+        "what the pods load."))] = None
 
 
 class RolloutStatus(ApiModel):

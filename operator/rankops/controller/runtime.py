@@ -455,7 +455,7 @@ class ModelController(_Reconciles):
         if obj is None:
             return
         meta = obj["metadata"]
-        if self.servers is not None and (obj.get("spec") or {}).get("server"):
+        if self.servers is not None and ((obj.get("spec") or {}).get("server") or self.servers.was_member(meta["uid"])):
             self.servers.member_event(obj, event.get("type"))
         if event.get("type") == "DELETED":
             self.forget_model(meta)
@@ -755,7 +755,7 @@ class ServerController(_Reconciles):
                                            kick=self._kick_uid)
         self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
         self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
-        # member uid -> what its server planned from: its generation and manual controls (member_event)
+        # member uid -> what its server planned from: its generation, server and manual controls (member_event)
         self.member_generations: dict[str, tuple[Any, ...]] = {}
         self.queue_and_clock(4, delay_s=0.25)
 
@@ -843,19 +843,31 @@ class ServerController(_Reconciles):
     def member_event(self, model: dict, event_type: str | None) -> None:
         """A RankingModel naming a server was created, given a new spec or deleted, or its manual controls
         changed (server_switch.MANUAL_ANNOTATIONS): its server plans again (its status writes and other
-        annotations wake nothing: the server reads neither)."""
+        annotations wake nothing: the server reads neither). One that named another server before (or
+        none now) wakes that one too: it leaves it."""
         meta = model["metadata"]
         annotations = meta.get("annotations") or {}
-        uid, inputs = meta["uid"], (meta.get("generation"),
+        server = (model.get("spec") or {}).get("server")
+        uid, inputs = meta["uid"], (meta.get("generation"), server,
                                     *(annotations.get(k) for k in server_switch.MANUAL_ANNOTATIONS))
+        before = self.member_generations.get(uid)
         if event_type == "DELETED":
             self.member_generations.pop(uid, None)
-        elif self.member_generations.get(uid) == inputs:
+        elif before == inputs:
             return
-        else:
+        elif server:
             self.member_generations[uid] = inputs
-        if event_type is not None:
-            self._kick_server(meta["namespace"], model["spec"]["server"])
+        else:
+            self.member_generations.pop(uid, None)     # no longer a member: forgotten once its server is told
+        if event_type is None:
+            return
+        for named in {server, before[1] if before else None} - {None}:
+            if isinstance(named, str):
+                self._kick_server(meta["namespace"], named)
+
+    def was_member(self, uid: str) -> bool:
+        """A RankingModel that named a server when last seen (member_event)."""
+        return uid in self.member_generations
 
     def owned_event(self, obj: dict) -> None:
         """One of a server's objects changed or went (its Deployment, ConfigMap, a member's Service):

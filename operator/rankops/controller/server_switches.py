@@ -22,8 +22,8 @@ from rankops import server_switch
 from rankops.api.rankingmodel import RankingModel
 from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
 from rankops.controller.shared_pods import ServerPod, ServerPods
-from rankops.server_autoscale import MAX_READ_PODS
 from rankops.serverplan import PodView
+from rankops.render.serving import config_hash
 from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
 from rankops.triton.repository import config_json
@@ -57,6 +57,7 @@ class Switches:
     def __init__(self, load_config: Callable[[str], dict[str, Any]] = config_json) -> None:
         self.load_config = load_config      # a config text -> the load's override (the server shell's own)
         self._held: dict[str, tuple[tuple[str, str], Executor]] = {}   # member -> ((version, from), executor)
+        self._sent: dict[str, str] = {}     # member -> digest of the config its switch's loads were last sent with
 
     def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], pods_read: Sequence[PodView], read_began: float,
              shell: ServerPods, namespace: str, headers: Mapping[str, str]) -> dict[str, server_switch.SwitchSeen]:
@@ -71,7 +72,8 @@ class Switches:
             executor = self._executor(name, record)
             executor.pods = {p.name: PodTarget(p.name, p.uid, p.ip, p.port, None, p.metrics_port, headers,
                                                serving=p.reachable)
-                             for p in sorted((p for p in pods if p.ip), key=lambda p: p.name)[:MAX_READ_PODS]}
+                             # every pod: a switch loads in each (their indexes are the server's read)
+                             for p in sorted((p for p in pods if p.ip), key=lambda p: p.name)}
             executor.gates = PodGates(RankingModel.model_construct(metadata={"name": name, "namespace": namespace},
                                                                    spec=gate_spec(view.spec)), window_wait_s=0.0)
             executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
@@ -104,9 +106,17 @@ class Switches:
             held = self._held[name] = (key, Executor(name, {}, None, gates=lambda *_: None))
         if config_text is not None:
             held[1].config = self.load_config(config_text)
+            self._sent[name] = config_hash(config_text)
         return held[1]
 
+    def confirmed(self, adopted: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+        """Of a plan's `adopted` ((pod, member) -> the digest of the config wanted now, its switch just
+        ended), those whose switch's loads this process sent with that very config: one edited since
+        (or sent by a process before this one) is loaded again, never taken as loaded."""
+        return {key: digest for key, digest in adopted.items() if self._sent.get(key[1]) == digest}
+
     def forget(self, member: str) -> None:
+        self._sent.pop(member, None)
         held = self._held.pop(member, None)
         if held is not None:
             held[1].close()

@@ -186,7 +186,7 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
         result = _blocked(old, DegradedReason.CHILD_REFUSED, str(exc), generation, now, events)
         result.requeue_after = REFUSED_RETRY_S
         return result
-    shell.adopt(plan.adopted)
+    shell.adopt(switches.confirmed(plan.adopted))
     shell.execute(plan)
     switches.execute(plan.switches, plan.switch_configs)
     _delete_departed(kube, namespace, name, {m.name for m in plan.members if m.port is not None}, services)

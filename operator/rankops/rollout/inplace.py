@@ -124,6 +124,7 @@ class Record:
     message: str = ""
     failed_gate: str | None = None
     reason: str | None = None                # why it rolled back or fell back, with the numbers
+    artifact: str | None = None              # digest of the incoming version's spec entry when it began (a member's)
 
     def to_status(self) -> dict[str, Any]:
         names = {"from_version": "fromVersion", "gate_pod": "gatePod", "gate_pod_uid": "gatePodUid",
