@@ -79,7 +79,8 @@ def _roll_out_under_traffic(real, k8s, ns, tmp_path, v2: dict, bad_fraction: flo
     name = "ranker"
     body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
                                  rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
-                                          "canary": {"weight": 50, "durationSeconds": 240},
+                                          "canary": {"weight": 50, "durationSeconds": 240,
+                                                     "analysis": {"minRequests": 50}},
                                           "gateJobs": GATE_JOBS, **rollout},
                                  tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)
     serve_real_model(k8s, ns, real.store, tmp_path, body, {"2": v2})
@@ -233,7 +234,9 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
         # The chart's operator is rolled with the flag (TEST-NET-1: no pod is there, nothing is sent).
         real.install_operator("operator.extraArgs[0]=--pod-metrics-network=192.0.2.0/24")
         try:
-            models.patch_spec(k8s, ns, name, {"version": "3"})
+            # a short hold: what is judged here is that no verdict comes, not how long it is looked for
+            models.patch_spec(k8s, ns, name, {"version": "3", "rollout": {"canary": {
+                "durationSeconds": 5, "analysis": {"maxExtensionSeconds": 10}}}})
             seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "3", {"Promoted", "RolledBack"},
                                                       timeout=TIMEOUT)
         finally:

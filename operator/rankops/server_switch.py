@@ -5,9 +5,16 @@ unloaded last. It is rollout/inplace.py's machine, run on the member's entries o
 its record lives in the member's line of the server's status (`switch`), so a restarted operator
 carries on from it.
 
+When the next version does not fit beside every member on the card, the switch is a swap
+(rollout/inplace.py): each pod in turn leaves the member's endpoints, has the held version unloaded
+and the new one loaded alone, so the card never holds both. It takes one pod of the member's
+serving out at a time, so it needs the fewer of the member's and the server's failureTolerance at
+1 or more and two pods running; the gates judge the first pod swapped, equivalence against the
+held version on another pod.
+
 A member of a shared server has no pods of its own to fall back to: a switch that cannot be in place
-(the next version does not fit beside every member on the card, the two cannot be one Triton
-model's versions, the equivalence reference is not the held version) or that stops (a gate failed,
+(no swap either, the two cannot be one Triton model's versions, the equivalence reference is not
+the held version) or that stops (a gate failed,
 a load failed or ran out of time, the held version's P99 over its bound while it loaded) leaves the
 held version serving, and the member's message says why and what to do. A stopped switch is not
 tried again for the same spec.version: set spec.version back to the held version (which clears it),
@@ -172,6 +179,17 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     if fits is None:        # its needs not counted now (its spec, the server's pack): it waits, not stopped
         return waits(f" to switch in place: {arithmetic}")
     side = SideBySide(fits, arithmetic, () if fits else (f"the server's memory: {arithmetic}",))
+    swap = False
+    if fits is False and not _shareable(spec, held, target, SideBySide(True, arithmetic)).problems:
+        # it does not fit beside the held version: swapped pod by pod when one pod may be taken out
+        tolerance = _policy(spec, replicas, server_tolerance).failure_tolerance
+        if tolerance >= 1 and replicas >= 2:
+            side, swap = SideBySide(True, arithmetic), True
+        else:
+            side = SideBySide(False, arithmetic, (f"the server's memory: {arithmetic}; nor swapped pod by pod: that "
+                                                  f"takes one of the member's pods out at a time, and needs "
+                                                  f"failureTolerance >= 1 (the fewer of the member's and the "
+                                                  f"server's: {tolerance}) and 2 pods running ({replicas})",))
     # A switch begins: a retry or an abort naming its version, set before it, is used up (a leftover
     # value neither aborts it nor begins it again once it stops: write <version>/<word> to ask again)
     for annotation in MANUAL_ANNOTATIONS:
@@ -179,11 +197,14 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
             acted[record_key(annotation)] = value
     started = inplace_phase.start(spec, target, held, now, _shareable(spec, held, target, side))
     record = replace(inplace.Record.from_status(started.record.to_wire()), artifact=version_digest(spec, target))
+    if swap and record.phase == inplace.LOADING:
+        record = replace(record, swap=True, message=f"swapping {held} for {target} pod by pod (the two do not fit "
+                                                    f"on the card together: {arithmetic})")
     if record.phase == inplace.FELL_BACK:
         record = replace(record, message=f"{record.reason}; {held} serves on")
         events = (*retried, Event("Warning", "InPlaceNotPossible", f"{member}: {record.message}"))
         return MemberSwitch(record, held, (), events, _note(record, target, held, acted), acted=acted)
-    return MemberSwitch(record, held, (), (*retried, *(Event(e.type, e.reason, f"{member}: {e.message}")
+    return MemberSwitch(record, held, (), (*retried, *(Event(e.type, e.reason, f"{member}: {record.message if swap else e.message}")
                                                        for e in started.events)),
                         _note(record, target, held, acted), acted=acted)
 

@@ -441,6 +441,9 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         if _in_flight(f.switch):
             switches[f.name] = server_switch.MemberSwitch(f.switch, f.version)
     incoming = {name: sw.incoming for name, sw in switches.items() if sw.incoming}
+    # A swap's pod taken (server_switch.py): the member is the switch's there, out of its endpoints
+    taken = {name: sw.record.load_pod for name, sw in switches.items()
+             if sw.incoming and sw.record.swap and sw.record.load_pod}
     ports = assign_ports([*(m.name for m in held), *(f.name for f in frozen)], previous_ports)
     configs: dict[str, tuple[int, str]] = {}
     for m in held:
@@ -490,7 +493,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                             pod.refused, {n: triton_version(v) for n, v in incoming.items()})
         # A member over the server's room keeps what its pods loaded: its new config goes nowhere,
         # not even to a new pod (it would overfill the card).
-        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in over), asked.unload)
+        actions[pod.name] = PodActions(tuple(n for n in asked.load if n in configs and n not in over
+                                             and taken.get(n) != pod.name), asked.unload)
         per_pod[pod.name] = {name: member_state(name, version, pod.index, pod.load_errors.get(name, ""),
                                                 name in pod.staging_over)
                              for name, version in wanted.items()}
@@ -498,6 +502,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             if per_pod[pod.name][name].state != SERVING and \
                     member_state(name, triton_version(version), pod.index).state == SERVING:
                 per_pod[pod.name][name] = MemberState(name, SERVING)
+        for name in [n for n, at in taken.items() if at == pod.name]:
+            per_pod[pod.name].pop(name, None)     # drained for its swap: no endpoint, nor judged there meanwhile
     # A pod that holds neither version (new) loads the held one first; the switch's load waits for it,
     # and for a load of the held version under way (the two loads would race: the last one wins)
     for name in incoming:
@@ -545,8 +551,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         replicas = max(replicas, min(replicas_now, spec.max_replicas))
     routed: list[dict[str, Any]] = []        # each member's EndpointSlice
     for m in held:
-        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod), p.terminating)
-                     for p in pods]
+        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(m.name, wanted.get(m.name), p, per_pod)
+                                 and taken.get(m.name) != p.name, p.terminating) for p in pods]
         routed.append(member_endpoints(m.name, server, namespace, ports[m.name], endpoints))
         refused_edits = [f"{p.name}: {p.load_errors[m.name]}" for p in pods if p.name in per_pod
                          and per_pod[p.name].get(m.name, MemberState(m.name, ABSENT)).state == SERVING
@@ -557,8 +563,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
         outcomes[m.name] = _held_outcome(m, versions[m.name], ports[m.name], per_pod, pods, notes[m.name],
                                          loads_anew=m.name in configs and m.name not in over)
     for f in frozen:
-        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod), p.terminating)
-                     for p in pods]
+        endpoints = [PodEndpoint(p.name, p.ip, p.node, _serves_on(f.name, wanted[f.name], p, per_pod)
+                                 and taken.get(f.name) != p.name, p.terminating) for p in pods]
         routed.append(member_endpoints(f.name, server, namespace, ports[f.name], endpoints))
         outcomes[f.name] = _frozen_outcome(f, ports[f.name], per_pod, bool(f.config))
     # What each member's pods serve, by the rule its status line's digest is written with (one round,

@@ -38,12 +38,12 @@ def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | No
 
 
 def round_(held: str, record, holding, gates=None, p99=5.0, version="2", weights_mib=2000, server=SERVER,
-           manual=None, acted=None):
+           manual=None, acted=None, now=NOW):
     coarse = dataclasses.replace(member("coarse", weights_mib, held=held, version=version), switch=record,
                                  manual=manual or {}, acted=acted or {})
     members = [coarse, member("fine", held="1")]
     return plan_server("ranking", "reco", server, members, pods(holding), {}, pool_placement(None, None),
-                       switch_seen={"coarse": seen(holding, gates, p99)} if record is not None else None, now=NOW)
+                       switch_seen={"coarse": seen(holding, gates, p99)} if record is not None else None, now=now)
 
 
 def staged_versions(result) -> list[int]:
@@ -123,12 +123,13 @@ def test_a_failing_gate_unloads_the_new_version_and_the_held_one_serves_on_until
     assert cleared.switches["coarse"].record is None and "switch" not in line(cleared).message
 
 
-def test_a_next_version_that_does_not_fit_beside_the_members_is_not_loaded_and_says_the_arithmetic():
+def test_a_next_version_that_fits_neither_beside_the_members_nor_by_swapping_is_not_loaded_and_says_the_arithmetic():
     both = {p: (entry(1),) for p in PODS}
-    result = round_("1", None, both, weights_mib=6000)
+    result = round_("1", None, both, weights_mib=6000, server=SERVER.model_copy(update={"failure_tolerance": 0}))
     switch = result.switches["coarse"]
     assert switch.record.phase == inplace.FELL_BACK and not switch.actions and switch.held == "1"
     assert "does not fit" in switch.record.reason and "MiB" in switch.record.reason
+    assert "nor swapped pod by pod" in switch.record.reason and "failureTolerance >= 1" in switch.record.reason
     assert [e.reason for e in switch.events] == ["InPlaceNotPossible"]
     assert staged_versions(result) == [1] and line(result).version == "1"
     assert "serve the model on pods of its own" in line(result).message
@@ -489,3 +490,97 @@ def test_an_edit_of_the_incoming_versions_entry_mid_switch_rolls_it_back():
                          pool_placement(None, None), switch_seen={"coarse": seen(one)}, now=NOW).switches["coarse"]
     assert rolled.record.phase == inplace.ROLLING_BACK and "changed mid-switch" in rolled.record.reason
     assert rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)
+
+
+def endpoint_pods(result, model="coarse") -> set[str]:
+    """The pods `model`'s EndpointSlice sends requests to."""
+    slice_ = next(o for o in result.objects if o["kind"] == "EndpointSlice"
+                  and o["metadata"]["labels"].get("kubernetes.io/service-name", "").endswith(model))
+    return {e["targetRef"]["name"] for e in slice_["endpoints"] if e["conditions"]["ready"]}
+
+
+def test_a_version_that_does_not_fit_beside_the_held_one_is_swapped_pod_by_pod_each_drained_first():
+    later = lambda s: NOW + dt.timedelta(seconds=s)     # noqa: E731
+    old = {p: (entry(1),) for p in PODS}
+    begun = round_("1", None, old, weights_mib=6000)
+    record = begun.switches["coarse"].record
+    assert record.phase == inplace.LOADING and record.swap and "swapping 1 for 2 pod by pod" in record.message
+    assert "does not fit" in record.message and [e.reason for e in begun.switches["coarse"].events] == \
+        ["InPlaceSwitchStarted"]
+
+    # The first pod is taken: out of coarse's endpoints (fine's stay), nothing unloaded while it drains.
+    taken = round_("1", record, old, weights_mib=6000)
+    record = taken.switches["coarse"].record
+    assert record.load_pod == PODS[0] and record.touched == (PODS[0],) and not taken.switches["coarse"].actions
+    assert endpoint_pods(taken) == {PODS[1]} and endpoint_pods(taken, "fine") == set(PODS)
+    assert "draining" in record.message
+    drained = round_("1", record, old, weights_mib=6000, now=later(6))
+    assert drained.switches["coarse"].actions == (inplace.Unload(PODS[0], "1", ()),)
+    assert endpoint_pods(drained) == {PODS[1]}
+
+    # Unloaded there: the server's own loads leave the taken pod to the switch, which loads 2 alone.
+    empty = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"),), PODS[1]: (entry(1),)}
+    loading = round_("1", record, empty, weights_mib=6000, now=later(8))
+    assert loading.switches["coarse"].actions == (inplace.Load(PODS[0], "2", ("2",)),)
+    assert all(a.nothing for a in loading.actions.values())
+    assert line(loading).state == serverplan.SERVING, "the taken pod is not judged while it is swapped"
+
+    # READY alone: back in the endpoints, gated there; equivalence compares with 1 on the other pod.
+    one = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)), PODS[1]: (entry(1),)}
+    gating = round_("1", loading.switches["coarse"].record, one, weights_mib=6000, now=later(20))
+    record = gating.switches["coarse"].record
+    assert record.phase == inplace.GATING and record.load_pod is None
+    assert gating.switches["coarse"].actions == (inplace.RunGate("warmup", PODS[0], "2", PODS[1]),)
+    assert endpoint_pods(gating) == set(PODS)
+
+    # Gates passed: the second pod is taken the same way.
+    passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
+    promoting = round_("1", record, one, passed, weights_mib=6000, now=later(30))
+    record = promoting.switches["coarse"].record
+    assert record.phase == inplace.PROMOTING and record.load_pod == PODS[1] and not promoting.switches["coarse"].actions
+    assert endpoint_pods(promoting) == {PODS[0]}
+    unload = round_("1", record, one, passed, weights_mib=6000, now=later(36))
+    assert unload.switches["coarse"].actions == (inplace.Unload(PODS[1], "1", ()),)
+    half = {PODS[0]: one[PODS[0]], PODS[1]: (entry(1, "UNAVAILABLE", "unloaded"),)}
+    load = round_("1", record, half, passed, weights_mib=6000, now=later(38))
+    assert load.switches["coarse"].actions == (inplace.Load(PODS[1], "2", ("2",)),)
+
+    # Every pod holds 2 alone: switched, 1's files go, nothing more is loaded.
+    new = {p: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)) for p in PODS}
+    switched = round_("1", record, new, passed, weights_mib=6000, now=later(50))
+    assert switched.switches["coarse"].record.phase == inplace.SWITCHED and switched.switches["coarse"].held == "2"
+    assert set(switched.switches["coarse"].actions) == {inplace.RemoveFiles(p, "1") for p in PODS}
+    assert endpoint_pods(switched) == set(PODS)
+
+
+def test_a_swap_takes_no_pod_while_the_others_serving_would_fall_below_the_floor():
+    old = {PODS[0]: (entry(1),), PODS[1]: (entry(1, "LOADING"),)}       # the other pod not serving coarse yet
+    record = inplace.Record(version="2", from_version="1", phase=inplace.LOADING, since=NOW.isoformat(), swap=True)
+    waiting = round_("1", record, old, weights_mib=6000)
+    assert waiting.switches["coarse"].record.load_pod is None and not waiting.switches["coarse"].actions
+    assert endpoint_pods(waiting) == {PODS[0]}
+    assert "waiting" in waiting.switches["coarse"].record.message
+
+
+def test_a_swap_that_fails_its_gate_swaps_the_held_version_back_one_pod_at_a_time():
+    later = lambda s: NOW + dt.timedelta(seconds=s)     # noqa: E731
+    one = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)), PODS[1]: (entry(1),)}
+    record = inplace.Record(version="2", from_version="1", phase=inplace.GATING, since=NOW.isoformat(),
+                            gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", touched=(PODS[0],), swap=True)
+    failed = {"equivalence": inplace.GateVerdict("fail", "top-50 overlap 0.6", f"uid-{PODS[0]}"),
+              "warmup": inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}")}
+    rolling = round_("1", record, one, failed, weights_mib=6000)
+    record = rolling.switches["coarse"].record
+    assert record.phase == inplace.ROLLING_BACK and record.load_pod == PODS[0] and not rolling.switches["coarse"].actions
+    assert endpoint_pods(rolling) == {PODS[1]}, "drained before 2 is unloaded there"
+    unload = round_("1", record, one, failed, weights_mib=6000, now=later(6))
+    assert unload.switches["coarse"].actions == (inplace.Unload(PODS[0], "2", ()),)
+    empty = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"), entry(2, "UNAVAILABLE", "unloaded")), PODS[1]: (entry(1),)}
+    back = round_("1", record, empty, failed, weights_mib=6000, now=later(8))
+    assert back.switches["coarse"].actions == (inplace.Load(PODS[0], "1", ("1",)),)
+    assert all(a.nothing for a in back.actions.values()), "the switch loads 1 back there, not the server too"
+    old = {p: (entry(1), entry(2, "UNAVAILABLE", "unloaded")) for p in PODS}
+    done = round_("1", record, old, failed, weights_mib=6000, now=later(12))
+    assert done.switches["coarse"].record.phase == inplace.ROLLED_BACK and done.switches["coarse"].held == "1"
+    assert done.switches["coarse"].actions == (inplace.RemoveFiles(PODS[0], "2"),)
+    assert endpoint_pods(done) == set(PODS)

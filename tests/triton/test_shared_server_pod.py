@@ -77,7 +77,7 @@ def member(name: str, store_url: str, path: str = "") -> RankingModel:
 class Pod:
     """The rendered pod's containers as processes, and the ConfigMap volume as a directory."""
 
-    def __init__(self, install, work: Path, store_url: str):
+    def __init__(self, install, work: Path, store_url: str, key: str | None = None, index: int = 0):
         self.work, self.store_url = work, store_url
         self.repository, self.mount = work / "models", work / "server"
         self.repository.mkdir()
@@ -86,7 +86,7 @@ class Pod:
         self.ports: dict[str, int] = {}          # the planned ports, read back each round as the routes
         self.local: dict[int, int] = {}          # planned port -> a free port here
         self.held: set[str] = set()
-        self.key = secrets.token_hex(16)
+        self.key = key or secrets.token_hex(16)
         self.members = ("coarse", "fine", "rerank")
         plan = self.plan([])
         self.deployment = self.written(plan)["Deployment"]
@@ -103,8 +103,8 @@ class Pod:
         # (KIND_GPU -> KIND_CPU), which the image's shim makes to files but a load's override never passes.
         self.shell = ServerPods({serving.API_KEY_HEADER: self.key}, staging_wait_s=STAGING_WAIT_S,
                                 load_config=lambda text: config_json(triton.cpu_config(text)[0]), retry_first_s=1.0)
-        self.server_pod = ServerPod("ranking-shared-0", "uid-0", self.triton.host, True,
-                                    port=self.triton.ports["http"])
+        self.server_pod = ServerPod(f"ranking-shared-{index}", f"uid-{index}", self.triton.host, True,
+                                    port=self.triton.ports["http"], metrics_port=self.triton.ports["metrics"])
 
     def plan(self, pods: list[serverplan.PodView]) -> serverplan.ServerPlan:
         """The server's plan from what a shell reads: the members (held at version 1 once they served),
@@ -398,3 +398,114 @@ def test_a_members_new_version_is_switched_in_inside_the_running_pod_under_traff
     while (pod.repository / "coarse" / "3").exists() or (pod.repository / "coarse" / "1").exists():
         assert time.monotonic() < deadline, sorted(p.name for p in (pod.repository / "coarse").iterdir())
         time.sleep(0.3)
+
+
+def test_a_members_version_too_large_to_sit_beside_the_held_one_is_swapped_pod_by_pod_under_traffic(
+        pod, store, triton_install, tmp_path_factory):
+    """Two pods of the server (a second real tritonserver with its own stager and router), coarse's
+    stated weights too large for 1 and 4 on one card together: its switch 1 -> 4 is a swap. Each pod in
+    turn leaves coarse's EndpointSlice, is drained, has 1 unloaded and 4 loaded alone (Triton's own
+    unload and load, through the restricted API), and the first is gated there: warm-up, and
+    equivalence of 4 against 1 on the other pod. Requests go only where the plan's EndpointSlice
+    sends them, through each pod's coarse port: none fails, and fine and rerank serve on both pods."""
+    import datetime as dt
+
+    from rankops.controller.server_switches import Switches
+
+    root, url = store
+    second = Pod(triton_install, tmp_path_factory.mktemp("pod-b"), url, key=pod.key, index=1)
+    by_name = {p.server_pod.name: p for p in (pod, second)}
+    base = pod.models["coarse"]
+    spec_models.export(base.spec, base.spec.versions[0].format, root / "coarse" / "4", seed=0)  # 1's weights
+    doc = base.to_wire()
+    doc["spec"]["versions"] = [{"name": v, "modelUri": f"{url}/coarse/{v}/model.onnx", "format": "onnx"}
+                               for v in ("1", "4")]
+    doc["spec"]["planning"]["memory"]["weightsMiB"] = 6000
+    doc["spec"]["rollout"] = {"warmup": {"requests": 40, "concurrency": 2, "maxP99Ms": 5000}}
+    models = {**pod.models, "coarse": RankingModel.model_validate(doc)}
+    switches = Switches(pod.shell.load_config)
+    held: dict[str, str | None] = {name: None for name in THREE}
+    records: dict = {}
+    endpoints: list[str] = []
+    sent, failures, stop = {name: 0 for name in by_name}, [], threading.Event()
+    taken_seen: set[str] = set()
+
+    def round_() -> serverplan.ServerPlan:
+        members = [serverplan.MemberView(n, models[n].spec, held[n], switch=records.get(n)) for n in THREE]
+        server_pods = [p.server_pod for p in (pod, second)]
+        read_began = time.monotonic()
+        read = pod.shell.read(server_pods, THREE)
+        seen = switches.seen(members, server_pods, read, read_began, pod.shell, "reco", pod.shell.headers)
+        staged = parse_members((pod.mount / "members.json").read_text(), "ranking")
+        plan = serverplan.plan_server("ranking", "reco", SERVER, members, read, pod.ports,
+                                      serving.pool_placement(None, None), previous_staged=staged,
+                                      switch_seen=seen, now=dt.datetime.now(dt.timezone.utc))
+        for each in (pod, second):
+            each.written(plan)
+        pod.shell.adopt(plan.adopted)
+        pod.shell.execute(plan)
+        switches.execute(plan.switches, plan.switch_configs)
+        held.update({o.name: o.version for o in plan.members if o.version})
+        records.update({n: s.record for n, s in plan.switches.items()})
+        slice_ = next(o for o in plan.objects if o["kind"] == "EndpointSlice"
+                      and o["metadata"]["labels"].get("kubernetes.io/service-name", "").startswith("coarse"))
+        endpoints[:] = sorted(e["targetRef"]["name"] for e in slice_["endpoints"] if e["conditions"]["ready"])
+        record = records.get("coarse")
+        if record is not None and record.load_pod:
+            taken_seen.add(record.load_pod)
+            assert record.load_pod not in endpoints, (record, endpoints)
+        return plan
+
+    def until(done: Callable[[serverplan.ServerPlan], bool], timeout_s: float) -> serverplan.ServerPlan:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            plan = round_()
+            if done(plan):
+                return plan
+            assert time.monotonic() < deadline, (records.get("coarse"), plan.members, pod.logs()[-3000:],
+                                                 second.logs()[-3000:])
+            pod.shell.settle(timeout_s=60)
+            time.sleep(0.3)
+
+    def traffic() -> None:
+        turn = 0
+        while not stop.is_set():
+            targets = list(endpoints)
+            if targets:
+                name = targets[turn % len(targets)]
+                turn += 1
+                try:
+                    outputs = _infer_through(by_name[name].port("coarse"), models["coarse"], "coarse")
+                    assert outputs and all(len(v) == 5 for v in outputs.values()), outputs
+                    sent[name] += 1
+                except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                    failures.append(f"{name}: {exc!r}")
+            time.sleep(0.02)
+
+    sender = threading.Thread(target=traffic, daemon=True)
+    try:
+        # every member serving at 1 on both pods (the second pod's stager fetches them)
+        until(lambda plan: all(o.state == serverplan.SERVING for o in plan.members) and len(endpoints) == 2
+              and all(a.nothing for a in plan.actions.values()) and not pod.shell.in_flight(), 120)
+        sender.start()
+        time.sleep(2)        # coarse's P99 in both Tritons' windows before the first load
+        doc["spec"]["version"] = "4"
+        models["coarse"] = RankingModel.model_validate(doc)
+        until(lambda plan: (records.get("coarse") is not None
+                           and records["coarse"].phase in ("Switched", "RolledBack", "FellBack")), 240)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        if sender.is_alive():
+            sender.join(30)
+        switches.close()
+        second.stop()
+    record = records["coarse"]
+    print(f"\nswap: {record.message}; requests by pod {sent}, {len(failures)} failed; pods taken {sorted(taken_seen)}")
+    assert record.swap and record.phase == "Switched" and held["coarse"] == "4", record
+    assert taken_seen == set(by_name), "each pod was taken, out of coarse's endpoints, in its turn"
+    assert not failures and all(n > 10 for n in sent.values()), (sent, failures[:5])
+    index = {(e.name, e.version): e.state for e in pod.repo.index()}
+    assert index[("coarse", 4)] == "READY" and index.get(("coarse", 1)) != "READY", index
+    assert all(answers_on_its_port(pod, n) for n in ("fine", "rerank"))
+    pod.models["coarse"] = base

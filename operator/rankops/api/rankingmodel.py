@@ -825,6 +825,9 @@ class InPlaceSwitchStatus(ApiModel):
         "A shared server's member: digest of the incoming version's spec.versions entry (modelUri, sha256, "
         "format...) when the switch began. An edit of it mid-switch rolls the switch back: what was gated is "
         "what the pods load."))] = None
+    swap: Annotated[bool | None, Field(description=(
+        "A shared server's member whose new version does not fit beside the held one on the card: each pod in "
+        "turn leaves the member's endpoints, has the held version unloaded and the new one loaded alone."))] = None
 
 
 class RolloutStatus(ApiModel):

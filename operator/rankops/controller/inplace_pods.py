@@ -94,7 +94,8 @@ class PodTarget:
 
 Stage = Callable[[PodTarget, str], None]
 # Triton's (2.51) refusal of a load whose version policy lists no version directory on the volume.
-GateRunner = Callable[[PodTarget, str, str, str], Verdict]   # (pod, gate, version, stable) -> verdict
+# (pod, gate, version, stable) -> verdict; a swap's also gets reference= (the pod holding `stable`)
+GateRunner = Callable[..., Verdict]
 
 
 def fetched_from(uris: Mapping[str, str], limits: fetcher.Limits = fetcher.Limits()) -> Stage:
@@ -131,12 +132,14 @@ class PodGates:
     recorded: Mapping[str, Sequence[Sample]] | None = None      # gate -> its samples ConfigMap's requests
     timeout_s: float = 30.0                                     # per request, as the Job's default
 
-    def __call__(self, pod: PodTarget, gate: str, version: str, stable: str) -> Verdict:
+    def __call__(self, pod: PodTarget, gate: str, version: str, stable: str,
+                 reference: PodTarget | None = None) -> Verdict:
+        """`reference`: the pod `stable` is compared on (a swap's: `pod` holds only `version`)."""
         model, spec = self.rm.metadata["name"], self.rm.spec
         samples = gate_samples(self.rm, gate, (self.recorded or {}).get(gate))
 
-        def endpoint(v: str) -> Endpoint:
-            return Endpoint(pod.http_url, model, str(triton_version(v)), timeout_s=self.timeout_s,
+        def endpoint(v: str, on: PodTarget = pod) -> Endpoint:
+            return Endpoint(on.http_url, model, str(triton_version(v)), timeout_s=self.timeout_s,
                             priority=GATE_PRIORITY)
 
         if gate == "warmup":
@@ -151,8 +154,8 @@ class PodGates:
                 criteria = Criteria(abs_tolerance=e.abs_tolerance, rel_tolerance=e.rel_tolerance, top_k=e.top_k,
                                     min_topk_overlap=e.min_top_k_overlap,
                                     min_rank_correlation=e.min_rank_correlation)
-                return run_equivalence(samples, endpoint(version), criteria, reference=endpoint(stable),
-                                       output=e.output)
+                return run_equivalence(samples, endpoint(version), criteria,
+                                       reference=endpoint(stable, reference or pod), output=e.output)
             return error_verdict(gate, "ReferenceNotInPod", f"in place, {version} is compared with the stable "
                                  f"{stable} loaded beside it; rollout.equivalence.reference "
                                  f"{e.reference!r} is not loaded in {pod.name}")
@@ -251,6 +254,8 @@ class Executor:
                 written = self._written.get(pod.name)
             if written is not None and written[0] == keep and written[1] >= self._read_at:
                 return None, lambda: None
+            if not action.keep:     # a swap's unload: Triton's unload of the model, every version at once
+                return ("repository", pod.name), lambda: self._unload(pod)
             return ("repository", pod.name), lambda: self._load(pod, action.keep)
         if isinstance(action, inplace.RemoveFiles):
             if self.stage is None:      # the pod's stager removes it once versions.json stops listing it
@@ -258,9 +263,11 @@ class Executor:
             pod = self.pods[action.pod]
             return ("files", pod.name, action.version), lambda: remove_version_files(pod.model_dir, action.version)
         if isinstance(action, inplace.RunGate):
-            pod = self.pods[action.pod]
+            pod, reference = self.pods[action.pod], self.pods.get(action.reference or "")
+            if action.reference and reference is None:
+                return None, lambda: None   # the reference pod is gone: the machine picks another
             return (("gate", pod.name, action.version, action.gate),
-                    lambda: self._gate(pod, action.gate, action.version, record.from_version))
+                    lambda: self._gate(pod, action.gate, action.version, record.from_version, reference))
         return None, lambda: None       # FallBack: the controller's (the pods strategy), not a pod's
 
     def _load(self, pod: PodTarget, keep: tuple[str, ...]) -> None:
@@ -283,6 +290,11 @@ class Executor:
             self.waiting.pop(pod.name, None)
             self._written[pod.name] = (versions, time.monotonic())
 
+    def _unload(self, pod: PodTarget) -> None:
+        pod.repository().unload(self.model, deadline_s=self.load_deadline_s)
+        with self._lock:
+            self._written[pod.name] = (frozenset(), time.monotonic())
+
     def _config(self, pod: PodTarget) -> dict[str, Any]:
         """The base of a load's override: `config_text` when given, else the pod's config.pbtxt
         (local mode), else the config the pod's Triton has the model loaded with (cluster mode: what
@@ -293,8 +305,9 @@ class Executor:
             return pod.repository().model_config(self.model)
         return config_json((pod.model_dir / "config.pbtxt").read_text())
 
-    def _gate(self, pod: PodTarget, gate: str, version: str, stable: str) -> None:
-        verdict = self.gates(pod, gate, version, stable)
+    def _gate(self, pod: PodTarget, gate: str, version: str, stable: str, reference: PodTarget | None = None) -> None:
+        verdict = self.gates(pod, gate, version, stable, reference=reference) if reference is not None else \
+            self.gates(pod, gate, version, stable)
         with self._lock:
             self.verdicts[(gate, version)] = inplace.GateVerdict(verdict.outcome, verdict.summary, pod.uid)
 

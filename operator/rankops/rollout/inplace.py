@@ -42,6 +42,14 @@ missing one (or refuses the whole load when it finds none). So an absent version
 its load asked again each round (a load under way is LOADING in the index), up to loadTimeout
 counted from the first ask; only an error in the index is a failed load.
 
+A swap (a shared server's member whose new version does not fit beside the held one on the card,
+server_switch.py): the new version replaces the old one in each pod in turn instead of loading
+beside it. The pod taken (`load_pod`) leaves the member's endpoints first (the shell's rule), is
+given DRAIN_S for its requests in flight, has the old version unloaded, then loads the new one
+alone; the gates judge it there, equivalence against the old version on another pod. One pod at a
+time is taken, and only while the others serving the member keep replicas - failureTolerance. A
+rollback swaps back the same way, one pod at a time.
+
 Invariants: at most one pod loads at a time; a load starts only while at least
 replicas - failureTolerance pods serve and the stable P99 was read (a load never starts blind);
 a pod that restarts comes back with what its Deployment says (the old version: the template moves
@@ -66,6 +74,7 @@ TERMINAL = (SWITCHED, ROLLED_BACK, FELL_BACK)
 # Triton's repository index states.
 READY, LOADING_STATE, UNLOADING_STATE, UNAVAILABLE = "READY", "LOADING", "UNLOADING", "UNAVAILABLE"
 HELD = (READY, LOADING_STATE, UNLOADING_STATE)
+DRAIN_S = 5.0   # a swap's pod is out of the member's endpoints this long before its version is unloaded
 
 
 @dataclass(frozen=True)
@@ -125,11 +134,12 @@ class Record:
     failed_gate: str | None = None
     reason: str | None = None                # why it rolled back or fell back, with the numbers
     artifact: str | None = None              # digest of the incoming version's spec entry when it began (a member's)
+    swap: bool = False                       # each pod's old version replaced, not loaded beside (module docstring)
 
     def to_status(self) -> dict[str, Any]:
         names = {"from_version": "fromVersion", "gate_pod": "gatePod", "gate_pod_uid": "gatePodUid",
                  "load_pod": "loadPod", "load_since": "loadSince", "failed_gate": "failedGate"}
-        out = {names.get(k, k): v for k, v in self.__dict__.items() if v not in (None, "", ())}
+        out = {names.get(k, k): v for k, v in self.__dict__.items() if v not in (None, "", ()) and v is not False}
         if self.touched:
             out["touched"] = list(self.touched)
         return out
@@ -157,7 +167,7 @@ class Load:
 class Unload:
     pod: str
     version: str
-    keep: tuple[str, ...]
+    keep: tuple[str, ...]       # () in a swap: the model unloaded from the pod (Triton's unload)
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,7 @@ class RunGate:
     gate: str
     pod: str
     version: str
+    reference: str | None = None    # a swap's: the pod whose old version equivalence compares with
 
 
 @dataclass(frozen=True)
@@ -230,12 +241,16 @@ class _Step:
             self.events.append(Event(kind, reason, message))
 
     def roll_back(self, gate: str | None, why: str) -> None:
-        self.set(failed_gate=gate, reason=why, load_pod=None, load_since=None)
+        self.set(failed_gate=gate, reason=why)
+        if not self.rec.swap:       # a swap's pod stays taken: its rollback carries on from it
+            self.set(load_pod=None, load_since=None)
         self.move(ROLLING_BACK, f"{why}; unloading {self.new} from every pod that loaded it", "InPlaceRollingBack",
                   "Warning")
 
     def fall_back(self, why: str) -> None:
-        self.set(reason=why, load_pod=None, load_since=None)
+        self.set(reason=why)
+        if not self.rec.swap:
+            self.set(load_pod=None, load_since=None)
         self.move(FALLING_BACK, f"{why}; unloading {self.new} and rolling out with pods", "InPlaceFallingBack",
                   "Warning")
 
@@ -253,9 +268,23 @@ class _Step:
             if pod.name not in self.rec.touched:
                 self.set(touched=(*self.rec.touched, pod.name))
 
+    def take(self, pod: PodIndex) -> None:
+        """A swap takes `pod`: out of the member's endpoints from now (the shell), drained, then swapped."""
+        self.set(load_pod=pod.name, load_since=iso(self.obs.now))
+        if pod.name not in self.rec.touched:
+            self.set(touched=(*self.rec.touched, pod.name))
+
+    def drained(self) -> bool:
+        return (self.obs.now - parse_time(self.rec.load_since)).total_seconds() >= DRAIN_S
+
     # --- guards
     def serving(self) -> int:
         return sum(p.serving for p in self.obs.pods)
+
+    def serving_either(self) -> list[PodIndex]:
+        """The pods serving the member now (a swap's): either version READY, not the pod taken."""
+        return [p for p in self.obs.pods if p.serving and p.name != self.rec.load_pod
+                and (self.ready(p, self.old) or self.ready(p, self.new))]
 
     def may_start_load(self) -> str | None:
         """Why no load may start now (None: one may)."""
@@ -263,6 +292,9 @@ class _Step:
         if self.serving() < floor:
             return (f"{self.serving()} pods serving, below replicas - failureTolerance = {floor}: no load starts "
                     "until they are back")
+        if self.rec.swap and len(self.serving_either()) - 1 < floor:
+            return (f"{len(self.serving_either())} pods serve it: taking one out to swap {self.old} for {self.new} "
+                    f"would leave fewer than replicas - failureTolerance = {floor}")
         if self.obs.stable_p99_ms is None:
             return f"the stable P99 is not read: no load of {self.new} starts without it"
         return None
@@ -325,6 +357,8 @@ def _loading(s: _Step) -> None:
         s.set(load_pod=None, load_since=None)
         s.move(GATING, f"{s.new} READY beside {s.old} in {gate.name}; gating it there", "InPlaceLoaded")
         return _gating(s)
+    if s.rec.swap and gate is not None and s.rec.load_pod == gate.name:
+        return _swap_in(s, gate)
     if gate is not None and (s.holds(gate, s.new) or s.rec.load_pod == gate.name):
         if not s.load_failed():
             if not s.holds(gate, s.new):
@@ -346,7 +380,13 @@ def _loading(s: _Step) -> None:
         if gate is None:
             s.set(message=f"waiting for a serving pod whose index shows {s.old} READY")
             return
+        if s.rec.swap and _reference(s, gate) is None:
+            s.set(message=f"waiting for a second pod serving {s.old}: a swap's equivalence compares with it there")
+            return
         s.set(gate_pod=gate.name, gate_pod_uid=gate.uid)
+    if s.rec.swap:
+        s.take(gate)
+        return _swap_in(s, gate)
     s.load(gate, s.new, (s.old, s.new))
     s.set(message=f"loading {s.new} beside {s.old} in {gate.name}")
 
@@ -364,7 +404,11 @@ def _gating(s: _Step) -> None:
     for name in s.policy.gates:
         verdict = s.obs.gates.get(name)
         if verdict is None or verdict.pod_uid != gate.uid:
-            s.actions.append(RunGate(name, gate.name, s.new))
+            reference = _reference(s, gate) if s.rec.swap else None
+            if s.rec.swap and reference is None:
+                s.set(message=f"{name} gate waits: no other pod serves {s.old} to compare {s.new} in {gate.name} with")
+                return
+            s.actions.append(RunGate(name, gate.name, s.new, reference.name if reference else None))
             s.set(message=f"{name} gate running against {s.new} in {gate.name}")
             return
         if verdict.outcome != "pass":
@@ -379,9 +423,17 @@ def _load_next(s: _Step) -> bool:
     pods = sorted(s.obs.pods, key=lambda p: p.name)
     waiting = [p for p in pods if not p.serving or p.versions is None]
     lacking = [p for p in pods if p.serving and p.versions is not None and not s.ready(p, s.new)]
+    if s.rec.swap and s.rec.load_pod:
+        taken = s.pod(s.rec.load_pod)
+        if taken is None or not s.ready(taken, s.new):
+            _swap_in(s, taken)
+            return False
+        s.set(load_pod=None, load_since=None)        # swapped: back in the member's endpoints
     if not waiting and not lacking and len(pods) >= s.policy.replicas:
         s.set(load_pod=None, load_since=None)
         return True
+    if s.rec.swap:
+        return _swap_next(s, pods, waiting, lacking)
     if s.load_failed():
         return False
     in_flight = [p for p in lacking if s.holds(p, s.new) or p.name == s.rec.load_pod]
@@ -423,8 +475,86 @@ def _unloading(s: _Step) -> None:
     s.move(SWITCHED, f"{s.new} serves in every pod; {s.old} unloaded and its files removed", "InPlaceSwitched")
 
 
+def _reference(s: _Step, gate: PodIndex) -> PodIndex | None:
+    """A swap's equivalence reference: another serving pod with the old version READY."""
+    return next((p for p in sorted(s.obs.pods, key=lambda p: p.name)
+                 if p.name != gate.name and p.serving and s.ready(p, s.old)), None)
+
+
+def _swap_in(s: _Step, pod: PodIndex | None) -> None:
+    """One round of a swap's pod (`load_pod`): drained, its old version unloaded, the new one loaded alone."""
+    if s.load_failed() or pod is None:        # Triton's error, the deadline (from when it was taken), or gone
+        return
+    if not s.drained():
+        s.set(message=f"{pod.name} out of the member's endpoints: draining it for {DRAIN_S:g}s before {s.old} is "
+                      f"unloaded there and {s.new} loaded alone")
+    elif pod.versions is None:
+        s.set(message=f"swapping {s.old} for {s.new} in {pod.name}: its index not read ({pod.unread})")
+    elif s.holds(pod, s.old):
+        s.actions.append(Unload(pod.name, s.old, ()))
+        s.set(message=f"unloading {s.old} from {pod.name} (out of the member's endpoints) to load {s.new} alone")
+    else:
+        if not s.holds(pod, s.new):
+            s.load(pod, s.new, (s.new,))
+        s.set(message=f"loading {s.new} alone in {pod.name} (out of the member's endpoints){s.not_staged(pod)}")
+
+
+def _swap_next(s: _Step, pods: list[PodIndex], waiting: list[PodIndex], lacking: list[PodIndex]) -> bool:
+    """A swap's promotion: the next pod serving the old version is taken, once the others keep the floor."""
+    have = len(pods) - len(lacking) - len(waiting)
+    ready_old = [p for p in lacking if s.ready(p, s.old)]
+    blocked = s.may_start_load() if ready_old else None
+    if ready_old and not blocked:
+        s.take(ready_old[0])
+        _swap_in(s, ready_old[0])
+        return False
+    why = blocked or (f"waiting for {', '.join(p.name for p in lacking)} to serve {s.old} first" if lacking else
+                      "waiting for " + ", ".join(f"{p.name} ({p.unread or 'not serving'})" for p in waiting)
+                      if waiting else f"waiting for {s.policy.replicas} pods (a replica being replaced)")
+    s.set(message=f"{s.new} in {have}/{len(pods)} pods; {why}")
+    return False
+
+
+def _cleaning_swap(s: _Step) -> None:
+    """A swap's rollback: each pod holding the new version taken in turn, drained, the new version
+    unloaded and the old one loaded back alone."""
+    taken = s.pod(s.rec.load_pod) if s.rec.load_pod else None
+    if s.rec.load_pod and taken is None:       # gone: its replacement loads the old version (the server's)
+        s.set(load_pod=None, load_since=None)
+    if taken is not None:
+        if taken.versions is None:
+            s.set(message=f"{s.rec.reason}; swapping {s.old} back in {taken.name}: its index not read ({taken.unread})")
+            return
+        if s.holds(taken, s.new):
+            if s.drained():
+                s.actions.append(Unload(taken.name, s.new, ()))
+            s.set(message=f"{s.rec.reason}; unloading {s.new} from {taken.name} to load {s.old} back alone")
+            return
+        if not s.ready(taken, s.old):
+            if not s.holds(taken, s.old):
+                s.load(taken, s.old, (s.old,))
+            s.set(message=f"{s.rec.reason}; loading {s.old} back in {taken.name}")
+            return
+        s.set(load_pod=None, load_since=None)
+    pods = sorted(s.obs.pods, key=lambda p: p.name)
+    unread = [p.name for p in pods if p.versions is None and p.name in s.rec.touched]
+    holding = next((p for p in pods if p.versions is not None and s.holds(p, s.new)), None)
+    if holding is not None:
+        s.take(holding)
+        s.set(message=f"{s.rec.reason}; {holding.name} out of the member's endpoints: draining it before {s.new} "
+                      f"is unloaded there")
+        return
+    if unread:
+        s.set(message=f"{s.rec.reason}; unloading {s.new} (index not read: {', '.join(unread)})")
+        return
+    s.actions += [RemoveFiles(name, s.new) for name in s.rec.touched]
+    _cleaned(s)
+
+
 def _cleaning(s: _Step) -> None:
     """Unload the new version from every pod that has it; the old one is loaded again first where it is gone."""
+    if s.rec.swap:
+        return _cleaning_swap(s)
     unread = []
     for pod in sorted(s.obs.pods, key=lambda p: p.name):
         if pod.versions is None:
@@ -441,6 +571,10 @@ def _cleaning(s: _Step) -> None:
     if any(isinstance(a, (Load, Unload)) for a in s.actions) or unread:
         s.set(message=f"{s.rec.reason}; unloading {s.new}" + (f" (index not read: {', '.join(unread)})" if unread else ""))
         return
+    _cleaned(s)
+
+
+def _cleaned(s: _Step) -> None:
     end = CLEANING[s.rec.phase]
     done = "rolled back" if end == ROLLED_BACK else "rolling out with pods"
     s.move(end, f"{s.rec.reason}; {s.new} unloaded everywhere, {s.old} serves: {done}",
