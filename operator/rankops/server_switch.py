@@ -87,7 +87,8 @@ class MemberSwitch:
 def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record | None, seen: SwitchSeen | None,
          fit: tuple[bool | None, str], replicas: int, now: dt.datetime, busy: str | None = None,
          others_slo_ms: Mapping[str, float] | None = None, manual: Mapping[str, str] | None = None,
-         acted: Mapping[str, str] | None = None, server_tolerance: int | None = None) -> MemberSwitch:
+         acted: Mapping[str, str] | None = None, server_tolerance: int | None = None,
+         wanted_replicas: int = 0) -> MemberSwitch:
     """One round of `member`'s switch: begin one when spec.version is not the held version, move one in
     flight on what the shell read (`seen`; None: nothing read this round, nothing moves), and say
     where it stands. `fit`: planner.shared_server.switch_fits for the member; `replicas`: the pods the
@@ -98,7 +99,8 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     bound held for them, as maxStableP99Ms holds it for the member's own serving version).
     `manual`: the member's rankops.io/abort and rankops.io/retry values; `acted`: the values its status
     line says were acted on ("aborted", "retried"), each acting once; `server_tolerance`: the server's
-    failureTolerance (_policy). A switch that loaded nothing holds the server's one switch at a time
+    failureTolerance (_policy); `wanted_replicas`: the pods the server wants (a swap counts the pods
+    missing from it against its tolerance). A switch that loaded nothing holds the server's one switch at a time
     for at most one load's deadline: paused, it is let go; waiting on another member's P99, it stops."""
     target = spec.version
     acted = dict(acted or {})
@@ -117,7 +119,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
             acted[record_key(ABORT_ANNOTATION)] = aborting
             if abort is None and record.phase not in inplace.CLEANING:
                 abort = f"aborted by annotation {ABORT_ANNOTATION}={aborting}"
-        policy = _policy(spec, replicas, server_tolerance)
+        policy = _policy(spec, replicas, server_tolerance, wanted_replicas if record.swap else 0)
         if spec.rollout.paused and abort is None and record.phase == inplace.LOADING and not record.touched:
             # paused before anything loaded: no switch is under way (it holds no room on the cards, nor
             # the server's one switch at a time); it begins again once the rollout is unpaused
@@ -144,7 +146,14 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
             abort = f"{'; '.join(over)} while {record.version} loaded beside {record.from_version}"
         observed = inplace.Observed(now, seen.pods, seen.gates, seen.stable_p99_ms, abort)
         switch = inplace.step(record, observed, policy)
-        if spec.rollout.paused and not abort and record.phase not in inplace.CLEANING \
+        if spec.rollout.paused and record.swap and record.load_pod and not abort:
+            # a swap's pod taken out finishes its swap (or swaps back) before the pause holds: no pod is
+            # left out of the member's endpoints for the pause; no other pod is taken meanwhile
+            if switch.record.load_pod not in (None, record.load_pod):
+                switch = inplace.Switch(replace(switch.record, load_pod=None, load_since=None, touched=record.touched),
+                                        tuple(a for a in switch.actions if a.pod != switch.record.load_pod),
+                                        switch.events)
+        elif spec.rollout.paused and not abort and record.phase not in inplace.CLEANING \
                 and switch.record.phase not in (*inplace.CLEANING, *inplace.CLEANING.values()):
             # rollout.paused: only what makes the switch safer moves (a rollback and its unloads)
             return MemberSwitch(record, held, note=f"switching to {record.version} is paused (rollout.paused) at "
@@ -182,7 +191,7 @@ def step(member: str, spec: RankingModelSpec, held: str, record: inplace.Record 
     swap = False
     if fits is False and not _shareable(spec, held, target, SideBySide(True, arithmetic)).problems:
         # it does not fit beside the held version: swapped pod by pod when one pod may be taken out
-        tolerance = _policy(spec, replicas, server_tolerance).failure_tolerance
+        tolerance = _policy(spec, replicas, server_tolerance, wanted_replicas).failure_tolerance
         if tolerance >= 1 and replicas >= 2:
             side, swap = SideBySide(True, arithmetic), True
         else:
@@ -237,14 +246,17 @@ def version_digest(spec: RankingModelSpec, version: str) -> str | None:
     return hashlib.sha256(wire.encode()).hexdigest()[:32]
 
 
-def _policy(spec: RankingModelSpec, replicas: int, server_tolerance: int | None) -> inplace.Policy:
+def _policy(spec: RankingModelSpec, replicas: int, server_tolerance: int | None,
+            wanted: int = 0) -> inplace.Policy:
     """The in-place machine's policy for a member's switch: the pods a load may take out of serving are
     the fewer of the member's failureTolerance and the server's (a load that kills a pod takes every
-    member in it), and one load's deadline is at most MAX_LOAD_TIMEOUT_S (the server's one switch at a
+    member in it), less the pods `wanted` that are not running (a swap's: each takes a pod out of the
+    member's serving, and a pod missing already has), and one load's deadline is at most MAX_LOAD_TIMEOUT_S (the server's one switch at a
     time is not one tenant's to hold for a day)."""
     policy = inplace_phase.policy(spec, replicas)
     tolerance = policy.failure_tolerance if server_tolerance is None else min(policy.failure_tolerance,
                                                                               server_tolerance)
+    tolerance = max(0, tolerance - max(0, wanted - replicas))
     return replace(policy, failure_tolerance=tolerance, load_timeout_s=min(policy.load_timeout_s, MAX_LOAD_TIMEOUT_S))
 
 

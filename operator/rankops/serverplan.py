@@ -431,7 +431,10 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
                                                   others_slo_ms={o.name: o.spec.slo.p99_latency_ms for o in held
                                                                  if o.name != m.name and o.spec.slo},
                                                   manual=m.manual, acted=m.acted,
-                                                  server_tolerance=spec.failure_tolerance)
+                                                  server_tolerance=spec.failure_tolerance,
+                                                  # the pods wanted: one missing already spends a swap's tolerance
+                                                  wanted_replicas=max(replicas_now,
+                                                                      admission.cards if admission else 0))
             if switches[m.name].in_flight:
                 busy = busy or m.name
             versions[m.name] = switches[m.name].held

@@ -158,3 +158,52 @@ def test_a_member_named_stats_gets_no_port():
     with pytest.raises(route.RouteError, match="statistics"):
         route.checked_routes({"8100": "stats"})
     assert not route.allowed("/v2/models/stats", "stats")
+
+
+def _drain_ask(seconds, key="k3y", model="coarse") -> bytes:
+    body = json.dumps({"seconds": seconds}).encode()
+    return (f"POST /rankops/drain HTTP/1.1\r\nHost: x\r\nrankops-api-key: {key}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+def test_a_drain_asked_with_the_key_closes_the_members_idle_connections_and_ends_each_other_after_its_answer():
+    """A swap drains the member on the pod it takes (rollout/inplace.py): pooled clients must leave it."""
+    async def test(router, port, upstream):
+        idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)       # a pooled, idle connection
+        busy_r, busy_w = await asyncio.open_connection("127.0.0.1", port)
+        busy_w.write(b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        await busy_w.drain()
+        assert await asyncio.wait_for(busy_r.readexactly(len(ANSWER)), 2) == ANSWER
+        asked = await _exchange(port, _drain_ask(30))
+        assert b"200 OK" in asked and json.loads(asked.split(b"\r\n\r\n", 1)[1]) == \
+            {"model": "coarse", "draining": True, "open": 2}
+        assert await asyncio.wait_for(idle_r.read(1), 2) == b"", "the idle keep-alive connection is closed"
+        # busy was idle too by now: closed. A new connection (stale endpoints) is answered, then closed.
+        assert await asyncio.wait_for(busy_r.read(1), 2) == b""
+        late = await _exchange(port, b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                                     b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert late.count(b"200 OK") == 1 and b"Connection: close" in late, late
+        # the drain ended: keep-alive again
+        assert b'"draining": false' in await _exchange(port, _drain_ask(0))
+        again = await _exchange(port, b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+        assert again.count(b"200 OK") == 2 and b"Connection: close" not in again
+        for w in (idle_w, busy_w):
+            w.close()
+    _with_router(test, api_key="k3y")
+
+
+@pytest.mark.parametrize("ask", [_drain_ask(30, key="wrong"), _drain_ask(30, key=""), _drain_ask(301),
+                                 _drain_ask(-1)])
+def test_a_drain_ask_without_the_key_or_out_of_bounds_drains_nothing(ask):
+    async def test(router, port, upstream):
+        answer = await _exchange(port, ask)
+        assert b"200 OK" not in answer and not router.draining("coarse"), answer
+        assert b"/rankops/drain" not in bytes(upstream.received), "never passed to Triton"
+    _with_router(test, api_key="k3y")
+
+
+def test_a_router_without_a_key_takes_no_drain():
+    async def test(router, port, upstream):
+        answer = await _exchange(port, _drain_ask(30))
+        assert b"404" in answer and not router.draining("coarse")
+    _with_router(test)

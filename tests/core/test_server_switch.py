@@ -492,6 +492,15 @@ def test_an_edit_of_the_incoming_versions_entry_mid_switch_rolls_it_back():
     assert rolled.actions == (inplace.Unload(PODS[0], "2", ("1",)),)
 
 
+def work(actions) -> tuple:
+    """A switch's actions on the pods' Tritons and files (a swap's router drains are checked apart)."""
+    return tuple(a for a in actions if not isinstance(a, inplace.Drain))
+
+
+def drains(actions) -> tuple:
+    return tuple(a for a in actions if isinstance(a, inplace.Drain))
+
+
 def endpoint_pods(result, model="coarse") -> set[str]:
     """The pods `model`'s EndpointSlice sends requests to."""
     slice_ = next(o for o in result.objects if o["kind"] == "EndpointSlice"
@@ -511,17 +520,20 @@ def test_a_version_that_does_not_fit_beside_the_held_one_is_swapped_pod_by_pod_e
     # The first pod is taken: out of coarse's endpoints (fine's stay), nothing unloaded while it drains.
     taken = round_("1", record, old, weights_mib=6000)
     record = taken.switches["coarse"].record
-    assert record.load_pod == PODS[0] and record.touched == (PODS[0],) and not taken.switches["coarse"].actions
+    assert record.load_pod == PODS[0] and record.touched == (PODS[0],)
+    assert not work(taken.switches["coarse"].actions)
+    assert drains(taken.switches["coarse"].actions) == (inplace.Drain(PODS[0], inplace.DRAIN_HOLD_S),), \
+        "its router closes coarse's keep-alive connections"
     assert endpoint_pods(taken) == {PODS[1]} and endpoint_pods(taken, "fine") == set(PODS)
     assert "draining" in record.message
     drained = round_("1", record, old, weights_mib=6000, now=later(6))
-    assert drained.switches["coarse"].actions == (inplace.Unload(PODS[0], "1", ()),)
+    assert work(drained.switches["coarse"].actions) == (inplace.Unload(PODS[0], "1", ()),)
     assert endpoint_pods(drained) == {PODS[1]}
 
     # Unloaded there: the server's own loads leave the taken pod to the switch, which loads 2 alone.
     empty = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"),), PODS[1]: (entry(1),)}
     loading = round_("1", record, empty, weights_mib=6000, now=later(8))
-    assert loading.switches["coarse"].actions == (inplace.Load(PODS[0], "2", ("2",)),)
+    assert work(loading.switches["coarse"].actions) == (inplace.Load(PODS[0], "2", ("2",)),)
     assert all(a.nothing for a in loading.actions.values())
     assert line(loading).state == serverplan.SERVING, "the taken pod is not judged while it is swapped"
 
@@ -530,26 +542,28 @@ def test_a_version_that_does_not_fit_beside_the_held_one_is_swapped_pod_by_pod_e
     gating = round_("1", loading.switches["coarse"].record, one, weights_mib=6000, now=later(20))
     record = gating.switches["coarse"].record
     assert record.phase == inplace.GATING and record.load_pod is None
-    assert gating.switches["coarse"].actions == (inplace.RunGate("warmup", PODS[0], "2", PODS[1]),)
+    assert drains(gating.switches["coarse"].actions) == (inplace.Drain(PODS[0], 0),), "back in: the drain ends"
+    assert work(gating.switches["coarse"].actions) == (inplace.RunGate("warmup", PODS[0], "2", PODS[1]),)
     assert endpoint_pods(gating) == set(PODS)
 
     # Gates passed: the second pod is taken the same way.
     passed = {g: inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}") for g in ("warmup", "equivalence")}
     promoting = round_("1", record, one, passed, weights_mib=6000, now=later(30))
     record = promoting.switches["coarse"].record
-    assert record.phase == inplace.PROMOTING and record.load_pod == PODS[1] and not promoting.switches["coarse"].actions
+    assert record.phase == inplace.PROMOTING and record.load_pod == PODS[1]
+    assert not work(promoting.switches["coarse"].actions)
     assert endpoint_pods(promoting) == {PODS[0]}
     unload = round_("1", record, one, passed, weights_mib=6000, now=later(36))
-    assert unload.switches["coarse"].actions == (inplace.Unload(PODS[1], "1", ()),)
+    assert work(unload.switches["coarse"].actions) == (inplace.Unload(PODS[1], "1", ()),)
     half = {PODS[0]: one[PODS[0]], PODS[1]: (entry(1, "UNAVAILABLE", "unloaded"),)}
     load = round_("1", record, half, passed, weights_mib=6000, now=later(38))
-    assert load.switches["coarse"].actions == (inplace.Load(PODS[1], "2", ("2",)),)
+    assert work(load.switches["coarse"].actions) == (inplace.Load(PODS[1], "2", ("2",)),)
 
     # Every pod holds 2 alone: switched, 1's files go, nothing more is loaded.
     new = {p: (entry(1, "UNAVAILABLE", "unloaded"), entry(2)) for p in PODS}
     switched = round_("1", record, new, passed, weights_mib=6000, now=later(50))
     assert switched.switches["coarse"].record.phase == inplace.SWITCHED and switched.switches["coarse"].held == "2"
-    assert set(switched.switches["coarse"].actions) == {inplace.RemoveFiles(p, "1") for p in PODS}
+    assert set(work(switched.switches["coarse"].actions)) == {inplace.RemoveFiles(p, "1") for p in PODS}
     assert endpoint_pods(switched) == set(PODS)
 
 
@@ -557,7 +571,7 @@ def test_a_swap_takes_no_pod_while_the_others_serving_would_fall_below_the_floor
     old = {PODS[0]: (entry(1),), PODS[1]: (entry(1, "LOADING"),)}       # the other pod not serving coarse yet
     record = inplace.Record(version="2", from_version="1", phase=inplace.LOADING, since=NOW.isoformat(), swap=True)
     waiting = round_("1", record, old, weights_mib=6000)
-    assert waiting.switches["coarse"].record.load_pod is None and not waiting.switches["coarse"].actions
+    assert waiting.switches["coarse"].record.load_pod is None and not work(waiting.switches["coarse"].actions)
     assert endpoint_pods(waiting) == {PODS[0]}
     assert "waiting" in waiting.switches["coarse"].record.message
 
@@ -571,16 +585,101 @@ def test_a_swap_that_fails_its_gate_swaps_the_held_version_back_one_pod_at_a_tim
               "warmup": inplace.GateVerdict("pass", "ok", f"uid-{PODS[0]}")}
     rolling = round_("1", record, one, failed, weights_mib=6000)
     record = rolling.switches["coarse"].record
-    assert record.phase == inplace.ROLLING_BACK and record.load_pod == PODS[0] and not rolling.switches["coarse"].actions
+    assert record.phase == inplace.ROLLING_BACK and record.load_pod == PODS[0]
+    assert not work(rolling.switches["coarse"].actions)
     assert endpoint_pods(rolling) == {PODS[1]}, "drained before 2 is unloaded there"
     unload = round_("1", record, one, failed, weights_mib=6000, now=later(6))
-    assert unload.switches["coarse"].actions == (inplace.Unload(PODS[0], "2", ()),)
+    assert work(unload.switches["coarse"].actions) == (inplace.Unload(PODS[0], "2", ()),)
     empty = {PODS[0]: (entry(1, "UNAVAILABLE", "unloaded"), entry(2, "UNAVAILABLE", "unloaded")), PODS[1]: (entry(1),)}
     back = round_("1", record, empty, failed, weights_mib=6000, now=later(8))
-    assert back.switches["coarse"].actions == (inplace.Load(PODS[0], "1", ("1",)),)
+    assert work(back.switches["coarse"].actions) == (inplace.Load(PODS[0], "1", ("1",)),)
     assert all(a.nothing for a in back.actions.values()), "the switch loads 1 back there, not the server too"
     old = {p: (entry(1), entry(2, "UNAVAILABLE", "unloaded")) for p in PODS}
     done = round_("1", record, old, failed, weights_mib=6000, now=later(12))
     assert done.switches["coarse"].record.phase == inplace.ROLLED_BACK and done.switches["coarse"].held == "1"
-    assert done.switches["coarse"].actions == (inplace.RemoveFiles(PODS[0], "2"),)
+    assert work(done.switches["coarse"].actions) == (inplace.RemoveFiles(PODS[0], "2"),)
     assert endpoint_pods(done) == set(PODS)
+
+
+# --- a swap, after a hostile review: each test drives plan_server with pods not Ready, missing, or
+# failing, as the review reproduced them
+
+A, B, C = "ranking-shared-a", "ranking-shared-b", "ranking-shared-c"
+SWAPPED = (entry(1, "UNAVAILABLE", "unloaded"), entry(2))
+
+
+def swap_round(record, holding, *, ready=None, gates=None, now=NOW, names=(A, B), no_ip=(), **spec):
+    """`holding`: pod -> coarse's entries (None: index unread); `ready`: pod -> Ready; `no_ip`: pods
+    not started (Pending)."""
+    ready = ready or {}
+    views, indexes = [], []
+    for i, name in enumerate(names, 1):
+        is_ready, entries = ready.get(name, True), holding.get(name)
+        index = None if entries is None or not is_ready else (*entries, IndexEntry("fine", 1, "READY", ""))
+        ip = "" if name in no_ip else f"10.0.0.{i}"
+        views.append(PodView(name, is_ready, ip, None, index, uid=f"uid-{name}"))
+        if ip:
+            indexes.append(inplace.PodIndex(name, f"uid-{name}", is_ready, None if index is None else
+                                            {e.version: inplace.VersionState(e.state, e.reason) for e in entries}))
+    coarse = dataclasses.replace(member("coarse", 6000, held="1", version="2", **spec), switch=record)
+    return plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], views, {},
+                       pool_placement(None, None), switch_seen={"coarse": SwitchSeen(tuple(indexes), gates or {}, 5.0)},
+                       now=now)
+
+
+def swap_record(phase, **fields):
+    return inplace.Record(version="2", from_version="1", phase=phase, since=NOW.isoformat(), swap=True, **fields)
+
+
+def test_a_swap_s_rollback_takes_no_pod_that_would_leave_the_member_without_an_endpoint():
+    errored = {"equivalence": inplace.GateVerdict("error", "reference pod unreachable", f"uid-{A}"),
+               "warmup": inplace.GateVerdict("pass", "ok", f"uid-{A}")}
+    record = swap_record(inplace.GATING, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A,))
+    out = swap_round(record, {A: SWAPPED, B: None}, ready={B: False}, gates=errored)
+    switch = out.switches["coarse"]
+    assert switch.record.phase == inplace.ROLLING_BACK and switch.record.load_pod is None
+    assert endpoint_pods(out) == {A}, "2 serves on until another pod serves coarse"
+    back = swap_round(switch.record, {A: SWAPPED, B: (entry(1),)}, gates=errored, now=NOW + dt.timedelta(seconds=3))
+    assert back.switches["coarse"].record.load_pod == A and endpoint_pods(back) == {B}
+
+
+def test_a_swap_counts_the_pods_the_server_wants_and_lacks_against_its_tolerance():
+    record = swap_record(inplace.PROMOTING, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A,))
+    out = swap_round(record, {A: SWAPPED, B: (entry(1),), C: (entry(1),)}, names=(A, B, C), no_ip=(C,), replicas=3)
+    assert out.switches["coarse"].record.load_pod is None and endpoint_pods(out) == {A, B}
+    assert "at least 1" in out.switches["coarse"].record.message
+
+
+def test_a_swap_whose_gate_pod_was_lost_for_a_round_gates_the_pod_already_swapped_again():
+    record = swap_record(inplace.GATING, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A,))
+    holding = {A: SWAPPED, B: (entry(1),)}
+    lost = swap_round(record, holding, ready={A: False}).switches["coarse"].record
+    assert lost.phase == inplace.LOADING and lost.gate_pod is None
+    again = swap_round(lost, holding, now=NOW + dt.timedelta(seconds=3)).switches["coarse"]
+    assert again.record.phase == inplace.GATING and again.record.gate_pod == A
+    assert work(again.actions) == (inplace.RunGate("warmup", A, "2", B),)
+
+
+def test_a_swap_paused_with_a_pod_taken_finishes_that_pod_and_takes_no_other():
+    record = swap_record(inplace.PROMOTING, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A, B), load_pod=B,
+                         load_since=(NOW - dt.timedelta(seconds=10)).isoformat())
+    empty = {A: SWAPPED, B: (entry(1, "UNAVAILABLE", "unloaded"),)}
+    out = swap_round(record, empty, rollout={"paused": True})
+    assert work(out.switches["coarse"].actions) == (inplace.Load(B, "2", ("2",)),)
+    record = swap_record(inplace.PROMOTING, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A, B), load_pod=B,
+                         load_since=(NOW - dt.timedelta(seconds=10)).isoformat())
+    three = {A: SWAPPED, B: SWAPPED, C: (entry(1),)}
+    done = swap_round(record, three, names=(A, B, C), rollout={"paused": True}, replicas=3)
+    assert done.switches["coarse"].record.load_pod is None and not work(done.switches["coarse"].actions)
+    assert endpoint_pods(done) == {A, B, C}, "B back in; C not taken while paused"
+
+
+def test_a_swap_back_that_fails_hands_the_pod_to_the_server_s_loads_and_the_rollback_ends():
+    record = swap_record(inplace.ROLLING_BACK, gate_pod=A, gate_pod_uid=f"uid-{A}", touched=(A,), load_pod=A,
+                         load_since=NOW.isoformat(), reason="gate failed")
+    holding = {A: (entry(1, "UNAVAILABLE", "failed to load: CUDA out of memory"), entry(2, "UNAVAILABLE", "unloaded")),
+               B: (entry(1),)}
+    out = swap_round(record, holding, now=NOW + dt.timedelta(seconds=10))
+    switch = out.switches["coarse"]
+    assert switch.record.phase == inplace.ROLLED_BACK and switch.record.load_pod is None
+    assert "InPlaceSwapBackFailed" in [e.reason for e in switch.events]

@@ -17,8 +17,10 @@ ConfigMap's mount point become directories here, Triton's port and the members' 
 from __future__ import annotations
 
 import functools
+import http.client
 import http.server
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -139,7 +141,7 @@ class Pod:
         args = [here.get(a, a) for a in command[1:]]
         log = (self.work / f"{name}.log").open("w")
         return subprocess.Popen([sys.executable, "-m", "rankops", *args], stdout=log, stderr=subprocess.STDOUT,
-                                cwd=self.work)
+                                cwd=self.work, env={**os.environ, serving.API_KEY_ENV: self.key})
 
     def converge(self, names, timeout_s: float = 90.0, until: Callable[[dict, serverplan.PodActions], bool] | None = None,
                  ) -> tuple[dict[str, str], dict, serverplan.ServerPlan]:
@@ -406,8 +408,10 @@ def test_a_members_version_too_large_to_sit_beside_the_held_one_is_swapped_pod_b
     stated weights too large for 1 and 4 on one card together: its switch 1 -> 4 is a swap. Each pod in
     turn leaves coarse's EndpointSlice, is drained, has 1 unloaded and 4 loaded alone (Triton's own
     unload and load, through the restricted API), and the first is gated there: warm-up, and
-    equivalence of 4 against 1 on the other pod. Requests go only where the plan's EndpointSlice
-    sends them, through each pod's coarse port: none fails, and fine and rerank serve on both pods."""
+    equivalence of 4 against 1 on the other pod. The client keeps its connection alive, as a pooled
+    client behind kube-proxy does: it reconnects (to a pod of the plan's EndpointSlice) only when its
+    connection ends, so it stays on a pod taken out of the endpoints until the pod's router drains
+    it (Connection: close). None of its requests fails; fine and rerank serve on both pods."""
     import datetime as dt
 
     from rankops.controller.server_switches import Switches
@@ -435,7 +439,8 @@ def test_a_members_version_too_large_to_sit_beside_the_held_one_is_swapped_pod_b
         server_pods = [p.server_pod for p in (pod, second)]
         read_began = time.monotonic()
         read = pod.shell.read(server_pods, THREE)
-        seen = switches.seen(members, server_pods, read, read_began, pod.shell, "reco", pod.shell.headers)
+        seen = switches.seen(members, server_pods, read, read_began, pod.shell, "reco", pod.shell.headers,
+                             route_port=lambda name, member: by_name[name].port(member))
         staged = parse_members((pod.mount / "members.json").read_text(), "ranking")
         plan = serverplan.plan_server("ranking", "reco", SERVER, members, read, pod.ports,
                                       serving.pool_placement(None, None), previous_staged=staged,
@@ -467,19 +472,37 @@ def test_a_members_version_too_large_to_sit_beside_the_held_one_is_swapped_pod_b
             pod.shell.settle(timeout_s=60)
             time.sleep(0.3)
 
+    types = {"float32": "FP32", "int64": "INT64", "int32": "INT32", "float16": "FP16"}
+    arrays = spec_models.request_arrays(models["coarse"].spec, candidates=5)
+    body = json.dumps({"inputs": [{"name": n, "shape": list(a.shape), "datatype": types[str(a.dtype)],
+                                   "data": a.flatten().tolist()} for n, a in arrays.items()]}).encode()
+    told_to_leave = [0]
+
     def traffic() -> None:
-        turn = 0
+        """One kept-alive connection, on one pod until it ends (kube-proxy keeps an established one)."""
+        turn, connection, at = 0, None, ""
         while not stop.is_set():
-            targets = list(endpoints)
-            if targets:
-                name = targets[turn % len(targets)]
-                turn += 1
-                try:
-                    outputs = _infer_through(by_name[name].port("coarse"), models["coarse"], "coarse")
-                    assert outputs and all(len(v) == 5 for v in outputs.values()), outputs
-                    sent[name] += 1
-                except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
-                    failures.append(f"{name}: {exc!r}")
+            if connection is None:
+                targets = list(endpoints)
+                if not targets:
+                    time.sleep(0.02)
+                    continue
+                at, turn = targets[turn % len(targets)], turn + 1
+                connection = http.client.HTTPConnection("127.0.0.1", by_name[at].port("coarse"), timeout=10)
+            try:
+                connection.request("POST", "/v2/models/coarse/infer", body, {"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                data = answer.read()
+                assert answer.status == 200, (answer.status, data[:300])
+                sent[at] += 1
+                if (answer.getheader("Connection") or "").lower() == "close":
+                    told_to_leave[0] += 1
+                    connection.close()
+                    connection = None
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                failures.append(f"{at}: {exc!r}")
+                connection.close()
+                connection = None
             time.sleep(0.02)
 
     sender = threading.Thread(target=traffic, daemon=True)
@@ -501,10 +524,12 @@ def test_a_members_version_too_large_to_sit_beside_the_held_one_is_swapped_pod_b
         switches.close()
         second.stop()
     record = records["coarse"]
-    print(f"\nswap: {record.message}; requests by pod {sent}, {len(failures)} failed; pods taken {sorted(taken_seen)}")
+    print(f"\nswap: {record.message}; requests by pod {sent}, {len(failures)} failed; pods taken {sorted(taken_seen)}; "
+          f"told to leave a pod {told_to_leave[0]} times")
     assert record.swap and record.phase == "Switched" and held["coarse"] == "4", record
     assert taken_seen == set(by_name), "each pod was taken, out of coarse's endpoints, in its turn"
     assert not failures and all(n > 10 for n in sent.values()), (sent, failures[:5])
+    assert told_to_leave[0] >= 2, "the client left each pod taken when its router drained it"
     index = {(e.name, e.version): e.state for e in pod.repo.index()}
     assert index[("coarse", 4)] == "READY" and index.get(("coarse", 1)) != "READY", index
     assert all(answers_on_its_port(pod, n) for n in ("fine", "rerank"))

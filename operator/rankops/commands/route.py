@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +23,9 @@ def add_commands(subparsers) -> None:
     route.add_argument("--routes-file", type=Path, help='JSON {"PORT": "MODEL", ...}, e.g. a mounted ConfigMap key')
     route.add_argument("--route", action="append", default=[], metavar="PORT=MODEL", help="a fixed route (repeatable)")
     route.add_argument("--reload-s", type=float, default=2.0, help="how often the routes file is read (default 2)")
+    route.add_argument("--api-key-env", metavar="NAME",
+                       help="environment variable holding the key the operator's drain asks carry "
+                            "(POST /rankops/drain); without it no drain is taken")
     route.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                        help=f"largest request body passed (default {DEFAULT_MAX_BODY_BYTES})")
     route.set_defaults(func=_route)
@@ -46,7 +50,8 @@ def _route(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run((host, int(port)), args.routes_file, static, args.host, args.reload_s, stop, args.max_body_bytes)
+        await run((host, int(port)), args.routes_file, static, args.host, args.reload_s, stop, args.max_body_bytes,
+                  api_key=os.environ.get(args.api_key_env) if args.api_key_env else None)
 
     asyncio.run(main())
     return 0

@@ -37,6 +37,8 @@ Two modes, by who owns the pod's files:
 """
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,10 +62,12 @@ from rankops.rollout.machine import reference_version_of
 from rankops.triton.client import GATE_PRIORITY, Endpoint
 from rankops.triton.repository import (INDEX_DEADLINE_S, KeyRefused, Repository, RepositoryError, config_json,
                                        with_versions)
+from rankops.triton.route import DRAIN_PATH
 from rankops.triton.samples import Sample, generate_samples, parse_input_spec
 
 # Triton's latency window is 60 s; the gate Job waits 70 s for it to hold only warm requests.
 WARMUP_WINDOW_WAIT_S = 70.0
+DRAIN_ASK_TIMEOUT_S = 5.0      # a swap's drain ask to a pod's router
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class PodTarget:
     metrics_port: int | None = None
     headers: Mapping[str, str] | None = None      # the model's restricted-API key header
     serving: bool = True                          # Ready, not deleted, on a live node (rollout/readiness)
+    route_port: int | None = None                 # a shared server's: the member's port on the pod's router
 
     @property
     def http_url(self) -> str:
@@ -182,6 +187,7 @@ class Executor:
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
         self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
         self.waiting: dict[str, str] = {}       # pod -> why its last load loaded nothing (its files not there yet)
+        self.drain_open: dict[str, int] = {}    # pod -> the member's connections its router had open at the last drain ask
         self.sent: list[tuple[str, ...]] = []                             # every action started, in order
         # A load that ended after the last read began is not in that read's index: the machine asks
         # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)). One
@@ -211,6 +217,10 @@ class Executor:
                                     unread=f"{pod.name}: index not read ({type(exc).__name__})")
         versions = {v: inplace.VersionState(e.state, e.reason) for v, e in entries.items()}
         return inplace.PodIndex(pod.name, pod.uid, pod.serving, versions)
+
+    def drain_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.drain_open)
 
     def gate_verdicts(self, version: str) -> dict[str, inplace.GateVerdict]:
         with self._lock:
@@ -257,6 +267,11 @@ class Executor:
             if not action.keep:     # a swap's unload: Triton's unload of the model, every version at once
                 return ("repository", pod.name), lambda: self._unload(pod)
             return ("repository", pod.name), lambda: self._load(pod, action.keep)
+        if isinstance(action, inplace.Drain):
+            pod = self.pods[action.pod]
+            if pod.route_port is None:
+                return None, lambda: None
+            return ("drain", pod.name, str(action.seconds)), lambda: self._drain(pod, action.seconds)
         if isinstance(action, inplace.RemoveFiles):
             if self.stage is None:      # the pod's stager removes it once versions.json stops listing it
                 return None, lambda: None
@@ -289,6 +304,30 @@ class Executor:
         with self._lock:
             self.waiting.pop(pod.name, None)
             self._written[pod.name] = (versions, time.monotonic())
+
+    def _drain(self, pod: PodTarget, seconds: float) -> None:
+        """Ask the pod's router to drain the member (triton/route.py), with the server's key."""
+        body = json.dumps({"seconds": seconds}).encode()
+        connection = http.client.HTTPConnection(pod.host, pod.route_port, timeout=DRAIN_ASK_TIMEOUT_S)
+        try:
+            connection.request("POST", DRAIN_PATH, body, {**(pod.headers or {}), "Content-Type": "application/json"})
+            answer = connection.getresponse()
+            said = answer.read(1024)
+            if answer.status != 200:
+                raise RepositoryError(f"{pod.name}: drain of {self.model} refused ({answer.status}): "
+                                      f"{said[:200].decode('utf-8', 'replace')}")
+            open_now = json.loads(said).get("open")
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            with self._lock:
+                self.drain_open.pop(pod.name, None)     # not known: the drain is timed alone
+            raise
+        finally:
+            connection.close()
+        with self._lock:
+            if seconds and isinstance(open_now, int) and not isinstance(open_now, bool) and open_now >= 0:
+                self.drain_open[pod.name] = open_now
+            else:
+                self.drain_open.pop(pod.name, None)
 
     def _unload(self, pod: PodTarget) -> None:
         pod.repository().unload(self.model, deadline_s=self.load_deadline_s)

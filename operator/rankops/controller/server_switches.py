@@ -15,6 +15,7 @@ executor go, and with it its verdicts: a switch begun again is gated anew.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,18 +61,22 @@ class Switches:
         self._sent: dict[str, str] = {}     # member -> digest of the config its switch's loads were last sent with
 
     def seen(self, views: Sequence[Any], pods: Sequence[ServerPod], pods_read: Sequence[PodView], read_began: float,
-             shell: ServerPods, namespace: str, headers: Mapping[str, str]) -> dict[str, server_switch.SwitchSeen]:
+             shell: ServerPods, namespace: str, headers: Mapping[str, str],
+             route_port: Callable[[str, str], int | None] = lambda pod, member: None,
+             ) -> dict[str, server_switch.SwitchSeen]:
         """What each switch in flight reads this round (`views`: the plan's MemberViews; `pods_read`: the
-        server's read of its pods, begun at `read_began` (time.monotonic))."""
+        server's read of its pods, begun at `read_began` (time.monotonic)); `route_port`: (pod, member) ->
+        the member's port on the pod's router (a swap's drain asks)."""
         seen = {}
         switching = {v.name: v for v in views if v.switch is not None and v.switch.phase in server_switch.IN_FLIGHT}
         for member in [m for m in self._held if m not in switching]:
             self.forget(member)
+        read = {p.name: p for p in pods_read}
         for name, view in switching.items():
             record = view.switch
             executor = self._executor(name, record)
             executor.pods = {p.name: PodTarget(p.name, p.uid, p.ip, p.port, None, p.metrics_port, headers,
-                                               serving=p.reachable)
+                                               serving=p.reachable, route_port=route_port(p.name, name))
                              # every pod: a switch loads in each (their indexes are the server's read)
                              for p in sorted((p for p in pods if p.ip), key=lambda p: p.name)}
             executor.gates = PodGates(RankingModel.model_construct(metadata={"name": name, "namespace": namespace},
@@ -79,9 +84,10 @@ class Switches:
             executor.load_deadline_s = float(view.spec.rollout.in_place.load_timeout_seconds)
             own, others = shell.read_p99s(pods, name, triton_version(record.from_version),
                                           [v.name for v in views if v.name != name and v.held_version])
-            read = {p.name: p for p in pods_read}
             known = {target.name: member_index(name, target, read[target.name]) for target in executor.pods.values()
                      if target.name in read and (read[target.name].index is not None or target.serving)}
+            drains = executor.drain_counts()
+            known = {pod: dataclasses.replace(index, drain_open=drains.get(pod)) for pod, index in known.items()}
             seen[name] = server_switch.SwitchSeen(executor.read(known, read_began),
                                                   executor.gate_verdicts(record.version), own, others)
         return seen

@@ -175,7 +175,8 @@ def reconcile(kube: Kube, body: dict[str, Any], models: Sequence[dict[str, Any]]
     if load is not None and load.reading is not None:
         memory.readings[uid] = dict(load.reading)
     switches = memory.switches.setdefault(uid, Switches(memory.load_config))
-    seen = switches.seen(views, seen_pods, pods_read, read_began, shell, namespace, {serving.API_KEY_HEADER: key})
+    seen = switches.seen(views, seen_pods, pods_read, read_began, shell, namespace, {serving.API_KEY_HEADER: key},
+                         route_port=lambda pod, member: ports.get(member))
     services = kube.list("Service", namespace)
     plan = serverplan.plan_server(name, namespace, spec, views, pods_read, ports, placement, policy, staged,
                                   taken=_taken(services, uid), frozen=frozen, replicas_now=old.replicas or 0,

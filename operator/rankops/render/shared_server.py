@@ -283,7 +283,9 @@ def server_deployment(server: str, namespace: str, spec: SharedServerSpec, repli
     route = {
         "name": "route", "image": policy.fetcher(spec),
         "command": ["rankops", "route", "--upstream", f"127.0.0.1:{serving.HTTP_PORT}",
-                    "--routes-file", f"{MEMBERS_DIR}/{ROUTES_KEY}"],
+                    "--routes-file", f"{MEMBERS_DIR}/{ROUTES_KEY}", "--api-key-env", serving.API_KEY_ENV],
+        # the operator's drain asks (a swap) carry the server's restricted-API key
+        "env": [serving.api_key_env(name)],
         "volumeMounts": [config_mount], "resources": ROUTE_RESOURCES, "securityContext": restricted,
     }
     stage = {

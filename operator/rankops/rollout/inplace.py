@@ -45,7 +45,8 @@ counted from the first ask; only an error in the index is a failed load.
 A swap (a shared server's member whose new version does not fit beside the held one on the card,
 server_switch.py): the new version replaces the old one in each pod in turn instead of loading
 beside it. The pod taken (`load_pod`) leaves the member's endpoints first (the shell's rule), is
-given DRAIN_S for its requests in flight, has the old version unloaded, then loads the new one
+its router asked to close the member's keep-alive connections (Drain), given DRAIN_S for its
+requests in flight, has the old version unloaded, then loads the new one
 alone; the gates judge it there, equivalence against the old version on another pod. One pod at a
 time is taken, and only while the others serving the member keep replicas - failureTolerance. A
 rollback swaps back the same way, one pod at a time.
@@ -75,6 +76,8 @@ TERMINAL = (SWITCHED, ROLLED_BACK, FELL_BACK)
 READY, LOADING_STATE, UNLOADING_STATE, UNAVAILABLE = "READY", "LOADING", "UNLOADING", "UNAVAILABLE"
 HELD = (READY, LOADING_STATE, UNLOADING_STATE)
 DRAIN_S = 5.0   # a swap's pod is out of the member's endpoints this long before its version is unloaded
+DRAIN_HOLD_S = 30.0     # each drain ask holds the pod's router drain this long (asked again each round)
+MAX_DRAIN_S = 30.0      # a drain waits at most this long for the router's last connection of the member to end
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class PodIndex:
     versions: Mapping[int, VersionState] | None   # its repository index by Triton version; None: not read
     unread: str = ""         # why the index was not read
     key_refused: bool = False   # the pod refused the model's restricted-API key (the key Secret was made again)
+    drain_open: int | None = None   # a swap's: the member's connections its router still had open (None: not asked)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,14 @@ class Unload:
     pod: str
     version: str
     keep: tuple[str, ...]       # () in a swap: the model unloaded from the pod (Triton's unload)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A swap's: the pod's router closes the member's keep-alive connections (triton/route.py) for
+    `seconds`, so pooled clients leave the pod taken; 0 ends the drain."""
+    pod: str
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -274,12 +286,25 @@ class _Step:
         if pod.name not in self.rec.touched:
             self.set(touched=(*self.rec.touched, pod.name))
 
-    def drained(self) -> bool:
-        return (self.obs.now - parse_time(self.rec.load_since)).total_seconds() >= DRAIN_S
+    def drained(self, pod: PodIndex) -> bool:
+        """The pod taken has had DRAIN_S, and its router says no connection of the member is open (or
+        MAX_DRAIN_S passed; a router not asked: DRAIN_S alone)."""
+        waited = (self.obs.now - parse_time(self.rec.load_since)).total_seconds()
+        return waited >= DRAIN_S and (pod.drain_open in (None, 0) or waited >= MAX_DRAIN_S)
 
     # --- guards
     def serving(self) -> int:
         return sum(p.serving for p in self.obs.pods)
+
+    def below_floor(self) -> str | None:
+        """Why a swap may not take one more pod out now: the others serving the member would fall
+        below replicas - failureTolerance, or to none."""
+        floor = max(1, self.policy.replicas - self.policy.failure_tolerance)
+        serving = len(self.serving_either())
+        if serving - 1 < floor:
+            return (f"{serving} pods serve it: taking one out to swap it would leave fewer than "
+                    f"{floor} (replicas - failureTolerance, at least 1)")
+        return None
 
     def serving_either(self) -> list[PodIndex]:
         """The pods serving the member now (a swap's): either version READY, not the pod taken."""
@@ -292,9 +317,8 @@ class _Step:
         if self.serving() < floor:
             return (f"{self.serving()} pods serving, below replicas - failureTolerance = {floor}: no load starts "
                     "until they are back")
-        if self.rec.swap and len(self.serving_either()) - 1 < floor:
-            return (f"{len(self.serving_either())} pods serve it: taking one out to swap {self.old} for {self.new} "
-                    f"would leave fewer than replicas - failureTolerance = {floor}")
+        if self.rec.swap and (why := self.below_floor()):
+            return why
         if self.obs.stable_p99_ms is None:
             return f"the stable P99 is not read: no load of {self.new} starts without it"
         return None
@@ -354,6 +378,8 @@ def _loading(s: _Step) -> None:
         s.set(gate_pod=None, gate_pod_uid=None, load_pod=None, load_since=None)
         gate = None
     if gate is not None and s.ready(gate, s.new):
+        if s.rec.swap and s.rec.load_pod == gate.name:
+            s.actions.append(Drain(gate.name, 0))
         s.set(load_pod=None, load_since=None)
         s.move(GATING, f"{s.new} READY beside {s.old} in {gate.name}; gating it there", "InPlaceLoaded")
         return _gating(s)
@@ -375,15 +401,26 @@ def _loading(s: _Step) -> None:
         s.set(message=f"waiting to load {s.new}: {blocked}")
         return
     if gate is None:
-        gate = next((p for p in sorted(s.obs.pods, key=lambda p: p.name)
-                     if p.serving and p.versions is not None and s.ready(p, s.old)), None)
+        pods = sorted(s.obs.pods, key=lambda p: p.name)
+        # a swap's pod already holding the new version alone (its gate pod lost for a round) is gated again
+        swapped = [p for p in pods if s.rec.swap and p.serving and p.versions is not None and s.ready(p, s.new)
+                   and not s.holds(p, s.old)]
+        gate = next(iter(swapped), None) or next((p for p in pods if p.serving and p.versions is not None
+                                                  and s.ready(p, s.old)), None)
         if gate is None:
             s.set(message=f"waiting for a serving pod whose index shows {s.old} READY")
             return
         if s.rec.swap and _reference(s, gate) is None:
+            waited = (s.obs.now - parse_time(s.rec.since)).total_seconds()
+            if waited > s.policy.load_timeout_s:
+                return s.fall_back(f"no second pod served {s.old} for {waited:.0f}s (loadTimeout "
+                                   f"{s.policy.load_timeout_s:g}s): a swap's equivalence has nothing to compare with")
             s.set(message=f"waiting for a second pod serving {s.old}: a swap's equivalence compares with it there")
             return
         s.set(gate_pod=gate.name, gate_pod_uid=gate.uid)
+        if s.ready(gate, s.new):
+            s.move(GATING, f"{s.new} READY alone in {gate.name}; gating it there", "InPlaceLoaded")
+            return _gating(s)
     if s.rec.swap:
         s.take(gate)
         return _swap_in(s, gate)
@@ -428,6 +465,7 @@ def _load_next(s: _Step) -> bool:
         if taken is None or not s.ready(taken, s.new):
             _swap_in(s, taken)
             return False
+        s.actions.append(Drain(taken.name, 0))
         s.set(load_pod=None, load_since=None)        # swapped: back in the member's endpoints
     if not waiting and not lacking and len(pods) >= s.policy.replicas:
         s.set(load_pod=None, load_since=None)
@@ -485,8 +523,10 @@ def _swap_in(s: _Step, pod: PodIndex | None) -> None:
     """One round of a swap's pod (`load_pod`): drained, its old version unloaded, the new one loaded alone."""
     if s.load_failed() or pod is None:        # Triton's error, the deadline (from when it was taken), or gone
         return
-    if not s.drained():
-        s.set(message=f"{pod.name} out of the member's endpoints: draining it for {DRAIN_S:g}s before {s.old} is "
+    s.actions.append(Drain(pod.name, DRAIN_HOLD_S))
+    if s.holds(pod, s.old) and not s.drained(pod):
+        open_now = f", {pod.drain_open} connection(s) of it still open" if pod.drain_open else ""
+        s.set(message=f"{pod.name} out of the member's endpoints: draining it{open_now} before {s.old} is "
                       f"unloaded there and {s.new} loaded alone")
     elif pod.versions is None:
         s.set(message=f"swapping {s.old} for {s.new} in {pod.name}: its index not read ({pod.unread})")
@@ -526,21 +566,35 @@ def _cleaning_swap(s: _Step) -> None:
             s.set(message=f"{s.rec.reason}; swapping {s.old} back in {taken.name}: its index not read ({taken.unread})")
             return
         if s.holds(taken, s.new):
-            if s.drained():
+            s.actions.append(Drain(taken.name, DRAIN_HOLD_S))
+            if s.drained(taken):
                 s.actions.append(Unload(taken.name, s.new, ()))
             s.set(message=f"{s.rec.reason}; unloading {s.new} from {taken.name} to load {s.old} back alone")
             return
         if not s.ready(taken, s.old):
-            if not s.holds(taken, s.old):
-                s.load(taken, s.old, (s.old,))
-            s.set(message=f"{s.rec.reason}; loading {s.old} back in {taken.name}")
-            return
+            state = s.state(taken, s.old)
+            failed = state is not None and state.state == UNAVAILABLE and state.reason not in ("", "unloaded")
+            age = (s.obs.now - parse_time(s.rec.load_since)).total_seconds()
+            if not (failed or age > s.policy.load_timeout_s):
+                if not s.holds(taken, s.old):
+                    s.load(taken, s.old, (s.old,))
+                s.set(message=f"{s.rec.reason}; loading {s.old} back in {taken.name}")
+                return
+            # the server's own loads (and their backoff) take the pod over: the switch goes on without it
+            s.events.append(Event("Warning", "InPlaceSwapBackFailed", f"{s.old} not loaded back in {taken.name} "
+                                  f"({state.reason if failed else f'{age:.0f}s'}): the server's loads take it over"))
+        s.actions.append(Drain(taken.name, 0))
         s.set(load_pod=None, load_since=None)
     pods = sorted(s.obs.pods, key=lambda p: p.name)
     unread = [p.name for p in pods if p.versions is None and p.name in s.rec.touched]
     holding = next((p for p in pods if p.versions is not None and s.holds(p, s.new)), None)
+    if holding is not None and (why := s.below_floor()):
+        # the new version serves meanwhile: no pod is taken below the floor, not even to roll back
+        s.set(message=f"{s.rec.reason}; {s.new} still in {holding.name}: {why}")
+        return
     if holding is not None:
         s.take(holding)
+        s.actions.append(Drain(holding.name, DRAIN_HOLD_S))
         s.set(message=f"{s.rec.reason}; {holding.name} out of the member's endpoints: draining it before {s.new} "
                       f"is unloaded there")
         return

@@ -13,6 +13,15 @@ Everything else is answered 404 here and never reaches Triton: other models, the
 sent, before any decoding: one with `%`, `\\`, an empty, `.` or `..` segment is refused, so an
 encoded or dotted name cannot reach another model.
 
+A member's drain (a swap takes the pod out of its endpoints: rollout/inplace.py): the operator asks
+`POST /rankops/drain {"seconds": N}` on the member's port with the server's API key header (without
+the key, or with no key configured, the path is answered 404 like any other). For N seconds (renewed
+by each ask; 0 ends it) each answer to the member carries `Connection: close` and ends its
+connection, and each ask closes the member's connections idle for over IDLE_CLOSE_S (a pool's
+spare, which a client checks before reuse; one in use gets its answer first), so pooled clients
+reconnect through the Service to a pod still in its endpoints. The answer says how many of the
+member's connections are still open: the operator unloads the member once none is.
+
 HTTP/1.1 with keep-alive, one upstream connection per client connection (answers stay in order).
 Strict and bounded: a request head is parsed as Triton would read it or refused (400: one space
 between method, target and version, no tab, bare LF or NUL, a Content-Length of digits only), at
@@ -28,9 +37,11 @@ or closes its port without restarting the pod.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -50,6 +61,11 @@ _TARGET = re.compile(r"^/[\x21-\x7e]*$")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _LENGTH = re.compile(r"^[0-9]{1,12}$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"}
+DRAIN_PATH = "/rankops/drain"
+KEY_HEADER = "rankops-api-key"          # render/serving.API_KEY_HEADER: the server's restricted-API key
+MAX_DRAIN_S = 300.0
+MAX_DRAIN_BODY = 256
+IDLE_CLOSE_S = 1.0      # a drain closes the member's connections idle this long
 
 
 def allowed(path: str, model: str) -> bool:
@@ -167,12 +183,33 @@ class Router:
 
     def __init__(self, upstream: tuple[str, int], host: str = "0.0.0.0",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, idle_timeout_s: float = 60.0,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, api_key: str | None = None) -> None:
         self.upstream, self.host = upstream, host
         self.max_body_bytes, self.idle_timeout_s = max_body_bytes, idle_timeout_s
         self.max_connections = max_connections
+        self.api_key = api_key or None
         self.servers: dict[int, tuple[str, asyncio.AbstractServer]] = {}
         self.clients: dict[int, set[asyncio.Task]] = {}
+        # connections waiting for a request head -> (model, since when: time.monotonic())
+        self.idle: dict[asyncio.Task, tuple[str, float]] = {}
+        self.drain_until: dict[str, float] = {}       # model -> time.monotonic() its drain ends
+
+    def draining(self, model: str) -> bool:
+        return time.monotonic() < self.drain_until.get(model, 0.0)
+
+    def _drain(self, model: str, seconds: float, asking: asyncio.Task | None) -> int:
+        """Drain `model` for `seconds` (0: end it): its idle connections closed now; the number of its
+        connections still open, the asking one left out."""
+        now = time.monotonic()
+        if seconds > 0:
+            self.drain_until[model] = now + seconds
+            for task, (of, since) in list(self.idle.items()):
+                if of == model and task is not asking and now - since >= IDLE_CLOSE_S:
+                    task.cancel()
+        else:
+            self.drain_until.pop(model, None)
+        ports = [port for port, (m, _) in self.servers.items() if m == model]
+        return sum(1 for port in ports for t in self.clients.get(port, ()) if t is not asking and not t.done())
 
     async def apply(self, routes: Mapping[int, str]) -> None:
         """Open, close or re-point ports so that exactly `routes` are served; a port closed or
@@ -217,14 +254,22 @@ class Router:
         relaying = False
         try:
             while True:
-                head = await asyncio.wait_for(_read_line_or_head(reader, b"\r\n\r\n", "request head"),
-                                              self.idle_timeout_s)
+                self.idle[task] = (model, time.monotonic())
+                try:
+                    head = await asyncio.wait_for(_read_line_or_head(reader, b"\r\n\r\n", "request head"),
+                                                  self.idle_timeout_s)
+                finally:
+                    self.idle.pop(task, None)
                 if head is None:
                     return
                 method, target, version, fields = parse_request_head(head)
                 close = (_get(fields, "connection") or "").lower() == "close" or version == "HTTP/1.0"
                 chunked = _get(fields, "transfer-encoding") is not None
                 length = _length(fields)
+                if self.api_key and target.split("?", 1)[0] == DRAIN_PATH and method == "POST" and not chunked \
+                        and hmac.compare_digest((_get(fields, KEY_HEADER) or "").encode(), self.api_key.encode()):
+                    await self._send(writer, await self._drain_asked(reader, model, length, task))
+                    return
                 if not allowed(target, model):
                     # a body is never read for a refused request: the connection ends after the answer
                     close = close or chunked or length > 0 or _get(fields, "expect") is not None
@@ -256,12 +301,13 @@ class Router:
                                    + "\r\n").encode("latin-1"))
                 await self._copy(reader, upstream[1], length)        # streamed: never held whole
                 relaying = True
-                upstream_closes = await self._relay_response(upstream[0], writer, method)
+                drained = self.draining(model)      # its answer ends the connection (a drain)
+                upstream_closes = await self._relay_response(upstream[0], writer, method, drained)
                 relaying = False
                 if upstream_closes:
                     upstream[1].close()
                     upstream = None
-                if close or upstream_closes:
+                if close or upstream_closes or drained:
                     return
         except BadRequest as exc:
             if not relaying:
@@ -280,13 +326,32 @@ class Router:
                 upstream[1].close()
             writer.close()
 
+    async def _drain_asked(self, reader: asyncio.StreamReader, model: str, length: int, task: asyncio.Task) -> bytes:
+        """The answer to the operator's drain ask: {"seconds": N}, N in [0, MAX_DRAIN_S]."""
+        if length > MAX_DRAIN_BODY:
+            return _response(413, "Payload Too Large", f"a drain ask of at most {MAX_DRAIN_BODY} bytes", True)
+        try:
+            body = json.loads((await asyncio.wait_for(reader.readexactly(length), self.idle_timeout_s)) or b"{}")
+            seconds = float(body.get("seconds", 0)) if isinstance(body, dict) else -1.0
+        except (ValueError, TypeError):
+            seconds = -1.0
+        if not 0 <= seconds <= MAX_DRAIN_S:
+            return _response(400, "Bad Request", f'send {{"seconds": 0..{MAX_DRAIN_S:g}}}', True)
+        open_now = self._drain(model, seconds, task)
+        log.info("route %s: %s (%d connections open)", model,
+                 f"draining for {seconds:g}s" if seconds else "drain ended", open_now)
+        answer = json.dumps({"model": model, "draining": seconds > 0, "open": open_now}).encode()
+        return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(answer)}\r\n"
+                "Connection: close\r\n\r\n").encode() + answer
+
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
         await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
 
     async def _relay_response(self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                              method: str) -> bool:
-        """Relays one answer; True when the upstream connection ends with it."""
+                              method: str, closing: bool = False) -> bool:
+        """Relays one answer; True when the upstream connection ends with it. `closing`: the client's
+        connection ends after it (a drain): its head says `Connection: close`."""
         try:
             while True:
                 head = await asyncio.wait_for(_read_line_or_head(upstream, b"\r\n\r\n", "Triton's answer head"),
@@ -299,6 +364,9 @@ class Router:
                 if len(status) < 2 or not status[1].isdigit() or len(status[1]) != 3:
                     raise UpstreamError(f"not an HTTP status line: {lines[0][:80]!r}")
                 code = int(status[1])
+                if closing and code >= 200:
+                    kept = [line for line in lines[1:] if line.split(":", 1)[0].strip().lower() != "connection"]
+                    head = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
                 writer.write(head)
                 if code >= 200 or code == 101:
                     break      # 1xx interim answers are relayed and the final one awaited
@@ -351,10 +419,10 @@ class Router:
 
 async def run(upstream: tuple[str, int], routes_file: Path | None, static: Mapping[int, str],
               host: str = "0.0.0.0", reload_s: float = 2.0, stop: asyncio.Event | None = None,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, api_key: str | None = None) -> None:
     """Serve `static` routes and those of `routes_file` (read again every `reload_s`) until `stop`.
     A file that cannot be read or does not parse keeps the ports as they were (said once per change)."""
-    router = Router(upstream, host, max_body_bytes)
+    router = Router(upstream, host, max_body_bytes, api_key=api_key)
     stop = stop or asyncio.Event()
     last_text, current = None, dict(static)
     try:
