@@ -589,7 +589,8 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             served_configs[name] = frozen_config[name]
     objects = server_objects(server, namespace, spec, [ServerMember(m.name, m.spec, versions[m.name],
                                                                     incoming.get(m.name)) for m in held],
-                             ports, replicas, placement, policy, lingering, frozen, served_configs)
+                             ports, replicas, placement, policy, lingering, frozen, served_configs,
+                             taken=len(set(taken.values())))
     return ServerPlan(tuple([*objects, *routed]), actions, configs,
                       tuple(outcomes[n] for n in [*(m.name for m in members), *(f.name for f in frozen)]), ports,
                       replicas, admission, name_taken, frozenset(unconfirmed), scaling, served, switches,

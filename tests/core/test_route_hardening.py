@@ -48,7 +48,7 @@ def _with_router(test, routes=None, upstream_up=True, **router_args):
         upstream = Upstream()
         up_port = free_port()
         server = await asyncio.start_server(upstream.handle, "127.0.0.1", up_port) if upstream_up else None
-        router = route.Router(("127.0.0.1", up_port), "127.0.0.1", idle_timeout_s=1.0, **router_args)
+        router = route.Router(("127.0.0.1", up_port), "127.0.0.1", **{"idle_timeout_s": 1.0, **router_args})
         port = free_port()
         await router.apply(routes or {port: "coarse"})
         try:
@@ -174,9 +174,10 @@ def test_a_drain_asked_with_the_key_closes_the_members_idle_connections_and_ends
         busy_w.write(b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n")
         await busy_w.drain()
         assert await asyncio.wait_for(busy_r.readexactly(len(ANSWER)), 2) == ANSWER
+        await asyncio.sleep(route.IDLE_CLOSE_S + 0.1)      # a pool's spare: idle long enough to be closed
         asked = await _exchange(port, _drain_ask(30))
         assert b"200 OK" in asked and json.loads(asked.split(b"\r\n\r\n", 1)[1]) == \
-            {"model": "coarse", "draining": True, "open": 2}
+            {"model": "coarse", "draining": True, "open": 0, "staged": None}, "both idle ones closed"
         assert await asyncio.wait_for(idle_r.read(1), 2) == b"", "the idle keep-alive connection is closed"
         # busy was idle too by now: closed. A new connection (stale endpoints) is answered, then closed.
         assert await asyncio.wait_for(busy_r.read(1), 2) == b""
@@ -189,7 +190,7 @@ def test_a_drain_asked_with_the_key_closes_the_members_idle_connections_and_ends
         assert again.count(b"200 OK") == 2 and b"Connection: close" not in again
         for w in (idle_w, busy_w):
             w.close()
-    _with_router(test, api_key="k3y")
+    _with_router(test, api_key="k3y", idle_timeout_s=10.0)
 
 
 @pytest.mark.parametrize("ask", [_drain_ask(30, key="wrong"), _drain_ask(30, key=""), _drain_ask(301),
@@ -207,3 +208,19 @@ def test_a_router_without_a_key_takes_no_drain():
         answer = await _exchange(port, _drain_ask(30))
         assert b"404" in answer and not router.draining("coarse")
     _with_router(test)
+
+
+def test_a_drain_answer_lists_the_members_version_directories_on_the_pods_volume(tmp_path):
+    for name in ("1", "4", ".4.fetching", "notes"):
+        (tmp_path / "coarse" / name).mkdir(parents=True)
+
+    async def test(router, port, upstream):
+        idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)   # in use just now: not closed
+        answer = json.loads((await _exchange(port, _drain_ask(30))).split(b"\r\n\r\n", 1)[1])
+        assert answer["staged"] == [1, 4] and answer["open"] == 1
+        idle_w.write(b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        await idle_w.drain()
+        said = await asyncio.wait_for(idle_r.read(65536), 2)
+        assert b"200 OK" in said and b"Connection: close" in said, "answered, then told to leave"
+        idle_w.close()
+    _with_router(test, api_key="k3y", repository=tmp_path, idle_timeout_s=10.0)

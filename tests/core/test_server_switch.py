@@ -31,19 +31,24 @@ def pods(holding: dict[str, tuple[IndexEntry, ...]]) -> list[PodView]:
                     uid=f"uid-{name}") for i, name in enumerate(PODS, 1)]
 
 
-def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | None = 5.0) -> SwitchSeen:
+STAGED = frozenset({1, 2, 3})    # the version directories on each pod's volume, as its router says (a swap's)
+
+
+def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | None = 5.0, staged=STAGED) -> SwitchSeen:
     return SwitchSeen(tuple(inplace.PodIndex(name, f"uid-{name}", True,
-                                             {e.version: inplace.VersionState(e.state, e.reason) for e in holding[name]})
+                                             {e.version: inplace.VersionState(e.state, e.reason) for e in holding[name]},
+                                             staged=staged)
                             for name in PODS), gates or {}, p99)
 
 
 def round_(held: str, record, holding, gates=None, p99=5.0, version="2", weights_mib=2000, server=SERVER,
-           manual=None, acted=None, now=NOW):
+           manual=None, acted=None, now=NOW, staged=STAGED):
     coarse = dataclasses.replace(member("coarse", weights_mib, held=held, version=version), switch=record,
                                  manual=manual or {}, acted=acted or {})
     members = [coarse, member("fine", held="1")]
     return plan_server("ranking", "reco", server, members, pods(holding), {}, pool_placement(None, None),
-                       switch_seen={"coarse": seen(holding, gates, p99)} if record is not None else None, now=now)
+                       switch_seen={"coarse": seen(holding, gates, p99, staged)} if record is not None else None,
+                       now=now)
 
 
 def staged_versions(result) -> list[int]:
@@ -522,9 +527,13 @@ def test_a_version_that_does_not_fit_beside_the_held_one_is_swapped_pod_by_pod_e
     record = taken.switches["coarse"].record
     assert record.load_pod == PODS[0] and record.touched == (PODS[0],)
     assert not work(taken.switches["coarse"].actions)
-    assert drains(taken.switches["coarse"].actions) == (inplace.Drain(PODS[0], inplace.DRAIN_HOLD_S),), \
-        "its router closes coarse's keep-alive connections"
+    assert drains(taken.switches["coarse"].actions) == (inplace.Drain(PODS[0], inplace.DRAIN_HOLD_S),
+                                                         inplace.Drain(PODS[1], 0)), \
+        "its router closes coarse's keep-alive connections; the other's is told not to"
     assert endpoint_pods(taken) == {PODS[1]} and endpoint_pods(taken, "fine") == set(PODS)
+    budget = lambda result: next(o for o in result.objects if o["kind"] == "PodDisruptionBudget")["spec"]  # noqa: E731
+    assert budget(begun)["minAvailable"] == 1 and budget(taken)["minAvailable"] == 2, \
+        "while a pod is taken, an eviction waits: the budget counts it as gone"
     assert "draining" in record.message
     drained = round_("1", record, old, weights_mib=6000, now=later(6))
     assert work(drained.switches["coarse"].actions) == (inplace.Unload(PODS[0], "1", ()),)
@@ -542,7 +551,8 @@ def test_a_version_that_does_not_fit_beside_the_held_one_is_swapped_pod_by_pod_e
     gating = round_("1", loading.switches["coarse"].record, one, weights_mib=6000, now=later(20))
     record = gating.switches["coarse"].record
     assert record.phase == inplace.GATING and record.load_pod is None
-    assert drains(gating.switches["coarse"].actions) == (inplace.Drain(PODS[0], 0),), "back in: the drain ends"
+    assert drains(gating.switches["coarse"].actions) == tuple(inplace.Drain(p, 0) for p in PODS), \
+        "back in: the drain ends"
     assert work(gating.switches["coarse"].actions) == (inplace.RunGate("warmup", PODS[0], "2", PODS[1]),)
     assert endpoint_pods(gating) == set(PODS)
 
@@ -620,7 +630,8 @@ def swap_round(record, holding, *, ready=None, gates=None, now=NOW, names=(A, B)
         views.append(PodView(name, is_ready, ip, None, index, uid=f"uid-{name}"))
         if ip:
             indexes.append(inplace.PodIndex(name, f"uid-{name}", is_ready, None if index is None else
-                                            {e.version: inplace.VersionState(e.state, e.reason) for e in entries}))
+                                            {e.version: inplace.VersionState(e.state, e.reason) for e in entries},
+                                            staged=STAGED))
     coarse = dataclasses.replace(member("coarse", 6000, held="1", version="2", **spec), switch=record)
     return plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], views, {},
                        pool_placement(None, None), switch_seen={"coarse": SwitchSeen(tuple(indexes), gates or {}, 5.0)},
@@ -683,3 +694,39 @@ def test_a_swap_back_that_fails_hands_the_pod_to_the_server_s_loads_and_the_roll
     switch = out.switches["coarse"]
     assert switch.record.phase == inplace.ROLLED_BACK and switch.record.load_pod is None
     assert "InPlaceSwapBackFailed" in [e.reason for e in switch.events]
+
+
+def test_a_swap_takes_a_pod_only_once_its_router_says_the_new_version_s_files_are_on_its_volume():
+    old = {p: (entry(1),) for p in PODS}
+    record = inplace.Record(version="2", from_version="1", phase=inplace.LOADING, since=NOW.isoformat(), swap=True)
+    fetching = round_("1", record, old, weights_mib=6000, staged=frozenset({1}))
+    assert fetching.switches["coarse"].record.load_pod is None and endpoint_pods(fetching) == set(PODS)
+    assert "files on its volume" in fetching.switches["coarse"].record.message
+    staged = round_("1", record, old, weights_mib=6000, staged=frozenset({1, 2}))
+    assert staged.switches["coarse"].record.load_pod == PODS[0]
+    # routers that never answer (an older pod): not waited on past DRAIN_HOLD_S
+    unknown = round_("1", record, old, weights_mib=6000, staged=None)
+    assert unknown.switches["coarse"].record.load_pod is None
+    later = round_("1", record, old, weights_mib=6000, staged=None,
+                   now=NOW + dt.timedelta(seconds=inplace.DRAIN_HOLD_S))
+    assert later.switches["coarse"].record.load_pod == PODS[0]
+
+
+def test_a_swap_unloads_the_held_version_once_no_connection_of_the_member_is_open_on_the_pod_taken():
+    record = inplace.Record(version="2", from_version="1", phase=inplace.LOADING, since=NOW.isoformat(), swap=True,
+                            gate_pod=PODS[0], gate_pod_uid=f"uid-{PODS[0]}", load_pod=PODS[0],
+                            load_since=NOW.isoformat(), touched=(PODS[0],))
+    old = {p: (entry(1),) for p in PODS}
+
+    def at(seconds, open_now):
+        switch_seen = seen(old)
+        indexes = tuple(dataclasses.replace(p, drain_open=open_now) for p in switch_seen.pods)
+        coarse = dataclasses.replace(member("coarse", 6000, held="1", version="2"), switch=record)
+        return plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], pods(old), {},
+                           pool_placement(None, None),
+                           switch_seen={"coarse": dataclasses.replace(switch_seen, pods=indexes)},
+                           now=NOW + dt.timedelta(seconds=seconds)).switches["coarse"]
+    assert not work(at(6, 2).actions) and "2 connection(s) of it still open" in at(6, 2).record.message
+    assert work(at(6, 0).actions) == (inplace.Unload(PODS[0], "1", ()),)
+    assert work(at(inplace.MAX_DRAIN_S, 2).actions) == (inplace.Unload(PODS[0], "1", ()),), "at most MAX_DRAIN_S"
+

@@ -26,6 +26,9 @@ def add_commands(subparsers) -> None:
     route.add_argument("--api-key-env", metavar="NAME",
                        help="environment variable holding the key the operator's drain asks carry "
                             "(POST /rankops/drain); without it no drain is taken")
+    route.add_argument("--repository", type=Path, metavar="DIR",
+                       help="the pod's model repository (read-only): a drain ask's answer lists the model's "
+                            "version directories there")
     route.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                        help=f"largest request body passed (default {DEFAULT_MAX_BODY_BYTES})")
     route.set_defaults(func=_route)
@@ -51,7 +54,7 @@ def _route(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await run((host, int(port)), args.routes_file, static, args.host, args.reload_s, stop, args.max_body_bytes,
-                  api_key=os.environ.get(args.api_key_env) if args.api_key_env else None)
+                  api_key=os.environ.get(args.api_key_env) if args.api_key_env else None, repository=args.repository)
 
     asyncio.run(main())
     return 0

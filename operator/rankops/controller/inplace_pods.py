@@ -187,7 +187,9 @@ class Executor:
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
         self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
         self.waiting: dict[str, str] = {}       # pod -> why its last load loaded nothing (its files not there yet)
-        self.drain_open: dict[str, int] = {}    # pod -> the member's connections its router had open at the last drain ask
+        # pod -> (the member's connections its router had open, the version directories on its volume) at
+        # the last drain ask (a swap's); absent: not known
+        self.drained: dict[str, tuple[int, frozenset[int] | None]] = {}
         self.sent: list[tuple[str, ...]] = []                             # every action started, in order
         # A load that ended after the last read began is not in that read's index: the machine asks
         # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)). One
@@ -218,9 +220,9 @@ class Executor:
         versions = {v: inplace.VersionState(e.state, e.reason) for v, e in entries.items()}
         return inplace.PodIndex(pod.name, pod.uid, pod.serving, versions)
 
-    def drain_counts(self) -> dict[str, int]:
+    def drain_answers(self) -> dict[str, tuple[int, frozenset[int] | None]]:
         with self._lock:
-            return dict(self.drain_open)
+            return dict(self.drained)
 
     def gate_verdicts(self, version: str) -> dict[str, inplace.GateVerdict]:
         with self._lock:
@@ -316,18 +318,21 @@ class Executor:
             if answer.status != 200:
                 raise RepositoryError(f"{pod.name}: drain of {self.model} refused ({answer.status}): "
                                       f"{said[:200].decode('utf-8', 'replace')}")
-            open_now = json.loads(said).get("open")
+            answered = json.loads(said)
+            open_now, staged = answered.get("open"), answered.get("staged")
         except (OSError, ValueError, AttributeError, http.client.HTTPException):
             with self._lock:
-                self.drain_open.pop(pod.name, None)     # not known: the drain is timed alone
+                self.drained.pop(pod.name, None)     # not known: the drain is timed alone
             raise
         finally:
             connection.close()
+        number = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0     # noqa: E731
+        if not number(open_now):
+            raise RepositoryError(f"{pod.name}: the drain of {self.model} answered no count of open connections")
+        listed = frozenset(staged) if isinstance(staged, list) and len(staged) <= 64 and all(map(number, staged)) \
+            else None
         with self._lock:
-            if seconds and isinstance(open_now, int) and not isinstance(open_now, bool) and open_now >= 0:
-                self.drain_open[pod.name] = open_now
-            else:
-                self.drain_open.pop(pod.name, None)
+            self.drained[pod.name] = (open_now, listed)
 
     def _unload(self, pod: PodTarget) -> None:
         pod.repository().unload(self.model, deadline_s=self.load_deadline_s)

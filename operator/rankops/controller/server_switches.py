@@ -86,8 +86,9 @@ class Switches:
                                           [v.name for v in views if v.name != name and v.held_version])
             known = {target.name: member_index(name, target, read[target.name]) for target in executor.pods.values()
                      if target.name in read and (read[target.name].index is not None or target.serving)}
-            drains = executor.drain_counts()
-            known = {pod: dataclasses.replace(index, drain_open=drains.get(pod)) for pod, index in known.items()}
+            drains = executor.drain_answers()     # a swap's: its routers' last answers, each pod's
+            known = {pod: dataclasses.replace(index, drain_open=drains[pod][0], staged=drains[pod][1])
+                     if pod in drains else index for pod, index in known.items()}
             seen[name] = server_switch.SwitchSeen(executor.read(known, read_began),
                                                   executor.gate_verdicts(record.version), own, others)
         return seen

@@ -283,10 +283,13 @@ def server_deployment(server: str, namespace: str, spec: SharedServerSpec, repli
     route = {
         "name": "route", "image": policy.fetcher(spec),
         "command": ["rankops", "route", "--upstream", f"127.0.0.1:{serving.HTTP_PORT}",
-                    "--routes-file", f"{MEMBERS_DIR}/{ROUTES_KEY}", "--api-key-env", serving.API_KEY_ENV],
-        # the operator's drain asks (a swap) carry the server's restricted-API key
+                    "--routes-file", f"{MEMBERS_DIR}/{ROUTES_KEY}", "--api-key-env", serving.API_KEY_ENV,
+                    "--repository", serving.MODEL_REPOSITORY],
+        # the operator's drain asks (a swap) carry the server's restricted-API key; their answers say which
+        # version directories the stager has put on the volume (read-only here)
         "env": [serving.api_key_env(name)],
-        "volumeMounts": [config_mount], "resources": ROUTE_RESOURCES, "securityContext": restricted,
+        "volumeMounts": [config_mount, {"name": "model-repository", "mountPath": serving.MODEL_REPOSITORY,
+                                        "readOnly": True}], "resources": ROUTE_RESOURCES, "securityContext": restricted,
     }
     stage = {
         "name": "stage", "image": policy.fetcher(spec),
@@ -339,15 +342,17 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
                    ports: Mapping[str, int], replicas: int, placement: dict[str, Any],
                    policy: TenantPolicy = TenantPolicy(),
                    lingering: Sequence[staged_members.Member] = (),
-                   frozen: Sequence[FrozenMember] = (), served_configs: Mapping[str, str] | None = None
-                   ) -> list[dict[str, Any]]:
+                   frozen: Sequence[FrozenMember] = (), served_configs: Mapping[str, str] | None = None,
+                   taken: int = 0) -> list[dict[str, Any]]:
     """The server's ConfigMap (members.json, routes.json, configs.json), Deployment, disruption budget and
     NetworkPolicy, and one Service per member. `members`: those the server holds, in admission
     order (which may join is member_problems' and the plan's to say); `ports`: assign_ports';
     `replicas`: the cards the admission needs; `lingering`: members that left but may still be
     loaded on a pod, kept on the volume (members.json) and nowhere else; `frozen`: held members whose
     spec cannot be read, routed and given their Service (their files come in `lingering`);
-    `served_configs`: each held member's config.pbtxt as its pods serve it (configs.json)."""
+    `served_configs`: each held member's config.pbtxt as its pods serve it (configs.json); `taken`: pods
+    a member's swap has taken out of its endpoints (Ready, yet one fewer serving it: the budget counts them
+    as gone, so an eviction waits for the swap's pod rather than take the member below its floor)."""
     name, labels = names.server_name(server), server_labels(server)
     staged = [s for s in (staged_member(m) for m in members) if s is not None]
     listed = {s.model for s in staged}
@@ -363,7 +368,7 @@ def server_objects(server: str, namespace: str, spec: SharedServerSpec, members:
     budget = {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"minAvailable": max(0, replicas - spec.failure_tolerance),
+        "spec": {"minAvailable": min(replicas, max(0, replicas - spec.failure_tolerance) + taken),
                  "selector": {"matchLabels": {names.LABEL_SERVER: server}},
                  "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }

@@ -95,6 +95,7 @@ class PodIndex:
     unread: str = ""         # why the index was not read
     key_refused: bool = False   # the pod refused the model's restricted-API key (the key Secret was made again)
     drain_open: int | None = None   # a swap's: the member's connections its router still had open (None: not asked)
+    staged: frozenset[int] | None = None    # a swap's: its version directories on the pod's volume (None: not known)
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,13 @@ class _Step:
         if pod.name not in self.rec.touched:
             self.set(touched=(*self.rec.touched, pod.name))
 
+    def staged(self, pod: PodIndex) -> bool:
+        """A swap may take `pod`: the new version's files are on its volume, as its router said; or its
+        router has not said for DRAIN_HOLD_S of this phase (an older router: not known, not waited on)."""
+        if pod.staged is not None:
+            return triton_version(self.new) in pod.staged
+        return (self.obs.now - parse_time(self.rec.since)).total_seconds() >= DRAIN_HOLD_S
+
     def drained(self, pod: PodIndex) -> bool:
         """The pod taken has had DRAIN_S, and its router says no connection of the member is open (or
         MAX_DRAIN_S passed; a router not asked: DRAIN_S alone)."""
@@ -378,8 +386,6 @@ def _loading(s: _Step) -> None:
         s.set(gate_pod=None, gate_pod_uid=None, load_pod=None, load_since=None)
         gate = None
     if gate is not None and s.ready(gate, s.new):
-        if s.rec.swap and s.rec.load_pod == gate.name:
-            s.actions.append(Drain(gate.name, 0))
         s.set(load_pod=None, load_since=None)
         s.move(GATING, f"{s.new} READY beside {s.old} in {gate.name}; gating it there", "InPlaceLoaded")
         return _gating(s)
@@ -406,9 +412,10 @@ def _loading(s: _Step) -> None:
         swapped = [p for p in pods if s.rec.swap and p.serving and p.versions is not None and s.ready(p, s.new)
                    and not s.holds(p, s.old)]
         gate = next(iter(swapped), None) or next((p for p in pods if p.serving and p.versions is not None
-                                                  and s.ready(p, s.old)), None)
+                                                  and s.ready(p, s.old) and (not s.rec.swap or s.staged(p))), None)
         if gate is None:
-            s.set(message=f"waiting for a serving pod whose index shows {s.old} READY")
+            waits = f"{s.new}'s files on its volume (its stager's)" if s.rec.swap else f"{s.old} READY"
+            s.set(message=f"waiting for a serving pod whose index shows {s.old} READY, and {waits}")
             return
         if s.rec.swap and _reference(s, gate) is None:
             waited = (s.obs.now - parse_time(s.rec.since)).total_seconds()
@@ -465,7 +472,6 @@ def _load_next(s: _Step) -> bool:
         if taken is None or not s.ready(taken, s.new):
             _swap_in(s, taken)
             return False
-        s.actions.append(Drain(taken.name, 0))
         s.set(load_pod=None, load_since=None)        # swapped: back in the member's endpoints
     if not waiting and not lacking and len(pods) >= s.policy.replicas:
         s.set(load_pod=None, load_since=None)
@@ -523,7 +529,6 @@ def _swap_in(s: _Step, pod: PodIndex | None) -> None:
     """One round of a swap's pod (`load_pod`): drained, its old version unloaded, the new one loaded alone."""
     if s.load_failed() or pod is None:        # Triton's error, the deadline (from when it was taken), or gone
         return
-    s.actions.append(Drain(pod.name, DRAIN_HOLD_S))
     if s.holds(pod, s.old) and not s.drained(pod):
         open_now = f", {pod.drain_open} connection(s) of it still open" if pod.drain_open else ""
         s.set(message=f"{pod.name} out of the member's endpoints: draining it{open_now} before {s.old} is "
@@ -542,13 +547,14 @@ def _swap_in(s: _Step, pod: PodIndex | None) -> None:
 def _swap_next(s: _Step, pods: list[PodIndex], waiting: list[PodIndex], lacking: list[PodIndex]) -> bool:
     """A swap's promotion: the next pod serving the old version is taken, once the others keep the floor."""
     have = len(pods) - len(lacking) - len(waiting)
-    ready_old = [p for p in lacking if s.ready(p, s.old)]
+    ready_old = [p for p in lacking if s.ready(p, s.old) and s.staged(p)]
     blocked = s.may_start_load() if ready_old else None
     if ready_old and not blocked:
         s.take(ready_old[0])
         _swap_in(s, ready_old[0])
         return False
-    why = blocked or (f"waiting for {', '.join(p.name for p in lacking)} to serve {s.old} first" if lacking else
+    why = blocked or (f"waiting for {', '.join(p.name for p in lacking)} to serve {s.old} with {s.new}'s files on "
+                      "its volume first" if lacking else
                       "waiting for " + ", ".join(f"{p.name} ({p.unread or 'not serving'})" for p in waiting)
                       if waiting else f"waiting for {s.policy.replicas} pods (a replica being replaced)")
     s.set(message=f"{s.new} in {have}/{len(pods)} pods; {why}")
@@ -566,7 +572,6 @@ def _cleaning_swap(s: _Step) -> None:
             s.set(message=f"{s.rec.reason}; swapping {s.old} back in {taken.name}: its index not read ({taken.unread})")
             return
         if s.holds(taken, s.new):
-            s.actions.append(Drain(taken.name, DRAIN_HOLD_S))
             if s.drained(taken):
                 s.actions.append(Unload(taken.name, s.new, ()))
             s.set(message=f"{s.rec.reason}; unloading {s.new} from {taken.name} to load {s.old} back alone")
@@ -583,7 +588,6 @@ def _cleaning_swap(s: _Step) -> None:
             # the server's own loads (and their backoff) take the pod over: the switch goes on without it
             s.events.append(Event("Warning", "InPlaceSwapBackFailed", f"{s.old} not loaded back in {taken.name} "
                                   f"({state.reason if failed else f'{age:.0f}s'}): the server's loads take it over"))
-        s.actions.append(Drain(taken.name, 0))
         s.set(load_pod=None, load_since=None)
     pods = sorted(s.obs.pods, key=lambda p: p.name)
     unread = [p.name for p in pods if p.versions is None and p.name in s.rec.touched]
@@ -594,7 +598,6 @@ def _cleaning_swap(s: _Step) -> None:
         return
     if holding is not None:
         s.take(holding)
-        s.actions.append(Drain(holding.name, DRAIN_HOLD_S))
         s.set(message=f"{s.rec.reason}; {holding.name} out of the member's endpoints: draining it before {s.new} "
                       f"is unloaded there")
         return
@@ -655,4 +658,8 @@ def step(record: Record, observed: Observed, policy: Policy) -> Switch:
     if s.rec.phase in CLEANING:
         s.actions.clear()
         _cleaning(s)
+    if record.swap:
+        # each round, every pod's router is told whether to drain the member: the pod taken to, the others
+        # not (a drain left by an earlier round or process ends); their answers are the next round's
+        s.actions += [Drain(p.name, DRAIN_HOLD_S if p.name == s.rec.load_pod else 0) for p in s.obs.pods]
     return Switch(s.rec, tuple(s.actions), tuple(s.events))

@@ -20,7 +20,10 @@ by each ask; 0 ends it) each answer to the member carries `Connection: close` an
 connection, and each ask closes the member's connections idle for over IDLE_CLOSE_S (a pool's
 spare, which a client checks before reuse; one in use gets its answer first), so pooled clients
 reconnect through the Service to a pod still in its endpoints. The answer says how many of the
-member's connections are still open: the operator unloads the member once none is.
+member's connections are still open (the operator unloads the member once none is) and, given the
+pod's model repository (read-only), which of the member's version directories the stager has put
+there (the operator takes a pod for a swap only once the new version's files are on it). The
+operator asks every pod of a swap each round: the pod taken to drain it, the others with 0.
 
 HTTP/1.1 with keep-alive, one upstream connection per client connection (answers stay in order).
 Strict and bounded: a request head is parsed as Triton would read it or refused (400: one space
@@ -66,6 +69,8 @@ KEY_HEADER = "rankops-api-key"          # render/serving.API_KEY_HEADER: the ser
 MAX_DRAIN_S = 300.0
 MAX_DRAIN_BODY = 256
 IDLE_CLOSE_S = 1.0      # a drain closes the member's connections idle this long
+MAX_STAGED_LISTED = 64
+_VERSION_DIR = re.compile(r"[1-9][0-9]{0,8}")     # fetcher/stager.py's: a Triton version directory
 
 
 def allowed(path: str, model: str) -> bool:
@@ -183,11 +188,13 @@ class Router:
 
     def __init__(self, upstream: tuple[str, int], host: str = "0.0.0.0",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, idle_timeout_s: float = 60.0,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, api_key: str | None = None) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, api_key: str | None = None,
+                 repository: Path | None = None) -> None:
         self.upstream, self.host = upstream, host
         self.max_body_bytes, self.idle_timeout_s = max_body_bytes, idle_timeout_s
         self.max_connections = max_connections
         self.api_key = api_key or None
+        self.repository = repository        # the pod's model repository, read-only (the drain answer's `staged`)
         self.servers: dict[int, tuple[str, asyncio.AbstractServer]] = {}
         self.clients: dict[int, set[asyncio.Task]] = {}
         # connections waiting for a request head -> (model, since when: time.monotonic())
@@ -209,7 +216,8 @@ class Router:
         else:
             self.drain_until.pop(model, None)
         ports = [port for port, (m, _) in self.servers.items() if m == model]
-        return sum(1 for port in ports for t in self.clients.get(port, ()) if t is not asking and not t.done())
+        return sum(1 for port in ports for t in self.clients.get(port, ())
+                   if t is not asking and not t.done() and not t.cancelling())
 
     async def apply(self, routes: Mapping[int, str]) -> None:
         """Open, close or re-point ports so that exactly `routes` are served; a port closed or
@@ -340,9 +348,21 @@ class Router:
         open_now = self._drain(model, seconds, task)
         log.info("route %s: %s (%d connections open)", model,
                  f"draining for {seconds:g}s" if seconds else "drain ended", open_now)
-        answer = json.dumps({"model": model, "draining": seconds > 0, "open": open_now}).encode()
+        answer = json.dumps({"model": model, "draining": seconds > 0, "open": open_now,
+                             "staged": self._staged(model)}).encode()
         return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(answer)}\r\n"
                 "Connection: close\r\n\r\n").encode() + answer
+
+    def _staged(self, model: str) -> list[int] | None:
+        """The member's version directories on the pod's volume (the stager's: a hidden one is a fetch
+        under way); None without a repository to look in."""
+        if self.repository is None:
+            return None
+        try:
+            names = [entry.name for entry in (self.repository / model).iterdir()]
+        except OSError:
+            return []
+        return sorted(int(n) for n in names if _VERSION_DIR.fullmatch(n))[:MAX_STAGED_LISTED]
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
@@ -419,10 +439,11 @@ class Router:
 
 async def run(upstream: tuple[str, int], routes_file: Path | None, static: Mapping[int, str],
               host: str = "0.0.0.0", reload_s: float = 2.0, stop: asyncio.Event | None = None,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, api_key: str | None = None) -> None:
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, api_key: str | None = None,
+              repository: Path | None = None) -> None:
     """Serve `static` routes and those of `routes_file` (read again every `reload_s`) until `stop`.
     A file that cannot be read or does not parse keeps the ports as they were (said once per change)."""
-    router = Router(upstream, host, max_body_bytes, api_key=api_key)
+    router = Router(upstream, host, max_body_bytes, api_key=api_key, repository=repository)
     stop = stop or asyncio.Event()
     last_text, current = None, dict(static)
     try:
