@@ -177,10 +177,11 @@ def test_a_drain_asked_with_the_key_closes_the_members_idle_connections_and_ends
         await asyncio.sleep(route.IDLE_CLOSE_S + 0.1)      # a pool's spare: idle long enough to be closed
         asked = await _exchange(port, _drain_ask(30))
         assert b"200 OK" in asked and json.loads(asked.split(b"\r\n\r\n", 1)[1]) == \
-            {"model": "coarse", "draining": True, "open": 0, "staged": None}, "both idle ones closed"
+            {"model": "coarse", "draining": True, "open": 2, "staged": None}, "both idle ones closing"
         assert await asyncio.wait_for(idle_r.read(1), 2) == b"", "the idle keep-alive connection is closed"
         # busy was idle too by now: closed. A new connection (stale endpoints) is answered, then closed.
         assert await asyncio.wait_for(busy_r.read(1), 2) == b""
+        assert b'"open": 0' in await _exchange(port, _drain_ask(30)), "the next ask counts none open"
         late = await _exchange(port, b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n"
                                      b"GET /v2/models/coarse/ready HTTP/1.1\r\nHost: x\r\n\r\n")
         assert late.count(b"200 OK") == 1 and b"Connection: close" in late, late

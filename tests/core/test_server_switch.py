@@ -37,7 +37,7 @@ STAGED = frozenset({1, 2, 3})    # the version directories on each pod's volume,
 def seen(holding: dict[str, tuple[IndexEntry, ...]], gates=None, p99: float | None = 5.0, staged=STAGED) -> SwitchSeen:
     return SwitchSeen(tuple(inplace.PodIndex(name, f"uid-{name}", True,
                                              {e.version: inplace.VersionState(e.state, e.reason) for e in holding[name]},
-                                             staged=staged)
+                                             staged=staged, drain_open=0)
                             for name in PODS), gates or {}, p99)
 
 
@@ -631,7 +631,7 @@ def swap_round(record, holding, *, ready=None, gates=None, now=NOW, names=(A, B)
         if ip:
             indexes.append(inplace.PodIndex(name, f"uid-{name}", is_ready, None if index is None else
                                             {e.version: inplace.VersionState(e.state, e.reason) for e in entries},
-                                            staged=STAGED))
+                                            staged=STAGED, drain_open=0))
     coarse = dataclasses.replace(member("coarse", 6000, held="1", version="2", **spec), switch=record)
     return plan_server("ranking", "reco", SERVER, [coarse, member("fine", held="1")], views, {},
                        pool_placement(None, None), switch_seen={"coarse": SwitchSeen(tuple(indexes), gates or {}, 5.0)},
@@ -704,12 +704,12 @@ def test_a_swap_takes_a_pod_only_once_its_router_says_the_new_version_s_files_ar
     assert "files on its volume" in fetching.switches["coarse"].record.message
     staged = round_("1", record, old, weights_mib=6000, staged=frozenset({1, 2}))
     assert staged.switches["coarse"].record.load_pod == PODS[0]
-    # routers that never answer (an older pod): not waited on past DRAIN_HOLD_S
+    # routers that do not say: no pod is taken, and after loadTimeout the swap stops (nothing was unloaded)
     unknown = round_("1", record, old, weights_mib=6000, staged=None)
     assert unknown.switches["coarse"].record.load_pod is None
-    later = round_("1", record, old, weights_mib=6000, staged=None,
-                   now=NOW + dt.timedelta(seconds=inplace.DRAIN_HOLD_S))
-    assert later.switches["coarse"].record.load_pod == PODS[0]
+    stopped = round_("1", record, old, weights_mib=6000, staged=None, now=NOW + dt.timedelta(seconds=601))
+    assert stopped.switches["coarse"].record.phase == inplace.FELL_BACK and stopped.switches["coarse"].held == "1"
+    assert "files on its volume" in stopped.switches["coarse"].record.reason
 
 
 def test_a_swap_unloads_the_held_version_once_no_connection_of_the_member_is_open_on_the_pod_taken():
@@ -727,6 +727,7 @@ def test_a_swap_unloads_the_held_version_once_no_connection_of_the_member_is_ope
                            switch_seen={"coarse": dataclasses.replace(switch_seen, pods=indexes)},
                            now=NOW + dt.timedelta(seconds=seconds)).switches["coarse"]
     assert not work(at(6, 2).actions) and "2 connection(s) of it still open" in at(6, 2).record.message
+    assert not work(at(6, None).actions), "no answer since it was taken: waited out in full"
     assert work(at(6, 0).actions) == (inplace.Unload(PODS[0], "1", ()),)
     assert work(at(inplace.MAX_DRAIN_S, 2).actions) == (inplace.Unload(PODS[0], "1", ()),), "at most MAX_DRAIN_S"
 

@@ -37,7 +37,7 @@ Two modes, by who owns the pod's files:
 """
 from __future__ import annotations
 
-import http.client
+import datetime as dt
 import json
 import threading
 import time
@@ -62,12 +62,33 @@ from rankops.rollout.machine import reference_version_of
 from rankops.triton.client import GATE_PRIORITY, Endpoint
 from rankops.triton.repository import (INDEX_DEADLINE_S, KeyRefused, Repository, RepositoryError, config_json,
                                        with_versions)
+from rankops.triton import bounded_http
 from rankops.triton.route import DRAIN_PATH
 from rankops.triton.samples import Sample, generate_samples, parse_input_spec
 
 # Triton's latency window is 60 s; the gate Job waits 70 s for it to hold only warm requests.
 WARMUP_WINDOW_WAIT_S = 70.0
 DRAIN_ASK_TIMEOUT_S = 5.0      # a swap's drain ask to a pod's router
+
+
+@dataclass(frozen=True)
+class DrainAnswer:
+    """A pod's router's answer to a drain ask: for how long it was asked (0: not to drain), when the ask
+    was sent, the member's connections still open, its version directories on the volume."""
+    seconds: float
+    asked_at: dt.datetime
+    open: int
+    staged: frozenset[int] | None
+
+    @classmethod
+    def parse(cls, data: Any, seconds: float, asked_at: dt.datetime) -> "DrainAnswer":
+        number = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0     # noqa: E731
+        if not isinstance(data, dict) or not number(data.get("open")):
+            raise RepositoryError("the router's drain answer has no count of open connections")
+        staged = data.get("staged")
+        listed = frozenset(staged) if isinstance(staged, list) and len(staged) <= 64 and all(map(number, staged)) \
+            else None
+        return cls(seconds, asked_at, data["open"], listed)
 
 
 @dataclass(frozen=True)
@@ -187,9 +208,8 @@ class Executor:
         self.verdicts: dict[tuple[str, str], inplace.GateVerdict] = {}   # (gate, version) -> the last verdict
         self.errors: dict[tuple[str, ...], str] = {}                      # action key -> its last error
         self.waiting: dict[str, str] = {}       # pod -> why its last load loaded nothing (its files not there yet)
-        # pod -> (the member's connections its router had open, the version directories on its volume) at
-        # the last drain ask (a swap's); absent: not known
-        self.drained: dict[str, tuple[int, frozenset[int] | None]] = {}
+        # pod -> its router's answer to the last drain ask (a swap's); absent: not known (none, or it failed)
+        self.drained: dict[str, DrainAnswer] = {}
         self.sent: list[tuple[str, ...]] = []                             # every action started, in order
         # A load that ended after the last read began is not in that read's index: the machine asks
         # for it again, and it is not sent twice (pod -> (the versions kept, when it ended)). One
@@ -220,7 +240,7 @@ class Executor:
         versions = {v: inplace.VersionState(e.state, e.reason) for v, e in entries.items()}
         return inplace.PodIndex(pod.name, pod.uid, pod.serving, versions)
 
-    def drain_answers(self) -> dict[str, tuple[int, frozenset[int] | None]]:
+    def drain_answers(self) -> dict[str, "DrainAnswer"]:
         with self._lock:
             return dict(self.drained)
 
@@ -273,7 +293,8 @@ class Executor:
             pod = self.pods[action.pod]
             if pod.route_port is None:
                 return None, lambda: None
-            return ("drain", pod.name, str(action.seconds)), lambda: self._drain(pod, action.seconds)
+            # one ask per pod at a time (two in flight could arrive out of order): the next round asks again
+            return ("drain", pod.name), lambda: self._drain(pod, action.seconds)
         if isinstance(action, inplace.RemoveFiles):
             if self.stage is None:      # the pod's stager removes it once versions.json stops listing it
                 return None, lambda: None
@@ -308,31 +329,24 @@ class Executor:
             self._written[pod.name] = (versions, time.monotonic())
 
     def _drain(self, pod: PodTarget, seconds: float) -> None:
-        """Ask the pod's router to drain the member (triton/route.py), with the server's key."""
-        body = json.dumps({"seconds": seconds}).encode()
-        connection = http.client.HTTPConnection(pod.host, pod.route_port, timeout=DRAIN_ASK_TIMEOUT_S)
+        """Ask the pod's router to drain the member for `seconds` (0: not to; triton/route.py), with the
+        server's key, within one deadline; its answer is kept (DrainAnswer), any failure forgets it."""
+        asked_at = dt.datetime.now(dt.timezone.utc)
         try:
-            connection.request("POST", DRAIN_PATH, body, {**(pod.headers or {}), "Content-Type": "application/json"})
-            answer = connection.getresponse()
-            said = answer.read(1024)
-            if answer.status != 200:
-                raise RepositoryError(f"{pod.name}: drain of {self.model} refused ({answer.status}): "
+            status, said = bounded_http.exchange(
+                pod.host, pod.route_port, "POST", DRAIN_PATH, json.dumps({"seconds": seconds}).encode(),
+                deadline_s=DRAIN_ASK_TIMEOUT_S, max_bytes=1024, headers=dict(pod.headers or {}),
+                redirect_note="a pod's router is asked itself", error_bodies=True, http11=True)
+            if status != 200:
+                raise RepositoryError(f"{pod.name}: drain of {self.model} refused ({status}): "
                                       f"{said[:200].decode('utf-8', 'replace')}")
-            answered = json.loads(said)
-            open_now, staged = answered.get("open"), answered.get("staged")
-        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            answer = DrainAnswer.parse(json.loads(said), seconds, asked_at)
+        except Exception:
             with self._lock:
-                self.drained.pop(pod.name, None)     # not known: the drain is timed alone
+                self.drained.pop(pod.name, None)     # not known: a drain is then waited out in full
             raise
-        finally:
-            connection.close()
-        number = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0     # noqa: E731
-        if not number(open_now):
-            raise RepositoryError(f"{pod.name}: the drain of {self.model} answered no count of open connections")
-        listed = frozenset(staged) if isinstance(staged, list) and len(staged) <= 64 and all(map(number, staged)) \
-            else None
         with self._lock:
-            self.drained[pod.name] = (open_now, listed)
+            self.drained[pod.name] = answer
 
     def _unload(self, pod: PodTarget) -> None:
         pod.repository().unload(self.model, deadline_s=self.load_deadline_s)

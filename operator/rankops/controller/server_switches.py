@@ -27,6 +27,7 @@ from rankops.serverplan import PodView
 from rankops.render.serving import config_hash
 from rankops.render.tritonconfig import triton_version
 from rankops.rollout import inplace
+from rankops.rollout.record import parse_time
 from rankops.triton.repository import config_json
 
 
@@ -50,6 +51,19 @@ def member_index(member: str, target: PodTarget, view: PodView) -> inplace.PodIn
                                 unread=view.index_error or f"{target.name}: index not read")
     return inplace.PodIndex(target.name, target.uid, target.serving,
                             {e.version: inplace.VersionState(e.state, e.reason) for e in view.index if e.name == member})
+
+
+def with_drain(index: inplace.PodIndex, answer: Any, record: inplace.Record) -> inplace.PodIndex:
+    """The pod's index with its router's last drain answer (a swap's): the version directories it listed,
+    and, for the pod taken, the member's connections still open, only from an ask to drain sent after
+    the pod was taken (an older answer, or one to an ask not to drain, says nothing of this drain)."""
+    if answer is None:
+        return index
+    drain_open = None
+    if index.name == record.load_pod and record.load_since and answer.seconds > 0 \
+            and answer.asked_at >= parse_time(record.load_since):
+        drain_open = answer.open
+    return dataclasses.replace(index, drain_open=drain_open, staged=answer.staged)
 
 
 class Switches:
@@ -86,9 +100,7 @@ class Switches:
                                           [v.name for v in views if v.name != name and v.held_version])
             known = {target.name: member_index(name, target, read[target.name]) for target in executor.pods.values()
                      if target.name in read and (read[target.name].index is not None or target.serving)}
-            drains = executor.drain_answers()     # a swap's: its routers' last answers, each pod's
-            known = {pod: dataclasses.replace(index, drain_open=drains[pod][0], staged=drains[pod][1])
-                     if pod in drains else index for pod, index in known.items()}
+            known = {pod: with_drain(index, executor.drain_answers().get(pod), record) for pod, index in known.items()}
             seen[name] = server_switch.SwitchSeen(executor.read(known, read_began),
                                                   executor.gate_verdicts(record.version), own, others)
         return seen

@@ -288,17 +288,24 @@ class _Step:
             self.set(touched=(*self.rec.touched, pod.name))
 
     def staged(self, pod: PodIndex) -> bool:
-        """A swap may take `pod`: the new version's files are on its volume, as its router said; or its
-        router has not said for DRAIN_HOLD_S of this phase (an older router: not known, not waited on)."""
-        if pod.staged is not None:
-            return triton_version(self.new) in pod.staged
-        return (self.obs.now - parse_time(self.rec.since)).total_seconds() >= DRAIN_HOLD_S
+        """A swap may take `pod`: the new version's files are on its volume, as its router said (not
+        known: not taken; the wait is bounded by loadTimeout, stuck_for_files)."""
+        return pod.staged is not None and triton_version(self.new) in pod.staged
+
+    def stuck_for_files(self) -> bool:
+        """No pod could be taken for the new version's files for loadTimeout of this phase: the swap stops."""
+        waited = (self.obs.now - parse_time(self.rec.since)).total_seconds()
+        if waited <= self.policy.load_timeout_s:
+            return False
+        self.fall_back(f"no pod had {self.new}'s files on its volume (as its router says) for {waited:.0f}s "
+                       f"(loadTimeout {self.policy.load_timeout_s:g}s)")
+        return True
 
     def drained(self, pod: PodIndex) -> bool:
-        """The pod taken has had DRAIN_S, and its router says no connection of the member is open (or
-        MAX_DRAIN_S passed; a router not asked: DRAIN_S alone)."""
+        """The pod taken has had DRAIN_S, and its router said, to an ask since it was taken, that no
+        connection of the member is open; or MAX_DRAIN_S passed (not known is waited out in full)."""
         waited = (self.obs.now - parse_time(self.rec.load_since)).total_seconds()
-        return waited >= DRAIN_S and (pod.drain_open in (None, 0) or waited >= MAX_DRAIN_S)
+        return waited >= DRAIN_S and (pod.drain_open == 0 or waited >= MAX_DRAIN_S)
 
     # --- guards
     def serving(self) -> int:
@@ -413,6 +420,9 @@ def _loading(s: _Step) -> None:
                    and not s.holds(p, s.old)]
         gate = next(iter(swapped), None) or next((p for p in pods if p.serving and p.versions is not None
                                                   and s.ready(p, s.old) and (not s.rec.swap or s.staged(p))), None)
+        if gate is None and s.rec.swap and any(p.serving and s.ready(p, s.old) for p in pods) \
+                and s.stuck_for_files():
+            return
         if gate is None:
             waits = f"{s.new}'s files on its volume (its stager's)" if s.rec.swap else f"{s.old} READY"
             s.set(message=f"waiting for a serving pod whose index shows {s.old} READY, and {waits}")
@@ -548,6 +558,8 @@ def _swap_next(s: _Step, pods: list[PodIndex], waiting: list[PodIndex], lacking:
     """A swap's promotion: the next pod serving the old version is taken, once the others keep the floor."""
     have = len(pods) - len(lacking) - len(waiting)
     ready_old = [p for p in lacking if s.ready(p, s.old) and s.staged(p)]
+    if not ready_old and any(s.ready(p, s.old) for p in lacking) and s.stuck_for_files():
+        return False
     blocked = s.may_start_load() if ready_old else None
     if ready_old and not blocked:
         s.take(ready_old[0])

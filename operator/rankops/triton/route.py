@@ -216,8 +216,7 @@ class Router:
         else:
             self.drain_until.pop(model, None)
         ports = [port for port, (m, _) in self.servers.items() if m == model]
-        return sum(1 for port in ports for t in self.clients.get(port, ())
-                   if t is not asking and not t.done() and not t.cancelling())
+        return sum(1 for port in ports for t in self.clients.get(port, ()) if t is not asking and not t.done())
 
     async def apply(self, routes: Mapping[int, str]) -> None:
         """Open, close or re-point ports so that exactly `routes` are served; a port closed or
@@ -270,6 +269,11 @@ class Router:
                     self.idle.pop(task, None)
                 if head is None:
                     return
+                leaving = False
+                if task.cancelling():
+                    # a drain's cancel came as this head arrived (wait_for then returns it): answered, then closed
+                    task.uncancel()
+                    leaving = True
                 method, target, version, fields = parse_request_head(head)
                 close = (_get(fields, "connection") or "").lower() == "close" or version == "HTTP/1.0"
                 chunked = _get(fields, "transfer-encoding") is not None
@@ -309,7 +313,7 @@ class Router:
                                    + "\r\n").encode("latin-1"))
                 await self._copy(reader, upstream[1], length)        # streamed: never held whole
                 relaying = True
-                drained = self.draining(model)      # its answer ends the connection (a drain)
+                drained = leaving or self.draining(model)      # its answer ends the connection (a drain)
                 upstream_closes = await self._relay_response(upstream[0], writer, method, drained)
                 relaying = False
                 if upstream_closes:
