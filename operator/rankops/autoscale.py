@@ -194,7 +194,7 @@ def pod_reading(requests: float, queue_us: float, at: dt.datetime, *, rejected: 
     """One pod's counters: requests asked (success + failure), of them rejected (shed) and served
     (success), and the time Triton spent on the served ones (queue, request, compute)."""
     return {"requests": requests, "rejected": rejected, "served": requests if served is None else served,
-            "queueUs": queue_us, "requestUs": request_us, "computeUs": compute_us, "track": track, "at": _iso(at)}
+            "queueUs": queue_us, "requestUs": request_us, "computeUs": compute_us, "track": track, "at": iso_stamp(at)}
 
 
 def reading_of(counters: Any, at: dt.datetime, track: str) -> dict[str, Any]:
@@ -215,12 +215,12 @@ def load_reading(snapshot: Any, recorded: AutoscalingStatus | None) -> tuple[dic
     # Every pod's answer newer than the one counted last: a round half in (reads are off the
     # reconcile) would count some pods' load and silently not the others'.
     fresh = bool(reading) and all(
-        not isinstance(previous.get(pod), dict) or _time(previous[pod].get("at")) is None
-        or _time(previous[pod].get("at")) < _time(now["at"]) for pod, now in reading.items())
+        not isinstance(previous.get(pod), dict) or read_stamp(previous[pod].get("at")) is None
+        or read_stamp(previous[pod].get("at")) < read_stamp(now["at"]) for pod, now in reading.items())
     return (reading if fresh else None), (*snapshot.not_read("canary"), *snapshot.not_read("stable"))
 
 
-def _number(value: Any) -> float | None:
+def counter_value(value: Any) -> float | None:
     """A stored counter as a finite, non-negative number (None: not one, e.g. null from a NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -271,8 +271,8 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
         before = previous.get(pod)
         if not isinstance(before, dict) or (track and now_read.get("track", "stable") != track):
             continue
-        then, at = _time(before.get("at")), _time(now_read.get("at"))
-        requests = (_number(now_read.get("requests")), _number(before.get("requests")))
+        then, at = read_stamp(before.get("at")), read_stamp(now_read.get("at"))
+        requests = (counter_value(now_read.get("requests")), counter_value(before.get("requests")))
         if then is None or at is None or None in requests:
             continue
         moved = {"requests": requests[0] - requests[1]}
@@ -280,7 +280,7 @@ def rate(previous: dict[str, Any] | None, current: dict[str, Any], implausible: 
             if key not in before or key not in now_read:   # an older operator's reading: not moved
                 moved[key] = moved["requests"] if key == "served" else 0.0
                 continue
-            a, b = _number(now_read[key]), _number(before[key])
+            a, b = counter_value(now_read[key]), counter_value(before[key])
             moved[key] = None if a is None or b is None else a - b
         seconds = (at - then).total_seconds()
         if seconds <= 0 or any(v is None or v < 0 for v in moved.values()):
@@ -320,7 +320,7 @@ def reading_due(spec: RankingModelSpec, recorded: AutoscalingStatus | None, now:
     last reading at least MIN_READING_S ago."""
     if not spec.autoscaling.by_rankops:
         return False
-    read_at = _time(recorded.read_at if recorded else None)
+    read_at = read_stamp(recorded.read_at if recorded else None)
     return read_at is None or (now - read_at).total_seconds() >= MIN_READING_S
 
 
@@ -383,7 +383,7 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
     start = deployment_replicas if deployment_replicas is not None else start_replicas
     current = clamp(decided if decided is not None else start, b)
     history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
-                    if (t := _time(r.at)) is not None)
+                    if (t := read_stamp(r.at)) is not None)
     kept = {k: getattr(recorded, k) if recorded else None
             for k in ("observed_qps", "avg_queue_ms", "shed_ratio", "reading", "read_at", "last_scale_time")}
     corrected = _correction(spec, recorded.capacity_correction if recorded else None, plan, plan_status, cap, None)
@@ -412,7 +412,7 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
                                 _shed_for_scaling(stable, current)))
         problems = (*problems, *implausible)
         kept.update(observed_qps=_rounded(seen.qps), avg_queue_ms=_rounded(seen.avg_queue_ms),
-                    shed_ratio=_rounded(seen.shed_ratio, 4), reading=reading, read_at=_iso(now))
+                    shed_ratio=_rounded(seen.shed_ratio, 4), reading=reading, read_at=iso_stamp(now))
     if problems and outcome.desired < current:
         # An unread pod may carry the load that keeps the replicas (the HPA counts it at 100% of
         # target when scaling down): no scale-down on what could not be read. A scale-up stands
@@ -424,13 +424,13 @@ def step(spec: RankingModelSpec, recorded: AutoscalingStatus | None, reading: di
     events: tuple[tuple[str, str, str], ...] = ()
     before = decided if decided is not None else start
     if outcome.desired != before:
-        kept["last_scale_time"] = _iso(now)
+        kept["last_scale_time"] = iso_stamp(now)
         events = (("Normal", SCALED, f"stable replicas {before} -> {outcome.desired}: {outcome.message}"),)
     return Scaling(outcome.desired, AutoscalingStatus(
         mode="rankops", capacity_per_replica_qps=round(_scaled(cap, corrected), 3), capacity_source=source,
         capacity_correction=corrected,
         desired_replicas=outcome.desired, reason=outcome.reason, message=message[:1000], **kept,
-        recommendations=[Recommendation(at=_iso(t), replicas=r) for t, r in outcome.history]), events)
+        recommendations=[Recommendation(at=iso_stamp(t), replicas=r) for t, r in outcome.history]), events)
 
 
 def _correction(spec: RankingModelSpec, recorded: CapacityCorrection | None, plan: Any,
@@ -485,11 +485,11 @@ def without_replicas(objects: list[dict[str, Any]], deployment: str) -> list[dic
     return out
 
 
-def _iso(at: dt.datetime) -> str:
+def iso_stamp(at: dt.datetime) -> str:
     return at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _time(value: Any) -> dt.datetime | None:
+def read_stamp(value: Any) -> dt.datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:

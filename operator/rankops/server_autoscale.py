@@ -46,7 +46,7 @@ def reading_due(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None
     autoscale.MIN_READING_S ago (a burst of events reads once)."""
     if not spec.autoscaling.enabled:
         return False
-    read_at = autoscale._time(recorded.read_at if recorded else None)
+    read_at = autoscale.read_stamp(recorded.read_at if recorded else None)
     elapsed = (now - read_at).total_seconds() if read_at is not None else None
     # a time ahead of the clock (skew, a clock set back) is not waited for
     return elapsed is None or elapsed < 0 or elapsed >= autoscale.MIN_READING_S
@@ -59,7 +59,7 @@ def pod_reading(at: dt.datetime, requests: Mapping[str, float],
     shed: a request refused for bad inputs costs Triton nothing and sizes nothing), of them those
     Triton shed (only members that shed any), those it served, and the time they queued (the
     member's autoscaling.maxAvgQueueMs reads it)."""
-    read: dict[str, Any] = {"at": autoscale._iso(at), "requests": dict(requests)}
+    read: dict[str, Any] = {"at": autoscale.iso_stamp(at), "requests": dict(requests)}
     shed = {m: n for m, n in (rejected or {}).items() if n}
     if shed:
         read["rejected"] = shed
@@ -115,13 +115,13 @@ def member_rates(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
 
 
 def _request_count(read: Mapping[str, Any], member: str) -> float | None:
-    return autoscale._number((read.get("requests") or {}).get(member)) if isinstance(read.get("requests"), dict) else None
+    return autoscale.counter_value((read.get("requests") or {}).get(member)) if isinstance(read.get("requests"), dict) else None
 
 
 def _age_s(before: Any, after: Any) -> float | None:
     if not isinstance(before, dict) or not isinstance(after, dict):
         return None
-    then, at = autoscale._time(before.get("at")), autoscale._time(after.get("at"))
+    then, at = autoscale.read_stamp(before.get("at")), autoscale.read_stamp(after.get("at"))
     return (at - then).total_seconds() if then is not None and at is not None else None
 
 
@@ -131,9 +131,9 @@ def _counts(reading: Mapping[str, Any] | None, member: str) -> dict[str, dict[st
     for pod, read in (reading or {}).items():
         if not isinstance(read, dict) or not isinstance(read.get("requests"), dict):
             continue
-        at, n = autoscale._time(read.get("at")), autoscale._number(read["requests"].get(member))
+        at, n = autoscale.read_stamp(read.get("at")), autoscale.counter_value(read["requests"].get(member))
         shed = read.get("rejected") if isinstance(read.get("rejected"), dict) else {}
-        rejected = autoscale._number(shed.get(member, 0.0))
+        rejected = autoscale.counter_value(shed.get(member, 0.0))
         if at is not None and n is not None and rejected is not None:
             out[pod] = autoscale.pod_reading(n, 0.0, at, rejected=min(rejected, n))
     return out
@@ -154,7 +154,7 @@ def queue_ms(previous: Mapping[str, Any] | None, current: Mapping[str, Any], mem
         seconds = _age_s(before, now_read)
         if seconds is None or not 0 < seconds <= STALE_S:
             continue
-        values = [autoscale._number(read[key].get(member)) if isinstance(read.get(key), dict) else None
+        values = [autoscale.counter_value(read[key].get(member)) if isinstance(read.get(key), dict) else None
                   for read in (before, now_read) for key in ("served", "queueUs")]
         if None in values:
             continue
@@ -191,7 +191,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     decided = recorded.desired_replicas if recorded else None
     current = autoscale.clamp(decided if decided is not None else max(1, start), b)
     history = tuple((t, r.replicas) for r in (recorded.recommendations if recorded else [])
-                    if (t := autoscale._time(r.at)) is not None)
+                    if (t := autoscale.read_stamp(r.at)) is not None)
     kept: dict[str, Any] = {"read_at": recorded.read_at if recorded else None,
                             "last_scale_time": recorded.last_scale_time if recorded else None,
                             "observed_qps": dict(recorded.observed_qps) if recorded else {}}
@@ -203,7 +203,7 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     rates, implausible, guessed = (None, [], []) if reading is None else \
         member_rates(previous, reading, [m.name for m in members], not_asked)
     if reading is not None:
-        kept["read_at"] = autoscale._iso(now)
+        kept["read_at"] = autoscale.iso_stamp(now)
     problems = [*problems, *implausible]
     holds = [*uncounted, *(f"{m} (a pod serving it not counted yet)" for m in guessed)]
     need: int | None = current
@@ -272,11 +272,11 @@ def step(spec: SharedServerSpec, recorded: ServerAutoscalingStatus | None, readi
     events: tuple[tuple[str, str, str], ...] = ()
     before = decided if decided is not None else max(1, start)
     if desired != before:
-        kept["last_scale_time"] = autoscale._iso(now)
+        kept["last_scale_time"] = autoscale.iso_stamp(now)
         events = (("Normal", SCALED, f"server pods {before} -> {desired}: {message}"[:1000]),)
     return ServerScaling(desired, ServerAutoscalingStatus(
         desired_replicas=desired, reason=reason, message=message[:1000], **kept,
-        recommendations=[Recommendation(at=autoscale._iso(t), replicas=r) for t, r in history]), events)
+        recommendations=[Recommendation(at=autoscale.iso_stamp(t), replicas=r) for t, r in history]), events)
 
 
 def _need(members: Sequence[Any], card: Any, loads: Mapping[str, float], current: int) -> tuple[int | None, str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from rankops import server_autoscale
 from rankops.api.phases import DegradedReason
-from rankops.api.rankingmodel import RankingModelSpec
+from rankops.api.rankingmodel import RankingModelSpec, RolloutStrategy
 from rankops.api.sharedserver import SharedServerSpec
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import ServingShape, triton_version
@@ -440,6 +440,13 @@ def plan_server(server: str, namespace: str, spec: SharedServerSpec, members: Se
             versions[m.name] = switches[m.name].held
             if switches[m.name].note:
                 notes[m.name].append(switches[m.name].note)
+            if switches[m.name].record is not None and "strategy" in m.spec.rollout.model_fields_set \
+                    and m.spec.rollout.strategy is RolloutStrategy.pods:
+                # asked for, not given: said, not silently ignored
+                notes[m.name].append("rollout.strategy pods is not used on a shared server: a member has no pods of "
+                                     "its own, so its versions switch inside the server's pods (in place, or "
+                                     "swapped pod by pod); serve the model on its own pods (no spec.server) for a "
+                                     "canary on pods")
     for f in frozen:    # its spec unreadable: its switch is held where it is (nothing moves), its record kept
         if _in_flight(f.switch):
             switches[f.name] = server_switch.MemberSwitch(f.switch, f.version)

@@ -731,3 +731,11 @@ def test_a_swap_unloads_the_held_version_once_no_connection_of_the_member_is_ope
     assert work(at(6, 0).actions) == (inplace.Unload(PODS[0], "1", ()),)
     assert work(at(inplace.MAX_DRAIN_S, 2).actions) == (inplace.Unload(PODS[0], "1", ()),), "at most MAX_DRAIN_S"
 
+
+
+def test_a_member_that_asks_for_the_pods_strategy_is_told_it_switches_inside_the_server_s_pods():
+    record = swap_record(inplace.LOADING)
+    asked = swap_round(record, {A: (entry(1),), B: (entry(1),)}, rollout={"strategy": "pods"})
+    assert "rollout.strategy pods is not used on a shared server" in line(asked).message
+    left_out = swap_round(record, {A: (entry(1),), B: (entry(1),)})
+    assert "rollout.strategy" not in line(left_out).message, "the default is not held against it"

@@ -756,7 +756,7 @@ class ServerController(_Reconciles):
         self.inputs_seen: dict[str, str] = {}     # uid -> generation, deletion and status at its last event
         self.uids: dict[tuple[str, str], str] = {}   # (namespace, name) -> uid, of the servers seen
         # member uid -> what its server planned from: its generation, server and manual controls (member_event)
-        self.member_generations: dict[str, tuple[Any, ...]] = {}
+        self.member_inputs: dict[str, tuple[Any, ...]] = {}
         self.queue_and_clock(4, delay_s=0.25)
 
     # --- reads for others
@@ -850,15 +850,15 @@ class ServerController(_Reconciles):
         server = (model.get("spec") or {}).get("server")
         uid, inputs = meta["uid"], (meta.get("generation"), server,
                                     *(annotations.get(k) for k in server_switch.MANUAL_ANNOTATIONS))
-        before = self.member_generations.get(uid)
+        before = self.member_inputs.get(uid)
         if event_type == "DELETED":
-            self.member_generations.pop(uid, None)
+            self.member_inputs.pop(uid, None)
         elif before == inputs:
             return
         elif server:
-            self.member_generations[uid] = inputs
+            self.member_inputs[uid] = inputs
         else:
-            self.member_generations.pop(uid, None)     # no longer a member: forgotten once its server is told
+            self.member_inputs.pop(uid, None)     # no longer a member: forgotten once its server is told
         if event_type is None:
             return
         for named in {server, before[1] if before else None} - {None}:
@@ -867,7 +867,7 @@ class ServerController(_Reconciles):
 
     def was_member(self, uid: str) -> bool:
         """A RankingModel that named a server when last seen (member_event)."""
-        return uid in self.member_generations
+        return uid in self.member_inputs
 
     def owned_event(self, obj: dict) -> None:
         """One of a server's objects changed or went (its Deployment, ConfigMap, a member's Service):
@@ -907,7 +907,7 @@ class ServerController(_Reconciles):
     def forget_the_cluster(self) -> None:
         self.inputs_seen.clear()
         self.uids.clear()
-        self.member_generations.clear()
+        self.member_inputs.clear()
         self.watched.clear()
         self.pods.clear()
 
