@@ -2,7 +2,7 @@
 
 Starts the local control plane with enough kwok A100 nodes and installs the chart. First the
 baseline: the children the operator would create for the same N models (rendered by the project's
-own renderers: ConfigMap, Deployment, Services), server-side applied in parallel into a namespace
+own renderers: ConfigMap, Deployment, Services, PodDisruptionBudget, the API key's Secret), server-side applied in parallel into a namespace
 of their own, timed until every Deployment is Ready; that namespace is then deleted and waited for.
 Then it runs `rankops run` as the chart's ServiceAccount (as the e2e suite does), creates N models
 at once and prints: time to all Ready and its ratio to the raw apply; steady-state requests per model per minute, from the operator's own counter
@@ -30,6 +30,7 @@ import math
 import os
 import signal
 import re
+import secrets
 import statistics
 import sys
 import tempfile
@@ -399,7 +400,7 @@ def _profile_cpu(api, operator_pid: int, prefix: str, start: float, seconds: int
     time.sleep(max(0.0, start - time.monotonic()))
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     operator = subprocess.Popen([spy, "record", "-p", str(operator_pid), "-d", str(seconds), "-f", "raw",
-                                 "-o", f"{prefix}.operator.txt", "--nonblocking"],
+                                 "-o", f"{prefix}.operator.txt", "--nonblocking", "--gil"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if Path(spy).exists() else None
     answer = send(api, "GET", "/debug/pprof/profile", query=[("seconds", str(seconds))], timeout=seconds + 60)
     Path(f"{prefix}.apiserver.pprof").write_bytes(answer.data)
@@ -449,6 +450,7 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
     Ready. The namespace is deleted and waited for afterwards, so the operator's run starts clean."""
     from rankops.api.rankingmodel import RankingModel
     from rankops.controller.kube import Kube
+    from rankops.render import serving
     from rankops.render.desired import desired_objects, initial_state, resolve_shape
 
     core.create_namespace({"metadata": {"name": RAW_NAMESPACE}})
@@ -459,9 +461,11 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
         body["metadata"]["namespace"] = RAW_NAMESPACE
         rm = RankingModel.model_validate(body)   # no uid: no ownerReference
         objects += desired_objects(rm, initial_state(rm), resolve_shape(rm.spec))
+        # The restricted-API key's Secret is a child too (controller/models.ensure_api_key creates it).
+        objects.append(serving.api_key_secret(rm.metadata["name"], RAW_NAMESPACE, secrets.token_hex(32)))
     kube = Kube(api)
     deployments_ready = ready_watch(api, f"/apis/apps/v1/namespaces/{RAW_NAMESPACE}/deployments", deployment_ready, n)
-    cpu_before = cpu_by_process()
+    cpu_before, requests_before = cpu_by_process(), apiserver_metrics(api)
     t0 = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(kube.apply, objects))
@@ -470,6 +474,8 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
     print(f"raw parallel server-side apply of {len(objects)} objects ({threads} at a time): all {n} Deployments "
           f"Ready {took:.1f} s (applies took {applied:.1f} s); load average {_load()}")
     print(f"    CPU until then: {cpu_between(cpu_before, cpu_by_process())}")
+    print(f"    API server requests per model until then (all clients): "
+          f"{requests_between(requests_before, apiserver_metrics(api), n)}")
     t1 = time.monotonic()
     core.delete_namespace(RAW_NAMESPACE)
     wait(lambda: not _exists(core.read_namespace, RAW_NAMESPACE), 600, "raw namespace gone", interval=1)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankops import metrics
+from rankops.controller import fastjson
 from rankops.controller.transport import Transport
 from rankops.render.names import FIELD_MANAGER
 
@@ -116,7 +117,7 @@ class Kube:
             return None
         if answer.status >= 400:
             raise ApiError(answer.status, answer.reason, answer.data)
-        return json.loads(answer.data) if answer.data else None
+        return fastjson.loads(answer.data) if answer.data else None   # every apply's answer: orjson
 
     def apply(self, obj: dict[str, Any], dry_run: bool = False, field_manager: str = FIELD_MANAGER) -> dict:
         """Server-side apply under rankops' field manager, forcing ownership of the fields it sets.

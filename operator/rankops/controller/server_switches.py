@@ -100,7 +100,8 @@ class Switches:
                                           [v.name for v in views if v.name != name and v.held_version])
             known = {target.name: member_index(name, target, read[target.name]) for target in executor.pods.values()
                      if target.name in read and (read[target.name].index is not None or target.serving)}
-            known = {pod: with_drain(index, executor.drain_answers().get(pod), record) for pod, index in known.items()}
+            answers = executor.drain_answers()   # one copy, under the executor's lock
+            known = {pod: with_drain(index, answers.get(pod), record) for pod, index in known.items()}
             seen[name] = server_switch.SwitchSeen(executor.read(known, read_began),
                                                   executor.gate_verdicts(record.version), own, others)
         return seen

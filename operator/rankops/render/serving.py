@@ -13,7 +13,7 @@ from rankops.render import isolation, names
 from rankops.render.policy import TenantPolicy
 from rankops.render.tritonconfig import MODEL_FILENAMES, TRT_ENGINE_CACHE, triton_version
 from rankops.render.warm import warm_container
-from rankops.triton import image_fit
+from rankops.triton import image_fit, repository
 from rankops.nodelabels import LABEL_LATENCY_TUNED, LABEL_POOL, LABEL_READY, LABEL_TOPOLOGY_ALIGNED, label_value
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -33,7 +33,7 @@ SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 # pod needs it; only rankops' own components are meant to read it. Dynamic loading can lead to
 # code execution (Triton's secure-deployment guide): no other pod may load or unload.
 RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory")
-API_KEY_HEADER = "rankops-api-key"
+API_KEY_HEADER = repository.API_KEY_HEADER
 API_KEY_ENV = "RANKOPS_TRITON_API_KEY"
 API_KEY_SECRET_KEY = "api-key"
 TMP_DIR = "/tmp"

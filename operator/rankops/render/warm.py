@@ -22,8 +22,10 @@ def warm_memory_mib(spec: RankingModelSpec) -> int:
     """What the process holds: a base, and the requests it sends (generated: the largest shapes)."""
     sizes = gate_requests.batch_sizes(spec)
     count = gate_requests.warmup_sample_count(spec, spec.rollout.warmup.requests)
-    held = sum(bounds.tensor_bytes(t.data_type.value, t.warmup_dims(), max(1, sizes[i % len(sizes)]))
-               for i in range(count) for t in spec.inputs)
+    # Request i has batch size sizes[i % len(sizes)]: each size counted once, times its requests.
+    times = [count // len(sizes) + (1 if j < count % len(sizes) else 0) for j in range(len(sizes))]
+    held = sum(n * bounds.tensor_bytes(t.data_type.value, t.warmup_dims(), max(1, size))
+               for size, n in zip(sizes, times) if n for t in spec.inputs)
     return min(MAX_MEMORY_MIB, BASE_MEMORY_MIB + -(-COPIES_PER_REQUEST * held // 2 ** 20))
 
 

@@ -22,6 +22,9 @@ from typing import Any
 from rankops.triton import bounded_http
 
 STATES = ("READY", "LOADING", "UNLOADING", "UNAVAILABLE")
+# The header a caller of the restricted APIs carries the key in: the server is started with it
+# (render/serving.py), the operator's shell sends it, and the shared server's router checks it.
+API_KEY_HEADER = "rankops-api-key"
 # A rankops pod's repository holds one model and the few versions of a switch; Triton writes about
 # 80 bytes an entry. 64 KiB and 256 entries leave room for a shared server's many models.
 MAX_INDEX_BYTES = 64 << 10

@@ -48,6 +48,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from rankops.triton.repository import API_KEY_HEADER
+
 log = logging.getLogger("rankops.route")
 
 MAX_HEAD_BYTES = 32 << 10
@@ -65,7 +67,7 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _LENGTH = re.compile(r"^[0-9]{1,12}$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"}
 DRAIN_PATH = "/rankops/drain"
-KEY_HEADER = "rankops-api-key"          # render/serving.API_KEY_HEADER: the server's restricted-API key
+KEY_HEADER = API_KEY_HEADER   # the server's restricted-API key
 MAX_DRAIN_S = 300.0
 MAX_DRAIN_BODY = 256
 IDLE_CLOSE_S = 1.0      # a drain closes the member's connections idle this long
@@ -349,9 +351,12 @@ class Router:
             seconds = -1.0
         if not 0 <= seconds <= MAX_DRAIN_S:
             return _response(400, "Bad Request", f'send {{"seconds": 0..{MAX_DRAIN_S:g}}}', True)
+        was_draining = self.drain_until.get(model, 0.0) > time.monotonic()
         open_now = self._drain(model, seconds, task)
-        log.info("route %s: %s (%d connections open)", model,
-                 f"draining for {seconds:g}s" if seconds else "drain ended", open_now)
+        # Asked every round of a swap: said at INFO only when the drain begins or ends.
+        log.log(logging.INFO if was_draining != (seconds > 0) else logging.DEBUG,
+                "route %s: %s (%d connections open)", model,
+                f"draining for {seconds:g}s" if seconds else "drain ended", open_now)
         answer = json.dumps({"model": model, "draining": seconds > 0, "open": open_now,
                              "staged": self._staged(model)}).encode()
         return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(answer)}\r\n"
