@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rankops.controller.inplace_pods import DrainAnswer, Executor, PodTarget
+from rankops.controller.inplace_pods import DrainAnswer, Executor, PodTarget, no_gates
 from rankops.controller.server_switches import with_drain
 from rankops.rollout import inplace
 from rankops.triton.repository import RepositoryError
@@ -42,7 +42,7 @@ def router():
 
 def test_an_ask_that_fails_forgets_the_last_answer_so_a_drain_is_waited_out_in_full(router):
     pod = PodTarget("a", "uid-a", "127.0.0.1", 1, route_port=router.server_address[1])
-    executor = Executor("coarse", {"a": pod}, None, gates=lambda *_: None)
+    executor = Executor("coarse", {"a": pod}, None, gates=no_gates)
     _Router.answers[:] = [(200, json.dumps({"open": 0, "staged": [1, 2]}).encode()),
                           (503, b'{"error": "too many connections"}'), (200, b"not json")]
     executor._drain(pod, 0)

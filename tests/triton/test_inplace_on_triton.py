@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from rankops.api.rankingmodel import ModelFormat
-from rankops.controller.inplace_pods import Executor, PodGates, PodTarget, Switcher, fetched_from
+from rankops.controller.inplace_pods import Executor, PodGates, PodTarget, Switcher, fetched_from, no_gates
 from rankops.planner.two_versions import SideBySide
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY
@@ -203,7 +203,7 @@ def test_a_pod_that_accepts_and_never_answers_is_bounded(tmp_path):
     (tmp_path / MODEL / "config.pbtxt").write_text(f'name: "{MODEL}"\nbackend: "onnxruntime"\n')
     (tmp_path / MODEL / "1").mkdir()
     pod = PodTarget("stalled", "uid-s", "127.0.0.1", listener.getsockname()[1], tmp_path / MODEL)
-    executor = Executor(MODEL, {"stalled": pod}, stage=lambda p, v: None, gates=lambda *a: None,
+    executor = Executor(MODEL, {"stalled": pod}, stage=lambda p, v: None, gates=no_gates,
                         load_deadline_s=1.5, index_deadline_s=1.0)
     try:
         started = time.monotonic()

@@ -49,7 +49,7 @@ def pod(triton_install, tmp_path_factory):
         target = PodTarget("pod-0", "uid-0", server.host, server.ports["http"], metrics_port=server.ports["metrics"],
                            headers={API_KEY_HEADER: key})
         executor = Executor(MODEL, {"pod-0": target}, stage=None,
-                            gates=lambda p, gate, v, s: error_verdict(gate, "NotRun", "not this test's"),
+                            gates=lambda p, gate, v, s, reference=None: error_verdict(gate, "NotRun", "not this test's"),
                             load_deadline_s=POLICY.load_timeout_s)
         try:
             yield {"rm": rm, "server": server, "executor": executor, "model_dir": server.repository / MODEL,

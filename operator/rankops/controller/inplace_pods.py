@@ -120,8 +120,13 @@ class PodTarget:
 
 Stage = Callable[[PodTarget, str], None]
 # Triton's (2.51) refusal of a load whose version policy lists no version directory on the volume.
-# (pod, gate, version, stable) -> verdict; a swap's also gets reference= (the pod holding `stable`)
+# (pod, gate, version, stable, reference=) -> verdict; reference: the pod holding `stable` (a swap's), else None
 GateRunner = Callable[..., Verdict]
+
+
+def no_gates(*_: Any, **__: Any) -> None:
+    """The runner of an executor whose gates are set later (a switch's, once its pods are known)."""
+    return None
 
 
 def fetched_from(uris: Mapping[str, str], limits: fetcher.Limits = fetcher.Limits()) -> Stage:
@@ -364,8 +369,7 @@ class Executor:
         return config_json((pod.model_dir / "config.pbtxt").read_text())
 
     def _gate(self, pod: PodTarget, gate: str, version: str, stable: str, reference: PodTarget | None = None) -> None:
-        verdict = self.gates(pod, gate, version, stable, reference=reference) if reference is not None else \
-            self.gates(pod, gate, version, stable)
+        verdict = self.gates(pod, gate, version, stable, reference=reference)
         with self._lock:
             self.verdicts[(gate, version)] = inplace.GateVerdict(verdict.outcome, verdict.summary, pod.uid)
 

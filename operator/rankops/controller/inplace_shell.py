@@ -29,7 +29,7 @@ from typing import Any
 
 from rankops.api.rankingmodel import RankingModel, RankingModelStatus
 from rankops.controller import pod_metrics
-from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
+from rankops.controller.inplace_pods import Executor, PodGates, PodTarget, no_gates
 from rankops.controller.kube import ApiError
 from rankops.render import names
 from rankops.render.serving import API_KEY_HEADER, API_KEY_SECRET_KEY, HTTP_PORT, METRICS_PORT
@@ -108,7 +108,7 @@ def executor_of(memory: Any, uid: str, model: str, attempt: str | None) -> Execu
     if held is not None and held[0] == attempt:
         return held[1]
     forget(memory, uid)
-    executor = Executor(model, {}, None, gates=lambda *_: None)
+    executor = Executor(model, {}, None, gates=no_gates)
     memory.in_place[uid] = (attempt, executor)
     return executor
 

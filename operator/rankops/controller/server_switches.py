@@ -21,7 +21,7 @@ from typing import Any
 
 from rankops import server_switch
 from rankops.api.rankingmodel import RankingModel
-from rankops.controller.inplace_pods import Executor, PodGates, PodTarget
+from rankops.controller.inplace_pods import Executor, PodGates, PodTarget, no_gates
 from rankops.controller.shared_pods import ServerPod, ServerPods
 from rankops.serverplan import PodView
 from rankops.render.serving import config_hash
@@ -123,7 +123,7 @@ class Switches:
         held = self._held.get(name)
         if held is None or held[0] != key:
             self.forget(name)
-            held = self._held[name] = (key, Executor(name, {}, None, gates=lambda *_: None))
+            held = self._held[name] = (key, Executor(name, {}, None, gates=no_gates))
         if config_text is not None:
             held[1].config = self.load_config(config_text)
             self._sent[name] = config_hash(config_text)
