@@ -2,8 +2,8 @@
 
 Starts the local control plane with enough kwok A100 nodes and installs the chart. First the
 baseline: the children the operator would create for the same N models (rendered by the project's
-own renderers: ConfigMap, Deployment, Services, PodDisruptionBudget, the API key's Secret), server-side applied in parallel into a namespace
-of their own, timed until every Deployment is Ready; that namespace is then deleted and waited for.
+own renderers: ConfigMap, Deployment, Services, PodDisruptionBudget, the API key's Secret),
+server-side applied in parallel into a namespace of their own, timed until every Deployment is Ready; that namespace is then deleted and waited for.
 Then it runs `rankops run` as the chart's ServiceAccount (as the e2e suite does), creates N models
 at once and prints: time to all Ready and its ratio to the raw apply; steady-state requests per model per minute, from the operator's own counter
 (rankops_api_requests_total) and from the API server's apiserver_request_total (all clients,

@@ -67,7 +67,6 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _LENGTH = re.compile(r"^[0-9]{1,12}$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"}
 DRAIN_PATH = "/rankops/drain"
-KEY_HEADER = API_KEY_HEADER   # the server's restricted-API key
 MAX_DRAIN_S = 300.0
 MAX_DRAIN_BODY = 256
 IDLE_CLOSE_S = 1.0      # a drain closes the member's connections idle this long
@@ -281,7 +280,7 @@ class Router:
                 chunked = _get(fields, "transfer-encoding") is not None
                 length = _length(fields)
                 if self.api_key and target.split("?", 1)[0] == DRAIN_PATH and method == "POST" and not chunked \
-                        and hmac.compare_digest((_get(fields, KEY_HEADER) or "").encode(), self.api_key.encode()):
+                        and hmac.compare_digest((_get(fields, API_KEY_HEADER) or "").encode(), self.api_key.encode()):
                     await self._send(writer, await self._drain_asked(reader, model, length, task))
                     return
                 if not allowed(target, model):
