@@ -37,6 +37,9 @@ SPEC = {
     "batching": {"maxBatchSize": 256, "maxQueueDelayMicroseconds": 1000},
 }
 CUT_VOCAB = 50
+# What these judge is the canary under traffic: the warmup gate judges its own P99 at once (the
+# server's, after Triton's 60 s window clears, is test_rollout_real.py's), a minute less per rollout.
+WARMUP = {"requests": 200, "concurrency": 2, "maxP99Ms": 1000, "judgeOn": "client"}
 TIMEOUT = 420
 
 
@@ -78,7 +81,7 @@ def _roll_out_under_traffic(real, k8s, ns, tmp_path, v2: dict, bad_fraction: flo
     in, and the traffic."""
     name = "ranker"
     body = models.model_manifest(name, version="1", versions=("1", "2"), modelCredentialsSecret="model-store",
-                                 rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
+                                 rollout={"warmup": WARMUP,
                                           "canary": {"weight": 50, "durationSeconds": 240,
                                                      "analysis": {"minRequests": 50}},
                                           "gateJobs": GATE_JOBS, **rollout},
@@ -199,7 +202,7 @@ def test_a_canary_lost_mid_hold_serves_a_whole_hold_again_and_one_nobody_can_rea
     k8s, ns, name, hold = real_k8s, real_namespace_in, "ranker", 30
     body = models.model_manifest(
         name, version="1", versions=("1", "2", "3"), modelCredentialsSecret="model-store",
-        rollout={"warmup": {"requests": 200, "concurrency": 2, "maxP99Ms": 1000},
+        rollout={"warmup": WARMUP,
                  "canary": {"weight": 50, "durationSeconds": hold,
                             "analysis": {"minRequests": 50, "maxP99VsStable": 3, "maxExtensionSeconds": 10}},
                  "gateJobs": GATE_JOBS}, tritonImage=real.refs["rankops-triton-test"], **SMALL, **SPEC)

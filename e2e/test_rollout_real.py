@@ -82,11 +82,15 @@ def test_real_gates_promote_an_fp16_version_and_roll_back_a_reordering_one(
                        and rm["status"].get("phase") == "Ready", "v2 stable and Ready", timeout=180)
 
     # v2 -> v3: other weights reorder the candidates; the real overlap rolls it back, v2 serves on.
+    # Its warmup is judged on the gate's own P99, at once (no wait for Triton's latency window).
     generation = rollouts.stable(k8s, ns, name).metadata.generation
-    models.patch_spec(k8s, ns, name, {"version": "3"})
+    models.patch_spec(k8s, ns, name, {"version": "3", "rollout": {"warmup": {"judgeOn": "client"}}})
     seen, rm, serving = rollouts.watch_phases(k8s, ns, name, "3", {"Promoted", "RolledBack"}, timeout=REAL_TIMEOUT)
     assert seen[-1] == "RolledBack", (seen, rm["status"])
     assert "Canary" not in seen and not serving, (seen, serving)
+    [warmup3] = [g for g in rm["status"]["gates"] if g["gate"] == "warmup" and g.get("version") == "3"]
+    assert warmup3["outcome"] == "pass" and warmup3["metrics"]["judgedOn"] == "client", warmup3
+    assert warmup3["metrics"]["server"]["windowWaitS"] < 10 and "judge on client" in warmup3["metrics"]["server"]["note"]
     failed = [g for g in rm["status"]["gates"] if g["gate"] == "equivalence" and g.get("version") == "3"]
     assert failed and failed[-1]["outcome"] == "fail", rm["status"]["gates"]
     metrics = failed[-1]["metrics"]

@@ -93,6 +93,20 @@ def test_warmup_reads_the_canary_metrics_and_defeats_the_response_cache():
     assert "--unique-requests" in cached
 
 
+def test_warmup_judges_tritons_p99_unless_the_spec_asks_for_the_clients():
+    from rankops.api.rankingmodel import LatencyJudge
+    from rankops.cli import build_parser
+    from rankops.gates.warmup import JUDGED_ON
+
+    default, *_ = jobs.gate_command(model(), "warmup", "3", False)
+    assert "--judge-on" not in default   # the gate's own default: server
+    client, *_ = jobs.gate_command(model(warmup={"judgeOn": "client"}), "warmup", "3", False)
+    assert arg(client, "--judge-on") == "client" and arg(client, "--metrics-url"), "Triton's numbers still read"
+    assert JUDGED_ON == tuple(j.value for j in LatencyJudge), "the spec's values are the gate's"
+    parsed = build_parser().parse_args(client[1:])
+    assert parsed.judge_on == "client"
+
+
 def json_inputs(command: list[str]) -> list[dict]:
     import json
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,20 @@ def test_warmup_fails_above_its_bound_and_says_which_p99(example_server):
     # No time to let Triton's window drop the earlier requests: judged on the client, and said so.
     assert verdict.metrics["judgedOn"] == "client"
     assert "latency window" in verdict.metrics["server"]["note"]
+
+
+def test_warmup_asked_to_judge_on_the_client_does_not_wait_and_still_reports_triton(example_server):
+    rm, server = example_server
+    # Triton's window holds the load-time warmup and the cold pass: a server judge would wait here.
+    started = time.monotonic()
+    verdict = run_warmup(Endpoint(server.http_url, MODEL), gate_samples(EXAMPLE, "warmup"),
+                         WarmupConfig(requests=100, concurrency=4, max_p99_ms=1000, metrics_url=server.metrics_url,
+                                      judge_on="client"))
+    assert time.monotonic() - started < 30, "no wait for Triton's 60 s window"
+    assert verdict.outcome == "pass" and verdict.metrics["judgedOn"] == "client", verdict.summary
+    seen = verdict.metrics["server"]
+    assert seen["requests"] == 100 and seen["windowWaitS"] < 5 and "judge on client" in seen["note"], seen
+    assert "client P99" in verdict.summary
 
 
 def test_with_the_response_cache_warmup_measures_the_model_not_the_cache(triton_install, tmp_path):

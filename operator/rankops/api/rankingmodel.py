@@ -198,10 +198,20 @@ class SamplesSource(ApiModel):
                               description="Key in the ConfigMap.")] = "samples.jsonl"
 
 
+class LatencyJudge(str, Enum):
+    server = "server"
+    client = "client"
+
+
 class WarmupGate(ApiModel):
     requests: Annotated[int, Field(ge=1, le=1_000_000, description="Requests replayed against the canary.")] = 2000
     concurrency: Annotated[int, Field(ge=1, le=256, description="Requests in flight.")] = 8
     max_p99_ms: Annotated[float, Field(gt=0, description="Warm P99 bound (ms) the canary must meet.")] = 15.0
+    judge_on: Annotated[LatencyJudge, Field(description=(
+        "Whose P99 is held to maxP99Ms: `server` (Triton's own, from its metrics port: the gate first waits "
+        "up to 70 s for Triton's 60 s latency window to drop the load-time and cold requests) or `client` "
+        "(the gate's own, round trips included, with no wait; Triton's numbers are still reported)."))] = \
+        LatencyJudge.server
     samples: SamplesSource = Field(default_factory=SamplesSource, description=(
         "Requests the warmup gate replays: recorded ones from a ConfigMap, or random ones from the input spec."))
     pod_annotations: bounds.pod_annotations(

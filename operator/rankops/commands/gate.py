@@ -14,7 +14,7 @@ from rankops.gates.equivalence import METHODS, Criteria, run_equivalence
 from rankops.triton.samples import (Sample, SamplesError, generate_samples, load_samples,
                                    parse_batch_sizes, parse_input_spec)
 from rankops.gates.verdict import Verdict, default_verdict_file, error_verdict, write_verdict
-from rankops.gates.warmup import WarmupConfig, run_warmup
+from rankops.gates.warmup import JUDGED_ON, WarmupConfig, run_warmup
 
 
 class _GateParser(argparse.ArgumentParser):
@@ -65,6 +65,9 @@ def add_commands(subparsers) -> None:
     warmup.add_argument("--window-wait-s", type=float, default=70.0,
                         help="with --metrics-url: wait up to this long before the warm run for Triton's "
                              "60 s latency window to drop load-time and cold requests (default 70)")
+    warmup.add_argument("--judge-on", choices=JUDGED_ON, default="server",
+                        help="whose P99 is judged: Triton's (server, after its latency window clears; the "
+                             "default) or the gate's own (client, at once; Triton's numbers are still reported)")
     warmup.add_argument("--processes", type=int, default=0,
                         help="worker processes sending the requests (default 0: one per core)")
     warmup.add_argument("--unique-requests", action="store_true",
@@ -183,7 +186,7 @@ def _warmup(args: argparse.Namespace) -> Verdict:
     config = WarmupConfig(requests=args.requests, concurrency=args.concurrency, max_p99_ms=args.max_p99_ms,
                           cold_passes=args.cold_passes, max_errors=args.max_errors, processes=args.processes,
                           unique=args.unique_requests, metrics_url=args.metrics_url.strip(),
-                          window_wait_s=args.window_wait_s)
+                          window_wait_s=args.window_wait_s, judge_on=args.judge_on)
     return run_warmup(endpoint, _samples(args), config)
 
 

@@ -178,7 +178,8 @@ class PodGates:
             metrics = f"{pod.host}:{pod.metrics_port}" if pod.metrics_port else ""
             return run_warmup(endpoint(version), samples, WarmupConfig(
                 requests=w.requests, concurrency=w.concurrency, max_p99_ms=w.max_p99_ms,
-                unique=spec.response_cache, metrics_url=metrics, window_wait_s=self.window_wait_s))
+                unique=spec.response_cache, metrics_url=metrics, window_wait_s=self.window_wait_s,
+                judge_on=w.judge_on.value))
         if gate == "equivalence":
             e = spec.rollout.equivalence
             if isinstance(e.reference, str) and reference_version_of(spec, stable) is None:

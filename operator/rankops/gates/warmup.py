@@ -25,6 +25,7 @@ from rankops.gates.verdict import Verdict, error_verdict
 from rankops.progress import Progress
 
 GATE = "warmup"
+JUDGED_ON = ("server", "client")   # whose P99 the gate judges: Triton's own (after its window clears), or its own
 ERROR_EXAMPLES = 3
 
 
@@ -39,6 +40,7 @@ class WarmupConfig:
     unique: bool = False       # different data in every request, so a response cache cannot answer
     metrics_url: str = ""      # Triton's metrics endpoint HOST:PORT: judge on its server-side P99
     window_wait_s: float = 70  # wait for Triton's latency window (60 s) to hold only warm requests
+    judge_on: str = "server"   # "client": judge on the client's P99 at once, Triton's numbers reported only
 
 
 @dataclass
@@ -109,7 +111,7 @@ def run_warmup(endpoint: Endpoint, samples: Sequence[Sample], config: WarmupConf
             return error_verdict(GATE, "BinaryDataUnsupported", f"{endpoint.describe()}: {BINARY_HINT}")
         return _verdict(cold, Observations(), config, len(samples))
     server = ServerView(config, endpoint)
-    if config.metrics_url:
+    if config.metrics_url and config.judge_on == "server":
         progress.step(f"waiting up to {config.window_wait_s:.0f}s for Triton's latency window to hold no cold requests")
     server.before_run()
     progress.step(f"replaying {config.requests} warm requests, {config.concurrency} in flight")
@@ -131,6 +133,8 @@ class ServerView:
         self.config, self.endpoint = config, endpoint
         self.before: server_metrics.ModelCounters | None = None
         self.note = "" if config.metrics_url else "no --metrics-url: judged on the client's P99"
+        if config.judge_on == "client":
+            self.note = "judged on the client's P99, as asked (judge on client): no wait for Triton's latency window"
         self.waited_s = 0.0
 
     def _scrape(self) -> server_metrics.ModelCounters:
@@ -142,14 +146,15 @@ class ServerView:
         start = time.monotonic()
         try:
             counters = self._scrape()
-            while counters.quantiles_us and time.monotonic() - start < self.config.window_wait_s:
+            wait_s = self.config.window_wait_s if self.config.judge_on == "server" else 0.0
+            while counters.quantiles_us and time.monotonic() - start < wait_s:
                 time.sleep(1.0)
                 counters = self._scrape()
             self.before = counters
         except server_metrics.MetricsUnavailable as exc:
             self.note = f"{exc}: judged on the client's P99"
         self.waited_s = time.monotonic() - start
-        if self.before is not None and self.before.quantiles_us:
+        if self.before is not None and self.before.quantiles_us and not self.note:
             self.note = (f"Triton's latency window still held earlier requests after {self.waited_s:.0f}s: "
                          "its P99 is reported, the client's judged")
 
@@ -342,6 +347,8 @@ def _check_config(config: WarmupConfig) -> str | None:
         return f"--processes must be 0 (one per core) or more, got {config.processes}"
     if config.window_wait_s < 0:
         return f"--window-wait-s must be 0 or more, got {config.window_wait_s}"
+    if config.judge_on not in JUDGED_ON:
+        return f"--judge-on must be one of {', '.join(JUDGED_ON)}, got {config.judge_on!r}"
     return None
 
 

@@ -5,7 +5,7 @@ import posixpath
 from typing import Any
 from urllib.parse import urlparse
 
-from rankops.api.rankingmodel import RankingModel, SamplesSource, TorchscriptReference
+from rankops.api.rankingmodel import LatencyJudge, RankingModel, SamplesSource, TorchscriptReference
 from rankops.api.bounds import quantity
 from rankops.render import gate_requests, names
 from rankops.render.gate_requests import CANDIDATE_COUNTS, SAMPLES_DIR, WARMUP_SAMPLES_PER_BATCH_SIZE  # noqa: F401
@@ -67,10 +67,11 @@ def gate_command(rm: RankingModel, gate: str, stable_version: str, reference_ser
         # Judged on Triton's own P99 (its metrics port); with the response cache on, every request
         # differs, so the gate measures the model and not the cache.
         unique = ["--unique-requests"] if spec.response_cache else []
+        judge = ["--judge-on", w.judge_on.value] if w.judge_on != LatencyJudge.server else []
         return (["rankops", "gate", "warmup", "--url", canary, "--model", model,
                  "--metrics-url", _service_url(model, ns, names.CANARY, METRICS_PORT),
                  "--requests", str(w.requests), "--concurrency", str(w.concurrency),
-                 "--max-p99-ms", str(w.max_p99_ms), *unique, *args], volumes, mounts, [])
+                 "--max-p99-ms", str(w.max_p99_ms), *judge, *unique, *args], volumes, mounts, [])
     e = spec.rollout.equivalence
     args, volumes, mounts = _samples_args(rm, e.samples, EQUIVALENCE_SAMPLES)
     init: list = []
