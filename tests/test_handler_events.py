@@ -30,6 +30,39 @@ def test_a_child_event_reconciles_its_controlling_model_and_is_cached(monkeypatc
     assert kicked[-1] == ("reco", "m", "u1")
 
 
+def test_the_echo_of_the_operators_own_write_wakes_no_one_even_before_its_answer_is_recorded(monkeypatch):
+    """The operator's watch streams (controller/watches.py) often hand on a write's echo before the
+    reconcile that wrote it has recorded the answer: at N=1000 that was one more reconcile per model,
+    which changed nothing."""
+    kicked = []
+    controller = runtime.ModelController(OperatorContext())
+    monkeypatch.setattr(controller.queue, "kick", lambda key, *_, **__: kicked.append(key))
+    owner = {"kind": "RankingModel", "name": "m", "uid": "u1", "controller": True}
+
+    def event(rv: int, fields: list[dict], kind: str = "MODIFIED", **meta) -> None:
+        obj = {"kind": "Service", "metadata": {"name": "m-svc", "namespace": "reco", "resourceVersion": str(rv),
+                                               "labels": {"rankops.io/model": "m"}, "ownerReferences": [owner],
+                                               "managedFields": fields, **meta}, "spec": {"rv": rv}}
+        controller.child_event("Service", {"type": kind, "object": obj})
+
+    ours = {"manager": "rankops", "operation": "Apply", "time": "2026-12-07T04:00:01Z"}
+    event(1, [ours], kind="ADDED")
+    assert kicked == [], "created by this operator: its reconcile knows"
+    edit = {"manager": "kubectl-edit", "operation": "Update", "time": "2026-12-07T04:00:05Z"}
+    event(2, [ours, edit])
+    assert len(kicked) == 1, "a hand edit after it: drift, repaired"
+    event(3, [{**ours, "time": "2026-12-07T04:00:09Z"}, edit])
+    assert len(kicked) == 1, "the repair's echo"
+    event(4, [{**ours, "time": "2026-12-07T04:00:09Z"}, {**edit, "time": "2026-12-07T04:00:09Z"}])
+    assert len(kicked) == 2, "a tie within the second is not taken for an echo"
+    status = {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+              "time": "2026-12-07T04:00:09Z"}
+    event(5, [{**ours, "time": "2026-12-07T04:00:10Z"}, status], deletionTimestamp="2026-12-07T04:00:10Z")
+    assert len(kicked) == 3, "being deleted: always told"
+    event(5, [ours], kind="DELETED")
+    assert len(kicked) == 4, "deleted: always told"
+
+
 def test_a_child_event_that_changes_nothing_a_reconcile_reads_wakes_no_one(monkeypatch):
     """At N=1000 the watch's echo of the operator's own applies and the disruption controller's
     budget counts were ~0.6 reconciles per model that changed nothing."""
@@ -117,5 +150,21 @@ def test_every_event_handler_is_async_so_it_never_waits_behind_reconciles_on_kop
 
     registry = kopf.get_default_registry()
     found = {h.id: asyncio.iscoroutinefunction(h.fn) for h in registry._watching.get_all_handlers()}
-    assert {"deployment_event", "service_event", "configmap_event", "rankingmodel_event", "node_event"} <= set(found)
+    assert {"configmap_event", "rankingmodel_event", "node_event"} <= set(found)
     assert all(found.values()), found
+
+
+def test_kopf_watches_no_kind_the_operators_own_streams_watch():
+    """kopf watches every object of a kind it has a handler for: a handler left on a streamed kind
+    would bring back its per-event cost for every Deployment or pod of the cluster."""
+    import kopf
+
+    import rankops.controller.handlers  # noqa: F401  (registers them)
+    from rankops.controller.kube import KINDS
+
+    registry = kopf.get_default_registry()
+    by_kopf = {h.selector.plural for h in registry._watching.get_all_handlers()}
+    models, _ = runtime.build(OperatorContext())
+    streamed = {KINDS[stream.kind].plural for stream in runtime.watch_streams(models)}
+    assert streamed == {"deployments", "services", "jobs", "poddisruptionbudgets", "pods"}
+    assert not by_kopf & streamed, by_kopf & streamed

@@ -62,6 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     operator.tenant_policy = policy
     operator.image_pull_secrets = list(args.image_pull_secret)
     operator.pod_metrics_networks = list(args.pod_metrics_network)
+    operator.namespaces = list(args.namespace or [])
     if args.metrics_port:
         from rankops import metrics
         metrics.start_metrics_server(args.metrics_port)
@@ -73,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # with kopf (handlers.configure), which passes them to every handler in its memo.
     models, pools = runtime.build(operator, pause)
 
-    namespaces = args.namespace or []
+    namespaces = operator.namespaces
     from rankops.controller.session import connection_limit
     operator.kopf_connections = connection_limit(namespaces)
     peering = None

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 from rankops.controller import fastjson
 from rankops.controller.kube import Kube
 from rankops.modelplan import CHILD_STATUS_READ
-from rankops.render.names import LABEL_MODEL
+from rankops.render.names import FIELD_MANAGER, LABEL_MODEL
 
 CACHED_KINDS = ("Deployment", "Service", "ConfigMap", "Job", "PodDisruptionBudget")
 
@@ -51,6 +51,20 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
 # disruption controller's counts on a budget change every time a pod comes or goes, and would
 # wake the model for nothing.
 STATUS_UNREAD = frozenset(CACHED_KINDS) - CHILD_STATUS_READ
+
+
+def own_echo(obj: dict[str, Any]) -> bool:
+    """Whether a watch event only shows this operator's own apply (the echo of a write whose answer
+    the reconcile that made it records): the newest entry of its managedFields is rankops' alone, on
+    the object itself (not a subresource), and it is not being deleted. Their times are whole
+    seconds: a tie with another manager's write is not an echo."""
+    meta = obj.get("metadata") or {}
+    entries = meta.get("managedFields") or []
+    if not entries or meta.get("deletionTimestamp"):
+        return False
+    newest = max(str(e.get("time") or "") for e in entries)
+    last = [e for e in entries if str(e.get("time") or "") == newest]
+    return len(last) == 1 and last[0].get("manager") == FIELD_MANAGER and not last[0].get("subresource")
 
 
 class _Entry(NamedTuple):

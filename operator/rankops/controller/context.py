@@ -14,6 +14,7 @@ class OperatorContext:
     kube: Kube | None = None
     client_library: bool = False                    # credentials via the kubernetes package (exec, auth-provider)
     namespace: str = "rankops-system"               # where validator DaemonSets run
+    namespaces: list[str] = field(default_factory=list)   # the namespaces watched (empty: every one)
     validator_service_account: str = DEFAULT_SERVICE_ACCOUNT
     validator_image: str | None = None              # overrides the pools' validator image
     validator_priority_class: str = DEFAULT_PRIORITY_CLASS   # "" for none

@@ -13,7 +13,6 @@ import kopf
 
 from rankops.api.crdgen import GROUP, VERSION
 from rankops.controller import runtime, session
-from rankops.render import names
 
 
 @kopf.on.startup()
@@ -29,26 +28,9 @@ async def login(memo: kopf.Memo, **kwargs):
                                          **kwargs)
 
 
-# --- RankingModels and their children: the ModelController's caches and queue
-
-def _child_event(kind: str):
-    async def on_child(event, memo: kopf.Memo, **_):
-        memo.models.child_event(kind, event)
-    on_child.__name__ = on_child.__qualname__ = f"{kind.lower()}_event"   # kopf's handler id, in its log
-    return on_child
-
-
-_MODEL_LABEL = {names.LABEL_MODEL: kopf.PRESENT}
-kopf.on.event("apps", "v1", "deployments", labels=_MODEL_LABEL)(_child_event("Deployment"))
-kopf.on.event("", "v1", "services", labels=_MODEL_LABEL)(_child_event("Service"))
-kopf.on.event("batch", "v1", "jobs", labels=_MODEL_LABEL)(_child_event("Job"))
-kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_MODEL_LABEL)(_child_event("PodDisruptionBudget"))
-
-
-@kopf.on.event("", "v1", "pods", labels=_MODEL_LABEL)
-async def model_pod_event(event, memo: kopf.Memo, **_):
-    memo.models.pod_event(event)
-
+# --- RankingModels: the ModelController's caches and queue. Their children and pods (and a
+# shared server's pods and Deployments) are watched without kopf (controller/watches.py: by label,
+# at a fraction of kopf's cost per event), started with the controllers above.
 
 # The models that name an input (a pool, a latency-profile ConfigMap), so its change reconciles them.
 @kopf.index(GROUP, VERSION, "rankingmodels")
@@ -76,23 +58,12 @@ async def rankingmodel_event(event, memo: kopf.Memo, **_):
 
 
 # --- SharedServers: the ServerController (the models' `servers`: its members are models), fed by
-# its own events and its pods'; its members' events reach it through model_event
+# its own events, its pods' and its Deployments' (controller/watches.py); its members' events reach it
+# through model_event
 
 @kopf.on.event(GROUP, VERSION, "sharedservers")
 async def sharedserver_event(event, memo: kopf.Memo, **_):
     memo.models.servers.server_event(event)
-
-
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_SERVER: kopf.PRESENT})
-async def server_pod_event(event, memo: kopf.Memo, **_):
-    memo.models.servers.pod_event(event)
-
-
-# The server's own objects without a model label (its Deployment, ConfigMap, budget): drift repaired at once.
-@kopf.on.event("apps", "v1", "deployments", labels={names.LABEL_SERVER: kopf.PRESENT})
-async def server_deployment_event(event, memo: kopf.Memo, **_):
-    if event.get("type") is not None:
-        memo.models.servers.owned_event(event["object"])
 
 
 # --- GpuNodePools: the PoolController, on the same model: its queue, fed by these events, and its

@@ -161,6 +161,19 @@ class Kube:
             version = 0
         return items, version
 
+    def list_page(self, kind: str, namespace: str | None, label_selector: str, limit: int,
+                  token: str = "") -> tuple[list[dict], str, str]:
+        """One page of a listing: its items (with their kind and apiVersion, which a list's items
+        lack), the resourceVersion it was taken at, and the token of the next page ("" at the end)."""
+        query = [("labelSelector", label_selector), ("limit", str(limit))] + ([("continue", token)] if token else [])
+        found = self._call("GET", KINDS[kind].path(namespace), query=query) or {}
+        items = found.get("items") or []
+        for item in items:
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", KINDS[kind].group_version)
+        meta = found.get("metadata") or {}
+        return items, str(meta.get("resourceVersion") or ""), str(meta.get("continue") or "")
+
     def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> bool:
         """Delete; `propagation="Foreground"` keeps the object until its dependents are gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}

@@ -22,6 +22,7 @@ its nodes' marks cleared. A settled object costs no request in between.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import threading
 import time
@@ -32,7 +33,7 @@ import kopf
 
 from rankops import metrics
 from rankops.api.crdgen import GROUP
-from rankops.controller import cache, fastjson, inplace_shell, models, pools, servers
+from rankops.controller import cache, fastjson, inplace_shell, models, pools, servers, watches
 from rankops.controller.clock import Clock
 from rankops.controller.context import OperatorContext
 from rankops.controller.diffbase import NoDiffBaseStorage, essence_digest
@@ -408,12 +409,14 @@ class ModelController(_Reconciles):
             self.servers.owned_event(obj)
 
     def child_event(self, kind: str, event: dict) -> None:
-        self.keep_kopf_context()
+        """A child's event, from its watch stream (controller/watches.py; a ConfigMap's: from kopf)."""
         obj = event["object"]
         changed = self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
-        # None: kopf's initial listing (the resume handlers cover it); unchanged: the echo of this
-        # process's own write, or a status no reconcile reads.
-        if event.get("type") is not None and changed:
+        # None: kopf's initial listing (the resume handlers cover it); unchanged: a status no
+        # reconcile reads, or the echo of this process's own write once its answer was recorded. An
+        # echo that comes first (the stream is faster than the reconcile that wrote) wakes no one
+        # either: that reconcile records the same object.
+        if event.get("type") is not None and changed and (event["type"] == "DELETED" or not cache.own_echo(obj)):
             self.owner_kick(obj, urgent=kind == "Deployment" and event.get("type") != "DELETED" and all_ready(obj))
 
     def pod_event(self, event: dict) -> None:
@@ -888,12 +891,16 @@ class ServerController(_Reconciles):
     def pod_event(self, event: dict) -> None:
         if self.pause.paused:
             return
-        self.keep_kopf_context()
         pod = event["object"]
         changed = self.pods.observe("Pod", pod, deleted=event.get("type") == "DELETED")
         server = (pod["metadata"].get("labels") or {}).get(names.LABEL_SERVER)
         if changed and server and event.get("type") is not None:
             self._kick_server(pod["metadata"]["namespace"], server)
+
+    def deployment_event(self, event: dict) -> None:
+        """The server's own Deployment (no model label): drift repaired at once."""
+        if event.get("type") is not None:
+            self.owned_event(event["object"])
 
     # --- forgetting
 
@@ -921,13 +928,30 @@ def build(settings: OperatorContext, pause: PauseState | None = None) -> tuple[M
 
 
 def start(model_controller: ModelController, pool_controller: PoolController) -> None:
-    """Their threads: the queues' workers, the clock, and the drift checks."""
+    """Their threads: the queues' workers, the clock, the children's watch streams and the drift checks."""
     model_controller.start()
     if model_controller.servers is not None:
         model_controller.servers.start()
     pool_controller.start()
+    settings = model_controller.settings
+    if settings.kube is not None:
+        watches.start(settings.kube, watch_streams(model_controller), settings.namespaces,
+                      paused=lambda: model_controller.pause.paused)
     threading.Thread(target=drift_checks, args=(model_controller, pool_controller), daemon=True,
                      name="drift-checks").start()
+
+
+def watch_streams(model_controller: ModelController) -> list[watches.Stream]:
+    """What is watched without kopf (controller/watches.py), by label, and where each event goes:
+    a model's children and pods, a shared server's pods and Deployments."""
+    streams = [watches.Stream(kind, names.LABEL_MODEL, functools.partial(model_controller.child_event, kind))
+               for kind in ("Deployment", "Service", "Job", "PodDisruptionBudget")]
+    streams.append(watches.Stream("Pod", names.LABEL_MODEL, model_controller.pod_event))
+    server_controller = model_controller.servers
+    if server_controller is not None:
+        streams += [watches.Stream("Pod", names.LABEL_SERVER, server_controller.pod_event),
+                    watches.Stream("Deployment", names.LABEL_SERVER, server_controller.deployment_event)]
+    return streams
 
 
 def drift_checks(model_controller: ModelController, pool_controller: PoolController,
