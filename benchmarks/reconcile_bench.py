@@ -432,6 +432,28 @@ def _settle(port: int, still_s: float = 15.0, timeout: float = 600.0) -> float:
     return timeout
 
 
+def _quiet(api, rate: float = 5.0, still_s: float = 6.0, timeout: float = 300.0) -> float:
+    """Seconds until the cluster's controllers have no work left: writes to the API server (all
+    clients; the nodes' lease heartbeats left out) stay below `rate` per second for `still_s`. The
+    raw namespace's deletion leaves work queued after the namespace is gone (the endpoints
+    controller deleted ~1.2 Endpoints per model for a minute): it must not run into the operator's phase."""
+    def writes() -> float:
+        return sum(v for k, v in requests_by_kind(apiserver_metrics(api)).items()
+                   if k.split()[0] in {"POST", "PUT", "PATCH", "APPLY", "DELETE"} and k.split()[1] != "leases")
+
+    t0 = time.monotonic()
+    last, at, since = writes(), time.monotonic(), time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        time.sleep(2)
+        now, now_at = writes(), time.monotonic()
+        if (now - last) / (now_at - at) >= rate:
+            since = now_at
+        elif now_at - since >= still_s:
+            return now_at - t0
+        last, at = now, now_at
+    return timeout
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -479,7 +501,8 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
     t1 = time.monotonic()
     core.delete_namespace(RAW_NAMESPACE)
     wait(lambda: not _exists(core.read_namespace, RAW_NAMESPACE), 600, "raw namespace gone", interval=1)
-    print(f"    its namespace deleted in {time.monotonic() - t1:.0f} s")
+    print(f"    its namespace deleted in {time.monotonic() - t1:.0f} s; the controllers quiet "
+          f"{_quiet(api):.0f} s later")
     return took
 
 
