@@ -17,7 +17,6 @@ import yaml
 from rankops.controller import transport
 from rankops.controller.kube import ApiError, ApiMissing, Kube, open_stream, send
 
-BIN_DIR = Path(os.environ.get("RANKOPS_K8S_BIN", Path.home() / ".cache/rankops/k8s/v1.34.4/bin"))
 
 # `rankops run` as the command line runs it, up to kopf.run (which reports and exits instead).
 PROBE = textwrap.dedent('''
@@ -135,15 +134,7 @@ def test_an_unreachable_server_is_an_oserror():
 
 # --- against a real API server ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory):
-    from rankops_dev.controlplane import LocalControlPlane
-
-    missing = [b for b in ("etcd", "kube-apiserver") if not os.access(BIN_DIR / b, os.X_OK)]
-    if missing:
-        pytest.fail(f"{missing} not in {BIN_DIR}: run dev/rankops_dev/build.sh first (CI does)")
-    with LocalControlPlane(BIN_DIR, work_dir=tmp_path_factory.mktemp("cp")) as cp:
-        yield cp
+# `plane`: etcd and an API server, one per module (tests/conftest.py)
 
 
 def test_kube_over_the_transport_against_the_api_server(plane, monkeypatch):

@@ -12,26 +12,18 @@ import pytest
 from rankops.controller import transport, watches
 from rankops.controller.kube import Kube
 
-from tests.test_transport import BIN_DIR
-
 LABEL = "rankops.io/model"
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    from rankops_dev.controlplane import LocalControlPlane
-
-    missing = [b for b in ("etcd", "kube-apiserver") if not os.access(BIN_DIR / b, os.X_OK)]
-    if missing:
-        pytest.fail(f"{missing} not in {BIN_DIR}: run dev/rankops_dev/build.sh first (CI does)")
-    with LocalControlPlane(BIN_DIR, work_dir=tmp_path_factory.mktemp("cp")) as cp:
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-        try:
-            t = transport.Transport(transport.login, maxsize=4)
-        finally:
-            os.environ.pop("KUBECONFIG")
-        yield Kube(t)
-        t.close()
+def kube(plane):
+    os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+    try:
+        t = transport.Transport(transport.login, maxsize=4)
+    finally:
+        os.environ.pop("KUBECONFIG")
+    yield Kube(t)
+    t.close()
 
 
 class Seen:

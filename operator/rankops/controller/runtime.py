@@ -412,7 +412,7 @@ class ModelController(_Reconciles):
         """A child's event, from its watch stream (controller/watches.py; a ConfigMap's: from kopf)."""
         obj = event["object"]
         changed = self.children.observe(kind, obj, deleted=event.get("type") == "DELETED")
-        # None: kopf's initial listing (the resume handlers cover it); unchanged: a status no
+        # None: a listing (the resume handlers cover it); unchanged: a status no
         # reconcile reads, or the echo of this process's own write once its answer was recorded. An
         # echo that comes first (the stream is faster than the reconcile that wrote) wakes no one
         # either: that reconcile records the same object.
