@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.models import GROUP, PLURAL, VERSION, model_manifest  # noqa: E402
+from rankops.controller import watches  # noqa: E402
 from rankops.controller.kube import open_stream, send  # noqa: E402
 from rankops_dev.binaries import ensure_binaries  # noqa: E402
 from rankops_dev.cluster import add_nodes, api_client  # noqa: E402
@@ -166,7 +167,7 @@ class ReadyWatch(threading.Thread):
                 query.append(("resourceVersion", version))
             response = open_stream(self.api, self.path, query)
             self.started_watching.set()
-            for line in _lines(response):
+            for line in watches.lines(response):
                 event = _json.loads(line)
                 obj = event["object"]
                 if event["type"] == "ERROR":   # e.g. 410 Gone: start over
@@ -190,17 +191,6 @@ class ReadyWatch(threading.Thread):
         if not self.done.wait(timeout):
             raise TimeoutError(f"{what}: {len(self.ready)} of {self.n} after {timeout:.0f} s")
         return self.at
-
-
-def _lines(response):
-    """The newline-separated JSON events of a watch response, as they come."""
-    buffer = b""
-    for chunk in response.stream(65536):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield line
 
 
 def ready_watch(api, path: str, is_ready, n: int) -> ReadyWatch:

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from rankops.controller import transport
+from rankops.controller import transport, watches
 
 REQUESTS = 16       # kopf's own requests at once (the reconcilers have a connection pool of their own)
 WATCH_ROOM = 16     # watch streams per namespace watched; more kinds than rankops watches
@@ -26,7 +26,7 @@ WATCH_ROOM = 16     # watch streams per namespace watched; more kinds than ranko
 
 def connection_limit(namespaces: list[str] | tuple[str, ...]) -> int:
     """0 (no bound) when a namespace is a pattern; otherwise room for the watches plus REQUESTS."""
-    if any(c in ns for ns in namespaces for c in "*?[!"):
+    if any(watches.is_pattern(ns) for ns in namespaces):
         return 0
     return REQUESTS + WATCH_ROOM * max(1, len(namespaces))
 

@@ -23,7 +23,7 @@ WATCH_TIMEOUT_S = 300      # the API server ends each watch after this; it is re
 LIST_PAGE = 500            # objects per listing page
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)   # after a failed list or watch: the next wait, then the last one again
 PAUSE_POLL_S = 1.0
-PATTERN_CHARACTERS = "*?!,"   # a namespace given with one of these is one of kopf's patterns
+PATTERN_CHARACTERS = "*?!,"   # kopf's namespace globs: `team-*`, `!kube-*`, `a,b`
 
 log = logging.getLogger("rankops.watches")
 
@@ -141,12 +141,17 @@ def lines(response: Any) -> Iterator[bytes]:
         yield buffer
 
 
+def is_pattern(namespace: str) -> bool:
+    """A namespace given to `rankops run -n` that is one of kopf's patterns, not a name."""
+    return any(c in namespace for c in PATTERN_CHARACTERS)
+
+
 def start(kube: Kube, streams: list[Stream], namespaces: list[str],
           paused: Callable[[], bool] = lambda: False) -> list[Watch]:
     """A thread per stream and namespace watched (none named: one for the whole cluster), started.
     Namespace patterns (kopf's globs: `team-*`, `!kube-*`; they need cluster-wide read access) are
     watched cluster-wide and matched here, as kopf matches them."""
-    patterns = [ns for ns in namespaces if any(c in ns for c in PATTERN_CHARACTERS)]
+    patterns = [ns for ns in namespaces if is_pattern(ns)]
     if patterns:
         streams = [Stream(s.kind, s.label, _in_namespaces(s.deliver, namespaces)) for s in streams]
     scopes: list[str | None] = [None] if patterns or not namespaces else list(namespaces)
