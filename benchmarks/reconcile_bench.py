@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--profile-cpu", metavar="PREFIX",
                         help="during the burst (from 20 s after the models are created, 40 s): the API server's "
                              "CPU profile to PREFIX.apiserver.pprof (go tool pprof -top) and the operator's "
-                             "(py-spy, if installed) to PREFIX.operator.txt")
+                             "(py-spy, if installed) to PREFIX.operator.txt; the raw apply's, from 20 s in, to "
+                             "PREFIX.raw.apiserver.pprof")
     args = parser.parse_args()
     from kubernetes import client
 
@@ -243,7 +244,7 @@ def main() -> None:
         api.configuration.connection_pool_maxsize = max(args.raw_threads, 16) + 4   # one connection per thread
         core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
         print(f"N={n} models, interval {args.interval}s, extra {args.extra}; load average {_load()}")
-        raw = _raw_apply(api, core, apps, n, args.raw_threads) if args.raw else None
+        raw = _raw_apply(api, core, apps, n, args.raw_threads, args.profile_cpu) if args.raw else None
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait(lambda: _exists(core.read_namespaced_service_account, "default", NAMESPACE), 30, "default SA")
         port = free_port()
@@ -383,7 +384,7 @@ def _timeline(apps, custom, wall0: float) -> str:
     return "    timeline: " + "; ".join(out)
 
 
-def _profile_cpu(api, operator_pid: int, prefix: str, start: float, seconds: int) -> None:
+def _profile_cpu(api, operator_pid: int | None, prefix: str, start: float, seconds: int) -> None:
     import shutil
     import subprocess
 
@@ -391,7 +392,8 @@ def _profile_cpu(api, operator_pid: int, prefix: str, start: float, seconds: int
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     operator = subprocess.Popen([spy, "record", "-p", str(operator_pid), "-d", str(seconds), "-f", "raw",
                                  "-o", f"{prefix}.operator.txt", "--nonblocking", "--gil"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if Path(spy).exists() else None
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) \
+        if operator_pid and Path(spy).exists() else None
     answer = send(api, "GET", "/debug/pprof/profile", query=[("seconds", str(seconds))], timeout=seconds + 60)
     Path(f"{prefix}.apiserver.pprof").write_bytes(answer.data)
     if operator:
@@ -456,12 +458,20 @@ def _peak_rss(pid: int) -> str:
     return f"{int(found.group(1)) / 1024:.0f} MiB" if found else "?"
 
 
-def _raw_apply(api, core, apps, n: int, threads: int) -> float:
+def _raw_apply(api, core, apps, n: int, threads: int, profile: str | None = None) -> float:
     """The baseline: the N models' children, rendered as the operator renders them for a new model,
-    server-side applied `threads` at a time into RAW_NAMESPACE; seconds until every Deployment is
-    Ready. The namespace is deleted and waited for afterwards, so the operator's run starts clean."""
+    server-side applied `threads` at a time into RAW_NAMESPACE in the order the operator creates
+    them (writes.creation_order, then the key's Secret); seconds until every Deployment is Ready.
+    The namespace is deleted and waited for afterwards, so the operator's run starts clean.
+
+    A Service made before its pods are Ready has its Endpoints and EndpointSlices written twice
+    (empty, then with the pod). The operator creates a model's Deployment a few writes after its
+    Services, and that is every time (2.0 updates of each per model); the baseline, 16 objects in
+    flight at once, a model's together, wins that race about half the time (0.7-1.5 per model,
+    the same in either order)."""
     from rankops.api.rankingmodel import RankingModel
     from rankops.controller.kube import Kube
+    from rankops.controller.writes import creation_order
     from rankops.render import serving
     from rankops.render.desired import desired_objects, initial_state, resolve_shape
 
@@ -472,13 +482,15 @@ def _raw_apply(api, core, apps, n: int, threads: int) -> float:
         body = model_manifest(f"m{i:04d}")
         body["metadata"]["namespace"] = RAW_NAMESPACE
         rm = RankingModel.model_validate(body)   # no uid: no ownerReference
-        objects += desired_objects(rm, initial_state(rm), resolve_shape(rm.spec))
-        # The restricted-API key's Secret is a child too (controller/models.ensure_api_key creates it).
+        objects += creation_order(desired_objects(rm, initial_state(rm), resolve_shape(rm.spec)))
+        # The restricted-API key's Secret is a child too (controller/models.ensure_api_key creates it, last).
         objects.append(serving.api_key_secret(rm.metadata["name"], RAW_NAMESPACE, secrets.token_hex(32)))
     kube = Kube(api)
     deployments_ready = ready_watch(api, f"/apis/apps/v1/namespaces/{RAW_NAMESPACE}/deployments", deployment_ready, n)
     cpu_before, requests_before = cpu_by_process(), apiserver_metrics(api)
     t0 = time.monotonic()
+    if profile:
+        threading.Thread(target=_profile_cpu, args=(api, None, f"{profile}.raw", t0 + 20, 40), daemon=True).start()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(kube.apply, objects))
     applied = time.monotonic() - t0

@@ -122,10 +122,16 @@ def _observed(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
         raise
 
 
+def creation_order(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order a new model's children are created in: Deployments last, so that no pod starts
+    before the rest is accepted (benchmarks/reconcile_bench.py's raw apply sends them so too)."""
+    return sorted(objects, key=lambda obj: obj["kind"] == "Deployment")
+
+
 def _create_all(kube: Kube, objects: list[dict[str, Any]]) -> None:
-    """Create children none of which exists, Deployments last (no pod starts before the rest is
-    accepted); on a refusal, delete those this pass created and raise it."""
-    ordered = sorted(objects, key=lambda obj: obj["kind"] == "Deployment")
+    """Create children none of which exists, in creation_order; on a refusal, delete those this
+    pass created and raise it."""
+    ordered = creation_order(objects)
     created: list[dict[str, Any]] = []
     try:
         for obj in ordered:
