@@ -102,10 +102,12 @@ def requests_between(before: str, after: str, n: float, floor: float = 0.05) -> 
     return ", ".join(f"{k}: {v:.2f}" for v, k in reversed(delta) if v >= floor)
 
 
-def cpu_by_process() -> dict[str, float]:
-    """CPU seconds (user + system) so far of every process on this machine, by command name."""
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) so far of every process on this machine: pid -> (command name, seconds).
+    By pid: a process of the same name still ending (the last run's cluster) is no part of it, and a
+    kernel worker whose name says its current work is not counted from its start."""
     ticks = os.sysconf("SC_CLK_TCK")
-    found: dict[str, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -118,13 +120,17 @@ def cpu_by_process() -> dict[str, float]:
             except OSError:
                 argv = []
             name = "operator" if b"run" in argv else "bench" if any(a.endswith(b"_bench.py") for a in argv) else name
-        found[name] = found.get(name, 0.0) + (int(rest[11]) + int(rest[12])) / ticks
+        found[int(stat.parent.name)] = (name, (int(rest[11]) + int(rest[12])) / ticks)
     return found
 
 
-def cpu_between(before: dict[str, float], after: dict[str, float], top: int = 7) -> str:
-    """The processes that used the most CPU in between (a process that ended is not counted)."""
-    used = sorted(((after[k] - before.get(k, 0.0)), k) for k in after)
+def cpu_between(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], top: int = 7) -> str:
+    """The processes (by name) that used the most CPU in between (a process that ended is not counted)."""
+    by_name: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        was = before.get(pid)
+        by_name[name] = by_name.get(name, 0.0) + seconds - (was[1] if was else 0.0)
+    used = sorted((v, k) for k, v in by_name.items())
     return ", ".join(f"{k} {v:.0f} s" for v, k in reversed(used[-top:]) if v >= 1)
 
 
